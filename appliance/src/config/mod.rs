@@ -1,0 +1,129 @@
+//! Configuration: a TOML file (read with the `config` crate) plus `SLUICE_`-prefixed
+//! environment overrides, validated whole into a [`Config`] model. A file with errors is
+//! rejected with every error it has, each naming its key path; nothing half-valid escapes.
+//!
+//! Environment overrides use `__` between key segments:
+//! `SLUICE_APPLIANCE__NAME=lb2`, `SLUICE_BGP__ASN=65011`. Only variables with `__` are read, so
+//! unrelated `SLUICE_*` variables are not mistaken for keys.
+
+pub mod error;
+pub mod model;
+mod reader;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use error::{ConfigError, ConfigErrors, LoadError};
+pub use model::*;
+pub use validate::{DEFAULT_METRICS, DEFAULT_SOCKET};
+
+/// Where `sluice` looks for its configuration unless told otherwise.
+pub const DEFAULT_PATH: &str = "/etc/sluice/sluice.toml";
+
+/// Prefix of environment overrides.
+pub const ENV_PREFIX: &str = "SLUICE";
+
+impl Config {
+    /// Parses and validates TOML text (no environment overrides).
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigErrors> {
+        match load_str(text, Path::new("<string>"), std::iter::empty()) {
+            Ok(c) => Ok(c),
+            Err(LoadError::Invalid { errors, .. }) => Err(errors),
+            Err(other) => {
+                let mut errs = ConfigErrors::default();
+                errs.push("", other.to_string());
+                Err(errs)
+            }
+        }
+    }
+}
+
+/// Reads, parses and validates `path`, applying `SLUICE_` overrides from the process
+/// environment.
+pub fn load(path: &Path) -> Result<Config, LoadError> {
+    load_with_env(path, std::env::vars())
+}
+
+/// Like [`load`] with an explicit environment (for tests).
+pub fn load_with_env(
+    path: &Path,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Config, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => LoadError::NotFound {
+            path: path.to_path_buf(),
+        },
+        _ => LoadError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    })?;
+    load_str(&text, path, env)
+}
+
+fn load_str(
+    text: &str,
+    path: &Path,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Config, LoadError> {
+    let path_buf = || PathBuf::from(path);
+    if text.trim().is_empty() {
+        return Err(LoadError::Empty { path: path_buf() });
+    }
+    // Parse with `toml` first for a precise, one-line syntax error with line and column.
+    if let Err(e) = text.parse::<toml::Table>() {
+        return Err(LoadError::Syntax {
+            path: path_buf(),
+            message: syntax_message(text, &e),
+        });
+    }
+    let overrides: config::Map<String, String> = env
+        .into_iter()
+        .filter(|(k, _)| {
+            k.strip_prefix(ENV_PREFIX)
+                .and_then(|rest| rest.strip_prefix('_'))
+                .is_some_and(|rest| rest.contains("__"))
+        })
+        .collect();
+    let built = config::Config::builder()
+        .add_source(config::File::from_str(text, config::FileFormat::Toml))
+        .add_source(
+            config::Environment::with_prefix(ENV_PREFIX)
+                .prefix_separator("_")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(overrides)),
+        )
+        .build()
+        .map_err(|e| LoadError::Environment(e.to_string()))?;
+    let root: config::Value = built
+        .try_deserialize()
+        .map_err(|e| LoadError::Environment(e.to_string()))?;
+    let config::ValueKind::Table(map) = root.kind else {
+        return Err(LoadError::Syntax {
+            path: path_buf(),
+            message: "the top level is not a table".into(),
+        });
+    };
+    validate::validate(&map).map_err(|errors| LoadError::Invalid {
+        path: path_buf(),
+        errors,
+    })
+}
+
+/// One line: "line L, column C: what the parser expected".
+fn syntax_message(text: &str, e: &toml::de::Error) -> String {
+    let what = e.message().lines().next().unwrap_or("syntax error").trim();
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {col}: {what}")
+        }
+        None => what.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,404 @@
+//! The validated configuration model.
+//!
+//! Everything here has passed validation: cross-references resolve, address families agree,
+//! ranges hold. The control plane builds tables from a `Config` and never re-checks it.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A whole, validated configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub appliance: Appliance,
+    pub api: Api,
+    /// `None` when the file has no `[bgp]` section: the appliance then announces nothing.
+    pub bgp: Option<Bgp>,
+    pub health_checks: Vec<HealthCheck>,
+    pub vips: Vec<Vip>,
+}
+
+impl Config {
+    /// The health check with this name.
+    pub fn health_check(&self, name: &str) -> Option<&HealthCheck> {
+        self.health_checks.iter().find(|c| c.name == name)
+    }
+
+    /// The VIP with this name.
+    pub fn vip(&self, name: &str) -> Option<&Vip> {
+        self.vips.iter().find(|v| v.name == name)
+    }
+}
+
+/// `[appliance]`: identity and datapath settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appliance {
+    pub name: String,
+    /// Datapath interfaces: one (one-arm) or more (two-arm: uplink first).
+    pub interfaces: Vec<String>,
+    pub xdp_mode: XdpMode,
+    /// Spin on the rings instead of sleeping in `poll` (burns a core per queue).
+    pub busy_poll: bool,
+    /// Pin worker threads to CPUs (worker i to CPU i modulo the CPU count).
+    pub pin_workers: bool,
+    /// Frames in each socket's UMEM.
+    pub umem_frames: u32,
+    /// Descriptors in each rx/tx/fill/completion ring (power of two).
+    pub ring_size: u32,
+    /// Connection-table entries per worker.
+    pub conntrack_capacity: u32,
+    /// Maglev lookup table size (a prime).
+    pub maglev_table_size: u32,
+    pub timeouts: Timeouts,
+}
+
+/// How the XDP steering program attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Native where the driver supports it, generic otherwise.
+    Auto,
+    Native,
+    Generic,
+}
+
+/// Connection-table idle timeouts by flow state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub tcp_syn: Duration,
+    pub tcp_established: Duration,
+    pub tcp_closing: Duration,
+    pub udp: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        // The LVS defaults (ip_vs_proto_tcp.c), shortened for SYN so a SYN flood ages fast.
+        Self {
+            tcp_syn: Duration::from_secs(30),
+            tcp_established: Duration::from_secs(900),
+            tcp_closing: Duration::from_secs(10),
+            udp: Duration::from_secs(300),
+        }
+    }
+}
+
+/// `[api]`: the local API the console and `sluice ctl` use, and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Api {
+    pub socket: PathBuf,
+    /// Prometheus exposition address.
+    pub metrics: Option<SocketAddr>,
+    /// Optional TCP listener for the API, guarded by `token_file`.
+    pub listen: Option<SocketAddr>,
+    pub token_file: Option<PathBuf>,
+}
+
+/// `[bgp]`: the embedded speaker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bgp {
+    pub asn: u32,
+    pub router_id: Ipv4Addr,
+    /// How long drain and shutdown advertise GRACEFUL_SHUTDOWN before withdrawing.
+    pub graceful_shutdown_wait: Duration,
+    /// Communities attached to every VIP announcement.
+    pub communities: Vec<Community>,
+    pub peers: Vec<Peer>,
+}
+
+/// `[[bgp.peer]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub address: IpAddr,
+    pub asn: u32,
+    pub port: u16,
+    /// Proposed hold time: zero (no keepalives) or at least 3 s.
+    pub hold_time: Duration,
+    pub connect_retry: Duration,
+    /// Local address to connect from (and to use as next hop unless `next_hop` is set).
+    pub source: Option<IpAddr>,
+    pub next_hop: Option<IpAddr>,
+    /// Wait for the peer to connect; never connect out.
+    pub passive: bool,
+    /// RFC 2385 TCP MD5 signature key.
+    pub password: Option<String>,
+    /// RFC 5082 GTSM: require TTL 255 from the peer, send with TTL 255.
+    pub ttl_security: bool,
+    /// TTL for multihop eBGP; `None` means directly connected (TTL 1 for eBGP).
+    pub multihop: Option<u8>,
+}
+
+/// A BGP community: standard (RFC 1997) or large (RFC 8092).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Community {
+    Standard(u16, u16),
+    Large(u32, u32, u32),
+}
+
+impl std::fmt::Display for Community {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Community::Standard(a, b) => write!(f, "{a}:{b}"),
+            Community::Large(a, b, c) => write!(f, "{a}:{b}:{c}"),
+        }
+    }
+}
+
+/// `[[health_check]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub name: String,
+    pub kind: CheckKind,
+    /// Port to probe; `None` probes the backend's own port.
+    pub port: Option<u16>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+    /// Random delay in `[0, jitter)` added to each interval.
+    pub jitter: Duration,
+    /// State before the first `rise` results arrive.
+    pub initial: InitialHealth,
+    /// Source address to probe from.
+    pub source: Option<IpAddr>,
+}
+
+/// What a check does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    Tcp {
+        send: Option<String>,
+        expect: Option<String>,
+    },
+    Http(HttpCheck),
+    Https {
+        http: HttpCheck,
+        verify_tls: bool,
+        /// SNI and certificate name; defaults to `host`, then to the backend address.
+        server_name: Option<String>,
+    },
+    Udp {
+        payload: String,
+        expect: Option<String>,
+    },
+    Icmp,
+}
+
+impl CheckKind {
+    /// The name used in the config file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CheckKind::Tcp { .. } => "tcp",
+            CheckKind::Http(_) => "http",
+            CheckKind::Https { .. } => "https",
+            CheckKind::Udp { .. } => "udp",
+            CheckKind::Icmp => "icmp",
+        }
+    }
+}
+
+/// The HTTP part of `http` and `https` checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCheck {
+    pub method: HttpMethod,
+    pub path: String,
+    pub host: Option<String>,
+    /// Inclusive range of accepted status codes.
+    pub expect_status: (u16, u16),
+    /// A substring the body must contain.
+    pub expect_body: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpMethod {
+    Get,
+    Head,
+}
+
+/// A backend's health before its check has decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitialHealth {
+    /// Down until `rise` consecutive successes.
+    Down,
+    /// Up until `fall` consecutive failures.
+    Up,
+}
+
+/// `[[vip]]`: one virtual service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vip {
+    pub name: String,
+    pub address: IpAddr,
+    /// Zero means every port (only with `dr` or `tunnel`, which do not rewrite ports).
+    pub port: u16,
+    pub protocol: Protocol,
+    pub mode: Mode,
+    pub scheduler: Scheduler,
+    pub hash: HashFields,
+    /// Name of a `[[health_check]]`; `None` treats every backend as healthy.
+    pub health_check: Option<String>,
+    /// Local source pool for `fullnat` (same family as the VIP).
+    pub snat: Vec<IpAddr>,
+    /// Communities added to this VIP's announcement.
+    pub communities: Vec<Community>,
+    pub backends: Vec<Backend>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    /// IANA protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// Forwarding mode of a VIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// DNAT to the backend; the return path comes back through the appliance.
+    Nat,
+    /// DNAT plus SNAT to a local address from the VIP's `snat` pool.
+    FullNat,
+    /// Rewrite MAC addresses only; backends hold the VIP on a loopback.
+    Dr,
+    /// Encapsulate toward the backend; it answers the client directly.
+    Tunnel(Encap),
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Nat => "nat",
+            Mode::FullNat => "fullnat",
+            Mode::Dr => "dr",
+            Mode::Tunnel(_) => "tunnel",
+        }
+    }
+}
+
+/// Tunnel encapsulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encap {
+    /// IP in IP (RFC 2003), or IPv6 in IPv6 (RFC 2473) for IPv6 backends.
+    Ipip,
+    /// Generic UDP Encapsulation (draft-ietf-intarea-gue), variant 1 (direct IP).
+    Gue { port: u16 },
+    /// VXLAN (RFC 7348).
+    Vxlan { port: u16, vni: u32 },
+}
+
+impl Encap {
+    pub fn name(self) -> &'static str {
+        match self {
+            Encap::Ipip => "ipip",
+            Encap::Gue { .. } => "gue",
+            Encap::Vxlan { .. } => "vxlan",
+        }
+    }
+}
+
+/// Backend scheduler of a VIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduler {
+    Maglev,
+    Rr,
+    Wrr,
+    Sh,
+    Dh,
+    Lc,
+    Wlc,
+    Sed,
+    Nq,
+    Lblc,
+    Lblcr,
+}
+
+impl Scheduler {
+    pub const ALL: [(&'static str, Scheduler); 11] = [
+        ("maglev", Scheduler::Maglev),
+        ("rr", Scheduler::Rr),
+        ("wrr", Scheduler::Wrr),
+        ("sh", Scheduler::Sh),
+        ("dh", Scheduler::Dh),
+        ("lc", Scheduler::Lc),
+        ("wlc", Scheduler::Wlc),
+        ("sed", Scheduler::Sed),
+        ("nq", Scheduler::Nq),
+        ("lblc", Scheduler::Lblc),
+        ("lblcr", Scheduler::Lblcr),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, s)| *s == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("maglev")
+    }
+}
+
+/// Which header fields feed the flow hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashFields {
+    /// src ip, dst ip, protocol, src port, dst port.
+    FiveTuple,
+    /// src ip, dst ip, protocol.
+    ThreeTuple,
+    /// src ip, dst ip.
+    TwoTuple,
+}
+
+impl HashFields {
+    pub fn name(self) -> &'static str {
+        match self {
+            HashFields::FiveTuple => "5-tuple",
+            HashFields::ThreeTuple => "3-tuple",
+            HashFields::TwoTuple => "2-tuple",
+        }
+    }
+}
+
+/// `[[vip.backend]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    pub address: IpAddr,
+    /// Destination port after NAT; equals the VIP port unless mapped.
+    pub port: u16,
+    pub weight: u32,
+    pub state: BackendState,
+}
+
+/// Operator-set backend state (health is separate and comes from the prober).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendState {
+    /// Takes new flows.
+    Active,
+    /// Keeps its flows, takes no new ones.
+    Drain,
+    /// Takes nothing; its flows are re-chosen.
+    Disabled,
+}
+
+impl BackendState {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendState::Active => "active",
+            BackendState::Drain => "drain",
+            BackendState::Disabled => "disabled",
+        }
+    }
+}

@@ -1,0 +1,469 @@
+//! Validation tests: each invalid config asserts the exact key path of its error.
+
+use super::*;
+
+/// A minimal valid file; tests append to it or replace parts of it.
+const BASE: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+
+[[vip.backend]]
+address = "10.1.0.11"
+"#;
+
+fn errors(text: &str) -> ConfigErrors {
+    match Config::from_toml_str(text) {
+        Ok(c) => panic!("expected errors, got a valid config: {c:?}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts that validating `text` fails with an error at exactly `key` whose message
+/// contains `needle`.
+#[track_caller]
+fn assert_error(text: &str, key: &str, needle: &str) {
+    let errs = errors(text);
+    let Some(e) = errs.find(key) else {
+        panic!("no error at {key:?}; got:\n{errs}");
+    };
+    assert!(
+        e.message.contains(needle),
+        "error at {key:?} is {:?}, expected it to contain {needle:?}",
+        e.message
+    );
+}
+
+#[test]
+fn base_is_valid_with_defaults() {
+    let c = Config::from_toml_str(BASE).expect("valid");
+    assert_eq!(c.appliance.name, "lb1");
+    assert_eq!(c.api.socket, std::path::PathBuf::from(DEFAULT_SOCKET));
+    assert_eq!(c.api.metrics, Some(DEFAULT_METRICS.parse().unwrap()));
+    assert!(c.bgp.is_none());
+    let v = &c.vips[0];
+    assert_eq!(v.mode, Mode::Nat);
+    assert_eq!(v.scheduler, Scheduler::Maglev);
+    assert_eq!(v.hash, HashFields::FiveTuple);
+    assert_eq!(v.protocol, Protocol::Tcp);
+    assert_eq!(
+        v.backends[0].port, 80,
+        "backend port defaults to the VIP port"
+    );
+    assert_eq!(v.backends[0].weight, 100);
+    assert_eq!(v.backends[0].state, BackendState::Active);
+    assert_eq!(c.appliance.maglev_table_size, 65537);
+}
+
+#[test]
+fn shipped_example_is_valid() {
+    let text = include_str!("../../../examples/sluice.toml");
+    let c = Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.vips.len(), 4);
+    assert_eq!(c.health_checks.len(), 2);
+    assert_eq!(c.bgp.as_ref().map(|b| b.peers.len()), Some(2));
+    let dns = c.vip("dns").expect("dns vip");
+    assert_eq!(
+        dns.mode,
+        Mode::Tunnel(Encap::Vxlan {
+            port: 4789,
+            vni: 100
+        })
+    );
+    assert_eq!(dns.communities, vec![Community::Standard(65010, 53)]);
+    let web = c.vip("web").expect("web vip");
+    assert_eq!(web.backends[0].port, 8080);
+    assert_eq!(web.backends[2].state, BackendState::Drain);
+    let check = c.health_check("web").expect("web check");
+    match &check.kind {
+        CheckKind::Http(h) => {
+            assert_eq!(h.path, "/healthz");
+            assert_eq!(h.expect_status, (200, 200));
+        }
+        other => panic!("unexpected kind {other:?}"),
+    }
+}
+
+#[test]
+fn missing_appliance_section() {
+    let text = BASE.replace("[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n", "");
+    assert_error(&text, "appliance", "required");
+}
+
+#[test]
+fn missing_vip() {
+    assert_error(
+        "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n",
+        "vip",
+        "at least one [[vip]]",
+    );
+}
+
+#[test]
+fn empty_interfaces() {
+    let text = BASE.replace("interfaces = [\"eth0\"]", "interfaces = []");
+    assert_error(&text, "appliance.interfaces", "at least one");
+}
+
+#[test]
+fn interface_listed_twice() {
+    let text = BASE.replace(
+        "interfaces = [\"eth0\"]",
+        "interfaces = [\"eth0\", \"eth0\"]",
+    );
+    assert_error(&text, "appliance.interfaces[1]", "listed twice");
+}
+
+#[test]
+fn unknown_key_in_appliance() {
+    let text = BASE.replace("name = \"lb1\"", "name = \"lb1\"\ncolour = \"blue\"");
+    assert_error(&text, "appliance.colour", "unknown key");
+}
+
+#[test]
+fn unknown_top_level_section() {
+    let text = format!("{BASE}\n[logging]\nlevel = \"debug\"\n");
+    assert_error(&text, "logging", "unknown key");
+}
+
+#[test]
+fn unknown_key_in_backend() {
+    let text = format!("{BASE}wieght = 3\n");
+    assert_error(&text, "vip \"web\".backend[0].wieght", "unknown key");
+}
+
+#[test]
+fn unknown_health_check() {
+    let text = BASE.replace("port = 80\n", "port = 80\nhealth_check = \"nope\"\n");
+    assert_error(
+        &text,
+        "vip \"web\".health_check",
+        "\"nope\" is not a defined",
+    );
+}
+
+#[test]
+fn duplicate_vip_name() {
+    let text = format!(
+        "{BASE}\n[[vip]]\nname = \"web\"\naddress = \"192.0.2.11\"\nport = 80\n[[vip.backend]]\naddress = \"10.1.0.12\"\n"
+    );
+    assert_error(&text, "vip \"web\"", "used twice");
+}
+
+#[test]
+fn duplicate_vip_address() {
+    let text = format!(
+        "{BASE}\n[[vip]]\nname = \"web2\"\naddress = \"192.0.2.10\"\nport = 80\n[[vip.backend]]\naddress = \"10.1.0.12\"\n"
+    );
+    assert_error(&text, "vip \"web2\"", "overlaps vip \"web\"");
+}
+
+#[test]
+fn duplicate_backend() {
+    let text = format!("{BASE}[[vip.backend]]\naddress = \"10.1.0.11\"\n");
+    let errs = errors(&text);
+    let e = errs.find("vip \"web\"").expect("error at vip \"web\"");
+    assert_eq!(
+        e.to_string(),
+        "vip \"web\": backend 10.1.0.11:80 listed twice"
+    );
+}
+
+#[test]
+fn backend_family_mismatch() {
+    let text = BASE.replace("address = \"10.1.0.11\"", "address = \"2001:db8::11\"");
+    assert_error(
+        &text,
+        "vip \"web\".backend[0].address",
+        "is IPv6 but the VIP",
+    );
+}
+
+#[test]
+fn tunnel_family_may_differ() {
+    let text = BASE
+        .replace(
+            "port = 80\n",
+            "port = 80\nmode = \"tunnel\"\ntunnel = \"ipip\"\n",
+        )
+        .replace("address = \"10.1.0.11\"", "address = \"2001:db8::11\"");
+    Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn tunnel_without_tunnel_mode() {
+    let text = BASE.replace("port = 80\n", "port = 80\ntunnel = \"vxlan\"\n");
+    assert_error(&text, "vip \"web\".tunnel", "only with mode = \"tunnel\"");
+}
+
+#[test]
+fn tunnel_mode_without_encapsulation() {
+    let text = BASE.replace("port = 80\n", "port = 80\nmode = \"tunnel\"\n");
+    assert_error(&text, "vip \"web\".tunnel", "missing");
+}
+
+#[test]
+fn fullnat_without_snat() {
+    let text = BASE.replace("port = 80\n", "port = 80\nmode = \"fullnat\"\n");
+    assert_error(&text, "vip \"web\".snat", "needs a snat address pool");
+}
+
+#[test]
+fn snat_family_mismatch() {
+    let text = BASE.replace(
+        "port = 80\n",
+        "port = 80\nmode = \"fullnat\"\nsnat = [\"10.1.0.10\", \"2001:db8::1\"]\n",
+    );
+    assert_error(&text, "vip \"web\".snat[1]", "is IPv6 but the VIP is IPv4");
+}
+
+#[test]
+fn snat_without_fullnat() {
+    let text = BASE.replace("port = 80\n", "port = 80\nsnat = [\"10.1.0.10\"]\n");
+    assert_error(&text, "vip \"web\".snat", "only with mode = \"fullnat\"");
+}
+
+#[test]
+fn weight_out_of_range() {
+    let text = format!("{BASE}weight = 70000\n");
+    assert_error(
+        &text,
+        "vip \"web\".backend[0].weight",
+        "70000 is out of range 0..=65535",
+    );
+}
+
+#[test]
+fn port_zero_needs_dr_or_tunnel() {
+    let text = BASE.replace("port = 80\n", "port = 0\n");
+    assert_error(&text, "vip \"web\".port", "all ports");
+    let dr = BASE.replace("port = 80\n", "port = 0\nmode = \"dr\"\n");
+    Config::from_toml_str(&dr).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn dr_cannot_map_ports() {
+    let text = BASE.replace("port = 80\n", "port = 80\nmode = \"dr\"\n") + "port = 8080\n";
+    assert_error(&text, "vip \"web\".backend[0].port", "cannot map ports");
+}
+
+#[test]
+fn backend_port_zero() {
+    let text = format!("{BASE}port = 0\n");
+    assert_error(
+        &text,
+        "vip \"web\".backend[0].port",
+        "out of range 1..=65535",
+    );
+}
+
+#[test]
+fn vip_port_out_of_range() {
+    let text = BASE.replace("port = 80\n", "port = 65536\n");
+    assert_error(&text, "vip \"web\".port", "65536 is out of range");
+}
+
+#[test]
+fn wrong_type_names_the_value() {
+    let text = BASE.replace("port = 80\n", "port = \"eighty\"\n");
+    assert_error(
+        &text,
+        "vip \"web\".port",
+        "expected an integer, found \"eighty\"",
+    );
+}
+
+#[test]
+fn unknown_scheduler_and_mode() {
+    let text = BASE.replace(
+        "port = 80\n",
+        "port = 80\nscheduler = \"fastest\"\nmode = \"magic\"\n",
+    );
+    assert_error(
+        &text,
+        "vip \"web\".scheduler",
+        "\"fastest\" is not one of maglev, rr",
+    );
+    assert_error(&text, "vip \"web\".mode", "\"magic\" is not one of");
+}
+
+#[test]
+fn bad_address() {
+    let text = BASE.replace("address = \"192.0.2.10\"", "address = \"192.0.2.300\"");
+    assert_error(
+        &text,
+        "vip \"web\".address",
+        "\"192.0.2.300\" is not an IPv4 or IPv6 address",
+    );
+}
+
+#[test]
+fn health_check_key_of_other_kind() {
+    let text = format!("[[health_check]]\nname = \"t\"\nkind = \"tcp\"\npath = \"/x\"\n{BASE}");
+    assert_error(
+        &text,
+        "health_check \"t\".path",
+        "not valid for kind \"tcp\"",
+    );
+}
+
+#[test]
+fn health_check_timeout_longer_than_interval() {
+    let text = format!(
+        "[[health_check]]\nname = \"t\"\nkind = \"tcp\"\ninterval = \"1s\"\ntimeout = \"2s\"\n{BASE}"
+    );
+    assert_error(
+        &text,
+        "health_check \"t\".timeout",
+        "longer than the interval",
+    );
+}
+
+#[test]
+fn health_check_bad_duration() {
+    let text =
+        format!("[[health_check]]\nname = \"t\"\nkind = \"tcp\"\ninterval = \"often\"\n{BASE}");
+    assert_error(
+        &text,
+        "health_check \"t\".interval",
+        "\"often\" is not a duration",
+    );
+}
+
+#[test]
+fn health_check_rise_zero() {
+    let text = format!("[[health_check]]\nname = \"t\"\nkind = \"tcp\"\nrise = 0\n{BASE}");
+    assert_error(
+        &text,
+        "health_check \"t\".rise",
+        "0 is out of range 1..=100",
+    );
+}
+
+#[test]
+fn health_check_status_range() {
+    let ok = format!(
+        "[[health_check]]\nname = \"h\"\nkind = \"http\"\nexpect_status = \"200-299\"\n{BASE}"
+    );
+    let c = Config::from_toml_str(&ok).unwrap_or_else(|e| panic!("{e}"));
+    match &c.health_checks[0].kind {
+        CheckKind::Http(h) => assert_eq!(h.expect_status, (200, 299)),
+        other => panic!("unexpected {other:?}"),
+    }
+    let bad = ok.replace("200-299", "299-200");
+    assert_error(&bad, "health_check \"h\".expect_status", "\"299-200\"");
+}
+
+#[test]
+fn udp_check_needs_payload() {
+    let text = format!("[[health_check]]\nname = \"u\"\nkind = \"udp\"\n{BASE}");
+    assert_error(&text, "health_check \"u\".payload", "missing");
+}
+
+#[test]
+fn bgp_hold_time_rules() {
+    let text = format!(
+        "{BASE}\n[bgp]\nasn = 65010\nrouter_id = \"10.0.0.10\"\n[[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65000\nhold_time = \"2s\"\n"
+    );
+    assert_error(&text, "bgp.peer[0].hold_time", "0 or at least 3s");
+}
+
+#[test]
+fn bgp_router_id_must_be_ipv4() {
+    let text = format!(
+        "{BASE}\n[bgp]\nasn = 65010\nrouter_id = \"2001:db8::1\"\n[[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65000\n"
+    );
+    assert_error(&text, "bgp.router_id", "not a usable BGP identifier");
+}
+
+#[test]
+fn bgp_as_trans_and_missing_peer() {
+    let text = format!("{BASE}\n[bgp]\nasn = 23456\nrouter_id = \"10.0.0.10\"\n");
+    assert_error(&text, "bgp.asn", "AS_TRANS");
+    assert_error(&text, "bgp.peer", "at least one [[bgp.peer]]");
+}
+
+#[test]
+fn bgp_duplicate_peer_and_bad_community() {
+    let text = format!(
+        "{BASE}\n[bgp]\nasn = 65010\nrouter_id = \"10.0.0.10\"\ncommunities = [\"65010:x\"]\n[[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65000\n[[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65001\n"
+    );
+    assert_error(&text, "bgp.peer[1].address", "listed twice");
+    assert_error(&text, "bgp.communities[0]", "not a community");
+}
+
+#[test]
+fn maglev_table_size_must_be_prime() {
+    let text = BASE.replace(
+        "interfaces = [\"eth0\"]",
+        "interfaces = [\"eth0\"]\nmaglev_table_size = 65536",
+    );
+    assert_error(&text, "appliance.maglev_table_size", "not a prime");
+}
+
+#[test]
+fn api_listen_needs_token() {
+    let text = format!("{BASE}\n[api]\nlisten = \"127.0.0.1:9400\"\n");
+    assert_error(&text, "api.token_file", "bearer token");
+}
+
+#[test]
+fn several_errors_are_all_reported() {
+    let text = include_str!("../../../examples/invalid/many-errors.toml");
+    let errs = errors(text);
+    let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
+    for expected in [
+        "appliance.name",
+        "appliance.interfaces",
+        "vip \"web\".scheduler",
+        "vip \"web\".health_check",
+        "vip \"web\".snat",
+        "vip \"web\".backend[0].weight",
+    ] {
+        assert!(keys.contains(&expected), "missing {expected:?} in {keys:?}");
+    }
+    assert_eq!(errs.len(), 6, "exactly these errors:\n{errs}");
+}
+
+#[test]
+fn environment_overrides_scalars() {
+    let dir = std::env::temp_dir().join(format!("sluice-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("env.toml");
+    std::fs::write(&path, BASE).unwrap();
+    let env = vec![
+        ("SLUICE_APPLIANCE__NAME".to_string(), "lb2".to_string()),
+        (
+            "SLUICE_APPLIANCE__CONNTRACK_CAPACITY".to_string(),
+            "4096".to_string(),
+        ),
+        // No `__`: not a key, ignored rather than reported as unknown.
+        ("SLUICE_LOG".to_string(), "debug".to_string()),
+        ("OTHER__THING".to_string(), "x".to_string()),
+    ];
+    let c = load_with_env(&path, env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.appliance.name, "lb2");
+    assert_eq!(c.appliance.conntrack_capacity, 4096);
+
+    let bad = vec![(
+        "SLUICE_APPLIANCE__RING_SIZE".to_string(),
+        "1000".to_string(),
+    )];
+    let err = load_with_env(&path, bad).expect_err("1000 is not a power of two");
+    let errs = err.errors().expect("validation errors");
+    assert!(errs.find("appliance.ring_size").is_some(), "{errs}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn syntax_error_is_one_line_with_position() {
+    let err = Config::from_toml_str("[appliance\nname = 1\n").expect_err("not toml");
+    let msg = err.to_string();
+    assert!(msg.contains("line 1, column"), "{msg}");
+    assert!(!msg.contains('\n'), "one line: {msg:?}");
+}

@@ -1,0 +1,2 @@
+//! Sluice's health prober: checks backends with rise/fall hysteresis.
+#![forbid(unsafe_code)]

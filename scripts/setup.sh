@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs everything Sluice needs to build, test and run its lab on a fresh Debian 12 machine.
+# Idempotent: safe to run again; it only installs what is missing.
+set -euo pipefail
+
+if [ "$(id -u)" != 0 ]; then
+    echo "setup.sh: run as root (it installs Debian packages)" >&2
+    exit 1
+fi
+
+packages=(
+    # build: the XDP program (clang, llvm), libbpf/libxdp (libelf, zlib, m4, kernel headers)
+    clang llvm libelf-dev zlib1g-dev pkg-config m4 linux-libc-dev make gcc
+    # labs and tests: namespaces, veth, nftables, captures, traffic
+    iproute2 ethtool nftables iputils-ping curl socat python3 tmux procps kmod
+    # BGP peers for the integration tests
+    bird2 frr gobgpd
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup.sh: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The router daemons must not run as system services: tests start their own instances.
+for svc in bird frr gobgpd; do
+    systemctl disable --now "$svc" >/dev/null 2>&1 || true
+done
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "setup.sh: cargo not found; install the Rust toolchain (stable 1.95 or newer)" >&2
+    exit 1
+fi
+
+# bpffs for pinned maps, when the host has not mounted it.
+if ! mountpoint -q /sys/fs/bpf 2>/dev/null; then
+    mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+fi
+echo "setup.sh: ready"

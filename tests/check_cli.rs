@@ -1,0 +1,124 @@
+//! `sluice check` as an operator runs it: exit codes and one-line reasons, never a panic.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn check(path: &std::path::Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check", "--config"])
+        .arg(path)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("run sluice");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Asserts a failure with exactly one line on stderr containing `needle`, and no panic.
+#[track_caller]
+fn assert_one_line_failure(path: &std::path::Path, needle: &str) {
+    let (code, stdout, stderr) = check(path);
+    assert_ne!(code, 0, "must fail: {stdout}{stderr}");
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    assert!(!stderr.contains("backtrace"), "backtrace: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected, got: {stderr:?}");
+    assert!(
+        lines[0].contains(needle),
+        "{needle:?} not in {:?}",
+        lines[0]
+    );
+}
+
+#[test]
+fn example_config_passes_with_summary() {
+    let (code, stdout, stderr) = check(&repo().join("examples/sluice.toml"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("4 vip(s), 9 backend(s), 2 health check(s), 2 bgp peer(s)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("vip web "), "{stdout}");
+    assert!(
+        stdout.contains("192.0.2.53:53/udp tunnel/vxlan"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn missing_file() {
+    assert_one_line_failure(
+        &repo().join("examples/invalid/no-such-file.toml"),
+        "not found",
+    );
+}
+
+#[test]
+fn empty_file() {
+    assert_one_line_failure(&repo().join("examples/invalid/empty.toml"), "empty");
+}
+
+#[test]
+fn not_toml() {
+    assert_one_line_failure(
+        &repo().join("examples/invalid/not-toml.toml"),
+        "not valid TOML: line 1, column",
+    );
+}
+
+#[test]
+fn unknown_key() {
+    let (code, _, stderr) = check(&repo().join("examples/invalid/unknown-key.toml"));
+    assert_ne!(code, 0);
+    // A header naming the file and count, then the error itself on one line.
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr:?}");
+    assert!(lines[0].ends_with("1 error"), "{stderr:?}");
+    assert_eq!(lines[1].trim(), "appliance.colour: unknown key");
+}
+
+#[test]
+fn every_error_of_a_file_is_listed() {
+    let (code, _, stderr) = check(&repo().join("examples/invalid/many-errors.toml"));
+    assert_ne!(code, 0);
+    assert!(
+        stderr.lines().next().unwrap_or("").ends_with("6 errors"),
+        "{stderr}"
+    );
+    for needle in [
+        "appliance.name:",
+        "appliance.interfaces:",
+        "vip \"web\".scheduler:",
+        "vip \"web\".health_check:",
+        "vip \"web\".snat:",
+        "vip \"web\".backend[0].weight: 70000 is out of range",
+    ] {
+        assert!(
+            stderr.contains(needle),
+            "{needle:?} missing from:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn help_and_version() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("check"));
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("sluice "));
+}
