@@ -1,0 +1,781 @@
+//! The speaker against real routers from Debian packages (BIRD 2, FRR, GoBGP), each in its
+//! own network namespace, with speakers in other namespaces. Every router runs with its own
+//! config, control socket and pid file, and dies with its namespace when the test ends.
+//!
+//! Run as root: `cargo test -p bgp --test bgp_routers -- --nocapture` (prints timings).
+
+mod common;
+
+use bgp::{IpNet, PeerConfig, PeerStatus, RouteAttrs, Speaker, SpeakerConfig, State};
+use common::{Netns, require_program, require_root, veth};
+use std::net::IpAddr;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Commands the test thread sends to a speaker living in another namespace.
+enum Cmd {
+    Announce(IpNet, RouteAttrs),
+    Withdraw(IpNet),
+    Peers(std::sync::mpsc::Sender<Vec<PeerStatus>>),
+    GracefulShutdown(std::sync::mpsc::Sender<()>),
+}
+
+/// A speaker running on a dedicated thread that entered `ns` with setns(2), so every
+/// socket it opens lives in that namespace. Dropping it drops the runtime (sessions die
+/// without NOTIFICATION).
+struct NsSpeaker {
+    tx: Option<tokio::sync::mpsc::UnboundedSender<Cmd>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NsSpeaker {
+    fn start(ns: &Netns, cfg: SpeakerConfig) -> NsSpeaker {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Cmd>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let path = format!("/run/netns/{}", ns.name);
+        let thread = std::thread::spawn(move || {
+            let f = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("open {path}: {e}")));
+                    return;
+                }
+            };
+            if let Err(e) = nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET) {
+                let _ = ready_tx.send(Err(format!("setns {path}: {e}")));
+                return;
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(async move {
+                let speaker = match Speaker::start(cfg).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                while let Some(cmd) = rx.recv().await {
+                    match cmd {
+                        Cmd::Announce(p, a) => speaker.announce(p, a).expect("announce"),
+                        Cmd::Withdraw(p) => speaker.withdraw(p).expect("withdraw"),
+                        Cmd::Peers(reply) => {
+                            let _ = reply.send(speaker.peers());
+                        }
+                        Cmd::GracefulShutdown(done) => {
+                            speaker.graceful_shutdown().await;
+                            let _ = done.send(());
+                            return;
+                        }
+                    }
+                }
+            });
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("speaker did not start: {e}"),
+            Err(_) => panic!("speaker thread died during start"),
+        }
+        NsSpeaker {
+            tx: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn send(&self, c: Cmd) {
+        self.tx
+            .as_ref()
+            .expect("speaker running")
+            .send(c)
+            .expect("speaker thread gone");
+    }
+
+    fn announce(&self, p: &str, a: RouteAttrs) {
+        self.send(Cmd::Announce(p.parse().expect("prefix"), a));
+    }
+
+    fn withdraw(&self, p: &str) {
+        self.send(Cmd::Withdraw(p.parse().expect("prefix")));
+    }
+
+    fn peers(&self) -> Vec<PeerStatus> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.send(Cmd::Peers(tx));
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("speaker status")
+    }
+
+    /// Starts the RFC 8326 shutdown; `wait()` on the result blocks until it finished.
+    fn graceful_shutdown(&self) -> std::sync::mpsc::Receiver<()> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.send(Cmd::GracefulShutdown(tx));
+        rx
+    }
+}
+
+impl Drop for NsSpeaker {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Polls `f` every 100 ms until it returns true or `limit` passes; on timeout fails with
+/// `what` and the router's view from `context`.
+fn wait_for(
+    what: &str,
+    limit: Duration,
+    mut f: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "timed out after {limit:?} waiting for {what}\n--- router view ---\n{}",
+        context()
+    );
+}
+
+fn stdout(o: std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("{}-{}", tag, common::unique("d")));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed on drop (before its namespace goes).
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A BIRD 2 instance in `ns` with its own config and control socket.
+struct Bird<'a> {
+    ns: &'a Netns,
+    sock: String,
+    _daemon: Daemon,
+    _dir: TempDir,
+}
+
+impl<'a> Bird<'a> {
+    fn start(ns: &'a Netns, config: &str) -> Bird<'a> {
+        require_program("bird", "bird2");
+        require_program("birdc", "bird2");
+        let dir = TempDir::new("bird");
+        let conf = dir.path("bird.conf");
+        let sock = dir.path("bird.ctl");
+        std::fs::write(&conf, config).expect("write bird.conf");
+        let pid = dir.path("bird.pid");
+        let daemon = Daemon(ns.spawn(&["bird", "-f", "-c", &conf, "-s", &sock, "-P", &pid]));
+        let b = Bird {
+            ns,
+            sock,
+            _daemon: daemon,
+            _dir: dir,
+        };
+        wait_for(
+            "bird control socket",
+            Duration::from_secs(10),
+            || {
+                b.ns.output(&["birdc", "-s", &b.sock, "show", "status"])
+                    .status
+                    .success()
+            },
+            || "bird did not start (config error?)".to_string(),
+        );
+        b
+    }
+
+    fn cmd(&self, args: &[&str]) -> String {
+        let mut full = vec!["birdc", "-s", &self.sock];
+        full.extend_from_slice(args);
+        stdout(self.ns.output(&full))
+    }
+
+    fn view(&self) -> String {
+        format!(
+            "{}\n{}",
+            self.cmd(&["show", "protocols", "all"]),
+            self.cmd(&["show", "route", "all"])
+        )
+    }
+}
+
+/// BIRD config: ECMP into the kernel, one BGP protocol per (name, neighbor, asn).
+fn bird_config(router_id: &str, local_as: u32, neighbors: &[(&str, &str, u32)]) -> String {
+    let mut c = format!(
+        "router id {router_id};
+protocol device {{ scan time 1; }}
+protocol kernel k4 {{ merge paths on; ipv4 {{ import none; export all; }}; }}
+protocol kernel k6 {{ merge paths on; ipv6 {{ import none; export all; }}; }}
+template bgp spk {{
+  local as {local_as};
+  hold time 3;
+  keepalive time 1;
+  connect delay time 1;
+  connect retry time 2;
+  error wait time 1, 10;
+  ipv4 {{ import all; export none; }};
+  ipv6 {{ import all; export none; }};
+}}
+"
+    );
+    for (name, addr, asn) in neighbors {
+        c.push_str(&format!(
+            "protocol bgp {name} from spk {{ neighbor {addr} as {asn}; }}\n"
+        ));
+    }
+    c
+}
+
+fn kernel_route(ns: &Netns, v6: bool, prefix: &str) -> String {
+    let fam = if v6 { "-6" } else { "-4" };
+    stdout(ns.output(&["ip", fam, "route", "show", prefix]))
+}
+
+fn peer(addr: &str, asn: u32, local: &str) -> PeerConfig {
+    let mut p = PeerConfig::new(addr.parse().expect("peer address"), asn);
+    p.local_address = Some(local.parse().expect("local address"));
+    p.hold_time = Duration::from_secs(3);
+    p.connect_retry = Duration::from_secs(1);
+    p
+}
+
+fn speaker_config(asn: u32, router_id: &str, peers: Vec<PeerConfig>) -> SpeakerConfig {
+    let mut c = SpeakerConfig::new(asn, router_id.parse().expect("router id"));
+    c.peers = peers;
+    c.graceful_shutdown_wait = Duration::from_secs(3);
+    c
+}
+
+fn established(s: &NsSpeaker) -> bool {
+    s.peers().iter().all(|p| p.state == State::Established)
+}
+
+/// Router namespace `r` linked to a speaker namespace on `r_if`/`upl` with a /24.
+fn link(r: &Netns, r_if: &str, s: &Netns, net: &str) {
+    veth(r, r_if, s, "upl");
+    r.run(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", r_if]);
+    s.run(&["ip", "addr", "add", &format!("{net}.2/24"), "dev", "upl"]);
+}
+
+const VIP: &str = "192.0.2.10/32";
+
+/// Scenarios a and b: two speakers announce one VIP; BIRD installs both next hops; when
+/// one speaker's traffic is blackholed, BIRD drops that next hop after the 3 s hold time.
+#[test]
+fn bird_ecmp_and_hold_timer_expiry() {
+    require_root();
+    require_program("nft", "nftables");
+    let r = Netns::new("bgr");
+    let s1 = Netns::new("bgs");
+    let s2 = Netns::new("bgs");
+    link(&r, "s1", &s1, "10.1.1");
+    link(&r, "s2", &s2, "10.1.2");
+    let bird = Bird::start(
+        &r,
+        &bird_config(
+            "10.1.1.1",
+            65000,
+            &[("sp1", "10.1.1.2", 65001), ("sp2", "10.1.2.2", 65001)],
+        ),
+    );
+    let t0 = Instant::now();
+    let sp1 = NsSpeaker::start(
+        &s1,
+        speaker_config(65001, "10.1.1.2", vec![peer("10.1.1.1", 65000, "10.1.1.2")]),
+    );
+    let sp2 = NsSpeaker::start(
+        &s2,
+        speaker_config(65001, "10.1.2.2", vec![peer("10.1.2.1", 65000, "10.1.2.2")]),
+    );
+    sp1.announce(VIP, RouteAttrs::default());
+    sp2.announce(VIP, RouteAttrs::default());
+    wait_for(
+        "ECMP route with both next hops",
+        Duration::from_secs(30),
+        || {
+            let k = kernel_route(&r, false, VIP);
+            k.contains("via 10.1.1.2") && k.contains("via 10.1.2.2")
+        },
+        || format!("{}\n{}", kernel_route(&r, false, VIP), bird.view()),
+    );
+    let up = t0.elapsed();
+    println!("MEASURE bird: speaker start -> ECMP VIP route in kernel: {up:?}");
+    let k = kernel_route(&r, false, VIP);
+    assert!(
+        k.contains("nexthop"),
+        "expected a multipath route, got: {k}"
+    );
+    assert!(established(&sp1) && established(&sp2));
+    let st = &sp1.peers()[0];
+    assert_eq!(st.prefixes_announced, 1, "{st:?}");
+    assert!(st.messages_out >= 3 && st.messages_in >= 2, "{st:?}");
+    assert!(
+        st.uptime.is_some() && st.established_since.is_some(),
+        "{st:?}"
+    );
+
+    // b: blackhole speaker 1 (no FIN, no NOTIFICATION): only BIRD's hold timer notices.
+    s1.sh("nft -f - <<'EOF'
+table inet blk {
+  chain in { type filter hook input priority 0; policy drop; }
+  chain out { type filter hook output priority 0; policy drop; }
+}
+EOF");
+    let t1 = Instant::now();
+    wait_for(
+        "next hop 10.1.1.2 to go after the hold time",
+        Duration::from_secs(15),
+        || {
+            let k = kernel_route(&r, false, VIP);
+            !k.contains("10.1.1.2") && k.contains("10.1.2.2")
+        },
+        || format!("{}\n{}", kernel_route(&r, false, VIP), bird.view()),
+    );
+    let gone = t1.elapsed();
+    println!("MEASURE bird: blackholed speaker -> its next hop removed: {gone:?}");
+    assert!(
+        gone >= Duration::from_millis(1500),
+        "next hop vanished after {gone:?}, before any hold timer could expire"
+    );
+    let proto = bird.cmd(&["show", "protocols", "all", "sp1"]);
+    assert!(
+        proto.to_lowercase().contains("hold timer"),
+        "BIRD should report a hold timer expiry:\n{proto}"
+    );
+
+    // Withdraw on the remaining speaker: the route disappears.
+    let t2 = Instant::now();
+    sp2.withdraw(VIP);
+    wait_for(
+        "VIP route to disappear after withdraw",
+        Duration::from_secs(10),
+        || kernel_route(&r, false, VIP).trim().is_empty(),
+        || format!("{}\n{}", kernel_route(&r, false, VIP), bird.view()),
+    );
+    println!(
+        "MEASURE bird: withdraw -> route gone from kernel: {:?}",
+        t2.elapsed()
+    );
+    assert_eq!(sp2.peers()[0].prefixes_announced, 0);
+}
+
+/// Scenario c: graceful shutdown tags the route with GRACEFUL_SHUTDOWN (65535,0) while the
+/// session is still up, then withdraws it and closes with Cease/Administrative Shutdown.
+#[test]
+fn bird_graceful_shutdown() {
+    require_root();
+    let r = Netns::new("bgr");
+    let s1 = Netns::new("bgs");
+    link(&r, "s1", &s1, "10.2.1");
+    let bird = Bird::start(
+        &r,
+        &bird_config("10.2.1.1", 65000, &[("sp1", "10.2.1.2", 65001)]),
+    );
+    let sp = NsSpeaker::start(
+        &s1,
+        speaker_config(65001, "10.2.1.2", vec![peer("10.2.1.1", 65000, "10.2.1.2")]),
+    );
+    let attrs = RouteAttrs {
+        communities: vec![(65001 << 16) | 42],
+        large_communities: vec![[65001, 1, 2]],
+        med: Some(7),
+        ..RouteAttrs::default()
+    };
+    sp.announce(VIP, attrs);
+    wait_for(
+        "VIP in BIRD",
+        Duration::from_secs(30),
+        || bird.cmd(&["show", "route", VIP]).contains("10.2.1.2"),
+        || bird.view(),
+    );
+    let before = bird.cmd(&["show", "route", "all", VIP]);
+    assert!(
+        before.contains("(65001,42)"),
+        "community missing:\n{before}"
+    );
+    assert!(
+        before.contains("(65001, 1, 2)"),
+        "large community missing:\n{before}"
+    );
+    assert!(before.contains("BGP.med: 7"), "MED missing:\n{before}");
+    assert!(
+        before.contains("BGP.as_path: 65001\n"),
+        "eBGP must prepend our AS once:\n{before}"
+    );
+    assert!(
+        before.contains("BGP.next_hop: 10.2.1.2"),
+        "next hop must default to the session address:\n{before}"
+    );
+    assert!(
+        !before.contains("(65535,0)"),
+        "GRACEFUL_SHUTDOWN too early:\n{before}"
+    );
+
+    let done = sp.graceful_shutdown();
+    wait_for(
+        "GRACEFUL_SHUTDOWN community on the route",
+        Duration::from_secs(3),
+        || {
+            bird.cmd(&["show", "route", "all", VIP])
+                .contains("(65535,0)")
+        },
+        || bird.view(),
+    );
+    let proto = bird.cmd(&["show", "protocols", "sp1"]);
+    assert!(
+        proto.contains("Established"),
+        "session closed too early:\n{proto}"
+    );
+    done.recv_timeout(Duration::from_secs(15))
+        .expect("graceful shutdown finished");
+    wait_for(
+        "VIP withdrawn and session closed by Cease",
+        Duration::from_secs(10),
+        || {
+            let p = bird.cmd(&["show", "protocols", "all", "sp1"]);
+            !bird.cmd(&["show", "route", VIP]).contains("10.2.1.2")
+                && p.contains("Administrative shutdown")
+        },
+        || bird.view(),
+    );
+}
+
+/// iBGP: no AS prepended, LOCAL_PREF sent (200 from the route), configured next hop used.
+#[test]
+fn bird_ibgp_local_pref_and_next_hop() {
+    require_root();
+    let r = Netns::new("bgr");
+    let s1 = Netns::new("bgs");
+    link(&r, "s1", &s1, "10.5.1");
+    let config = bird_config("10.5.1.1", 65000, &[])
+        + "protocol bgp sp1 from spk { neighbor 10.5.1.2 as 65000; direct; }\n";
+    let bird = Bird::start(&r, &config);
+    let mut p = peer("10.5.1.1", 65000, "10.5.1.2");
+    // Traffic for the VIP goes to another address on the speaker's subnet.
+    p.next_hop_v4 = Some("10.5.1.3".parse().expect("ip"));
+    let sp = NsSpeaker::start(&s1, speaker_config(65000, "10.5.1.2", vec![p]));
+    sp.announce(
+        VIP,
+        RouteAttrs {
+            local_pref: Some(200),
+            ..RouteAttrs::default()
+        },
+    );
+    wait_for(
+        "iBGP route in BIRD",
+        Duration::from_secs(30),
+        || bird.cmd(&["show", "route", VIP]).contains("10.5.1.3"),
+        || bird.view(),
+    );
+    let all = bird.cmd(&["show", "route", "all", VIP]);
+    assert!(
+        all.contains("BGP.local_pref: 200"),
+        "LOCAL_PREF missing:\n{all}"
+    );
+    assert!(
+        all.contains("BGP.as_path: \n"),
+        "iBGP AS_PATH must be empty:\n{all}"
+    );
+    assert!(
+        all.contains("BGP.next_hop: 10.5.1.3"),
+        "configured next hop:\n{all}"
+    );
+}
+
+/// Scenario e: an IPv6 VIP /128 over an IPv6 session.
+#[test]
+fn bird_ipv6_vip() {
+    require_root();
+    let r = Netns::new("bgr");
+    let s1 = Netns::new("bgs");
+    veth(&r, "s1", &s1, "upl");
+    r.run(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "fd00:61::1/64",
+        "dev",
+        "s1",
+        "nodad",
+    ]);
+    s1.run(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "fd00:61::2/64",
+        "dev",
+        "upl",
+        "nodad",
+    ]);
+    let bird = Bird::start(
+        &r,
+        &bird_config("10.6.1.1", 65000, &[("sp1", "fd00:61::2", 65001)]),
+    );
+    let mut p = peer("fd00:61::1", 65000, "fd00:61::2");
+    p.ipv4_unicast = false;
+    let t0 = Instant::now();
+    let sp = NsSpeaker::start(&s1, speaker_config(65001, "10.6.1.2", vec![p]));
+    let vip6 = "2001:db8:5::10/128";
+    sp.announce(vip6, RouteAttrs::default());
+    wait_for(
+        "IPv6 VIP in the kernel",
+        Duration::from_secs(30),
+        || kernel_route(&r, true, vip6).contains("via fd00:61::2"),
+        || format!("{}\n{}", kernel_route(&r, true, vip6), bird.view()),
+    );
+    println!(
+        "MEASURE bird v6: speaker start -> /128 in kernel: {:?}",
+        t0.elapsed()
+    );
+    let t1 = Instant::now();
+    sp.withdraw(vip6);
+    wait_for(
+        "IPv6 VIP withdrawn",
+        Duration::from_secs(10),
+        || kernel_route(&r, true, vip6).trim().is_empty(),
+        || bird.view(),
+    );
+    println!("MEASURE bird v6: withdraw -> /128 gone: {:?}", t1.elapsed());
+}
+
+/// Scenario d (FRR): zebra and bgpd with private sockets; announce then withdraw.
+#[test]
+fn frr_announce_withdraw() {
+    require_root();
+    require_program("vtysh", "frr");
+    let bgpd = "/usr/lib/frr/bgpd";
+    let zebra = "/usr/lib/frr/zebra";
+    assert!(
+        std::path::Path::new(bgpd).exists(),
+        "{bgpd} is missing: install the Debian package frr"
+    );
+    let r = Netns::new("bgr");
+    let s1 = Netns::new("bgs");
+    let s2 = Netns::new("bgs");
+    link(&r, "s1", &s1, "10.3.1");
+    link(&r, "s2", &s2, "10.3.2");
+    let dir = TempDir::new("frr");
+    // The daemons drop privileges to the frr user, which must create its sockets here.
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777))
+        .expect("chmod frr dir");
+    let vty = dir.path("");
+    let zsock = dir.path("zserv.api");
+    std::fs::write(dir.path("zebra.conf"), "hostname r\n").expect("zebra.conf");
+    std::fs::write(
+        dir.path("bgpd.conf"),
+        "hostname r
+router bgp 65000
+ bgp router-id 10.3.1.1
+ no bgp ebgp-requires-policy
+ bgp bestpath as-path multipath-relax
+ timers bgp 1 3
+ neighbor 10.3.1.2 remote-as 65001
+ neighbor 10.3.1.2 timers connect 1
+ neighbor 10.3.2.2 remote-as 65002
+ neighbor 10.3.2.2 timers connect 1
+ address-family ipv4 unicast
+  maximum-paths 4
+ exit-address-family
+",
+    )
+    .expect("bgpd.conf");
+    let common_args = |conf: &str, pid: &str| {
+        vec![
+            "-f".to_string(),
+            dir.path(conf),
+            "-i".to_string(),
+            dir.path(pid),
+            "-z".to_string(),
+            zsock.clone(),
+            "--vty_socket".to_string(),
+            vty.clone(),
+            "-P".to_string(),
+            "0".to_string(),
+        ]
+    };
+    let mut zargs = vec![zebra.to_string()];
+    zargs.extend(common_args("zebra.conf", "zebra.pid"));
+    let zargs: Vec<&str> = zargs.iter().map(String::as_str).collect();
+    let _zebra = Daemon(r.spawn(&zargs));
+    wait_for(
+        "zebra socket",
+        Duration::from_secs(10),
+        || std::path::Path::new(&zsock).exists(),
+        || "zebra did not start".to_string(),
+    );
+    let mut bargs = vec![bgpd.to_string()];
+    bargs.extend(common_args("bgpd.conf", "bgpd.pid"));
+    let bargs: Vec<&str> = bargs.iter().map(String::as_str).collect();
+    let _bgpd = Daemon(r.spawn(&bargs));
+    let show = |cmd: &str| stdout(r.output(&["vtysh", "--vty_socket", &vty, "-c", cmd]));
+    let view = || format!("{}\n{}", show("show bgp summary"), show("show ip bgp"));
+    let t0 = Instant::now();
+    let sp1 = NsSpeaker::start(
+        &s1,
+        speaker_config(65001, "10.3.1.2", vec![peer("10.3.1.1", 65000, "10.3.1.2")]),
+    );
+    let sp2 = NsSpeaker::start(
+        &s2,
+        speaker_config(65002, "10.3.2.2", vec![peer("10.3.2.1", 65000, "10.3.2.2")]),
+    );
+    sp1.announce(VIP, RouteAttrs::default());
+    sp2.announce(VIP, RouteAttrs::default());
+    wait_for(
+        "FRR to have the VIP from both speakers",
+        Duration::from_secs(40),
+        || {
+            let j = show(&format!("show ip bgp {VIP} json"));
+            j.contains("10.3.1.2") && j.contains("10.3.2.2")
+        },
+        view,
+    );
+    println!(
+        "MEASURE frr: speaker start -> VIP in bgpd from both: {:?}",
+        t0.elapsed()
+    );
+    wait_for(
+        "zebra to install an ECMP route",
+        Duration::from_secs(20),
+        || {
+            let k = kernel_route(&r, false, VIP);
+            k.contains("10.3.1.2") && k.contains("10.3.2.2")
+        },
+        || format!("{}\n{}", kernel_route(&r, false, VIP), view()),
+    );
+    sp1.withdraw(VIP);
+    sp2.withdraw(VIP);
+    wait_for(
+        "FRR to drop the VIP",
+        Duration::from_secs(10),
+        || !show(&format!("show ip bgp {VIP} json")).contains("nexthops"),
+        view,
+    );
+}
+
+/// Scenario d (GoBGP): gobgpd with its own API port; announce then withdraw.
+#[test]
+fn gobgp_announce_withdraw() {
+    require_root();
+    require_program("gobgpd", "gobgpd");
+    require_program("gobgp", "gobgpd");
+    let r = Netns::new("bgr");
+    let s1 = Netns::new("bgs");
+    link(&r, "s1", &s1, "10.4.1");
+    let dir = TempDir::new("gobgp");
+    let conf = dir.path("gobgpd.toml");
+    std::fs::write(
+        &conf,
+        r#"[global.config]
+  as = 65000
+  router-id = "10.4.1.1"
+[[neighbors]]
+  [neighbors.config]
+    neighbor-address = "10.4.1.2"
+    peer-as = 65001
+  [neighbors.timers.config]
+    hold-time = 3
+    keepalive-interval = 1
+    connect-retry = 1
+  [[neighbors.afi-safis]]
+    [neighbors.afi-safis.config]
+      afi-safi-name = "ipv4-unicast"
+  [[neighbors.afi-safis]]
+    [neighbors.afi-safis.config]
+      afi-safi-name = "ipv6-unicast"
+"#,
+    )
+    .expect("gobgpd.toml");
+    let port = "50777";
+    let _gobgpd = Daemon(r.spawn(&[
+        "gobgpd",
+        "-f",
+        &conf,
+        "--api-hosts",
+        &format!("127.0.0.1:{port}"),
+        "--pprof-disable",
+        "-l",
+        "warn",
+    ]));
+    let gobgp = |args: &[&str]| {
+        let mut full = vec!["gobgp", "-p", port, "-u", "127.0.0.1"];
+        full.extend_from_slice(args);
+        stdout(r.output(&full))
+    };
+    let view = || format!("{}\n{}", gobgp(&["neighbor"]), gobgp(&["global", "rib"]));
+    let t0 = Instant::now();
+    let sp = NsSpeaker::start(
+        &s1,
+        speaker_config(65001, "10.4.1.2", vec![peer("10.4.1.1", 65000, "10.4.1.2")]),
+    );
+    let attrs = RouteAttrs {
+        communities: vec![(65001 << 16) | 7],
+        ..RouteAttrs::default()
+    };
+    sp.announce(VIP, attrs);
+    wait_for(
+        "GoBGP to have the VIP",
+        Duration::from_secs(30),
+        || {
+            let rib = gobgp(&["global", "rib", VIP]);
+            rib.contains("10.4.1.2") && rib.contains("65001:7")
+        },
+        view,
+    );
+    println!(
+        "MEASURE gobgp: speaker start -> VIP in RIB: {:?}",
+        t0.elapsed()
+    );
+    sp.withdraw(VIP);
+    wait_for(
+        "GoBGP to drop the VIP",
+        Duration::from_secs(10),
+        || !gobgp(&["global", "rib", VIP]).contains("10.4.1.2"),
+        view,
+    );
+    let st = &sp.peers()[0];
+    assert_eq!(st.address, "10.4.1.1".parse::<IpAddr>().expect("ip"));
+    assert_eq!(st.state, State::Established);
+}
