@@ -5,3 +5,4 @@
 //! packet core; `datapath` and `control` are the I/O around it.
 
 pub mod config;
+pub mod wire;

@@ -1,0 +1,309 @@
+//! Internet checksum: full computation (RFC 1071) and incremental update (RFC 1624).
+//!
+//! NAT and full-NAT rewrite addresses and ports on every packet; recomputing the TCP checksum
+//! over a whole segment per packet would cost more than the rest of the rewrite, so the hot
+//! path patches checksums incrementally with [`update16`], [`update32`], [`update_addr_v4`]
+//! and [`update_addr_v6`]. The full [`sum`]/[`checksum`] pair serves `verify`/`fill` methods
+//! and tests.
+//!
+//! Conventions: a "sum" is a `u32` partial one's-complement sum that may still carry; it is
+//! turned into a 16-bit value with [`fold`] and into the transmitted checksum with [`finish`].
+//! UDP is special twice over: over IPv4 a checksum field of 0 means "no checksum" and must stay
+//! 0 through a rewrite, and a computed checksum of 0 is sent as 0xffff (RFC 768, RFC 8200
+//! section 8.1). The `udp_*` variants implement both rules.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Adds `data` as big-endian 16-bit words to the partial sum `initial` (RFC 1071 section 4.1).
+///
+/// An odd trailing byte is padded with a zero byte, as the RFC requires. The result is a
+/// partial sum already folded to at most 17 bits, so it can be fed back in as `initial` for the
+/// next chunk (pseudo-header, then header, then payload).
+#[inline]
+pub fn sum(data: &[u8], initial: u32) -> u32 {
+    // Adding 32-bit words into a 64-bit accumulator and folding at the end gives the same
+    // one's-complement result as 16-bit adds (RFC 1071 section 2(B)) with half the additions,
+    // and cannot overflow for any buffer shorter than 16 GiB.
+    let mut acc = u64::from(initial);
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        acc += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+    }
+    let rest = words.remainder();
+    let mut tail = [0u8; 4];
+    tail[..rest.len()].copy_from_slice(rest);
+    acc += u64::from(u32::from_be_bytes(tail));
+    // Fold 64 -> 32 -> 17 bits; a second fold at each step absorbs the carry of the first.
+    acc = (acc & 0xffff_ffff) + (acc >> 32);
+    acc = (acc & 0xffff_ffff) + (acc >> 32);
+    let mut s = acc as u32;
+    s = (s & 0xffff) + (s >> 16);
+    s
+}
+
+/// Folds a partial sum's carries back into 16 bits (end-around carry), without complementing.
+#[inline]
+pub fn fold(sum: u32) -> u16 {
+    let s = (sum & 0xffff) + (sum >> 16);
+    let s = (s & 0xffff) + (s >> 16);
+    s as u16
+}
+
+/// Turns a partial sum into the value transmitted in a checksum field: `!fold(sum)`.
+#[inline]
+pub fn finish(sum: u32) -> u16 {
+    !fold(sum)
+}
+
+/// The RFC 1071 checksum of `data` as transmitted; verifying a buffer that contains its own
+/// checksum yields 0.
+#[inline]
+pub fn checksum(data: &[u8]) -> u16 {
+    finish(sum(data, 0))
+}
+
+/// Partial sum of the IPv4 pseudo-header (RFC 793 section 3.1, RFC 768): source, destination,
+/// zero byte, protocol and the upper-layer length.
+#[inline]
+pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, len: u16) -> u32 {
+    let s = src.to_bits();
+    let d = dst.to_bits();
+    (s >> 16) + (s & 0xffff) + (d >> 16) + (d & 0xffff) + u32::from(protocol) + u32::from(len)
+}
+
+/// Partial sum of the IPv6 pseudo-header (RFC 8200 section 8.1): source, destination, 32-bit
+/// upper-layer length, three zero bytes and the next header.
+#[inline]
+pub fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, len: u32) -> u32 {
+    let s = sum(&src.octets(), 0);
+    let s = sum(&dst.octets(), s);
+    let s = s + (len >> 16) + (len & 0xffff) + u32::from(next_header);
+    u32::from(fold(s))
+}
+
+/// RFC 1624 equation 3: the checksum after one 16-bit word of the covered data changes from
+/// `old` to `new`. `HC' = ~(~HC + ~m + m')`.
+///
+/// Equation 3 (rather than the RFC 1141 formula) never turns a valid checksum into the
+/// negative zero 0xffff, so the result equals a full recomputation bit for bit, for any
+/// covered data that is not entirely zero (every IP header and TCP/UDP pseudo-header has a
+/// non-zero version or protocol byte).
+#[inline]
+pub fn update16(old_csum: u16, old: u16, new: u16) -> u16 {
+    let s = u32::from(!old_csum) + u32::from(!old) + u32::from(new);
+    !fold(s)
+}
+
+/// [`update16`] for a 32-bit field (sequence numbers, IPv4 addresses).
+#[inline]
+pub fn update32(old_csum: u16, old: u32, new: u32) -> u16 {
+    let s = u32::from(!old_csum)
+        + u32::from(!(old >> 16) as u16)
+        + u32::from(!(old as u16))
+        + (new >> 16)
+        + (new & 0xffff);
+    !fold(s)
+}
+
+/// [`update16`] for an IPv4 address change: patches the IPv4 header checksum, and the TCP/UDP
+/// checksum whose pseudo-header covers the address.
+#[inline]
+pub fn update_addr_v4(csum: u16, old: Ipv4Addr, new: Ipv4Addr) -> u16 {
+    update32(csum, old.to_bits(), new.to_bits())
+}
+
+/// [`update16`] for an IPv6 address change in a TCP/UDP/ICMPv6 pseudo-header.
+#[inline]
+pub fn update_addr_v6(csum: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
+    let o = old.to_bits();
+    let n = new.to_bits();
+    // Sum of the complemented old words plus the new words, in one accumulator: eight
+    // 16-bit words each side fit easily in 32 bits.
+    let mut s = u32::from(!csum);
+    let mut i = 0;
+    while i < 8 {
+        let shift = i * 16;
+        s += u32::from(!((o >> shift) as u16));
+        s += u32::from((n >> shift) as u16);
+        i += 1;
+    }
+    !fold(s)
+}
+
+/// Maps a UDP checksum update through the two UDP rules: an absent checksum (0) stays absent,
+/// and a result of 0 is transmitted as 0xffff.
+#[inline]
+fn udp_rules(old_csum: u16, updated: u16) -> u16 {
+    if old_csum == 0 {
+        0
+    } else if updated == 0 {
+        0xffff
+    } else {
+        updated
+    }
+}
+
+/// [`update16`] for a UDP checksum field (see the module docs for the UDP rules).
+#[inline]
+pub fn udp_update16(old_csum: u16, old: u16, new: u16) -> u16 {
+    udp_rules(old_csum, update16(old_csum, old, new))
+}
+
+/// [`update32`] for a UDP checksum field.
+#[inline]
+pub fn udp_update32(old_csum: u16, old: u32, new: u32) -> u16 {
+    udp_rules(old_csum, update32(old_csum, old, new))
+}
+
+/// [`update_addr_v4`] for a UDP checksum field.
+#[inline]
+pub fn udp_update_addr_v4(old_csum: u16, old: Ipv4Addr, new: Ipv4Addr) -> u16 {
+    udp_rules(old_csum, update_addr_v4(old_csum, old, new))
+}
+
+/// [`update_addr_v6`] for a UDP checksum field. IPv6 forbids a zero UDP checksum; a packet
+/// carrying one is kept as is here and should be dropped by the caller's validation.
+#[inline]
+pub fn udp_update_addr_v6(old_csum: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
+    udp_rules(old_csum, update_addr_v6(old_csum, old, new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Textbook RFC 1071 sum, 16 bits at a time, kept separate from the optimised code.
+    fn reference_checksum(data: &[u8]) -> u16 {
+        let mut acc: u32 = 0;
+        let mut i = 0;
+        while i + 1 < data.len() {
+            acc += u32::from(u16::from_be_bytes([data[i], data[i + 1]]));
+            i += 2;
+        }
+        if i < data.len() {
+            acc += u32::from(data[i]) << 8;
+        }
+        while acc > 0xffff {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        !(acc as u16)
+    }
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071 section 3 example: bytes 00 01 f2 03 f4 f5 f6 f7 sum to 0xddf2.
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold(sum(&data, 0)), 0xddf2);
+        assert_eq!(checksum(&data), !0xddf2);
+    }
+
+    #[test]
+    fn known_ipv4_header() {
+        // Classic example header (Wikipedia "IPv4 header checksum"): checksum 0xb861.
+        let mut hdr = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        assert_eq!(checksum(&hdr), 0xb861);
+        hdr[10..12].copy_from_slice(&0xb861u16.to_be_bytes());
+        assert_eq!(checksum(&hdr), 0);
+    }
+
+    #[test]
+    fn rfc1624_example() {
+        // RFC 1624 section 4: HC 0xdd2f, field 0x5555 -> 0x3285 gives HC' 0x0000.
+        assert_eq!(update16(0xdd2f, 0x5555, 0x3285), 0x0000);
+    }
+
+    #[test]
+    fn udp_rules_keep_absent_and_map_zero() {
+        assert_eq!(udp_update16(0, 1, 2), 0);
+        // A checksum that becomes 0 must be sent as 0xffff: choose new so the update is 0.
+        assert_eq!(update16(0xdd2f, 0x5555, 0x3285), 0);
+        assert_eq!(udp_update16(0xdd2f, 0x5555, 0x3285), 0xffff);
+    }
+
+    #[test]
+    fn pseudo_header_v6_matches_bytes() {
+        let src: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let dst: Ipv6Addr = "2001:db8:ffff::2".parse().unwrap();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&src.octets());
+        bytes.extend_from_slice(&dst.octets());
+        bytes.extend_from_slice(&0x0001_0010u32.to_be_bytes());
+        bytes.extend_from_slice(&[0, 0, 0, 17]);
+        assert_eq!(
+            finish(pseudo_header_v6(src, dst, 17, 0x0001_0010)),
+            reference_checksum(&bytes)
+        );
+    }
+
+    #[test]
+    fn pseudo_header_v4_matches_bytes() {
+        let src = Ipv4Addr::new(192, 0, 2, 1);
+        let dst = Ipv4Addr::new(198, 51, 100, 254);
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&src.octets());
+        bytes.extend_from_slice(&dst.octets());
+        bytes.extend_from_slice(&[0, 6, 0xff, 0xfe]);
+        assert_eq!(
+            finish(pseudo_header_v4(src, dst, 6, 0xfffe)),
+            reference_checksum(&bytes)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn sum_matches_reference(data in proptest::collection::vec(any::<u8>(), 0..2000)) {
+            prop_assert_eq!(checksum(&data), reference_checksum(&data));
+        }
+
+        #[test]
+        fn chained_sum_matches_whole(data in proptest::collection::vec(any::<u8>(), 0..600),
+                                     cut in 0usize..300) {
+            // Chaining is only defined at even boundaries (words must not straddle chunks).
+            let cut = (cut * 2).min(data.len() & !1);
+            let chained = finish(sum(&data[cut..], sum(&data[..cut], 0)));
+            prop_assert_eq!(chained, checksum(&data));
+        }
+
+        #[test]
+        fn update16_matches_recompute(mut data in proptest::collection::vec(any::<u8>(), 2..200),
+                                      word in 0usize..100, new in any::<u16>()) {
+            let n = data.len() / 2;
+            let w = word % n;
+            let before = checksum(&data);
+            let old = u16::from_be_bytes([data[2 * w], data[2 * w + 1]]);
+            data[2 * w..2 * w + 2].copy_from_slice(&new.to_be_bytes());
+            prop_assume!(data.iter().any(|&b| b != 0));
+            prop_assert_eq!(update16(before, old, new), checksum(&data));
+        }
+
+        #[test]
+        fn update32_matches_recompute(mut data in proptest::collection::vec(any::<u8>(), 4..200),
+                                      word in 0usize..50, new in any::<u32>()) {
+            let n = data.len() / 4;
+            let w = word % n;
+            let before = checksum(&data);
+            let old = u32::from_be_bytes(data[4 * w..4 * w + 4].try_into().unwrap());
+            data[4 * w..4 * w + 4].copy_from_slice(&new.to_be_bytes());
+            prop_assume!(data.iter().any(|&b| b != 0));
+            prop_assert_eq!(update32(before, old, new), checksum(&data));
+        }
+
+        #[test]
+        fn update_addr_v6_matches_recompute(prefix in proptest::collection::vec(any::<u8>(), 0..40),
+                                            old in any::<u128>(), new in any::<u128>()) {
+            let mut data = prefix.clone();
+            data.truncate(prefix.len() & !1);
+            let at = data.len();
+            data.extend_from_slice(&old.to_be_bytes());
+            data.extend_from_slice(&[0x12, 0x34]);
+            let before = checksum(&data);
+            data[at..at + 16].copy_from_slice(&new.to_be_bytes());
+            let got = update_addr_v6(before, Ipv6Addr::from_bits(old), Ipv6Addr::from_bits(new));
+            prop_assert_eq!(got, checksum(&data));
+        }
+    }
+}
