@@ -1,2 +1,28 @@
 //! Sluice's health prober: checks backends with rise/fall hysteresis.
+//!
+//! Operators trust a balancer whose health checks neither flap nor stick, so the logic
+//! that decides (hysteresis, scheduling, deduplication, reloads) is pure and tested
+//! without sockets ([`hysteresis`], [`scheduler`]), and the I/O is confined to two
+//! modules: [`probe`] opens every socket, [`tasks`] owns the one tokio task.
+//!
+//! Typical use from the appliance: build [`Target`]s from the config model, start a
+//! [`Prober`], feed it with [`Prober::set_targets`] on every reload, consume
+//! [`Transition`]s from the returned channel to change pool membership, and read
+//! [`Prober::status`] for the console.
 #![forbid(unsafe_code)]
+
+pub mod check;
+pub mod hysteresis;
+pub mod outcome;
+pub mod probe;
+pub mod scheduler;
+pub mod tasks;
+
+pub use check::{CheckKind, HealthCheck, HttpCheck, HttpMethod, InitialHealth, ProbeKey, Target};
+pub use hysteresis::{Health, Hysteresis, Reason};
+pub use outcome::{Failure, Outcome, Pass};
+pub use probe::ProbeContext;
+pub use scheduler::{
+    Counters, Dispatch, ProbeId, Reload, Scheduler, Status, Transition, sort_status,
+};
+pub use tasks::{Prober, probe_once};

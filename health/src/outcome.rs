@@ -1,0 +1,104 @@
+//! What one probe found, in words an operator can act on.
+//!
+//! Every failure names its cause ("connection refused", "status 503", "TLS error: invalid
+//! peer certificate: UnknownIssuer") because a transition to down that says only "failed"
+//! sends the operator to tcpdump. The types are plain data so the hysteresis machine and
+//! the scheduler can be tested with made-up outcomes.
+
+use std::time::Duration;
+
+/// Why a probe passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// TCP connected (and the expected bytes, if any, arrived).
+    Connected,
+    /// HTTP(S) answered with an accepted status (and body, if checked).
+    Status(u16),
+    /// A UDP reply arrived (and contained the expected bytes, if any).
+    Reply,
+    /// An ICMP echo reply arrived after this round trip.
+    Echo(Duration),
+}
+
+impl std::fmt::Display for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pass::Connected => f.write_str("connected"),
+            Pass::Status(s) => write!(f, "status {s}"),
+            Pass::Reply => f.write_str("reply received"),
+            Pass::Echo(rtt) => write!(f, "echo reply in {} us", rtt.as_micros()),
+        }
+    }
+}
+
+/// Why a probe failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// No answer (or no complete answer) within the check's timeout.
+    #[error("timeout")]
+    Timeout,
+    /// TCP RST to our SYN.
+    #[error("connection refused")]
+    Refused,
+    /// The peer reset an established connection.
+    #[error("connection reset")]
+    Reset,
+    /// ICMP port unreachable to a UDP probe.
+    #[error("port unreachable")]
+    PortUnreachable,
+    /// No route or host unreachable (ICMP or local routing).
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The local side could not bind the configured source address.
+    #[error("cannot bind source {0}")]
+    Bind(String),
+    /// The peer closed before sending what the check expects.
+    #[error("no reply")]
+    NoReply,
+    /// A TCP or UDP reply arrived without the expected bytes.
+    #[error("reply mismatch: expected {0:?}")]
+    ReplyMismatch(String),
+    /// An HTTP status outside the accepted range.
+    #[error("status {0}")]
+    Status(u16),
+    /// The HTTP body lacked the expected substring.
+    #[error("body mismatch: expected {0:?}")]
+    BodyMismatch(String),
+    /// The HTTP response was not valid HTTP/1.x.
+    #[error("bad response: {0}")]
+    BadResponse(String),
+    /// TLS handshake or record failure (certificate problems land here).
+    #[error("TLS error: {0}")]
+    Tls(String),
+    /// The server name for SNI/verification is not a valid DNS name or address.
+    #[error("invalid TLS server name {0:?}")]
+    ServerName(String),
+    /// Any other socket error, with the OS's words.
+    #[error("{0}")]
+    Io(String),
+}
+
+impl Failure {
+    /// A short stable label for counters and metrics ("timeout", "refused", ...).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Failure::Timeout => "timeout",
+            Failure::Refused => "refused",
+            Failure::Reset => "reset",
+            Failure::PortUnreachable => "port_unreachable",
+            Failure::Unreachable(_) => "unreachable",
+            Failure::Bind(_) => "bind",
+            Failure::NoReply => "no_reply",
+            Failure::ReplyMismatch(_) => "reply_mismatch",
+            Failure::Status(_) => "status",
+            Failure::BodyMismatch(_) => "body_mismatch",
+            Failure::BadResponse(_) => "bad_response",
+            Failure::Tls(_) => "tls",
+            Failure::ServerName(_) => "server_name",
+            Failure::Io(_) => "io",
+        }
+    }
+}
+
+/// The result of one probe.
+pub type Outcome = Result<Pass, Failure>;

@@ -1,0 +1,743 @@
+//! Health probes against real servers in network namespaces.
+//!
+//! Each test builds a two-namespace lab: the prober runs in `prb` (10.201.0.1) on a thread
+//! that has entered it with setns, the servers run in `srv` (10.201.0.2 answers ICMP,
+//! 10.201.0.3 drops it with nftables) on another such thread. Tests assert the exact
+//! transitions (which probe number flipped the state, and why) and timing bounds counted
+//! in rounds of the check interval, never tight wall-clock thresholds.
+
+mod common;
+
+use std::fs::File;
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::{Netns, require_program, require_root, veth};
+use health::{
+    CheckKind, Failure, Health, HealthCheck, HttpCheck, HttpMethod, InitialHealth, Prober, Reason,
+    Status, Target, Transition,
+};
+use nix::sched::{CloneFlags, setns};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+
+const PROBER: &str = "10.201.0.1";
+const SERVER: &str = "10.201.0.2";
+const SILENT: &str = "10.201.0.3";
+/// A second prober address, used as a check's configured source.
+const SOURCE: &str = "10.201.0.11";
+const INTERVAL: Duration = Duration::from_millis(400);
+const TIMEOUT: Duration = Duration::from_millis(300);
+/// Scheduling and I/O latency allowed on top of round boundaries (a loaded 2-core box).
+const SLACK: Duration = Duration::from_millis(250);
+
+struct Lab {
+    prb: Netns,
+    srv: Netns,
+}
+
+fn lab() -> Lab {
+    require_root();
+    require_program("ip", "iproute2");
+    require_program("sysctl", "procps");
+    let prb = Netns::new("hprb");
+    let srv = Netns::new("hsrv");
+    veth(&prb, "eth0", &srv, "eth0");
+    prb.run(&["ip", "addr", "add", &format!("{PROBER}/24"), "dev", "eth0"]);
+    prb.run(&["ip", "addr", "add", &format!("{SOURCE}/24"), "dev", "eth0"]);
+    srv.run(&["ip", "addr", "add", &format!("{SERVER}/24"), "dev", "eth0"]);
+    srv.run(&["ip", "addr", "add", &format!("{SILENT}/24"), "dev", "eth0"]);
+    // Unreachables for the UDP test must not be rate limited away.
+    srv.run(&["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"]);
+    Lab { prb, srv }
+}
+
+fn enter(ns: &str) {
+    let f =
+        File::open(format!("/run/netns/{ns}")).unwrap_or_else(|e| panic!("open netns {ns}: {e}"));
+    setns(f, CloneFlags::CLONE_NEWNET).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+}
+
+/// Servers running on a thread inside a namespace; stopped and joined on drop.
+struct Servers {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs the future `make` returns inside `ns`. `make` runs in the namespace and in the
+/// runtime's context, so it can bind listeners before this returns.
+fn serve<F, Fut>(ns: &Netns, make: F) -> Servers
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let name = ns.name.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        enter(&name);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let fut = {
+            let _guard = rt.enter();
+            make()
+        };
+        ready_tx.send(()).expect("signal ready");
+        rt.block_on(async move {
+            tokio::select! {
+                () = fut => {}
+                _ = stop_rx => {}
+            }
+        });
+    });
+    ready_rx.recv().expect("servers failed to start");
+    Servers {
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    }
+}
+
+fn tcp_listener(addr: &str, port: u16) -> TcpListener {
+    let l = std::net::TcpListener::bind((addr, port))
+        .unwrap_or_else(|e| panic!("bind {addr}:{port}: {e}"));
+    l.set_nonblocking(true).expect("nonblocking");
+    TcpListener::from_std(l).expect("tokio listener")
+}
+
+/// Reads a request head (up to the blank line) or gives up at EOF.
+async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut b).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&b[..n]),
+        }
+    }
+    head
+}
+
+fn response(status: u16, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// What one prober run saw.
+struct Run {
+    started: Instant,
+    transitions: Vec<Transition>,
+    status: Vec<Status>,
+}
+
+impl Run {
+    fn status(&self, target: &Target) -> &Status {
+        let key = target.key();
+        self.status
+            .iter()
+            .find(|s| s.key == key)
+            .expect("status for target")
+    }
+
+    fn of(&self, target: &Target) -> Vec<(Health, u64, String)> {
+        let key = target.key();
+        self.transitions
+            .iter()
+            .filter(|t| t.key == key)
+            .map(|t| (t.to, t.probe, t.reason.to_string()))
+            .collect()
+    }
+
+    /// The deciding result of probe `n` (1-based) arrives after the start of round n - 1
+    /// (the first round starts within one interval of start-up) and before round n ends,
+    /// plus the probe's own time and slack.
+    fn assert_in_round(&self, t: &Transition) {
+        let n = u32::try_from(t.probe).expect("probe count");
+        let since = t.at - self.started;
+        let lo = INTERVAL * (n - 1);
+        let hi = INTERVAL * n + TIMEOUT + SLACK;
+        assert!(
+            since >= lo && since <= hi,
+            "{t}: at {since:?}, expected within [{lo:?}, {hi:?}]"
+        );
+    }
+}
+
+/// Runs a prober for `targets` inside `ns` until `done` holds for the transitions seen
+/// (or `max` passes), then for `settle` more to catch any extra transition.
+fn probe<D>(ns: &Netns, targets: Vec<Target>, max: Duration, settle: Duration, done: D) -> Run
+where
+    D: Fn(&[Transition]) -> bool + Send + 'static,
+{
+    let name = ns.name.clone();
+    std::thread::spawn(move || {
+        enter(&name);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let (prober, mut rx) = Prober::spawn();
+            let started = Instant::now();
+            prober.set_targets(targets);
+            let mut transitions = Vec::new();
+            let mut end = started + max;
+            let mut settling = false;
+            loop {
+                let left = end.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(left, rx.recv()).await {
+                    Ok(Some(t)) => transitions.push(t),
+                    Ok(None) => panic!("prober stopped"),
+                    Err(_) => break,
+                }
+                if !settling && done(&transitions) {
+                    settling = true;
+                    end = Instant::now() + settle;
+                }
+            }
+            Run {
+                started,
+                transitions,
+                status: prober.status(),
+            }
+        })
+    })
+    .join()
+    .expect("prober thread panicked")
+}
+
+fn check(
+    name: &str,
+    kind: CheckKind,
+    rise: u32,
+    fall: u32,
+    initial: InitialHealth,
+) -> Arc<HealthCheck> {
+    Arc::new(HealthCheck {
+        name: name.into(),
+        kind,
+        port: None,
+        interval: INTERVAL,
+        timeout: TIMEOUT,
+        rise,
+        fall,
+        jitter: Duration::ZERO,
+        initial,
+        source: None,
+    })
+}
+
+fn target(addr: &str, port: u16, check: &Arc<HealthCheck>) -> Target {
+    Target {
+        address: addr.parse::<IpAddr>().expect("address"),
+        port,
+        check: Arc::clone(check),
+    }
+}
+
+fn http(expect_body: Option<&str>) -> HttpCheck {
+    HttpCheck {
+        method: HttpMethod::Get,
+        path: "/healthz".into(),
+        host: Some("backend.test".into()),
+        expect_status: (200, 299),
+        expect_body: expect_body.map(String::from),
+    }
+}
+
+fn up(probe: u64, reason: &str) -> (Health, u64, String) {
+    (Health::Up, probe, reason.to_string())
+}
+
+fn down(probe: u64, reason: &str) -> (Health, u64, String) {
+    (Health::Down, probe, reason.to_string())
+}
+
+#[test]
+fn http_200_then_503_then_200() {
+    let lab = lab();
+    // Requests 1-4 get 200, 5-7 get 503, then 200 again; port 8081 always serves a
+    // maintenance page whose body lacks the expected text.
+    let _servers = serve(&lab.srv, || {
+        let flappy = tcp_listener(SERVER, 8080);
+        let maint = tcp_listener(SERVER, 8081);
+        let count = Arc::new(AtomicU32::new(0));
+        async move {
+            let flappy = async {
+                loop {
+                    let (mut s, _) = flappy.accept().await.expect("accept");
+                    let count = Arc::clone(&count);
+                    tokio::spawn(async move {
+                        let head = read_head(&mut s).await;
+                        assert!(
+                            head.starts_with(b"GET /healthz HTTP/1.1\r\nHost: backend.test\r\n")
+                        );
+                        let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+                        let status = if (5..=7).contains(&n) { 503 } else { 200 };
+                        let _ = s.write_all(response(status, "all ok").as_bytes()).await;
+                    });
+                }
+            };
+            let maint = async {
+                loop {
+                    let (mut s, _) = maint.accept().await.expect("accept");
+                    tokio::spawn(async move {
+                        read_head(&mut s).await;
+                        let _ = s.write_all(response(200, "maintenance").as_bytes()).await;
+                    });
+                }
+            };
+            tokio::join!(flappy, maint);
+        }
+    });
+    let c = check(
+        "web",
+        CheckKind::Http(http(Some("ok"))),
+        2,
+        3,
+        InitialHealth::Down,
+    );
+    let m = check(
+        "maint",
+        CheckKind::Http(http(Some("ok"))),
+        2,
+        2,
+        InitialHealth::Up,
+    );
+    let (web, maint) = (target(SERVER, 8080, &c), target(SERVER, 8081, &m));
+    let run = probe(
+        &lab.prb,
+        vec![web.clone(), maint.clone()],
+        INTERVAL * 14,
+        INTERVAL * 3,
+        |ts| ts.len() >= 4,
+    );
+    assert_eq!(
+        run.of(&web),
+        vec![
+            up(2, "status 200"),
+            down(7, "status 503"),
+            up(9, "status 200")
+        ]
+    );
+    assert_eq!(
+        run.of(&maint),
+        vec![down(2, "body mismatch: expected \"ok\"")]
+    );
+    for t in &run.transitions {
+        run.assert_in_round(t);
+    }
+    let w = run.of_at(&web);
+    // Rounds between flips are one interval apart: 5 rounds from up to down, 2 back.
+    assert_gap(w[0], w[1], 5);
+    assert_gap(w[1], w[2], 2);
+    let st = run.status(&web);
+    assert_eq!(st.state, Health::Up);
+    assert_eq!(st.failed, 3);
+    assert_eq!(st.last_failure, Some(Failure::Status(503)));
+}
+
+impl Run {
+    fn of_at(&self, target: &Target) -> Vec<Instant> {
+        let key = target.key();
+        self.transitions
+            .iter()
+            .filter(|t| t.key == key)
+            .map(|t| t.at)
+            .collect()
+    }
+}
+
+fn assert_gap(a: Instant, b: Instant, rounds: u32) {
+    let gap = b - a;
+    let lo = (INTERVAL * rounds).saturating_sub(TIMEOUT + SLACK);
+    let hi = INTERVAL * rounds + TIMEOUT + SLACK;
+    assert!(
+        gap >= lo && gap <= hi,
+        "gap {gap:?} not ~{rounds} rounds of {INTERVAL:?}"
+    );
+}
+
+#[test]
+fn silent_server_times_out_and_closed_port_is_refused() {
+    let lab = lab();
+    // Accepts connections and never says a word; the TCP check with send/expect is
+    // answered by an echo server.
+    let _servers = serve(&lab.srv, || {
+        let silent = tcp_listener(SERVER, 9000);
+        let echo = tcp_listener(SERVER, 9001);
+        async move {
+            let silent = async {
+                let mut held = Vec::new();
+                loop {
+                    let (s, _) = silent.accept().await.expect("accept");
+                    held.push(s);
+                }
+            };
+            let echo = async {
+                loop {
+                    let (mut s, peer) = echo.accept().await.expect("accept");
+                    tokio::spawn(async move {
+                        // Echo the request and say who asked, so the test can see that
+                        // the configured source address was used.
+                        let mut b = [0u8; 64];
+                        if let Ok(n) = s.read(&mut b).await {
+                            let mut reply = b[..n].to_vec();
+                            reply.extend_from_slice(format!("from {}\r\n", peer.ip()).as_bytes());
+                            let _ = s.write_all(&reply).await;
+                        }
+                    });
+                }
+            };
+            tokio::join!(silent, echo);
+        }
+    });
+    let http_check = check("slow", CheckKind::Http(http(None)), 2, 3, InitialHealth::Up);
+    let tcp_check = check(
+        "conn",
+        CheckKind::Tcp {
+            send: None,
+            expect: None,
+        },
+        2,
+        2,
+        InitialHealth::Up,
+    );
+    let ping_check = Arc::new(HealthCheck {
+        source: Some(SOURCE.parse().expect("source")),
+        ..(*check(
+            "echo",
+            CheckKind::Tcp {
+                send: Some("PING\r\n".into()),
+                expect: Some(format!("PING\r\nfrom {SOURCE}")),
+            },
+            2,
+            2,
+            InitialHealth::Down,
+        ))
+        .clone()
+    });
+    // A source address the prober's namespace does not have.
+    let bad_source = Arc::new(HealthCheck {
+        source: Some("10.201.0.99".parse().expect("source")),
+        ..(*tcp_check).clone()
+    });
+    let slow = target(SERVER, 9000, &http_check);
+    let connects = target(SERVER, 9000, &tcp_check);
+    let closed = target(SERVER, 9999, &tcp_check);
+    let echo = target(SERVER, 9001, &ping_check);
+    let unbindable = target(SERVER, 9001, &bad_source);
+    let run = probe(
+        &lab.prb,
+        vec![
+            slow.clone(),
+            connects.clone(),
+            closed.clone(),
+            echo.clone(),
+            unbindable.clone(),
+        ],
+        INTERVAL * 10,
+        INTERVAL * 3,
+        |ts| ts.len() >= 4,
+    );
+    assert_eq!(run.of(&slow), vec![down(3, "timeout")]);
+    let b = run.of(&unbindable);
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!((b[0].0, b[0].1), (Health::Down, 2));
+    assert!(
+        b[0].2.starts_with("cannot bind source 10.201.0.99: "),
+        "{}",
+        b[0].2
+    );
+    assert_eq!(run.of(&closed), vec![down(2, "connection refused")]);
+    assert_eq!(run.of(&echo), vec![up(2, "connected")]);
+    // Accepting without answering is healthy for a plain connect check.
+    assert_eq!(run.of(&connects), vec![]);
+    assert_eq!(run.status(&connects).failed, 0);
+    for t in &run.transitions {
+        run.assert_in_round(t);
+    }
+    let st = run.status(&slow);
+    assert!(
+        st.started >= 3 && st.failed >= 3 && st.passed == 0,
+        "{st:?}"
+    );
+}
+
+#[test]
+fn udp_echo_and_port_unreachable() {
+    let lab = lab();
+    let _servers = serve(&lab.srv, || {
+        let std_sock = std::net::UdpSocket::bind((SERVER, 5353)).expect("bind udp");
+        std_sock.set_nonblocking(true).expect("nonblocking");
+        let sock = UdpSocket::from_std(std_sock).expect("tokio udp");
+        async move {
+            let mut b = [0u8; 1500];
+            loop {
+                let (n, peer) = sock.recv_from(&mut b).await.expect("recv");
+                let mut reply = b"echo:".to_vec();
+                reply.extend_from_slice(&b[..n]);
+                let _ = sock.send_to(&reply, peer).await;
+            }
+        }
+    });
+    let matching = check(
+        "udp",
+        CheckKind::Udp {
+            payload: "hello".into(),
+            expect: Some("echo:hello".into()),
+        },
+        3,
+        2,
+        InitialHealth::Down,
+    );
+    let wrong = check(
+        "udpx",
+        CheckKind::Udp {
+            payload: "hello".into(),
+            expect: Some("pong".into()),
+        },
+        2,
+        2,
+        InitialHealth::Up,
+    );
+    let echo = target(SERVER, 5353, &matching);
+    let mismatch = target(SERVER, 5353, &wrong);
+    let closed = target(SERVER, 5354, &matching);
+    let run = probe(
+        &lab.prb,
+        vec![echo.clone(), mismatch.clone(), closed.clone()],
+        INTERVAL * 10,
+        INTERVAL * 3,
+        |ts| ts.len() >= 2,
+    );
+    assert_eq!(run.of(&echo), vec![up(3, "reply received")]);
+    assert_eq!(
+        run.of(&mismatch),
+        vec![down(2, "reply mismatch: expected \"pong\"")]
+    );
+    // Closed port from initial Down: confirmed down, never up, with the right cause.
+    assert_eq!(run.of(&closed), vec![]);
+    let st = run.status(&closed);
+    assert_eq!((st.state, st.decided, st.passed), (Health::Down, true, 0));
+    assert_eq!(st.last_failure, Some(Failure::PortUnreachable));
+    for t in &run.transitions {
+        run.assert_in_round(t);
+    }
+}
+
+#[test]
+fn https_self_signed_fails_verification_and_passes_without() {
+    let lab = lab();
+    let cert = rcgen::generate_simple_self_signed(vec!["backend.test".to_string()]).expect("cert");
+    let cert_der = cert.cert.der().clone();
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
+        rustls::pki_types::PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()),
+    );
+    let _servers = serve(&lab.srv, move || {
+        let listener = tcp_listener(SERVER, 8443);
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert_der], key_der)
+        .expect("server cert");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        async move {
+            loop {
+                let (s, _) = listener.accept().await.expect("accept");
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    // Handshakes the verifying client aborts end here.
+                    let Ok(mut tls) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    read_head(&mut tls).await;
+                    let _ = tls.write_all(response(200, "secure ok").as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        }
+    });
+    let https = |verify: bool, name: &str, initial| {
+        check(
+            name,
+            CheckKind::Https {
+                http: http(Some("secure ok")),
+                verify_tls: verify,
+                server_name: Some("backend.test".into()),
+            },
+            2,
+            2,
+            initial,
+        )
+    };
+    let verified = target(SERVER, 8443, &https(true, "strict", InitialHealth::Up));
+    let insecure = target(SERVER, 8443, &https(false, "lenient", InitialHealth::Down));
+    let run = probe(
+        &lab.prb,
+        vec![verified.clone(), insecure.clone()],
+        INTERVAL * 10,
+        INTERVAL * 3,
+        |ts| ts.len() >= 2,
+    );
+    let v = run.of(&verified);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!((v[0].0, v[0].1), (Health::Down, 2));
+    assert!(
+        v[0].2.starts_with("TLS error: ") && v[0].2.contains("certificate"),
+        "reason should name the certificate: {}",
+        v[0].2
+    );
+    assert_eq!(run.of(&insecure), vec![up(2, "status 200")]);
+    for t in &run.transitions {
+        run.assert_in_round(t);
+    }
+    let st = run.status(&verified);
+    assert!(matches!(st.last_failure, Some(Failure::Tls(_))), "{st:?}");
+}
+
+#[test]
+fn icmp_answered_and_dropped() {
+    let lab = lab();
+    require_program("nft", "nftables");
+    lab.srv.run(&[
+        "nft",
+        &format!(
+            "add table inet hdrop; add chain inet hdrop input {{ type filter hook input priority 0; }}; \
+             add rule inet hdrop input ip daddr {SILENT} icmp type echo-request drop"
+        ),
+    ]);
+    let c_up = check("ping", CheckKind::Icmp, 2, 2, InitialHealth::Down);
+    let c_down = check("ping", CheckKind::Icmp, 2, 3, InitialHealth::Up);
+    let answered = target(SERVER, 80, &c_up);
+    // Same check on two ports of one host: one echo probe, not two.
+    let answered_other_port = target(SERVER, 443, &c_up);
+    let dropped = target(SILENT, 80, &c_down);
+    let run = probe(
+        &lab.prb,
+        vec![answered.clone(), answered_other_port, dropped.clone()],
+        INTERVAL * 10,
+        INTERVAL * 3,
+        |ts| ts.len() >= 2,
+    );
+    let a = run.of(&answered);
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!((a[0].0, a[0].1), (Health::Up, 2));
+    assert!(a[0].2.starts_with("echo reply in "), "{}", a[0].2);
+    assert_eq!(run.of(&dropped), vec![down(3, "timeout")]);
+    assert_eq!(run.status.len(), 2, "icmp probes deduplicated across ports");
+    assert_eq!(run.status(&answered).users, 2);
+    for t in &run.transitions {
+        run.assert_in_round(t);
+    }
+    let reasons: Vec<&Reason> = run.transitions.iter().map(|t| &t.reason).collect();
+    assert!(reasons.contains(&&Reason::Failed(Failure::Timeout)));
+}
+
+#[test]
+fn reload_keeps_running_probes_and_stops_removed_ones() {
+    let lab = lab();
+    let _servers = serve(&lab.srv, || {
+        let a = tcp_listener(SERVER, 7001);
+        let b = tcp_listener(SERVER, 7002);
+        async move {
+            let accept = |l: TcpListener| async move {
+                while let Ok((s, _)) = l.accept().await {
+                    drop(s);
+                }
+            };
+            tokio::join!(accept(a), accept(b));
+        }
+    });
+    let c = check(
+        "conn",
+        CheckKind::Tcp {
+            send: None,
+            expect: None,
+        },
+        2,
+        2,
+        InitialHealth::Down,
+    );
+    let (a, b) = (target(SERVER, 7001, &c), target(SERVER, 7002, &c));
+    let name = lab.prb.name.clone();
+    std::thread::spawn(move || {
+        enter(&name);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let (prober, mut rx) = Prober::spawn();
+            let first = prober.set_targets([a.clone()]);
+            assert_eq!((first.added.len(), first.kept), (1, 0));
+            let up_a = tokio::time::timeout(INTERVAL * 4, rx.recv())
+                .await
+                .expect("a up")
+                .expect("channel");
+            assert_eq!(
+                (up_a.key.clone(), up_a.to, up_a.probe),
+                (a.key(), Health::Up, 2)
+            );
+            let before = prober.status_of(&a).expect("a probed");
+
+            // Same check for a (an equal copy, as a reload builds), plus b.
+            let copy = Target {
+                check: Arc::new((*a.check).clone()),
+                ..a.clone()
+            };
+            let reload = prober.set_targets([copy, b.clone()]);
+            assert_eq!(
+                (reload.added, reload.removed.len(), reload.kept),
+                (vec![b.key()], 0, 1)
+            );
+            let up_b = tokio::time::timeout(INTERVAL * 4, rx.recv())
+                .await
+                .expect("b up")
+                .expect("channel");
+            assert_eq!(
+                (up_b.key.clone(), up_b.to, up_b.probe),
+                (b.key(), Health::Up, 2)
+            );
+            let after = prober.status_of(&a).expect("a still probed");
+            assert_eq!(after.state, Health::Up);
+            assert_eq!(after.last_change, before.last_change, "a's state was reset");
+            assert!(after.passed > before.passed, "a stopped being probed");
+
+            let gone = prober.set_targets([b.clone()]);
+            assert_eq!(gone.removed, vec![a.key()]);
+            assert!(prober.status_of(&a).is_none());
+            let probes_b = prober.status_of(&b).expect("b").started;
+            tokio::time::sleep(INTERVAL * 3).await;
+            let st = prober.status();
+            assert_eq!(st.len(), 1);
+            assert!(
+                st[0].started >= probes_b + 2,
+                "b kept its rhythm: {}",
+                st[0].started
+            );
+            assert!(rx.try_recv().is_err(), "no transition from a reload");
+        });
+    })
+    .join()
+    .expect("prober thread");
+}
