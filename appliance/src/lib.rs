@@ -5,4 +5,9 @@
 //! packet core; `datapath` and `control` are the I/O around it.
 
 pub mod config;
+pub mod control;
+pub mod datapath;
+pub mod lab;
+pub mod lb;
+pub mod trace;
 pub mod wire;

@@ -25,12 +25,132 @@ enum Command {
         #[arg(long, short, default_value = config::DEFAULT_PATH)]
         config: PathBuf,
     },
+    /// Bring the datapath up and forward until SIGTERM or SIGINT; SIGHUP reloads.
+    Run {
+        /// Configuration file.
+        #[arg(long, short, default_value = config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
+    /// Show which backend a flow gets, by which rule and Maglev slot, computed by the same
+    /// code the datapath runs.
+    Trace {
+        /// Configuration file.
+        #[arg(long, short, default_value = config::DEFAULT_PATH)]
+        config: PathBuf,
+        /// The flow, e.g. "tcp 198.51.100.7:40000 -> 192.0.2.10:80".
+        #[arg(long)]
+        flow: String,
+    },
+    /// Build a lab in network namespaces (client, router, appliance, backends), start the
+    /// appliance on it, send real traffic through every VIP and report; removes it all after.
+    Lab {
+        /// Number of backends.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=9))]
+        backends: u8,
+        /// HTTP requests per VIP.
+        #[arg(long, default_value_t = 60)]
+        requests: usize,
+        /// Scheduler for every VIP (maglev, rr, wrr, sh, dh, lc, wlc, sed, nq, lblc, lblcr).
+        #[arg(long, default_value = "maglev")]
+        scheduler: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Run { config } => run(&config),
+        Command::Trace { config, flow } => trace(&config, &flow),
+        Command::Lab {
+            backends,
+            requests,
+            scheduler,
+        } => lab(sluice::lab::LabOptions {
+            backends: usize::from(backends),
+            requests,
+            scheduler,
+            ..Default::default()
+        }),
+    }
+}
+
+fn trace(path: &std::path::Path, flow: &str) -> ExitCode {
+    let cfg = match config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match sluice::trace::trace(&cfg, flow) {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sluice trace: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    // rtnetlink's connection task warns for every late reply to a dropped request (a
+    // neighbour lookup that timed out); those are not the operator's business.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,netlink_proto=error"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn run(path: &std::path::Path) -> ExitCode {
+    init_logging();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice run: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(sluice::control::run(path)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice run: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn lab(options: sluice::lab::LabOptions) -> ExitCode {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop)) {
+            eprintln!("sluice lab: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    match sluice::lab::run_lab(options, stop) {
+        Ok(true) => {
+            println!("lab: every VIP answered correctly");
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            println!("lab: some VIPs failed (see above)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("sluice lab: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -145,3 +145,37 @@ pub fn bridge(ns: &Netns, name: &str) {
     ns.run(&["ip", "link", "add", name, "type", "bridge"]);
     ns.run(&["ip", "link", "set", name, "up"]);
 }
+
+/// Like [`veth`], with `queues` rx and tx queues on both ends (for multi-queue datapaths).
+pub fn veth_mq(a: &Netns, a_if: &str, b: &Netns, b_if: &str, queues: u32) {
+    let tmp_a = unique("va");
+    let tmp_b = unique("vb");
+    let q = queues.to_string();
+    run(&[
+        "ip",
+        "link",
+        "add",
+        &tmp_a,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &tmp_b,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+    ]);
+    run(&["ip", "link", "set", &tmp_a, "netns", &a.name]);
+    run(&["ip", "link", "set", &tmp_b, "netns", &b.name]);
+    a.run(&["ip", "link", "set", &tmp_a, "name", a_if]);
+    b.run(&["ip", "link", "set", &tmp_b, "name", b_if]);
+    for (ns, ifname) in [(a, a_if), (b, b_if)] {
+        ns.run(&["ip", "link", "set", ifname, "up"]);
+        let _ = ns.output(&["ethtool", "-K", ifname, "tx", "off"]);
+    }
+}

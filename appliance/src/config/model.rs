@@ -143,85 +143,9 @@ impl std::fmt::Display for Community {
     }
 }
 
-/// `[[health_check]]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthCheck {
-    pub name: String,
-    pub kind: CheckKind,
-    /// Port to probe; `None` probes the backend's own port.
-    pub port: Option<u16>,
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub rise: u32,
-    pub fall: u32,
-    /// Random delay in `[0, jitter)` added to each interval.
-    pub jitter: Duration,
-    /// State before the first `rise` results arrive.
-    pub initial: InitialHealth,
-    /// Source address to probe from.
-    pub source: Option<IpAddr>,
-}
-
-/// What a check does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CheckKind {
-    Tcp {
-        send: Option<String>,
-        expect: Option<String>,
-    },
-    Http(HttpCheck),
-    Https {
-        http: HttpCheck,
-        verify_tls: bool,
-        /// SNI and certificate name; defaults to `host`, then to the backend address.
-        server_name: Option<String>,
-    },
-    Udp {
-        payload: String,
-        expect: Option<String>,
-    },
-    Icmp,
-}
-
-impl CheckKind {
-    /// The name used in the config file.
-    pub fn name(&self) -> &'static str {
-        match self {
-            CheckKind::Tcp { .. } => "tcp",
-            CheckKind::Http(_) => "http",
-            CheckKind::Https { .. } => "https",
-            CheckKind::Udp { .. } => "udp",
-            CheckKind::Icmp => "icmp",
-        }
-    }
-}
-
-/// The HTTP part of `http` and `https` checks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpCheck {
-    pub method: HttpMethod,
-    pub path: String,
-    pub host: Option<String>,
-    /// Inclusive range of accepted status codes.
-    pub expect_status: (u16, u16),
-    /// A substring the body must contain.
-    pub expect_body: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HttpMethod {
-    Get,
-    Head,
-}
-
-/// A backend's health before its check has decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InitialHealth {
-    /// Down until `rise` consecutive successes.
-    Down,
-    /// Up until `fall` consecutive failures.
-    Up,
-}
+/// `[[health_check]]` and its parts are the prober's own types: the health crate knows
+/// nothing of this config, and the appliance hands it checks without a translation layer.
+pub use health::{CheckKind, HealthCheck, HttpCheck, HttpMethod, InitialHealth};
 
 /// `[[vip]]`: one virtual service.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -467,3 +467,11 @@ fn syntax_error_is_one_line_with_position() {
     assert!(msg.contains("line 1, column"), "{msg}");
     assert!(!msg.contains('\n'), "one line: {msg:?}");
 }
+
+#[test]
+fn bgp_md5_password_is_refused_not_ignored() {
+    let text = format!(
+        "{BASE}\n[bgp]\nasn = 65010\nrouter_id = \"10.0.0.10\"\n[[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65000\npassword = \"s3cret\"\n"
+    );
+    assert_error(&text, "bgp.peer[0].password", "not supported");
+}

@@ -381,12 +381,12 @@ fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
         }
         let passive = p.bool("passive", errs).unwrap_or(false);
         let password = p.string("password", errs);
-        if let Some(pw) = &password
-            && (pw.is_empty() || pw.len() > 80)
-        {
+        if password.is_some() {
+            // Accepting a key and then not signing would silently open the session the
+            // operator meant to protect: refuse until the speaker signs segments.
             errs.push(
                 p.key("password"),
-                "a TCP MD5 key is 1 to 80 bytes (RFC 2385)",
+                "TCP MD5 signatures (RFC 2385) are not supported by this version; remove the key",
             );
         }
         let ttl_security = p.bool("ttl_security", errs).unwrap_or(false);

@@ -1,0 +1,131 @@
+//! VIP announcement: the appliance announces a VIP's host route only while its datapath is up
+//! and the VIP has at least one backend that can take new flows, and withdraws it otherwise.
+//! Routers then spread traffic over every appliance that announces (ECMP) and stop sending
+//! to one whose VIPs are unhealthy or whose session died.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use bgp::{IpNet, PeerConfig, RouteAttrs, Speaker, SpeakerConfig};
+use tracing::{info, warn};
+
+use crate::config::{self, Community, Config};
+use crate::lb::Tables;
+
+/// The speaker configuration for `[bgp]`.
+pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {
+    let mut s = SpeakerConfig::new(b.asn, b.router_id);
+    s.graceful_shutdown_wait = b.graceful_shutdown_wait;
+    s.peers = b
+        .peers
+        .iter()
+        .map(|p| {
+            let mut pc = PeerConfig::new(p.address, p.asn);
+            pc.port = p.port;
+            pc.hold_time = p.hold_time;
+            pc.connect_retry = p.connect_retry;
+            pc.local_address = p.source;
+            pc.passive = p.passive;
+            pc.ttl_security = p.ttl_security;
+            match p.next_hop {
+                Some(IpAddr::V4(a)) => pc.next_hop_v4 = Some(a),
+                Some(IpAddr::V6(a)) => pc.next_hop_v6 = Some(a),
+                None => {}
+            }
+            pc
+        })
+        .collect();
+    s
+}
+
+fn attrs(communities: impl IntoIterator<Item = Community>) -> RouteAttrs {
+    let mut a = RouteAttrs::default();
+    for c in communities {
+        match c {
+            Community::Standard(x, y) => a.communities.push((u32::from(x) << 16) | u32::from(y)),
+            Community::Large(g, l1, l2) => a.large_communities.push([g, l1, l2]),
+        }
+    }
+    a.communities.sort_unstable();
+    a.communities.dedup();
+    a
+}
+
+/// Which VIP addresses should be announced now, with their attributes: an address is
+/// announced when any VIP on it has a backend that can take new flows.
+pub fn wanted(config: &Config, tables: &Tables) -> BTreeMap<IpAddr, Vec<Community>> {
+    let global = config
+        .bgp
+        .as_ref()
+        .map(|b| b.communities.clone())
+        .unwrap_or_default();
+    let mut out: BTreeMap<IpAddr, Vec<Community>> = BTreeMap::new();
+    for (slot, v) in tables.vips.iter().enumerate() {
+        let healthy = v.backends.clone().any(|b| tables.eligible[b as usize]);
+        if !healthy {
+            continue;
+        }
+        let Some(cv) = config.vips.get(slot) else {
+            continue;
+        };
+        let e = out.entry(cv.address).or_insert_with(|| global.clone());
+        e.extend(cv.communities.iter().copied());
+    }
+    out
+}
+
+/// Keeps the speaker's announcements equal to [`wanted`].
+pub struct Announcer {
+    speaker: Speaker,
+    /// What the speaker announces now, with the communities it was given.
+    announced: BTreeMap<IpAddr, Vec<Community>>,
+}
+
+impl Announcer {
+    pub async fn start(b: &config::Bgp) -> Result<Announcer, bgp::SpeakerError> {
+        Ok(Announcer {
+            speaker: Speaker::start(speaker_config(b)).await?,
+            announced: BTreeMap::new(),
+        })
+    }
+
+    /// Announces and withdraws so that exactly `wanted` is announced.
+    pub fn sync(&mut self, wanted: &BTreeMap<IpAddr, Vec<Community>>) {
+        for (ip, comms) in wanted {
+            if self.announced.get(ip) == Some(comms) {
+                continue;
+            }
+            let prefix = IpNet::from(*ip);
+            if let Err(e) = self.speaker.announce(prefix, attrs(comms.iter().copied())) {
+                warn!(vip = %ip, "announce failed: {e}");
+                continue;
+            }
+            self.announced.insert(*ip, comms.clone());
+            info!(vip = %ip, "bgp: announce");
+        }
+        let gone: Vec<IpAddr> = self
+            .announced
+            .keys()
+            .filter(|ip| !wanted.contains_key(ip))
+            .copied()
+            .collect();
+        for ip in gone {
+            match self.speaker.withdraw(IpNet::from(ip)) {
+                Ok(()) => {
+                    self.announced.remove(&ip);
+                    info!(vip = %ip, "bgp: withdraw (no healthy backend)");
+                }
+                Err(e) => warn!(vip = %ip, "withdraw failed: {e}"),
+            }
+        }
+    }
+
+    pub fn peers(&self) -> Vec<bgp::PeerStatus> {
+        self.speaker.peers()
+    }
+
+    /// RFC 8326 graceful shutdown, then withdraw everything and close every session.
+    pub async fn shutdown(self) {
+        self.speaker.graceful_shutdown().await;
+    }
+}

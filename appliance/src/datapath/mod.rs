@@ -1,0 +1,584 @@
+//! The datapath's I/O: the XDP steering program, AF_XDP sockets and the worker threads that
+//! run the packet core over them, plus neighbour and route resolution through rtnetlink.
+//!
+//! This is the edge where Sluice touches the kernel: the control plane calls
+//! [`Datapath::start`] with a [`FrameHandler`] factory (`control::LbHandler` runs `lb::process`), edits
+//! what is steered with [`Datapath::set_vips`] and [`Datapath::set_return_keys`], reads
+//! [`Datapath::stats`], and calls [`Datapath::stop`] (or drops it) to join the workers and
+//! detach XDP. See DESIGN.md "Packet path".
+//!
+//! Attaching, detaching and interface lookups go through netlink and ioctl sockets opened
+//! by the calling thread, so `start` and `stop` must run in the network namespace of the
+//! datapath interfaces (the tests run the datapath on a thread that entered the appliance
+//! namespace first). No BPF object is pinned, so bpffs is not needed.
+//!
+//! ```text
+//! NIC/veth rx -> steer.bpf.c --owned--> XSKMAP[slot(ifindex) * 64 + queue] -> Xsk rx ring
+//!                           \--else--> kernel stack
+//! worker w: rx batch -> FrameHandler::handle -> Tx{ifindex} -> tx ring (same socket, or a
+//!           copy into w's socket on the egress interface) | Drop -> free stack -> fill ring
+//! ```
+
+pub mod frame;
+pub mod neigh;
+pub mod pktgen;
+pub mod steer;
+mod worker;
+mod xsk;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+pub use frame::{Action, Frame, FrameHandler, HEADROOM};
+pub use steer::{AttachMode, Proto, ReturnKey, SteerCounters, VipKey};
+pub use worker::monotonic_ns;
+
+use crate::config::model::{Appliance, XdpMode};
+use steer::{MAX_INTERFACES, MAX_QUEUES, Steer};
+use worker::{Port, Worker, WorkerCounters};
+pub use xsk::KernelStats;
+use xsk::{Xsk, XskConfig, kernel_stats};
+
+/// What [`Datapath::start`] needs; usually built from the config's `[appliance]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatapathConfig {
+    /// Datapath interfaces (one-arm: one; two-arm: uplink first).
+    pub interfaces: Vec<String>,
+    /// How to attach the steering program.
+    pub xdp_mode: XdpMode,
+    /// Spin on the rings instead of sleeping in `poll`.
+    pub busy_poll: bool,
+    /// Pin worker `i` to CPU `i` modulo the CPU count.
+    pub pin_workers: bool,
+    /// Frames in each socket's UMEM.
+    pub umem_frames: u32,
+    /// Descriptors in each ring (power of two).
+    pub ring_size: u32,
+}
+
+impl From<&Appliance> for DatapathConfig {
+    fn from(a: &Appliance) -> Self {
+        DatapathConfig {
+            interfaces: a.interfaces.clone(),
+            xdp_mode: a.xdp_mode,
+            busy_poll: a.busy_poll,
+            pin_workers: a.pin_workers,
+            umem_frames: a.umem_frames,
+            ring_size: a.ring_size,
+        }
+    }
+}
+
+/// Why the datapath could not start or change.
+#[derive(Debug, thiserror::Error)]
+pub enum DatapathError {
+    /// A configured interface does not exist.
+    #[error("interface {0} does not exist (check [appliance] interfaces and `ip link`)")]
+    InterfaceMissing(String),
+    /// The settings cannot work.
+    #[error("invalid datapath settings: {0}")]
+    Config(String),
+    /// Missing privileges.
+    #[error("not permitted: {0} (run as root, or with CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW)")]
+    NotPermitted(String),
+    /// The kernel refused to attach the steering program.
+    #[error("cannot attach XDP ({mode}) to {interface}: {reason}")]
+    XdpAttach {
+        /// Interface name.
+        interface: String,
+        /// Attach mode tried.
+        mode: String,
+        /// The kernel's answer.
+        reason: String,
+    },
+    /// The kernel has no AF_XDP (CONFIG_XDP_SOCKETS off).
+    #[error("AF_XDP sockets are not supported by this kernel (CONFIG_XDP_SOCKETS): {0}")]
+    AfXdpUnsupported(String),
+    /// Creating or binding an AF_XDP socket failed.
+    #[error("cannot create AF_XDP socket on {interface} queue {queue}: {reason}")]
+    Socket {
+        /// Interface name.
+        interface: String,
+        /// Queue index.
+        queue: u32,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Loading the program or editing its maps failed.
+    #[error("BPF: {0}")]
+    Bpf(String),
+    /// A worker thread could not be started.
+    #[error("cannot start worker thread: {0}")]
+    Thread(String),
+}
+
+/// One datapath interface as it ended up configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceStatus {
+    /// Interface name.
+    pub name: String,
+    /// Interface index.
+    pub ifindex: u32,
+    /// Queues served (one socket each).
+    pub queues: u32,
+    /// How the steering program is attached.
+    pub xdp_mode: AttachMode,
+    /// True when every socket on the interface is bound zero-copy, false for copy mode.
+    pub zero_copy: bool,
+    /// The kernel's drop counters, summed over the interface's sockets (zero after stop).
+    pub kernel: KernelStats,
+}
+
+/// Counters of one worker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Frames received.
+    pub rx: u64,
+    /// Frames queued for transmission.
+    pub tx: u64,
+    /// Frames the handler dropped.
+    pub dropped: u64,
+    /// Frames the handler wanted passed to the kernel; AF_XDP cannot, so they were dropped.
+    pub unpassable: u64,
+    /// Frames dropped because a tx ring was full.
+    pub tx_ring_full: u64,
+    /// Two-arm frames dropped for lack of a free frame on the egress socket.
+    pub no_tx_frame: u64,
+    /// Frames dropped because the handler named an interface that is not a datapath one.
+    pub bad_egress: u64,
+    /// Kernel descriptors outside our UMEM (should stay zero).
+    pub bad_desc: u64,
+}
+
+/// A snapshot of the datapath's counters and state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatapathStats {
+    /// Per worker, in worker order.
+    pub workers: Vec<WorkerStats>,
+    /// Per interface, in configuration order.
+    pub interfaces: Vec<InterfaceStatus>,
+    /// The steering program's counters.
+    pub steer: SteerCounters,
+}
+
+/// The running datapath. Dropping it stops it.
+pub struct Datapath {
+    steer: Mutex<Steer>,
+    interfaces: Vec<InterfaceStatus>,
+    /// (index in `interfaces`, socket fd), valid until the workers stop.
+    sockets: Vec<(usize, std::os::fd::RawFd)>,
+    workers: Vec<JoinHandle<()>>,
+    counters: Vec<Arc<WorkerCounters>>,
+    stop: Arc<AtomicBool>,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("interfaces", &self.interfaces)
+            .field("workers", &self.workers.len())
+            .finish()
+    }
+}
+
+/// Number of rx queues of an interface: the driver's channel count, else what sysfs lists,
+/// else 1.
+fn queue_count(ifname: &str) -> u32 {
+    if let Some(n) = xsk::channel_count(ifname) {
+        return n;
+    }
+    let dir = format!("/sys/class/net/{ifname}/queues");
+    let n = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                .count()
+        })
+        .unwrap_or(0);
+    u32::try_from(n).unwrap_or(u32::MAX).max(1)
+}
+
+/// Every address configured on this host (namespace): health-probe replies to these belong
+/// to the kernel even when they come from a backend.
+pub fn host_addresses() -> Vec<IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    addrs
+        .filter_map(|a| a.address)
+        .filter_map(|s| {
+            if let Some(v4) = s.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                s.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect()
+}
+
+fn socket_err(ifname: &str, queue: u32, e: std::io::Error) -> DatapathError {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            DatapathError::NotPermitted(format!("AF_XDP socket on {ifname} queue {queue}: {e}"))
+        }
+        Some(libc::EAFNOSUPPORT) => DatapathError::AfXdpUnsupported(e.to_string()),
+        _ => DatapathError::Socket {
+            interface: ifname.to_string(),
+            queue,
+            reason: e.to_string(),
+        },
+    }
+}
+
+fn validate(cfg: &DatapathConfig) -> Result<(), DatapathError> {
+    if cfg.interfaces.is_empty() {
+        return Err(DatapathError::Config("no interfaces".into()));
+    }
+    if cfg.interfaces.len() > MAX_INTERFACES as usize {
+        return Err(DatapathError::Config(format!(
+            "{} interfaces; at most {MAX_INTERFACES}",
+            cfg.interfaces.len()
+        )));
+    }
+    if !cfg.ring_size.is_power_of_two() || cfg.ring_size < 64 {
+        return Err(DatapathError::Config(format!(
+            "ring_size {} must be a power of two of at least 64",
+            cfg.ring_size
+        )));
+    }
+    if cfg.umem_frames < cfg.ring_size || cfg.umem_frames > 1 << 20 {
+        return Err(DatapathError::Config(format!(
+            "umem_frames {} must be between ring_size ({}) and {}",
+            cfg.umem_frames,
+            cfg.ring_size,
+            1 << 20
+        )));
+    }
+    for (i, name) in cfg.interfaces.iter().enumerate() {
+        if cfg.interfaces[..i].contains(name) {
+            return Err(DatapathError::Config(format!(
+                "interface {name} listed twice"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Datapath {
+    /// Loads the steering program, opens one AF_XDP socket per interface queue, attaches
+    /// the program and starts one worker per queue; `handler_factory(i, n)` builds the handler
+    /// of worker `i` of `n`. Nothing stays attached when this fails.
+    pub fn start<F>(cfg: DatapathConfig, handler_factory: F) -> Result<Datapath, DatapathError>
+    where
+        F: Fn(usize, usize) -> Box<dyn FrameHandler>,
+    {
+        validate(&cfg)?;
+        let mut ifaces = Vec::new();
+        for name in &cfg.interfaces {
+            let ifindex = nix::net::if_::if_nametoindex(name.as_str())
+                .map_err(|_| DatapathError::InterfaceMissing(name.clone()))?;
+            let queues = queue_count(name).min(MAX_QUEUES);
+            ifaces.push((name.clone(), ifindex, queues));
+        }
+        // Every worker needs a socket on every interface to send on, so there are as many
+        // workers as the interface with the fewest queues has queues.
+        let n_workers = ifaces.iter().map(|i| i.2).min().unwrap_or(1).max(1) as usize;
+
+        let mut steer = Steer::load()?;
+        steer.set_host_addresses(&host_addresses())?;
+        let mut ports: Vec<Vec<Port>> = (0..n_workers).map(|_| Vec::new()).collect();
+        let mut zero_copy = vec![true; ifaces.len()];
+        let mut sockets = Vec::new();
+        for (slot, (name, ifindex, queues)) in ifaces.iter().enumerate() {
+            steer.set_interface_slot(*ifindex, slot as u32)?;
+            for q in 0..*queues {
+                let xsk = Xsk::new(&XskConfig {
+                    ifname: name.clone(),
+                    queue: q,
+                    frames: cfg.umem_frames,
+                    ring_size: cfg.ring_size,
+                    headroom: HEADROOM as u32,
+                    busy_poll: cfg.busy_poll,
+                })
+                .map_err(|e| socket_err(name, q, e))?;
+                zero_copy[slot] &= xsk.zero_copy();
+                steer.set_socket(slot as u32, q, xsk.fd())?;
+                sockets.push((slot, xsk.fd()));
+                ports[q as usize % n_workers].push(Port {
+                    xsk,
+                    ifindex: *ifindex,
+                });
+            }
+        }
+
+        let mut interfaces = Vec::new();
+        let mut attached: Vec<(u32, AttachMode)> = Vec::new();
+        for (slot, (name, ifindex, queues)) in ifaces.iter().enumerate() {
+            match steer.attach(name, *ifindex, cfg.xdp_mode) {
+                Ok(mode) => {
+                    tracing::info!(
+                        interface = %name,
+                        xdp = mode.name(),
+                        af_xdp = if zero_copy[slot] { "zero-copy" } else { "copy" },
+                        queues,
+                        "datapath interface up"
+                    );
+                    attached.push((*ifindex, mode));
+                    interfaces.push(InterfaceStatus {
+                        name: name.clone(),
+                        ifindex: *ifindex,
+                        queues: *queues,
+                        xdp_mode: mode,
+                        zero_copy: zero_copy[slot],
+                        kernel: KernelStats::default(),
+                    });
+                }
+                Err(e) => {
+                    for (ix, mode) in attached {
+                        let _ = steer.detach(ix, mode);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let ncpu = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let mut dp = Datapath {
+            steer: Mutex::new(steer),
+            interfaces,
+            sockets,
+            workers: Vec::new(),
+            counters: Vec::new(),
+            stop: stop.clone(),
+            stopped: false,
+        };
+        for (w, ports) in ports.into_iter().enumerate() {
+            let egress = ifaces
+                .iter()
+                .filter_map(|(_, ix, _)| {
+                    ports
+                        .iter()
+                        .position(|p| p.ifindex == *ix)
+                        .map(|i| (*ix, i))
+                })
+                .collect();
+            let counters = Arc::new(WorkerCounters::default());
+            let worker = Worker {
+                ports,
+                egress,
+                handler: handler_factory(w, n_workers),
+                counters: counters.clone(),
+                stop: stop.clone(),
+                busy_poll: cfg.busy_poll,
+            };
+            let pin = cfg.pin_workers.then_some(w % ncpu);
+            let handle = std::thread::Builder::new()
+                .name(format!("sluice-dp{w}"))
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        pin_to(cpu);
+                    }
+                    worker.run();
+                })
+                .map_err(|e| DatapathError::Thread(e.to_string()))?;
+            dp.workers.push(handle);
+            dp.counters.push(counters);
+        }
+        Ok(dp)
+    }
+
+    fn steer(&self) -> MutexGuard<'_, Steer> {
+        // A panic while holding the lock cannot leave the maps half-written in a way a later
+        // full replacement would not fix, so a poisoned lock is still usable.
+        self.steer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the set of VIPs the program steers.
+    pub fn set_vips(&self, vips: &[VipKey]) -> Result<(), DatapathError> {
+        self.steer().set_vips(vips)
+    }
+
+    /// Replaces the set of return-traffic keys the program steers.
+    pub fn set_return_keys(&self, keys: &[ReturnKey]) -> Result<(), DatapathError> {
+        self.steer().set_return_keys(keys)
+    }
+
+    /// Replaces the appliance's own addresses (filled from the host at start): backend
+    /// frames to these stay with the kernel (health-probe replies).
+    pub fn set_host_addresses(&self, addrs: &[IpAddr]) -> Result<(), DatapathError> {
+        self.steer().set_host_addresses(addrs)
+    }
+
+    /// The interfaces as configured.
+    pub fn interfaces(&self) -> &[InterfaceStatus] {
+        &self.interfaces
+    }
+
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> Result<DatapathStats, DatapathError> {
+        let workers = self
+            .counters
+            .iter()
+            .map(|c| WorkerStats {
+                rx: c.rx.load(Ordering::Relaxed),
+                tx: c.tx.load(Ordering::Relaxed),
+                dropped: c.dropped.load(Ordering::Relaxed),
+                unpassable: c.unpassable.load(Ordering::Relaxed),
+                tx_ring_full: c.tx_ring_full.load(Ordering::Relaxed),
+                no_tx_frame: c.no_tx_frame.load(Ordering::Relaxed),
+                bad_egress: c.bad_egress.load(Ordering::Relaxed),
+                bad_desc: c.bad_desc.load(Ordering::Relaxed),
+            })
+            .collect();
+        let mut interfaces = self.interfaces.clone();
+        // The fds are only valid while the workers (which own the sockets) run.
+        if !self.stopped {
+            for &(i, fd) in &self.sockets {
+                if let (Ok(k), Some(status)) = (kernel_stats(fd), interfaces.get_mut(i)) {
+                    let t = &mut status.kernel;
+                    t.rx_dropped += k.rx_dropped;
+                    t.rx_ring_full += k.rx_ring_full;
+                    t.rx_fill_ring_empty += k.rx_fill_ring_empty;
+                    t.rx_invalid += k.rx_invalid;
+                    t.tx_invalid += k.tx_invalid;
+                }
+            }
+        }
+        Ok(DatapathStats {
+            workers,
+            interfaces,
+            steer: self.steer().counters()?,
+        })
+    }
+
+    /// Detaches the steering program (so the kernel gets all traffic again), then stops
+    /// and joins the workers, closing their sockets. Idempotent.
+    pub fn stop(&mut self) -> Result<(), DatapathError> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        let mut first_err = None;
+        {
+            let steer = self.steer();
+            for i in &self.interfaces {
+                if let Err(e) = steer.detach(i.ifindex, i.xdp_mode) {
+                    tracing::error!(interface = %i.name, error = %e, "cannot detach XDP");
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.workers.drain(..) {
+            if h.join().is_err() {
+                tracing::error!("a datapath worker panicked");
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Datapath {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            tracing::error!(error = %e, "datapath stop on drop");
+        }
+    }
+}
+
+fn pin_to(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    let pinned = set
+        .set(cpu)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(e) = pinned {
+        tracing::warn!(cpu, error = %e, "cannot pin datapath worker");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> DatapathConfig {
+        DatapathConfig {
+            interfaces: vec!["eth0".into()],
+            xdp_mode: XdpMode::Auto,
+            busy_poll: false,
+            pin_workers: false,
+            umem_frames: 4096,
+            ring_size: 2048,
+        }
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused_with_the_reason() {
+        assert!(validate(&cfg()).is_ok());
+        let bad = [
+            DatapathConfig {
+                interfaces: vec![],
+                ..cfg()
+            },
+            DatapathConfig {
+                ring_size: 1000,
+                ..cfg()
+            },
+            DatapathConfig {
+                umem_frames: 1024,
+                ..cfg()
+            },
+            DatapathConfig {
+                interfaces: vec!["a".into(), "a".into()],
+                ..cfg()
+            },
+            DatapathConfig {
+                interfaces: (0..17).map(|i| format!("e{i}")).collect(),
+                ..cfg()
+            },
+        ];
+        for c in bad {
+            let e = validate(&c).expect_err("must be refused");
+            assert!(matches!(e, DatapathError::Config(_)), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_datapath_can_be_shared_with_the_control_plane() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Datapath>();
+    }
+
+    #[test]
+    fn socket_errors_say_what_to_fix() {
+        let e = |errno| socket_err("eth0", 3, std::io::Error::from_raw_os_error(errno));
+        assert!(matches!(e(libc::EPERM), DatapathError::NotPermitted(_)));
+        assert!(matches!(
+            e(libc::EAFNOSUPPORT),
+            DatapathError::AfXdpUnsupported(_)
+        ));
+        let busy = e(libc::EBUSY).to_string();
+        assert!(
+            busy.starts_with("cannot create AF_XDP socket on eth0 queue 3:"),
+            "{busy}"
+        );
+    }
+
+    #[test]
+    fn a_missing_interface_is_named() {
+        let c = DatapathConfig {
+            interfaces: vec!["nosuchif0".into()],
+            ..cfg()
+        };
+        let e = Datapath::start(c, |_, _| unreachable!("no worker starts")).expect_err("missing");
+        assert_eq!(
+            e.to_string(),
+            "interface nosuchif0 does not exist (check [appliance] interfaces and `ip link`)"
+        );
+    }
+}

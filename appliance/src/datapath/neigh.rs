@@ -1,0 +1,347 @@
+//! Next hops from the kernel: route lookup, neighbour (ARP/ND) resolution and change
+//! notifications, through rtnetlink.
+//!
+//! The control plane asks [`Resolver::resolve`] for each backend: which interface a frame
+//! to it leaves by, from which MAC and source address, and to which next-hop MAC. Sluice
+//! never guesses a MAC: when the kernel has no usable entry, the resolver makes the kernel
+//! resolve it by sending one empty UDP datagram to the next hop's discard port (9) from an
+//! ordinary socket (the kernel then runs ARP or ND exactly as for any local traffic), waits
+//! for the entry, and otherwise reports [`NeighError::Unresolved`] and counts it.
+//! [`watch`] turns RTNLGRP_NEIGH / RTNLGRP_IPV4_ROUTE / RTNLGRP_IPV6_ROUTE notifications into
+//! [`NetChange`] messages so the control plane can rebuild its tables.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
+use rtnetlink::packet_route::RouteNetlinkMessage;
+use rtnetlink::packet_route::link::LinkAttribute;
+use rtnetlink::packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
+};
+use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use rtnetlink::{Handle, MulticastGroup, RouteMessageBuilder};
+
+/// How to reach a destination at layer 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neighbor {
+    /// Egress interface.
+    pub ifindex: u32,
+    /// MAC of the egress interface.
+    pub src_mac: [u8; 6],
+    /// MAC of the next hop.
+    pub dst_mac: [u8; 6],
+    /// Source address the kernel would use toward the destination.
+    pub src_ip: IpAddr,
+    /// The next hop: the gateway, or the destination itself when directly connected.
+    pub next_hop: IpAddr,
+}
+
+/// Why a destination could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum NeighError {
+    /// Talking to the kernel failed.
+    #[error("rtnetlink: {0}")]
+    Netlink(String),
+    /// The kernel has no route.
+    #[error("no route to {0}")]
+    NoRoute(IpAddr),
+    /// The route is not over an Ethernet-like interface with a MAC address.
+    #[error("egress interface {ifindex} toward {dst} has no MAC address")]
+    NoMac {
+        /// Destination asked for.
+        dst: IpAddr,
+        /// Egress interface.
+        ifindex: u32,
+    },
+    /// The kernel could not resolve the next hop's MAC in time.
+    #[error("next hop {next_hop} toward {dst} did not answer ARP/ND on ifindex {ifindex}")]
+    Unresolved {
+        /// Destination asked for.
+        dst: IpAddr,
+        /// Next hop.
+        next_hop: IpAddr,
+        /// Egress interface.
+        ifindex: u32,
+    },
+}
+
+fn nl(e: impl std::fmt::Display) -> NeighError {
+    NeighError::Netlink(e.to_string())
+}
+
+/// A route and neighbour resolver over one rtnetlink connection.
+#[derive(Debug)]
+pub struct Resolver {
+    handle: Handle,
+    unresolved: AtomicU64,
+    wait: Duration,
+}
+
+/// Discard port (RFC 863): the datagram that makes the kernel resolve a next hop goes here.
+const DISCARD_PORT: u16 = 9;
+
+impl Resolver {
+    /// Opens an rtnetlink connection, driven by a task on the current tokio runtime.
+    pub fn new() -> Result<Resolver, NeighError> {
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(nl)?;
+        tokio::spawn(conn);
+        Ok(Resolver {
+            handle,
+            unresolved: AtomicU64::new(0),
+            wait: Duration::from_secs(3),
+        })
+    }
+
+    /// How long [`Resolver::resolve`] waits for the kernel to resolve a next hop.
+    pub fn with_wait(mut self, wait: Duration) -> Resolver {
+        self.wait = wait;
+        self
+    }
+
+    /// Resolutions that failed because the next hop did not answer.
+    pub fn unresolved_count(&self) -> u64 {
+        self.unresolved.load(Ordering::Relaxed)
+    }
+
+    /// Egress interface, source MAC and address, and next-hop MAC toward `dst`
+    /// (`ip route get` followed by `ip neigh`, triggering resolution when needed).
+    pub async fn resolve(&self, dst: IpAddr) -> Result<Neighbor, NeighError> {
+        let route = self.route(dst).await?;
+        let mut ifindex = None;
+        let mut gateway = None;
+        let mut src_ip = None;
+        for a in &route.attributes {
+            match a {
+                RouteAttribute::Oif(i) => ifindex = Some(*i),
+                RouteAttribute::Gateway(g) => gateway = route_addr(g),
+                RouteAttribute::PrefSource(s) => src_ip = route_addr(s),
+                _ => {}
+            }
+        }
+        let ifindex = ifindex.ok_or(NeighError::NoRoute(dst))?;
+        let next_hop = gateway.unwrap_or(dst);
+        let src_mac = self
+            .link_mac(ifindex)
+            .await?
+            .ok_or(NeighError::NoMac { dst, ifindex })?;
+        let src_ip = src_ip.ok_or(NeighError::NoRoute(dst))?;
+        let mut n = Neighbor {
+            ifindex,
+            src_mac,
+            dst_mac: [0; 6],
+            src_ip,
+            next_hop,
+        };
+        if let Some(mac) = self.neighbour(ifindex, next_hop).await? {
+            n.dst_mac = mac;
+            return Ok(n);
+        }
+        provoke_resolution(next_hop, ifindex);
+        let deadline = tokio::time::Instant::now() + self.wait;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if let Some(mac) = self.neighbour(ifindex, next_hop).await? {
+                n.dst_mac = mac;
+                return Ok(n);
+            }
+        }
+        self.unresolved.fetch_add(1, Ordering::Relaxed);
+        Err(NeighError::Unresolved {
+            dst,
+            next_hop,
+            ifindex,
+        })
+    }
+
+    async fn route(&self, dst: IpAddr) -> Result<RouteMessage, NeighError> {
+        let full = if dst.is_ipv4() { 32 } else { 128 };
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(dst, full)
+            .map_err(nl)?
+            .build();
+        let mut routes = self.handle.route().get(msg).execute();
+        match routes.try_next().await {
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => Err(NeighError::NoRoute(dst)),
+            // ENETUNREACH and friends: the kernel's "no route".
+            Err(rtnetlink::Error::NetlinkError(_)) => Err(NeighError::NoRoute(dst)),
+            Err(e) => Err(nl(e)),
+        }
+    }
+
+    async fn link_mac(&self, ifindex: u32) -> Result<Option<[u8; 6]>, NeighError> {
+        let mut links = self.handle.link().get().match_index(ifindex).execute();
+        while let Some(link) = links.try_next().await.map_err(nl)? {
+            for a in link.attributes {
+                if let LinkAttribute::Address(mac) = a {
+                    return Ok(mac.as_slice().try_into().ok());
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// A usable MAC for `addr` on `ifindex` from the kernel's neighbour table.
+    async fn neighbour(&self, ifindex: u32, addr: IpAddr) -> Result<Option<[u8; 6]>, NeighError> {
+        let mut entries = self.handle.neighbours().get().execute();
+        while let Some(m) = entries.try_next().await.map_err(nl)? {
+            if m.header.ifindex != ifindex || !usable(m.header.state) {
+                continue;
+            }
+            let (dst, mac) = neighbour_parts(&m);
+            if dst == Some(addr)
+                && let Some(mac) = mac
+            {
+                return Ok(Some(mac));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Neighbour states with a MAC the kernel itself would send to.
+fn usable(s: NeighbourState) -> bool {
+    matches!(
+        s,
+        NeighbourState::Reachable
+            | NeighbourState::Stale
+            | NeighbourState::Delay
+            | NeighbourState::Probe
+            | NeighbourState::Permanent
+            | NeighbourState::Noarp
+    )
+}
+
+fn route_addr(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
+fn neighbour_parts(m: &NeighbourMessage) -> (Option<IpAddr>, Option<[u8; 6]>) {
+    let mut dst = None;
+    let mut mac = None;
+    for a in &m.attributes {
+        match a {
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                dst = Some(IpAddr::V4(*v4))
+            }
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                dst = Some(IpAddr::V6(*v6))
+            }
+            NeighbourAttribute::LinkLayerAddress(l) => mac = l.as_slice().try_into().ok(),
+            _ => {}
+        }
+    }
+    (dst, mac)
+}
+
+/// Makes the kernel resolve `next_hop` by sending it an empty datagram on the discard port.
+fn provoke_resolution(next_hop: IpAddr, ifindex: u32) {
+    let (bind, to): (SocketAddr, SocketAddr) = match next_hop {
+        IpAddr::V4(a) => (
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+            SocketAddr::from((a, DISCARD_PORT)),
+        ),
+        IpAddr::V6(a) => (
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+            // A link-local next hop needs the interface as its scope.
+            SocketAddr::V6(SocketAddrV6::new(a, DISCARD_PORT, 0, ifindex)),
+        ),
+    };
+    match UdpSocket::bind(bind).and_then(|s| s.send_to(&[], to)) {
+        Ok(_) => {}
+        Err(e) => tracing::debug!(%next_hop, error = %e, "resolution datagram not sent"),
+    }
+}
+
+/// One change in the kernel's neighbour or route tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetChange {
+    /// A neighbour entry appeared, changed or went away.
+    Neighbour {
+        /// Interface of the entry.
+        ifindex: u32,
+        /// Its IP address.
+        addr: IpAddr,
+        /// Its MAC when the entry is usable, `None` when it is gone or failed.
+        mac: Option<[u8; 6]>,
+    },
+    /// A route was added, changed or removed.
+    Route {
+        /// Destination prefix (`None` for a default route without RTA_DST).
+        destination: Option<(IpAddr, u8)>,
+        /// True for a removal.
+        removed: bool,
+    },
+}
+
+/// Parses one notification into a change; `None` for messages Sluice does not care about.
+fn change_of(msg: NetlinkMessage<RouteNetlinkMessage>) -> Option<NetChange> {
+    let NetlinkPayload::InnerMessage(inner) = msg.payload else {
+        return None;
+    };
+    match inner {
+        RouteNetlinkMessage::NewNeighbour(m) => neighbour_change(&m, false),
+        RouteNetlinkMessage::DelNeighbour(m) => neighbour_change(&m, true),
+        RouteNetlinkMessage::NewRoute(r) => Some(route_change(&r, false)),
+        RouteNetlinkMessage::DelRoute(r) => Some(route_change(&r, true)),
+        _ => None,
+    }
+}
+
+fn neighbour_change(m: &NeighbourMessage, removed: bool) -> Option<NetChange> {
+    let (addr, mac) = neighbour_parts(m);
+    let mac = if removed || !usable(m.header.state) {
+        None
+    } else {
+        mac
+    };
+    Some(NetChange::Neighbour {
+        ifindex: m.header.ifindex,
+        addr: addr?,
+        mac,
+    })
+}
+
+fn route_change(r: &RouteMessage, removed: bool) -> NetChange {
+    let destination = r.attributes.iter().find_map(|a| match a {
+        RouteAttribute::Destination(d) => {
+            route_addr(d).map(|ip| (ip, r.header.destination_prefix_length))
+        }
+        _ => None,
+    });
+    NetChange::Route {
+        destination,
+        removed,
+    }
+}
+
+/// Subscribes to neighbour and route notifications; changes arrive on the returned channel
+/// until it is dropped. Runs on the current tokio runtime.
+pub fn watch() -> Result<tokio::sync::mpsc::Receiver<NetChange>, NeighError> {
+    let (conn, _handle, mut messages) = rtnetlink::new_multicast_connection(&[
+        MulticastGroup::Neigh,
+        MulticastGroup::Ipv4Route,
+        MulticastGroup::Ipv6Route,
+    ])
+    .map_err(nl)?;
+    tokio::spawn(conn);
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    tokio::spawn(async move {
+        use futures::StreamExt;
+        while let Some((msg, _)) = messages.next().await {
+            if let Some(change) = change_of(msg)
+                && tx.send(change).await.is_err()
+            {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}

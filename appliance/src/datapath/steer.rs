@@ -1,0 +1,547 @@
+//! The XDP steering program: loading, attaching, map updates and counters.
+//!
+//! One loaded program serves every datapath interface and decides per frame whether the load
+//! balancer owns it (bpf/steer.bpf.c). The control plane changes what is steered by editing
+//! its maps (VIPs, return-traffic keys, our own addresses); it is never reloaded for that.
+//! Attaching first removes a Sluice program a crashed run left behind, and refuses to touch
+//! anybody else's program.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, RawFd};
+
+use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
+
+use super::DatapathError;
+use crate::config::model::XdpMode;
+
+/// The object clang built from bpf/steer.bpf.c (see build.rs).
+static STEER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o"));
+
+/// Name of the program in the object; also how a leftover Sluice program is recognised.
+pub const PROG_NAME: &str = "sluice_steer";
+/// Queues per interface the XSKMAP has slots for (steer.bpf.c MAX_QUEUES).
+pub const MAX_QUEUES: u32 = 64;
+/// Interfaces the XSKMAP has slots for (steer.bpf.c MAX_INTERFACES).
+pub const MAX_INTERFACES: u32 = 16;
+
+const KIND_VIP: u8 = 0;
+const KIND_BACKEND: u8 = 1;
+const KIND_LOCAL: u8 = 2;
+const KIND_HOST: u8 = 3;
+const KIND_ADDR: u8 = 0x80;
+
+/// Transport protocol of a steering key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// TCP (6).
+    Tcp,
+    /// UDP (17).
+    Udp,
+}
+
+impl Proto {
+    fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+        }
+    }
+}
+
+impl From<crate::config::model::Protocol> for Proto {
+    fn from(p: crate::config::model::Protocol) -> Self {
+        match p {
+            crate::config::model::Protocol::Tcp => Proto::Tcp,
+            crate::config::model::Protocol::Udp => Proto::Udp,
+        }
+    }
+}
+
+/// A virtual service: frames to `addr:port/proto` are steered (port 0 = every port). ICMP
+/// and later fragments to `addr` are steered too, since they carry no ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VipKey {
+    /// VIP address.
+    pub addr: IpAddr,
+    /// Destination port; 0 for every port.
+    pub port: u16,
+    /// Transport protocol.
+    pub proto: Proto,
+}
+
+/// Return traffic the engine owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReturnKey {
+    /// NAT: replies from a backend (matched on the source) to anybody but the appliance.
+    Backend {
+        /// Backend address.
+        addr: IpAddr,
+        /// Backend port; 0 for every port.
+        port: u16,
+        /// Transport protocol.
+        proto: Proto,
+    },
+    /// FullNAT: replies to one of our SNAT addresses (matched on the destination).
+    Local {
+        /// SNAT address.
+        addr: IpAddr,
+        /// Port; 0 for every port (the usual case: SNAT ports come from a range).
+        port: u16,
+        /// Transport protocol.
+        proto: Proto,
+    },
+}
+
+/// The BPF map key; must match `struct steer_key` in steer.bpf.c byte for byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SteerKey {
+    addr: [u8; 16],
+    port: u16,
+    proto: u8,
+    kind: u8,
+    family: u8,
+}
+
+impl SteerKey {
+    fn new(addr: IpAddr, port: u16, proto: u8, kind: u8) -> SteerKey {
+        let (bytes, family) = match addr {
+            IpAddr::V4(a) => {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&a.octets());
+                (b, 4)
+            }
+            IpAddr::V6(a) => (a.octets(), 6),
+        };
+        SteerKey {
+            addr: bytes,
+            port,
+            proto,
+            kind,
+            family,
+        }
+    }
+
+    /// The key and its address-only twin (for frames without ports).
+    fn pair(addr: IpAddr, port: u16, proto: Proto, kind: u8) -> [SteerKey; 2] {
+        [
+            SteerKey::new(addr, port, proto.number(), kind),
+            SteerKey::new(addr, 0, 0, kind | KIND_ADDR),
+        ]
+    }
+
+    fn bytes(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[..16].copy_from_slice(&self.addr);
+        // The program compares the port as the packet carries it: network order.
+        b[16..18].copy_from_slice(&self.port.to_be_bytes());
+        b[18] = self.proto;
+        b[19] = self.kind;
+        b[20] = self.family;
+        b
+    }
+}
+
+/// Counters the program keeps, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SteerCounters {
+    /// Frames redirected to an AF_XDP socket.
+    pub steered: u64,
+    /// Frames passed to the kernel stack.
+    pub passed: u64,
+    /// Owned frames passed to the kernel because no socket serves their queue.
+    pub no_socket: u64,
+    /// Steered non-first fragments (matched on address only).
+    pub fragments: u64,
+}
+
+/// How the program ended up attached to an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// In the driver (XDP_FLAGS_DRV_MODE).
+    Native,
+    /// In the generic skb path (XDP_FLAGS_SKB_MODE).
+    Generic,
+}
+
+impl AttachMode {
+    fn flags(self) -> XdpFlags {
+        match self {
+            AttachMode::Native => XdpFlags::DRV_MODE,
+            AttachMode::Generic => XdpFlags::SKB_MODE,
+        }
+    }
+
+    /// Lower-case name for logs and the console.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttachMode::Native => "native",
+            AttachMode::Generic => "generic",
+        }
+    }
+}
+
+/// The loaded program and its maps.
+pub struct Steer {
+    obj: Object,
+    vips: HashSet<SteerKey>,
+    returns: HashSet<SteerKey>,
+    hosts: HashSet<SteerKey>,
+}
+
+impl std::fmt::Debug for Steer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Steer")
+            .field("vips", &self.vips.len())
+            .finish()
+    }
+}
+
+/// Maps a libbpf error to ours, singling out missing privileges (EPERM from bpf()).
+fn bpf_err(what: &str, e: libbpf_rs::Error) -> DatapathError {
+    let msg = e.to_string();
+    if matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied)
+        || msg.contains("Operation not permitted")
+    {
+        return DatapathError::NotPermitted(format!("{what}: {msg}"));
+    }
+    DatapathError::Bpf(format!("{what}: {msg}"))
+}
+
+impl Steer {
+    /// Loads the program and its maps into the kernel (nothing is attached yet).
+    pub fn load() -> Result<Steer, DatapathError> {
+        let open = ObjectBuilder::default()
+            .open_memory(STEER_OBJ)
+            .map_err(|e| bpf_err("opening the steering program", e))?;
+        let obj = open
+            .load()
+            .map_err(|e| bpf_err("loading the steering program", e))?;
+        Ok(Steer {
+            obj,
+            vips: HashSet::new(),
+            returns: HashSet::new(),
+            hosts: HashSet::new(),
+        })
+    }
+
+    fn map(&self, name: &str) -> Result<libbpf_rs::Map<'_>, DatapathError> {
+        self.obj
+            .maps()
+            .find(|m| m.name() == std::ffi::OsStr::new(name))
+            .ok_or_else(|| DatapathError::Bpf(format!("steering program has no map {name}")))
+    }
+
+    fn prog(&self) -> Result<libbpf_rs::Program<'_>, DatapathError> {
+        self.obj
+            .progs()
+            .find(|p| p.name() == std::ffi::OsStr::new(PROG_NAME))
+            .ok_or_else(|| {
+                DatapathError::Bpf(format!("steering object has no program {PROG_NAME}"))
+            })
+    }
+
+    /// Attaches to `ifindex` in `mode`, first removing a Sluice program a previous run left
+    /// there; refuses when another program is attached.
+    pub fn attach(
+        &self,
+        ifname: &str,
+        ifindex: u32,
+        mode: XdpMode,
+    ) -> Result<AttachMode, DatapathError> {
+        let prog = self.prog()?;
+        let xdp = Xdp::new(prog.as_fd());
+        let idx = ifindex as i32;
+        remove_leftover(&xdp, ifname, idx)?;
+        let try_mode = |m: AttachMode| xdp.attach(idx, m.flags() | XdpFlags::UPDATE_IF_NOEXIST);
+        match mode {
+            XdpMode::Native => try_mode(AttachMode::Native)
+                .map(|()| AttachMode::Native)
+                .map_err(|e| attach_err(ifname, "native", e)),
+            XdpMode::Generic => try_mode(AttachMode::Generic)
+                .map(|()| AttachMode::Generic)
+                .map_err(|e| attach_err(ifname, "generic", e)),
+            XdpMode::Auto => match try_mode(AttachMode::Native) {
+                Ok(()) => Ok(AttachMode::Native),
+                Err(native) => {
+                    tracing::info!(interface = ifname, error = %native, "native XDP refused; trying generic");
+                    try_mode(AttachMode::Generic)
+                        .map(|()| AttachMode::Generic)
+                        .map_err(|e| attach_err(ifname, "generic", e))
+                }
+            },
+        }
+    }
+
+    /// Detaches from `ifindex` if (and only if) our program is what is attached there.
+    pub fn detach(&self, ifindex: u32, mode: AttachMode) -> Result<(), DatapathError> {
+        let prog = self.prog()?;
+        let xdp = Xdp::new(prog.as_fd());
+        let q = match xdp.query(ifindex as i32, XdpFlags::NONE) {
+            Ok(q) => q,
+            // The interface is gone: so is the attachment.
+            Err(_) => return Ok(()),
+        };
+        let attached = match mode {
+            AttachMode::Native => q.drv_prog_id,
+            AttachMode::Generic => q.skb_prog_id,
+        };
+        if attached != 0 && prog_name(attached).as_deref() == Some(PROG_NAME) {
+            xdp.detach(ifindex as i32, mode.flags()).map_err(|e| {
+                DatapathError::Bpf(format!("detaching from ifindex {ifindex}: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Gives interface `ifindex` an XSKMAP slot.
+    pub fn set_interface_slot(&self, ifindex: u32, slot: u32) -> Result<(), DatapathError> {
+        self.map("if_slots")?
+            .update(&ifindex.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| bpf_err("setting an interface slot", e))
+    }
+
+    /// Directs frames of interface slot `slot`, queue `queue` to the socket `fd`.
+    pub fn set_socket(&self, slot: u32, queue: u32, fd: RawFd) -> Result<(), DatapathError> {
+        let key = slot * MAX_QUEUES + queue;
+        self.map("xsks")?
+            .update(
+                &key.to_ne_bytes(),
+                &(fd as u32).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|e| bpf_err("inserting an AF_XDP socket into the XSKMAP", e))
+    }
+
+    fn sync(&mut self, which: Which, want: HashSet<SteerKey>) -> Result<(), DatapathError> {
+        let map = self.map("steer_keys")?;
+        let current = match which {
+            Which::Vips => &self.vips,
+            Which::Returns => &self.returns,
+            Which::Hosts => &self.hosts,
+        };
+        // Add before removing, so a key present in both versions is never missing. When an
+        // add fails (map full), take back this call's additions: the old set stays whole.
+        let mut added = Vec::new();
+        for k in want.difference(current) {
+            if let Err(e) = map.update(&k.bytes(), &1u32.to_ne_bytes(), MapFlags::ANY) {
+                for k in &added {
+                    let _ = map.delete(&SteerKey::bytes(k));
+                }
+                return Err(bpf_err("adding a steering key (map full?)", e));
+            }
+            added.push(*k);
+        }
+        // The kind byte keeps the three sets' keys apart, so removing one never removes
+        // another set's key. A key that is already gone is what we wanted.
+        for k in current.difference(&want) {
+            let _ = map.delete(&k.bytes());
+        }
+        match which {
+            Which::Vips => self.vips = want,
+            Which::Returns => self.returns = want,
+            Which::Hosts => self.hosts = want,
+        }
+        Ok(())
+    }
+
+    /// Replaces the VIP set.
+    pub fn set_vips(&mut self, vips: &[VipKey]) -> Result<(), DatapathError> {
+        let want = vips
+            .iter()
+            .flat_map(|v| SteerKey::pair(v.addr, v.port, v.proto, KIND_VIP))
+            .collect();
+        self.sync(Which::Vips, want)
+    }
+
+    /// Replaces the return-traffic set.
+    pub fn set_return_keys(&mut self, keys: &[ReturnKey]) -> Result<(), DatapathError> {
+        let want = keys
+            .iter()
+            .flat_map(|k| match *k {
+                ReturnKey::Backend { addr, port, proto } => {
+                    SteerKey::pair(addr, port, proto, KIND_BACKEND)
+                }
+                ReturnKey::Local { addr, port, proto } => {
+                    SteerKey::pair(addr, port, proto, KIND_LOCAL)
+                }
+            })
+            .collect();
+        self.sync(Which::Returns, want)
+    }
+
+    /// Replaces the appliance's own addresses: a backend's frames to these are health-probe
+    /// replies for the kernel, not NAT return traffic.
+    pub fn set_host_addresses(&mut self, addrs: &[IpAddr]) -> Result<(), DatapathError> {
+        let want = addrs
+            .iter()
+            .map(|a| SteerKey::new(*a, 0, 0, KIND_HOST | KIND_ADDR))
+            .collect();
+        self.sync(Which::Hosts, want)
+    }
+
+    /// Runs `frame` through the loaded program with BPF_PROG_TEST_RUN and says whether the
+    /// program claims it (it then looks for a socket, finds none for a test run, and counts
+    /// `no_socket`). For tests and `trace`-style diagnostics on a program that is not
+    /// attached anywhere, so that no other frame moves the counters meanwhile.
+    pub fn classify(&self, frame: &[u8]) -> Result<bool, DatapathError> {
+        let before = self.counters()?.no_socket;
+        let prog = self
+            .obj
+            .progs_mut()
+            .find(|p| p.name() == std::ffi::OsStr::new(PROG_NAME))
+            .ok_or_else(|| {
+                DatapathError::Bpf(format!("steering object has no program {PROG_NAME}"))
+            })?;
+        let input = libbpf_rs::ProgramInput {
+            data_in: Some(frame),
+            ..Default::default()
+        };
+        let out = prog
+            .test_run(input)
+            .map_err(|e| bpf_err("test-running the steering program", e))?;
+        if out.return_value != libbpf_rs::libbpf_sys::XDP_PASS {
+            return Err(DatapathError::Bpf(format!(
+                "test run returned XDP action {} (a test run has no socket to redirect to)",
+                out.return_value
+            )));
+        }
+        Ok(self.counters()?.no_socket > before)
+    }
+
+    /// The program's counters summed over CPUs.
+    pub fn counters(&self) -> Result<SteerCounters, DatapathError> {
+        let map = self.map("counters")?;
+        let mut sums = [0u64; 4];
+        for (i, sum) in sums.iter_mut().enumerate() {
+            let per_cpu = map
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| bpf_err("reading steering counters", e))?
+                .unwrap_or_default();
+            *sum = per_cpu
+                .iter()
+                .filter_map(|v| {
+                    v.get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .map(u64::from_ne_bytes)
+                })
+                .sum();
+        }
+        Ok(SteerCounters {
+            steered: sums[0],
+            passed: sums[1],
+            no_socket: sums[2],
+            fragments: sums[3],
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    Vips,
+    Returns,
+    Hosts,
+}
+
+fn attach_err(ifname: &str, mode: &str, e: libbpf_rs::Error) -> DatapathError {
+    let msg = e.to_string();
+    if msg.contains("Operation not permitted") {
+        return DatapathError::NotPermitted(format!("attaching XDP to {ifname}: {msg}"));
+    }
+    DatapathError::XdpAttach {
+        interface: ifname.to_string(),
+        mode: mode.to_string(),
+        reason: msg,
+    }
+}
+
+/// The name of the loaded BPF program with this id.
+fn prog_name(id: u32) -> Option<String> {
+    libbpf_rs::query::ProgInfoIter::default()
+        .find(|p| p.id == id)
+        .map(|p| p.name.to_string_lossy().into_owned())
+}
+
+/// Removes a Sluice program a crashed run left on the interface; errors on a foreign one.
+fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), DatapathError> {
+    let q = xdp
+        .query(ifindex, XdpFlags::NONE)
+        .map_err(|e| DatapathError::XdpAttach {
+            interface: ifname.to_string(),
+            mode: "query".to_string(),
+            reason: e.to_string(),
+        })?;
+    for (id, mode) in [
+        (q.drv_prog_id, AttachMode::Native),
+        (q.skb_prog_id, AttachMode::Generic),
+    ] {
+        if id == 0 {
+            continue;
+        }
+        match prog_name(id) {
+            Some(name) if name == PROG_NAME => {
+                tracing::warn!(
+                    interface = ifname,
+                    prog_id = id,
+                    mode = mode.name(),
+                    "removing a steering program left by an earlier run"
+                );
+                xdp.detach(ifindex, mode.flags())
+                    .map_err(|e| DatapathError::XdpAttach {
+                        interface: ifname.to_string(),
+                        mode: mode.name().to_string(),
+                        reason: format!("cannot remove leftover program {id}: {e}"),
+                    })?;
+            }
+            other => {
+                return Err(DatapathError::XdpAttach {
+                    interface: ifname.to_string(),
+                    mode: mode.name().to_string(),
+                    reason: format!(
+                        "another XDP program is attached (id {id}, name {}); remove it first",
+                        other.unwrap_or_else(|| "?".into())
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn keys_match_the_c_layout() {
+        let k = SteerKey::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 80, 6, KIND_VIP).bytes();
+        assert_eq!(&k[..4], &[10, 0, 0, 1]);
+        assert!(k[4..16].iter().all(|b| *b == 0));
+        assert_eq!(&k[16..18], &[0, 80], "port in network order");
+        assert_eq!((k[18], k[19], k[20]), (6, KIND_VIP, 4));
+        assert_eq!(&k[21..], &[0, 0, 0]);
+        let v6: Ipv6Addr = "2001:db8::1".parse().expect("literal");
+        let k = SteerKey::new(IpAddr::V6(v6), 443, 17, KIND_LOCAL).bytes();
+        assert_eq!(&k[..16], &v6.octets());
+        assert_eq!(
+            (k[16], k[17], k[18], k[19], k[20]),
+            (1, 187, 17, KIND_LOCAL, 6)
+        );
+    }
+
+    #[test]
+    fn every_key_has_an_address_only_twin() {
+        let [full, addr] = SteerKey::pair(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            53,
+            Proto::Udp,
+            KIND_BACKEND,
+        );
+        assert_eq!((full.port, full.proto, full.kind), (53, 17, KIND_BACKEND));
+        assert_eq!(
+            (addr.port, addr.proto, addr.kind),
+            (0, 0, KIND_BACKEND | KIND_ADDR)
+        );
+    }
+}

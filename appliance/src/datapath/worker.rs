@@ -1,0 +1,263 @@
+//! Worker threads: the hot loop that moves frames between rings and the packet core.
+//!
+//! Worker `w` owns, on every datapath interface, the sockets of the queues `q` with
+//! `q % workers == w`, so every frame it receives and every frame it sends stays on its own
+//! rings: one-arm replies go back out of the receiving socket without a copy, two-arm
+//! forwarding copies the frame into a free frame of the worker's socket on the egress
+//! interface. Nothing on this path locks, allocates or makes a syscall other than ring kicks
+//! and the idle `poll`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::frame::{Action, Frame, FrameHandler};
+use super::xsk::{Desc, FRAME_SIZE, Xsk, chunk_of, poll_readable};
+
+/// Frames taken off an rx ring per pass.
+const BATCH: usize = 64;
+/// How long an idle worker sleeps in `poll` before it looks at the stop flag again; also
+/// the period of `FrameHandler::tick`.
+const IDLE_POLL_MS: i32 = 10;
+const TICK_NS: u64 = IDLE_POLL_MS as u64 * 1_000_000;
+
+/// Per-worker counters, written by the worker only and read by `Datapath::stats`.
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Frames received.
+    pub rx: AtomicU64,
+    /// Frames queued for transmission.
+    pub tx: AtomicU64,
+    /// Frames the handler dropped.
+    pub dropped: AtomicU64,
+    /// Frames the handler wanted passed to the kernel, which AF_XDP cannot do (dropped).
+    pub unpassable: AtomicU64,
+    /// Frames dropped because a tx ring was full.
+    pub tx_ring_full: AtomicU64,
+    /// Two-arm frames dropped because the egress socket had no free frame.
+    pub no_tx_frame: AtomicU64,
+    /// Frames dropped because the handler named an interface the worker cannot send on.
+    pub bad_egress: AtomicU64,
+    /// Descriptors from the kernel that did not describe a frame of our UMEM.
+    pub bad_desc: AtomicU64,
+}
+
+/// A socket plus the interface it belongs to.
+pub struct Port {
+    /// The socket.
+    pub xsk: Xsk,
+    /// Interface index of the socket's interface.
+    pub ifindex: u32,
+}
+
+/// Everything a worker thread owns.
+pub struct Worker {
+    /// Sockets this worker receives on (and sends on).
+    pub ports: Vec<Port>,
+    /// For each datapath ifindex, the index in `ports` of the socket to send on.
+    pub egress: Vec<(u32, usize)>,
+    /// The packet core.
+    pub handler: Box<dyn FrameHandler>,
+    /// Counters published to `Datapath::stats`.
+    pub counters: Arc<WorkerCounters>,
+    /// Set by `Datapath::stop`.
+    pub stop: Arc<AtomicBool>,
+    /// Spin instead of sleeping in `poll`.
+    pub busy_poll: bool,
+}
+
+#[derive(Default)]
+struct Local {
+    rx: u64,
+    tx: u64,
+    dropped: u64,
+    unpassable: u64,
+    tx_ring_full: u64,
+    no_tx_frame: u64,
+    bad_egress: u64,
+    bad_desc: u64,
+}
+
+impl Local {
+    fn publish(&mut self, c: &WorkerCounters) {
+        // Only this thread writes these counters, so a plain add through the atomic is exact.
+        for (v, a) in [
+            (&mut self.rx, &c.rx),
+            (&mut self.tx, &c.tx),
+            (&mut self.dropped, &c.dropped),
+            (&mut self.unpassable, &c.unpassable),
+            (&mut self.tx_ring_full, &c.tx_ring_full),
+            (&mut self.no_tx_frame, &c.no_tx_frame),
+            (&mut self.bad_egress, &c.bad_egress),
+            (&mut self.bad_desc, &c.bad_desc),
+        ] {
+            if *v != 0 {
+                a.fetch_add(*v, Ordering::Relaxed);
+                *v = 0;
+            }
+        }
+    }
+}
+
+/// Nanoseconds of CLOCK_MONOTONIC (a vDSO read, not a syscall).
+pub fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+impl Worker {
+    /// Runs until the stop flag is set.
+    pub fn run(mut self) {
+        let mut descs = [Desc::default(); BATCH];
+        let mut local = Local::default();
+        let mut pollfds: Vec<libc::pollfd> = self
+            .ports
+            .iter()
+            .map(|p| libc::pollfd {
+                fd: p.xsk.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let mut last_tick = monotonic_ns();
+        while !self.stop.load(Ordering::Relaxed) {
+            let mut busy = false;
+            let mut tx_waiting = false;
+            let now = monotonic_ns();
+            if now.saturating_sub(last_tick) >= TICK_NS {
+                self.handler.tick(now);
+                last_tick = now;
+            }
+            for i in 0..self.ports.len() {
+                self.ports[i].xsk.complete();
+                let n = self.ports[i].xsk.recv(&mut descs);
+                if n > 0 {
+                    busy = true;
+                }
+                for d in &descs[..n] {
+                    self.one(i, *d, now, &mut local);
+                }
+                self.ports[i].xsk.refill();
+            }
+            for p in &mut self.ports {
+                tx_waiting |= p.xsk.flush();
+            }
+            local.publish(&self.counters);
+            if busy {
+                continue;
+            }
+            if self.busy_poll {
+                for p in &self.ports {
+                    p.xsk.busy_poll_rx();
+                }
+                continue;
+            }
+            // Frames still in a tx ring need another kick soon, but a link that is down
+            // would never take them: wait a millisecond rather than spin.
+            let timeout = if tx_waiting { 1 } else { IDLE_POLL_MS };
+            match poll_readable(&mut pollfds, timeout) {
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "poll on AF_XDP sockets failed; worker backs off");
+                    std::thread::sleep(std::time::Duration::from_millis(IDLE_POLL_MS as u64));
+                }
+            }
+        }
+        local.publish(&self.counters);
+    }
+
+    fn one(&mut self, i: usize, d: Desc, now: u64, local: &mut Local) {
+        local.rx += 1;
+        let chunk = chunk_of(d.addr);
+        let offset = (d.addr - chunk) as usize;
+        let rx_ifindex = self.ports[i].ifindex;
+        let Some(buf) = self.ports[i].xsk.chunk_mut(chunk) else {
+            local.bad_desc += 1;
+            return;
+        };
+        let Some(mut frame) = Frame::new(buf, offset, d.len as usize, rx_ifindex) else {
+            local.bad_desc += 1;
+            self.ports[i].xsk.release(chunk);
+            return;
+        };
+        let action = self.handler.handle(&mut frame, now);
+        let (start, len) = (frame.start() as u64, frame.len() as u32);
+        match action {
+            Action::Drop => {
+                local.dropped += 1;
+                self.ports[i].xsk.release(chunk);
+            }
+            Action::Pass => {
+                local.unpassable += 1;
+                self.ports[i].xsk.release(chunk);
+            }
+            Action::Tx { ifindex } if ifindex == rx_ifindex => {
+                if self.ports[i].xsk.send(Desc {
+                    addr: chunk + start,
+                    len,
+                }) {
+                    local.tx += 1;
+                } else {
+                    local.tx_ring_full += 1;
+                    self.ports[i].xsk.release(chunk);
+                }
+            }
+            Action::Tx { ifindex } => {
+                let Some(&(_, j)) = self.egress.iter().find(|(ix, _)| *ix == ifindex) else {
+                    local.bad_egress += 1;
+                    self.ports[i].xsk.release(chunk);
+                    return;
+                };
+                self.copy_out(i, j, chunk, start as usize, len, local);
+            }
+        }
+    }
+
+    /// Two-arm: copies the frame into a free frame of socket `j` and sends it there.
+    fn copy_out(
+        &mut self,
+        i: usize,
+        j: usize,
+        chunk: u64,
+        start: usize,
+        len: u32,
+        local: &mut Local,
+    ) {
+        let Ok([src, dst]) = self.ports.get_disjoint_mut([i, j]) else {
+            // `i == j` would mean the same socket, which the caller handles; never reached.
+            local.bad_egress += 1;
+            self.ports[i].xsk.release(chunk);
+            return;
+        };
+        let Some(out) = dst.xsk.take_free() else {
+            local.no_tx_frame += 1;
+            src.xsk.release(chunk);
+            return;
+        };
+        let end = start + len as usize;
+        let copied = match (src.xsk.chunk_mut(chunk), dst.xsk.chunk_mut(out)) {
+            (Some(from), Some(to)) if end <= FRAME_SIZE as usize => {
+                // Same offset in the new frame: the headroom in front stays available.
+                to[start..end].copy_from_slice(&from[start..end]);
+                true
+            }
+            _ => false,
+        };
+        if !copied {
+            local.bad_desc += 1;
+            src.xsk.release(chunk);
+            dst.xsk.release(out);
+            return;
+        }
+        src.xsk.release(chunk);
+        if dst.xsk.send(Desc {
+            addr: out + start as u64,
+            len,
+        }) {
+            local.tx += 1;
+        } else {
+            local.tx_ring_full += 1;
+            dst.xsk.release(out);
+        }
+    }
+}

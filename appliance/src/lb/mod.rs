@@ -1,0 +1,23 @@
+//! The load-balancing core: pure logic over bytes and tables, no I/O.
+//!
+//! Workers call [`process`] once per frame with the current [`Tables`], their own
+//! [`ConnTable`] and [`WorkerState`], and a `now` in nanoseconds. Everything that decides
+//! where a flow goes (hashing, Maglev, the LVS schedulers, the connection table) lives in
+//! submodules that can be tested and benchmarked without a network.
+
+pub mod conntrack;
+pub mod frame;
+#[doc(hidden)]
+pub mod golden;
+pub mod hash;
+pub mod maglev;
+pub mod process;
+pub mod sched;
+pub mod tables;
+
+pub use conntrack::{ConnTable, Flow, FlowState, RevKey};
+pub use frame::{Frame, FrameError};
+pub use hash::FlowKey;
+pub use maglev::Ring;
+pub use process::{DropReason, HEADROOM, Verdict, WorkerState, process};
+pub use tables::{Neighbor, TableError, Tables, TunnelSource};

@@ -1,0 +1,666 @@
+//! The immutable forwarding tables a worker reads for every packet.
+//!
+//! The control plane builds a [`Tables`] from a validated [`Config`] plus the prober's view
+//! of backend health, fills in the neighbour (L2) information it resolved through rtnetlink,
+//! and publishes it with one atomic swap (`Arc<Tables>`). Workers never write to it: state
+//! that changes per packet (round-robin cursors, connection counts) lives in the worker.
+//!
+//! Backends of all VIPs live in one array (the *backend slot* indexes it and the per-worker
+//! counters); each VIP owns a contiguous range of slots, so a scheduler sees its pool as
+//! plain slices. Every VIP gets a Maglev ring, also when it uses an LVS scheduler: the ring
+//! is the stateless answer used when the connection table is full.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::ops::Range;
+
+use crate::config::{Backend, BackendState, Config, HashFields, Mode, Scheduler, Timeouts, Vip};
+use crate::lb::hash::{addr_to_u128, backend_identity, mix64};
+use crate::lb::maglev::{MaglevBackend, MaglevError, Ring};
+use crate::lb::sched::lvs_bucket_table;
+use crate::wire::MacAddr;
+
+/// A small deterministic hasher for the in-memory lookup maps (SipHash would cost more
+/// than the rest of a VIP lookup).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        mix64(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(23) ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u128(&mut self, i: u128) {
+        self.write_u64(i as u64);
+        self.write_u64((i >> 64) as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+/// A `HashMap` keyed through [`FastHasher`].
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// Open-addressing map from (address, port, protocol) to a slot: the per-packet lookups
+/// (VIP, NAT backend, SNAT address) in one or two cache lines, no hasher state machine.
+#[derive(Debug, Clone)]
+struct TupleIndex {
+    keys: Vec<(u128, u16, u8)>,
+    vals: Vec<u32>,
+    mask: usize,
+    len: usize,
+}
+
+impl TupleIndex {
+    const EMPTY: u32 = u32::MAX;
+
+    fn with_capacity(n: usize) -> TupleIndex {
+        let size = (n.max(4) * 2).next_power_of_two();
+        TupleIndex {
+            keys: vec![(0, 0, 0); size],
+            vals: vec![Self::EMPTY; size],
+            mask: size - 1,
+            len: 0,
+        }
+    }
+
+    /// Fibonacci hashing: one multiply, the well-mixed middle bits of the product.
+    #[inline(always)]
+    fn home(&self, k: &(u128, u16, u8)) -> usize {
+        let x = (k.0 as u64)
+            ^ ((k.0 >> 64) as u64).rotate_left(32)
+            ^ ((u64::from(k.1) << 8) | u64::from(k.2)).rotate_left(40);
+        (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 29) as usize & self.mask
+    }
+
+    #[inline(always)]
+    fn get(&self, k: &(u128, u16, u8)) -> Option<u32> {
+        let mut i = self.home(k);
+        loop {
+            let v = self.vals[i];
+            if v == Self::EMPTY {
+                return None;
+            }
+            if self.keys[i] == *k {
+                return Some(v);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Inserts unless present; returns the value now stored.
+    fn insert_first(&mut self, k: (u128, u16, u8), v: u32) -> u32 {
+        if (self.len + 1) * 2 > self.keys.len() {
+            let mut bigger = TupleIndex::with_capacity(self.keys.len());
+            for i in 0..self.keys.len() {
+                if self.vals[i] != Self::EMPTY {
+                    bigger.insert_first(self.keys[i], self.vals[i]);
+                }
+            }
+            *self = bigger;
+        }
+        let mut i = self.home(&k);
+        loop {
+            if self.vals[i] == Self::EMPTY {
+                self.keys[i] = k;
+                self.vals[i] = v;
+                self.len += 1;
+                return v;
+            }
+            if self.keys[i] == k {
+                return self.vals[i];
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+}
+
+/// Where a frame leaves and with which MAC addresses: filled by the datapath from
+/// rtnetlink (egress interface, our MAC on it, the next hop's MAC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neighbor {
+    /// Egress interface index.
+    pub ifindex: u32,
+    /// Our MAC on that interface.
+    pub src_mac: MacAddr,
+    /// The next hop's MAC (the backend itself when on-link).
+    pub dst_mac: MacAddr,
+}
+
+/// Outer source addresses for tunnel mode. The low bits vary with the flow hash so the
+/// backend NIC's RSS spreads flows over its queues (Katran's `create_encap_ipv4_src`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TunnelSource {
+    /// IPv4 outer source base; the last 16 bits are replaced by flow-hash bits for IPIP.
+    pub v4: Ipv4Addr,
+    /// IPv6 outer source base; the last 32 bits are replaced by flow-hash bits for IPIP.
+    pub v6: Ipv6Addr,
+}
+
+impl Default for TunnelSource {
+    /// Katran's prefixes: 172.16.0.0/16 and 100::/64 (the RFC 6666 discard-only block, never
+    /// routed back toward anyone).
+    fn default() -> Self {
+        TunnelSource {
+            v4: Ipv4Addr::new(172, 16, 0, 0),
+            v6: Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0),
+        }
+    }
+}
+
+/// One VIP as the datapath sees it.
+#[derive(Debug, Clone)]
+pub struct VipEntry {
+    /// Config name (traces, counters).
+    pub name: String,
+    /// Address, IPv4-mapped for IPv4.
+    pub address: u128,
+    /// Address family.
+    pub v6: bool,
+    /// Port; 0 serves every port.
+    pub port: u16,
+    /// IANA protocol number.
+    pub proto: u8,
+    /// Forwarding mode.
+    pub mode: Mode,
+    /// Backend choice for new flows.
+    pub scheduler: Scheduler,
+    /// Fields of the flow hash.
+    pub hash: HashFields,
+    /// This VIP's backend slots.
+    pub backends: Range<u32>,
+    /// Maglev ring over the eligible backends (values are positions within `backends`).
+    pub ring: Ring,
+    /// `sh`/`dh` bucket table (positions within `backends`), empty for other schedulers.
+    pub buckets: Vec<u16>,
+    /// FullNAT local address pool, IPv4-mapped for IPv4.
+    pub snat: Vec<u128>,
+}
+
+/// One backend of one VIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendEntry {
+    /// Owning VIP.
+    pub vip: u32,
+    /// Address, IPv4-mapped for IPv4.
+    pub address: u128,
+    /// Address family.
+    pub v6: bool,
+    /// Port after NAT.
+    pub port: u16,
+    /// Configured weight.
+    pub weight: u32,
+    /// Operator state.
+    pub state: BackendState,
+    /// Prober verdict at build time.
+    pub healthy: bool,
+}
+
+impl BackendEntry {
+    /// May take new flows.
+    pub fn eligible(&self) -> bool {
+        self.healthy && self.state == BackendState::Active && self.weight > 0
+    }
+
+    /// May keep its existing flows (drain keeps them; disabled and unhealthy do not).
+    pub fn keeps_flows(&self) -> bool {
+        self.healthy && self.state != BackendState::Disabled
+    }
+
+    /// The address as an `IpAddr`.
+    pub fn ip(&self) -> IpAddr {
+        crate::lb::hash::u128_to_addr(self.address, self.v6)
+    }
+}
+
+/// How a fragment finds its VIP without ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FragmentVip {
+    /// Exactly one VIP serves this address and protocol.
+    Unique(u32),
+    /// Several do (different ports): a non-first fragment cannot tell which.
+    Ambiguous,
+}
+
+/// Why tables could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableError {
+    /// Maglev could not populate the ring.
+    #[error("vip {vip}: {source}")]
+    Maglev {
+        /// VIP name.
+        vip: String,
+        /// What Maglev said.
+        source: MaglevError,
+    },
+    /// Two VIPs claim the same address, port and protocol.
+    #[error("vip {vip}: {addr} port {port} is already served by vip {other}")]
+    DuplicateVip {
+        /// The later VIP.
+        vip: String,
+        /// The earlier one.
+        other: String,
+        /// Shared address.
+        addr: IpAddr,
+        /// Shared port.
+        port: u16,
+    },
+    /// Scheduler positions are 16-bit.
+    #[error("vip {vip}: {count} backends exceed the limit of 65535 per vip")]
+    TooManyBackends {
+        /// VIP name.
+        vip: String,
+        /// Backends configured.
+        count: usize,
+    },
+}
+
+/// Everything a worker needs to forward, for one table version.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    /// Version number, increasing with every publication.
+    pub version: u64,
+    /// VIPs in configuration order (the VIP slot indexes this).
+    pub vips: Vec<VipEntry>,
+    /// Backends of all VIPs (the backend slot indexes this).
+    pub backends: Vec<BackendEntry>,
+    /// Weight per backend slot (scheduler view).
+    pub weights: Vec<u32>,
+    /// Eligibility per backend slot (scheduler view).
+    pub eligible: Vec<bool>,
+    vip_index: TupleIndex,
+    vip_addresses: TupleIndex,
+    fragment_vips: FastMap<(u128, u8), FragmentVip>,
+    nat_reverse: TupleIndex,
+    snat_addresses: TupleIndex,
+    backend_ids: FastMap<(u32, u128, u16), u32>,
+    neighbors: Vec<Option<Neighbor>>,
+    gateway_v4: Option<Neighbor>,
+    gateway_v6: Option<Neighbor>,
+    local_addresses: TupleIndex,
+    /// Tunnel outer source addresses.
+    pub tunnel_source: TunnelSource,
+    /// Connection-table timeouts.
+    pub timeouts: Timeouts,
+    /// Maglev table size.
+    pub maglev_size: u32,
+}
+
+fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEntry {
+    let _ = v;
+    BackendEntry {
+        vip,
+        address: addr_to_u128(b.address),
+        v6: b.address.is_ipv6(),
+        port: b.port,
+        weight: b.weight,
+        state: b.state,
+        healthy,
+    }
+}
+
+impl Tables {
+    /// Builds version `version` from `config`; `healthy(vip, backend)` is the prober's
+    /// verdict (return `true` for VIPs without a health check).
+    pub fn build(
+        config: &Config,
+        healthy: &dyn Fn(&Vip, &Backend) -> bool,
+        version: u64,
+    ) -> Result<Tables, TableError> {
+        let m = config.appliance.maglev_table_size;
+        let mut t = Tables {
+            version,
+            vips: Vec::with_capacity(config.vips.len()),
+            backends: Vec::new(),
+            weights: Vec::new(),
+            eligible: Vec::new(),
+            vip_index: TupleIndex::with_capacity(config.vips.len()),
+            vip_addresses: TupleIndex::with_capacity(config.vips.len()),
+            fragment_vips: FastMap::default(),
+            nat_reverse: TupleIndex::with_capacity(16),
+            snat_addresses: TupleIndex::with_capacity(16),
+            backend_ids: FastMap::default(),
+            neighbors: Vec::new(),
+            gateway_v4: None,
+            gateway_v6: None,
+            local_addresses: TupleIndex::with_capacity(4),
+            tunnel_source: TunnelSource::default(),
+            timeouts: config.appliance.timeouts,
+            maglev_size: m,
+        };
+        for v in &config.vips {
+            let vslot = t.vips.len() as u32;
+            if v.backends.len() > usize::from(u16::MAX) {
+                return Err(TableError::TooManyBackends {
+                    vip: v.name.clone(),
+                    count: v.backends.len(),
+                });
+            }
+            let address = addr_to_u128(v.address);
+            let proto = v.protocol.number();
+            if let Some(other) = t.vip_index.get(&(address, v.port, proto)) {
+                return Err(TableError::DuplicateVip {
+                    vip: v.name.clone(),
+                    other: t.vips[other as usize].name.clone(),
+                    addr: v.address,
+                    port: v.port,
+                });
+            }
+            let first = t.backends.len() as u32;
+            for b in &v.backends {
+                let e = vip_backend_entry(vslot, v, b, healthy(v, b));
+                let slot = t.backends.len() as u32;
+                t.backend_ids.insert((vslot, e.address, e.port), slot);
+                if v.mode == Mode::Nat {
+                    t.nat_reverse.insert_first((e.address, e.port, proto), slot);
+                }
+                t.weights.push(e.weight);
+                t.eligible.push(e.eligible());
+                t.backends.push(e);
+            }
+            let range = first..t.backends.len() as u32;
+            let ids: Vec<[u8; 18]> = v
+                .backends
+                .iter()
+                .map(|b| backend_identity(b.address, b.port))
+                .collect();
+            let mb: Vec<MaglevBackend<'_>> = ids
+                .iter()
+                .zip(range.clone())
+                .map(|(id, s)| MaglevBackend {
+                    id,
+                    weight: if t.eligible[s as usize] {
+                        t.weights[s as usize]
+                    } else {
+                        0
+                    },
+                })
+                .collect();
+            let ring = Ring::build(&mb, m).map_err(|source| TableError::Maglev {
+                vip: v.name.clone(),
+                source,
+            })?;
+            let pool = range.start as usize..range.end as usize;
+            let buckets = match v.scheduler {
+                Scheduler::Sh => {
+                    lvs_bucket_table(&t.weights[pool.clone()], &t.eligible[pool], true)
+                }
+                Scheduler::Dh => {
+                    lvs_bucket_table(&t.weights[pool.clone()], &t.eligible[pool], false)
+                }
+                _ => Vec::new(),
+            };
+            let snat: Vec<u128> = v.snat.iter().map(|a| addr_to_u128(*a)).collect();
+            for &a in &snat {
+                t.snat_addresses.insert_first((a, 0, 0), vslot);
+            }
+            t.vip_index.insert_first((address, v.port, proto), vslot);
+            t.vip_addresses.insert_first((address, 0, 0), vslot);
+            t.fragment_vips
+                .entry((address, proto))
+                .and_modify(|f| *f = FragmentVip::Ambiguous)
+                .or_insert(FragmentVip::Unique(vslot));
+            t.vips.push(VipEntry {
+                name: v.name.clone(),
+                address,
+                v6: v.address.is_ipv6(),
+                port: v.port,
+                proto,
+                mode: v.mode,
+                scheduler: v.scheduler,
+                hash: v.hash,
+                backends: range,
+                ring,
+                buckets,
+                snat,
+            });
+        }
+        t.neighbors = vec![None; t.backends.len()];
+        Ok(t)
+    }
+
+    /// The VIP serving `addr:port` over `proto`: an exact port first, then a port-0 VIP.
+    #[inline(always)]
+    pub fn vip_lookup(&self, addr: u128, port: u16, proto: u8) -> Option<u32> {
+        self.vip_index
+            .get(&(addr, port, proto))
+            .or_else(|| self.vip_index.get(&(addr, 0, proto)))
+    }
+
+    /// Whether any VIP uses this address (ICMP echo and errors match on address alone);
+    /// returns the first such VIP.
+    #[inline]
+    pub fn vip_by_address(&self, addr: u128) -> Option<u32> {
+        self.vip_addresses.get(&(addr, 0, 0))
+    }
+
+    /// The VIP a fragment belongs to, by address and protocol only.
+    pub fn fragment_vip(&self, addr: u128, proto: u8) -> Option<FragmentVip> {
+        self.fragment_vips.get(&(addr, proto)).copied()
+    }
+
+    /// NAT return traffic without a connection-table entry: the backend slot serving
+    /// `addr:port` over `proto` in some NAT VIP.
+    #[inline]
+    pub fn nat_backend(&self, addr: u128, port: u16, proto: u8) -> Option<u32> {
+        self.nat_reverse.get(&(addr, port, proto))
+    }
+
+    /// Whether `addr` is a FullNAT local address (return traffic to it is ours); the first
+    /// VIP using it.
+    #[inline]
+    pub fn snat_vip(&self, addr: u128) -> Option<u32> {
+        self.snat_addresses.get(&(addr, 0, 0))
+    }
+
+    /// The slot of the backend `addr:port` of VIP `vip`.
+    pub fn backend_slot(&self, vip: u32, addr: u128, port: u16) -> Option<u32> {
+        self.backend_ids.get(&(vip, addr, port)).copied()
+    }
+
+    /// Sets the L2 next hop of a backend slot (the control plane, before publishing).
+    pub fn set_neighbor(&mut self, backend: u32, n: Neighbor) {
+        if let Some(slot) = self.neighbors.get_mut(backend as usize) {
+            *slot = Some(n);
+        }
+    }
+
+    /// Declares the appliance's own addresses (the control plane, from rtnetlink): traffic
+    /// to them that matches no flow is the kernel's (health-probe replies from a NAT
+    /// backend's service port look like return traffic otherwise).
+    pub fn set_local_addresses(&mut self, addrs: &[IpAddr]) {
+        for a in addrs {
+            self.local_addresses
+                .insert_first((addr_to_u128(*a), 0, 0), 0);
+        }
+    }
+
+    /// Whether `addr` is one of the appliance's own addresses.
+    #[inline]
+    pub fn is_local(&self, addr: u128) -> bool {
+        self.local_addresses.get(&(addr, 0, 0)).is_some()
+    }
+
+    /// Sets the default gateway toward clients for one family.
+    pub fn set_gateway(&mut self, v6: bool, n: Neighbor) {
+        if v6 {
+            self.gateway_v6 = Some(n);
+        } else {
+            self.gateway_v4 = Some(n);
+        }
+    }
+
+    /// The L2 next hop of a backend slot, if resolved.
+    #[inline]
+    pub fn neighbor(&self, backend: u32) -> Option<&Neighbor> {
+        self.neighbors
+            .get(backend as usize)
+            .and_then(|n| n.as_ref())
+    }
+
+    /// The gateway toward clients of a family, if resolved.
+    #[inline]
+    pub fn gateway(&self, v6: bool) -> Option<&Neighbor> {
+        if v6 {
+            self.gateway_v6.as_ref()
+        } else {
+            self.gateway_v4.as_ref()
+        }
+    }
+
+    /// The backend positions of a VIP as slot range `usize`s.
+    pub fn pool_range(&self, vip: u32) -> Range<usize> {
+        let r = &self.vips[vip as usize].backends;
+        r.start as usize..r.end as usize
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::{Api, Appliance, Encap, Protocol, XdpMode};
+    use std::path::PathBuf;
+
+    pub(crate) fn backend(addr: &str, port: u16, weight: u32) -> Backend {
+        Backend {
+            address: addr.parse().unwrap(),
+            port,
+            weight,
+            state: BackendState::Active,
+        }
+    }
+
+    pub(crate) fn vip(
+        name: &str,
+        addr: &str,
+        port: u16,
+        mode: Mode,
+        backends: Vec<Backend>,
+    ) -> Vip {
+        Vip {
+            name: name.into(),
+            address: addr.parse().unwrap(),
+            port,
+            protocol: Protocol::Tcp,
+            mode,
+            scheduler: Scheduler::Maglev,
+            hash: HashFields::FiveTuple,
+            health_check: None,
+            snat: Vec::new(),
+            communities: Vec::new(),
+            backends,
+        }
+    }
+
+    pub(crate) fn config(vips: Vec<Vip>) -> Config {
+        Config {
+            appliance: Appliance {
+                name: "test".into(),
+                interfaces: vec!["eth0".into()],
+                xdp_mode: XdpMode::Auto,
+                busy_poll: false,
+                pin_workers: false,
+                umem_frames: 4096,
+                ring_size: 2048,
+                conntrack_capacity: 1024,
+                maglev_table_size: 65537,
+                timeouts: Timeouts::default(),
+            },
+            api: Api {
+                socket: PathBuf::from("/run/sluice.sock"),
+                metrics: None,
+                listen: None,
+                token_file: None,
+            },
+            bgp: None,
+            health_checks: Vec::new(),
+            vips,
+        }
+    }
+
+    #[test]
+    fn builds_lookups() {
+        let mut dr = vip(
+            "dr",
+            "192.0.2.10",
+            0,
+            Mode::Dr,
+            vec![backend("10.0.0.1", 0, 1)],
+        );
+        dr.protocol = Protocol::Udp;
+        let mut web = vip(
+            "web",
+            "192.0.2.10",
+            80,
+            Mode::Nat,
+            vec![backend("10.0.0.1", 8080, 1), backend("10.0.0.2", 8080, 0)],
+        );
+        web.backends[0].state = BackendState::Drain;
+        let tun = vip(
+            "tun",
+            "2001:db8::10",
+            443,
+            Mode::Tunnel(Encap::Ipip),
+            vec![backend("2001:db8:1::1", 443, 1)],
+        );
+        let c = config(vec![web, dr, tun]);
+        let t = Tables::build(&c, &|_, _| true, 7).unwrap();
+        let a = addr_to_u128("192.0.2.10".parse().unwrap());
+        assert_eq!(t.vip_lookup(a, 80, 6), Some(0));
+        assert_eq!(t.vip_lookup(a, 81, 6), None);
+        assert_eq!(t.vip_lookup(a, 81, 17), Some(1));
+        assert_eq!(t.vip_by_address(a), Some(0));
+        assert_eq!(t.backends.len(), 4);
+        // Drain and weight 0 are not eligible, so the NAT VIP's ring is empty.
+        assert_eq!(t.eligible, [false, false, true, true]);
+        assert!(t.vips[0].ring.is_empty());
+        assert!(t.backends[0].keeps_flows());
+        let b = addr_to_u128("10.0.0.1".parse().unwrap());
+        assert_eq!(t.nat_backend(b, 8080, 6), Some(0));
+        assert_eq!(t.backend_slot(1, b, 0), Some(2));
+        assert_eq!(t.fragment_vip(a, 6), Some(FragmentVip::Unique(0)));
+        assert!(t.neighbor(0).is_none());
+    }
+
+    #[test]
+    fn unhealthy_backends_leave_the_ring_and_duplicates_fail() {
+        let web = vip(
+            "web",
+            "192.0.2.10",
+            80,
+            Mode::Dr,
+            vec![backend("10.0.0.1", 80, 1), backend("10.0.0.2", 80, 1)],
+        );
+        let c = config(vec![web.clone()]);
+        let t = Tables::build(&c, &|_, b| b.address.to_string() != "10.0.0.1", 1).unwrap();
+        assert_eq!(t.vips[0].ring.counts(2), [0, 65537]);
+        assert!(!t.backends[0].keeps_flows());
+        let mut dup = web.clone();
+        dup.name = "web2".into();
+        let err = Tables::build(&config(vec![web, dup]), &|_, _| true, 1).unwrap_err();
+        assert!(
+            err.to_string().contains("already served by vip web"),
+            "{err}"
+        );
+    }
+}

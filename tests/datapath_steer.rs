@@ -1,0 +1,342 @@
+//! The XDP steering program's decisions, frame by frame, through BPF_PROG_TEST_RUN: which
+//! frames it claims for the load balancer (VIPs, NAT and FullNAT return traffic, through
+//! VLAN tags, IPv6 extension headers and fragments) and which it leaves to the kernel.
+//! Needs root to load BPF; no namespaces.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use common::require_root;
+use sluice::datapath::steer::Steer;
+use sluice::datapath::{Proto, ReturnKey, VipKey};
+
+const VIP4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+const CLIENT4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
+const BACKEND4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
+const HOST4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const SNAT4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 100);
+
+fn vip6() -> Ipv6Addr {
+    "2001:db8::10".parse().expect("literal")
+}
+fn client6() -> Ipv6Addr {
+    "2001:db8:1::7".parse().expect("literal")
+}
+
+/// Ethernet header with `tags` VLAN tags (802.1ad outer, 802.1Q inner) before `ethertype`.
+fn eth(tags: usize, ethertype: u16) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+    for i in 0..tags {
+        let tpid: u16 = if i + 1 < tags { 0x88a8 } else { 0x8100 };
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&(100 + i as u16).to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f
+}
+
+/// IPv4 frame; `frag` is the raw flags+offset field; `l4` follows the header.
+fn v4(tags: usize, proto: u8, src: Ipv4Addr, dst: Ipv4Addr, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let mut f = eth(tags, 0x0800);
+    let total = (20 + l4.len()) as u16;
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&total.to_be_bytes());
+    f.extend_from_slice(&[0, 1]);
+    f.extend_from_slice(&frag.to_be_bytes());
+    f.extend_from_slice(&[64, proto, 0, 0]);
+    f.extend_from_slice(&src.octets());
+    f.extend_from_slice(&dst.octets());
+    f.extend_from_slice(l4);
+    f
+}
+
+/// IPv6 frame with optional extension headers (`ext`: (type, bytes)) before `l4`.
+fn v6(next: u8, src: Ipv6Addr, dst: Ipv6Addr, ext: &[(u8, Vec<u8>)], l4: &[u8]) -> Vec<u8> {
+    let mut f = eth(0, 0x86dd);
+    let mut payload = Vec::new();
+    let first = ext.first().map(|e| e.0).unwrap_or(next);
+    for (i, (_, body)) in ext.iter().enumerate() {
+        let nh = ext.get(i + 1).map(|e| e.0).unwrap_or(next);
+        let mut b = body.clone();
+        b[0] = nh;
+        payload.extend_from_slice(&b);
+    }
+    payload.extend_from_slice(l4);
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[first, 64]);
+    f.extend_from_slice(&src.octets());
+    f.extend_from_slice(&dst.octets());
+    f.extend_from_slice(&payload);
+    f
+}
+
+/// TCP or UDP ports followed by padding, enough for either header.
+fn ports(sport: u16, dport: u16) -> Vec<u8> {
+    let mut l4 = sport.to_be_bytes().to_vec();
+    l4.extend_from_slice(&dport.to_be_bytes());
+    l4.resize(20, 0);
+    l4
+}
+
+#[test]
+fn the_program_claims_exactly_the_traffic_the_engine_owns() {
+    require_root();
+    let mut steer = Steer::load().expect("load the steering program");
+    steer
+        .set_vips(&[
+            VipKey {
+                addr: IpAddr::V4(VIP4),
+                port: 80,
+                proto: Proto::Tcp,
+            },
+            VipKey {
+                addr: IpAddr::V4(VIP4),
+                port: 0,
+                proto: Proto::Udp,
+            },
+            VipKey {
+                addr: IpAddr::V6(vip6()),
+                port: 443,
+                proto: Proto::Tcp,
+            },
+        ])
+        .expect("vips");
+    steer
+        .set_return_keys(&[
+            ReturnKey::Backend {
+                addr: IpAddr::V4(BACKEND4),
+                port: 8080,
+                proto: Proto::Tcp,
+            },
+            ReturnKey::Local {
+                addr: IpAddr::V4(SNAT4),
+                port: 0,
+                proto: Proto::Tcp,
+            },
+        ])
+        .expect("return keys");
+    steer
+        .set_host_addresses(&[IpAddr::V4(HOST4)])
+        .expect("host addresses");
+
+    let tcp = 6;
+    let udp = 17;
+    let more_fragments = 0x2000;
+    let frag_ext = |offset8: u16| {
+        let mut b = vec![0u8; 8];
+        b[2..4].copy_from_slice(&(offset8 << 3).to_be_bytes());
+        (44u8, b)
+    };
+    let hop_by_hop = (0u8, vec![0u8, 0, 1, 4, 0, 0, 0, 0]);
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        (
+            "tcp to vip:80",
+            v4(0, tcp, CLIENT4, VIP4, 0, &ports(40000, 80)),
+            true,
+        ),
+        (
+            "tcp to vip:81 (no such service)",
+            v4(0, tcp, CLIENT4, VIP4, 0, &ports(40000, 81)),
+            false,
+        ),
+        (
+            "udp to vip, any-port service",
+            v4(0, udp, CLIENT4, VIP4, 0, &ports(5000, 53)),
+            true,
+        ),
+        (
+            "one vlan tag",
+            v4(1, tcp, CLIENT4, VIP4, 0, &ports(40000, 80)),
+            true,
+        ),
+        (
+            "two vlan tags",
+            v4(2, tcp, CLIENT4, VIP4, 0, &ports(40000, 80)),
+            true,
+        ),
+        (
+            "first fragment has ports",
+            v4(0, tcp, CLIENT4, VIP4, more_fragments, &ports(40000, 80)),
+            true,
+        ),
+        (
+            "later fragment: address only",
+            v4(0, tcp, CLIENT4, VIP4, 185, &[0u8; 8]),
+            true,
+        ),
+        (
+            "later fragment to another address",
+            v4(0, tcp, CLIENT4, HOST4, 185, &[0u8; 8]),
+            false,
+        ),
+        (
+            "icmp echo to a vip",
+            v4(0, 1, CLIENT4, VIP4, 0, &[8, 0, 0, 0, 0, 1, 0, 1]),
+            true,
+        ),
+        (
+            "tcp to the appliance itself",
+            v4(0, tcp, CLIENT4, HOST4, 0, &ports(40000, 22)),
+            false,
+        ),
+        (
+            "nat return: backend to client",
+            v4(0, tcp, BACKEND4, CLIENT4, 0, &ports(8080, 40000)),
+            true,
+        ),
+        (
+            "backend to us: a health probe reply",
+            v4(0, tcp, BACKEND4, HOST4, 0, &ports(8080, 40000)),
+            false,
+        ),
+        (
+            "backend from another port",
+            v4(0, tcp, BACKEND4, CLIENT4, 0, &ports(22, 40000)),
+            false,
+        ),
+        (
+            "fullnat return to a snat address",
+            v4(0, tcp, BACKEND4, SNAT4, 0, &ports(8080, 61000)),
+            true,
+        ),
+        (
+            "udp to a snat address (tcp only)",
+            v4(0, udp, BACKEND4, SNAT4, 0, &ports(53, 61000)),
+            false,
+        ),
+        (
+            "arp",
+            {
+                let mut f = eth(0, 0x0806);
+                f.extend_from_slice(&[0u8; 28]);
+                f
+            },
+            false,
+        ),
+        (
+            "ipv6 tcp to vip:443",
+            v6(tcp, client6(), vip6(), &[], &ports(40000, 443)),
+            true,
+        ),
+        (
+            "ipv6 after hop-by-hop",
+            v6(
+                tcp,
+                client6(),
+                vip6(),
+                std::slice::from_ref(&hop_by_hop),
+                &ports(40000, 443),
+            ),
+            true,
+        ),
+        (
+            "ipv6 later fragment",
+            v6(tcp, client6(), vip6(), &[frag_ext(100)], &[0u8; 8]),
+            true,
+        ),
+        (
+            "ipv6 first fragment, wrong port",
+            v6(tcp, client6(), vip6(), &[frag_ext(0)], &ports(40000, 80)),
+            false,
+        ),
+        (
+            "ipv6 neighbour solicitation to a vip",
+            v6(58, client6(), vip6(), &[], &[135, 0, 0, 0, 0, 0, 0, 0]),
+            false,
+        ),
+        (
+            "ipv6 echo to a vip",
+            v6(58, client6(), vip6(), &[], &[128, 0, 0, 0, 0, 0, 0, 0]),
+            true,
+        ),
+        (
+            "truncated ipv4",
+            v4(0, tcp, CLIENT4, VIP4, 0, &ports(40000, 80))[..30].to_vec(),
+            false,
+        ),
+        (
+            "truncated ports",
+            v4(0, tcp, CLIENT4, VIP4, 0, &[0, 80]),
+            false,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, frame, owned) in &cases {
+        let got = steer
+            .classify(frame)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        if got != *owned {
+            wrong.push(format!("{what}: steered={got}, want {owned}"));
+        }
+    }
+    assert!(wrong.is_empty(), "wrong decisions:\n{}", wrong.join("\n"));
+
+    // Map edits take effect at once, without reloading the program.
+    let to_vip = v4(0, tcp, CLIENT4, VIP4, 0, &ports(40000, 80));
+    steer.set_vips(&[]).expect("clear vips");
+    assert!(
+        !steer.classify(&to_vip).expect("run"),
+        "a removed VIP is no longer steered"
+    );
+    steer
+        .set_vips(&[VipKey {
+            addr: IpAddr::V4(VIP4),
+            port: 80,
+            proto: Proto::Tcp,
+        }])
+        .expect("vips again");
+    assert!(
+        steer.classify(&to_vip).expect("run"),
+        "a re-added VIP is steered again"
+    );
+    let c = steer.counters().expect("counters");
+    assert!(
+        c.passed as usize >= cases.len(),
+        "every test frame was passed (no socket): {c:?}"
+    );
+}
+
+#[test]
+fn a_vip_set_that_does_not_fit_changes_nothing() {
+    require_root();
+    let mut steer = Steer::load().expect("load the steering program");
+    let web = VipKey {
+        addr: IpAddr::V4(VIP4),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    steer.set_vips(&[web]).expect("one vip");
+    // 40 000 addresses need 80 000 keys (each with its address-only twin): more than the
+    // map's 65 536 entries.
+    let too_many: Vec<VipKey> = (0..40_000u32)
+        .map(|i| VipKey {
+            addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)),
+            port: 80,
+            proto: Proto::Tcp,
+        })
+        .collect();
+    let e = steer.set_vips(&too_many).expect_err("cannot fit");
+    assert!(e.to_string().contains("map full?"), "{e}");
+    let to_web = v4(0, 6, CLIENT4, VIP4, 0, &ports(40000, 80));
+    assert!(
+        steer.classify(&to_web).expect("run"),
+        "the old set still steers"
+    );
+    let to_new = v4(
+        0,
+        6,
+        CLIENT4,
+        Ipv4Addr::new(10, 0, 0, 9),
+        0,
+        &ports(40000, 80),
+    );
+    assert!(
+        !steer.classify(&to_new).expect("run"),
+        "nothing of the refused set remains"
+    );
+    // And the map has room again for a set that fits.
+    steer.set_vips(&too_many[..1000]).expect("a set that fits");
+    assert!(steer.classify(&to_new).expect("run"));
+}

@@ -1,0 +1,128 @@
+//! Health checks wired into the pools: a backend whose server stops leaves the VIP's pool
+//! within `fall * interval + timeout`, and comes back after `rise` successes. Needs root.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use sluice::lab::{Lab, LabMode, LabOptions, http_get};
+
+/// The lab's check: interval 500 ms, timeout 300 ms, rise 2, fall 2.
+const INTERVAL: Duration = Duration::from_millis(500);
+const TIMEOUT: Duration = Duration::from_millis(300);
+const FALL: u32 = 2;
+const RISE: u32 = 2;
+
+fn spread(lab: &Lab, vip: SocketAddr, n: usize) -> BTreeMap<String, usize> {
+    lab.from_client(move || {
+        let mut c = BTreeMap::new();
+        for _ in 0..n {
+            let key = match http_get(vip, "/whoami", Duration::from_secs(2)) {
+                Ok((200, body)) => String::from_utf8_lossy(&body).into_owned(),
+                Ok((s, _)) => format!("status {s}"),
+                Err(e) => format!("error {}", e.kind()),
+            };
+            *c.entry(key).or_insert(0) += 1;
+        }
+        c
+    })
+    .expect("client")
+}
+
+#[test]
+fn stopped_backend_leaves_and_rejoins_the_pool() {
+    common::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        scheduler: "rr".into(),
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let log = lab
+        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
+        .expect("start");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
+
+    // Backends start down until `rise` checks pass: wait for all three.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = spread(&lab, vip, 30);
+        if ["be1", "be2", "be3"].iter().all(|b| c.contains_key(*b)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not all backends joined: {c:?}\n{}",
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    lab.stop_backend(1);
+    let stopped = Instant::now();
+    // Poll cheaply until be2 is out: with round robin over three backends, 30 requests
+    // without an error and without be2 means it left the pool.
+    let bound = INTERVAL * FALL + TIMEOUT;
+    let left = loop {
+        let c = spread(&lab, vip, 6);
+        if !c.keys().any(|k| k != "be1" && k != "be3") {
+            break stopped.elapsed();
+        }
+        assert!(
+            stopped.elapsed() < bound + Duration::from_secs(5),
+            "be2 never left the pool: {c:?}\n{}",
+            log_text()
+        );
+    };
+    let after = spread(&lab, vip, 30);
+    assert_eq!(
+        after.len(),
+        2,
+        "only be1 and be3 after be2 stopped: {after:?}"
+    );
+    assert_eq!(after.get("be1"), Some(&15), "{after:?}");
+    assert_eq!(after.get("be3"), Some(&15), "{after:?}");
+    // Checks run every interval with jitter 0; the down decision needs `fall` failed probes,
+    // each failing within `timeout`, plus one interval of phase: allow one more interval.
+    println!(
+        "be2 left the pool {:?} after its server stopped (bound {:?})",
+        left,
+        bound + INTERVAL
+    );
+    assert!(
+        left <= bound + INTERVAL,
+        "left after {left:?}, bound {:?}",
+        bound + INTERVAL
+    );
+    assert!(
+        log_text().contains("-> down"),
+        "transition logged:\n{}",
+        log_text()
+    );
+
+    lab.start_backend(1).expect("restart be2");
+    let started = Instant::now();
+    let back = loop {
+        let c = spread(&lab, vip, 6);
+        if c.contains_key("be2") {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < INTERVAL * (RISE + 2) + Duration::from_secs(5),
+            "be2 never came back: {c:?}\n{}",
+            log_text()
+        );
+    };
+    println!("be2 rejoined {back:?} after its server started");
+    assert!(back <= INTERVAL * (RISE + 2), "rejoined after {back:?}");
+    let c = spread(&lab, vip, 30);
+    assert_eq!(
+        c.values().copied().collect::<Vec<_>>(),
+        vec![10, 10, 10],
+        "{c:?}"
+    );
+    assert!(lab.stop_appliance());
+}

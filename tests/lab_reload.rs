@@ -1,0 +1,184 @@
+//! Flow safety across pool changes: a long TCP download keeps its backend and its bytes while
+//! that backend is drained, another is added and the config is reloaded (SIGHUP), and a
+//! broken config leaves the running version in place. Needs root.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sluice::lab::{Lab, LabMode, LabOptions, blob, http_get};
+
+/// The NAT IPv4 TCP VIP's block of the generated config, with its backends' `lines`.
+fn with_nat4_backends(config: &str, backends: &[(&str, &str)]) -> String {
+    let start = config
+        .find("name = \"nat4-tcp\"")
+        .expect("nat4-tcp in config");
+    let end = start + config[start..].find("\n\n").expect("end of vip block");
+    let head_end = start + config[start..].find("[[vip.backend]]").expect("backends");
+    let mut block = config[start..head_end].to_string();
+    for (addr, state) in backends {
+        block.push_str(&format!(
+            "[[vip.backend]]\naddress = \"{addr}\"\nport = 8080\nstate = \"{state}\"\n"
+        ));
+    }
+    format!("{}{}{}", &config[..start], block.trim_end(), &config[end..])
+}
+
+/// GET /blob, reading the body slowly; sends the serving backend's name as soon as the
+/// headers arrive.
+fn slow_download(addr: SocketAddr, backend: mpsc::Sender<String>) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_nodelay(true)?;
+    // A small receive buffer keeps the transfer in flight for seconds.
+    write!(
+        s,
+        "GET /blob HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut data = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut told = false;
+    loop {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        data.extend_from_slice(&chunk[..n]);
+        if !told && let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_string();
+            let name = head
+                .lines()
+                .find_map(|l| l.strip_prefix("X-Backend: "))
+                .unwrap_or("?")
+                .to_string();
+            let _ = backend.send(name);
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let end = data
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no headers"))?;
+    Ok(data[end + 4..].to_vec())
+}
+
+fn backend_ip(name: &str) -> String {
+    let i: usize = name.trim_start_matches("be").parse().expect("backend name");
+    format!("10.0.0.{}", 20 + i)
+}
+
+#[test]
+fn long_transfer_survives_drain_add_and_reloads() {
+    common::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let full = lab.config(&lab.dir.join("api.sock"));
+    // Start with be1 and be2 only.
+    let two = with_nat4_backends(&full, &[("10.0.0.21", "active"), ("10.0.0.22", "active")]);
+    lab.write_config(&two).expect("config");
+    let log = lab
+        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
+        .expect("start");
+    let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
+    let ready = lab
+        .from_client(move || {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if http_get(vip, "/whoami", Duration::from_millis(500)).is_ok() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            false
+        })
+        .expect("client");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(ready, "VIP never answered:\n{}", log_text());
+
+    // Receive buffer small enough that the 1 MB download lasts seconds.
+    lab.client
+        .sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
+        .expect("sysctl");
+    let (tx, rx) = mpsc::channel();
+    let download = lab
+        .client
+        .in_thread(move || slow_download(vip, tx))
+        .expect("thread");
+    let serving = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("download headers");
+    assert!(serving == "be1" || serving == "be2", "served by {serving}");
+    let other = if serving == "be1" { "be2" } else { "be1" };
+
+    // Drain the backend serving the download, add be3, reload; then reload unchanged, and
+    // then with a broken file.
+    let drained = with_nat4_backends(
+        &full,
+        &[
+            (&backend_ip(&serving), "drain"),
+            (&backend_ip(other), "active"),
+            ("10.0.0.23", "active"),
+        ],
+    );
+    for _ in 0..3 {
+        lab.write_config(&drained).expect("config");
+        assert!(lab.reload(), "SIGHUP");
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    lab.write_config("[appliance]\nname = \"broken\"\n")
+        .expect("config");
+    assert!(lab.reload(), "SIGHUP");
+    std::thread::sleep(Duration::from_millis(400));
+
+    assert!(
+        !download.is_finished(),
+        "the download ended before the reloads: it must span them"
+    );
+    let body = download
+        .join()
+        .expect("download thread")
+        .unwrap_or_else(|e| panic!("download broke: {e}\n{}", log_text()));
+    assert_eq!(body.len(), blob().len(), "download length");
+    assert!(body == blob(), "download bytes differ");
+
+    // New flows avoid the drained backend and reach the added one; the broken file changed
+    // nothing (the drained config still runs).
+    let counts = lab
+        .from_client(move || {
+            let mut c = std::collections::BTreeMap::new();
+            for _ in 0..60 {
+                let (status, body) =
+                    http_get(vip, "/whoami", Duration::from_secs(3)).expect("request after reload");
+                assert_eq!(status, 200);
+                *c.entry(String::from_utf8_lossy(&body).to_string())
+                    .or_insert(0) += 1;
+            }
+            c
+        })
+        .expect("client");
+    assert!(
+        !counts.contains_key(&serving),
+        "drained {serving} got new flows: {counts:?}"
+    );
+    assert!(
+        counts.get("be3").copied().unwrap_or(0) > 0,
+        "added be3 got nothing: {counts:?}"
+    );
+    let text = log_text();
+    assert!(
+        text.contains("reload rejected"),
+        "broken reload not reported:\n{text}"
+    );
+    assert!(
+        text.contains("appliance.interfaces"),
+        "error names the key:\n{text}"
+    );
+    assert!(lab.stop_appliance(), "clean exit");
+}
