@@ -53,6 +53,12 @@ enum Command {
         /// Scheduler for every VIP (maglev, rr, wrr, sh, dh, lc, wlc, sed, nq, lblc, lblcr).
         #[arg(long, default_value = "maglev")]
         scheduler: String,
+        /// Appliances behind the router (DR and tunnel VIPs on all of them, ECMP over BGP).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=10))]
+        appliances: u8,
+        /// Static VIP routes on the router instead of BIRD and BGP (one appliance only).
+        #[arg(long)]
+        no_bgp: bool,
     },
 }
 
@@ -66,10 +72,14 @@ fn main() -> ExitCode {
             backends,
             requests,
             scheduler,
+            appliances,
+            no_bgp,
         } => lab(sluice::lab::LabOptions {
             backends: usize::from(backends),
             requests,
             scheduler,
+            appliances: Some(usize::from(appliances)),
+            bgp: Some(!no_bgp),
             ..Default::default()
         }),
     }

@@ -196,15 +196,10 @@ fn collect(
     }
 }
 
+/// Transitions go to the consumer on the channel, which logs them with its own context
+/// (the appliance names the VIPs); here they are debug detail only.
 fn log_transition(t: &Transition) {
-    match t.to {
-        crate::hysteresis::Health::Up => {
-            tracing::info!(key = %t.key, reason = %t.reason, probe = t.probe, "backend up")
-        }
-        crate::hysteresis::Health::Down => {
-            tracing::warn!(key = %t.key, reason = %t.reason, probe = t.probe, "backend down")
-        }
-    }
+    tracing::debug!(key = %t.key, reason = %t.reason, probe = t.probe, to = %t.to, "transition");
 }
 
 /// Runs one probe now, outside any schedule, bounded by the check's timeout: for

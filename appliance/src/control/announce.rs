@@ -51,15 +51,31 @@ fn attrs(communities: impl IntoIterator<Item = Community>) -> RouteAttrs {
     a
 }
 
-/// Which VIP addresses should be announced now, with their attributes: an address is
-/// announced when any VIP on it has a backend that can take new flows.
-pub fn wanted(config: &Config, tables: &Tables) -> BTreeMap<IpAddr, Vec<Community>> {
+/// An address that may be announced, with its communities. `settled` is false while the
+/// health checks of some VIP on it have not decided yet: such an address is not announced
+/// for the first time (flows that arrive while the pool is still filling would be pinned to
+/// the few backends up so far, and another appliance with the full pool would send them
+/// elsewhere after an ECMP change), but one already announced stays announced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    pub communities: Vec<Community>,
+    pub settled: bool,
+}
+
+/// Which VIP addresses should be announced now: an address is announced when any VIP on it
+/// has a backend that can take new flows. `settled(vip)` says whether that VIP's health
+/// checks have all decided.
+pub fn wanted(
+    config: &Config,
+    tables: &Tables,
+    settled: &dyn Fn(&config::Vip) -> bool,
+) -> BTreeMap<IpAddr, Wanted> {
     let global = config
         .bgp
         .as_ref()
         .map(|b| b.communities.clone())
         .unwrap_or_default();
-    let mut out: BTreeMap<IpAddr, Vec<Community>> = BTreeMap::new();
+    let mut out: BTreeMap<IpAddr, Wanted> = BTreeMap::new();
     for (slot, v) in tables.vips.iter().enumerate() {
         let healthy = v.backends.clone().any(|b| tables.eligible[b as usize]);
         if !healthy {
@@ -68,8 +84,16 @@ pub fn wanted(config: &Config, tables: &Tables) -> BTreeMap<IpAddr, Vec<Communit
         let Some(cv) = config.vips.get(slot) else {
             continue;
         };
-        let e = out.entry(cv.address).or_insert_with(|| global.clone());
-        e.extend(cv.communities.iter().copied());
+        let e = out.entry(cv.address).or_insert_with(|| Wanted {
+            communities: global.clone(),
+            settled: true,
+        });
+        e.communities.extend(cv.communities.iter().copied());
+        e.settled &= settled(cv);
+    }
+    for w in out.values_mut() {
+        w.communities.sort_unstable_by_key(|c| c.to_string());
+        w.communities.dedup();
     }
     out
 }
@@ -89,18 +113,23 @@ impl Announcer {
         })
     }
 
-    /// Announces and withdraws so that exactly `wanted` is announced.
-    pub fn sync(&mut self, wanted: &BTreeMap<IpAddr, Vec<Community>>) {
-        for (ip, comms) in wanted {
-            if self.announced.get(ip) == Some(comms) {
-                continue;
+    /// Announces and withdraws so that what is announced follows `wanted` (see [`Wanted`]).
+    pub fn sync(&mut self, wanted: &BTreeMap<IpAddr, Wanted>) {
+        for (ip, w) in wanted {
+            match self.announced.get(ip) {
+                Some(c) if *c == w.communities => continue,
+                None if !w.settled => continue,
+                _ => {}
             }
             let prefix = IpNet::from(*ip);
-            if let Err(e) = self.speaker.announce(prefix, attrs(comms.iter().copied())) {
+            if let Err(e) = self
+                .speaker
+                .announce(prefix, attrs(w.communities.iter().copied()))
+            {
                 warn!(vip = %ip, "announce failed: {e}");
                 continue;
             }
-            self.announced.insert(*ip, comms.clone());
+            self.announced.insert(*ip, w.communities.clone());
             info!(vip = %ip, "bgp: announce");
         }
         let gone: Vec<IpAddr> = self
@@ -118,6 +147,11 @@ impl Announcer {
                 Err(e) => warn!(vip = %ip, "withdraw failed: {e}"),
             }
         }
+    }
+
+    /// Addresses announced now.
+    pub fn announced(&self) -> impl Iterator<Item = &IpAddr> {
+        self.announced.keys()
     }
 
     pub fn peers(&self) -> Vec<bgp::PeerStatus> {

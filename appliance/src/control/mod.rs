@@ -295,26 +295,64 @@ fn summary(snaps: &[Arc<Mutex<Snapshot>>], tables: &Tables) -> String {
     line
 }
 
-/// Builds the next table version, publishes it to the workers, then brings the BGP
-/// announcements in line with it (announce after the tables can serve a VIP, withdraw after
-/// its last backend left). On failure the running version stays.
-fn commit(
-    st: &mut State,
-    published: &Published,
-    announcer: Option<&mut announce::Announcer>,
-    why: &str,
-) {
+/// Builds the next table version and publishes it to the workers. On failure the running
+/// version stays.
+fn commit(st: &mut State, published: &Published, why: &str) {
     match st.build() {
         Ok(t) => {
-            let wanted = announce::wanted(&st.config, &t);
             published.publish(t);
             info!(version = published.version(), "commit: {why}");
-            if let Some(a) = announcer {
-                a.sync(&wanted);
-            }
         }
         Err(e) => error!("{why}: cannot build tables, running version kept: {e}"),
     }
+}
+
+/// Brings the BGP announcements in line with the published tables: announce a VIP once the
+/// tables can serve it and its health checks have decided (or `settle_by` has passed),
+/// withdraw it when its last backend left.
+fn sync_announcements(
+    announcer: Option<&mut announce::Announcer>,
+    st: &State,
+    published: &Published,
+    prober: &health::Prober,
+    targets: &HashMap<health::ProbeKey, Vec<HealthKey>>,
+    settle_by: std::time::Instant,
+) {
+    let Some(a) = announcer else { return };
+    let undecided: std::collections::HashSet<&HealthKey> = if std::time::Instant::now() >= settle_by
+    {
+        Default::default()
+    } else {
+        prober
+            .status()
+            .iter()
+            .filter(|s| !s.decided)
+            .filter_map(|s| targets.get(&s.key))
+            .flatten()
+            .collect()
+    };
+    let settled = |v: &Vip| {
+        v.backends.iter().all(|b| {
+            b.state == config::BackendState::Disabled
+                || !undecided.contains(&(v.name.clone(), b.address, b.port))
+        })
+    };
+    a.sync(&announce::wanted(
+        &st.config,
+        &published.current(),
+        &settled,
+    ));
+}
+
+/// How long after a (re)start the announcer waits at most for health checks to decide:
+/// long enough for `rise` or `fall` results of the slowest check.
+fn settle_time(config: &Config) -> Duration {
+    config
+        .health_checks
+        .iter()
+        .map(|c| c.interval * (c.rise.max(c.fall) + 1) + c.timeout + c.jitter)
+        .max()
+        .unwrap_or_default()
 }
 
 /// `sluice run`: brings the datapath up with `path`'s config and runs until SIGTERM or
@@ -375,21 +413,6 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         st.config.appliance.name
     );
 
-    // Announce only now that the datapath forwards.
-    let mut announcer = match &st.config.bgp {
-        Some(b) => match announce::Announcer::start(b).await {
-            Ok(mut a) => {
-                a.sync(&announce::wanted(&st.config, &published.current()));
-                Some(a)
-            }
-            Err(e) => {
-                error!("bgp: {e}; running without announcements");
-                None
-            }
-        },
-        None => None,
-    };
-
     let (prober, mut transitions) = health::Prober::spawn();
     let mut targets = health_targets(&st.config);
     prober.set_targets(targets.keys().map(|k| health::Target {
@@ -397,7 +420,39 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         port: k.port,
         check: Arc::clone(&k.check),
     }));
+    let mut settle_by = std::time::Instant::now() + settle_time(&st.config);
 
+    // The speaker starts now that the datapath forwards; VIPs are announced as their health
+    // checks settle (every tick re-syncs).
+    let mut announcer = match &st.config.bgp {
+        Some(b) => match announce::Announcer::start(b).await {
+            Ok(a) => Some(a),
+            Err(e) => {
+                error!("bgp: {e}; running without announcements");
+                None
+            }
+        },
+        None => None,
+    };
+    sync_announcements(
+        announcer.as_mut(),
+        &st,
+        &published,
+        &prober,
+        &targets,
+        settle_by,
+    );
+
+    // Neighbour and route changes mark the resolution stale; the next tick re-resolves, so a
+    // burst of kernel notifications costs one pass.
+    let mut net_changes = match crate::datapath::neigh::watch() {
+        Ok(rx) => Some(rx),
+        Err(e) => {
+            warn!("cannot watch neighbour and route changes ({e}); re-resolving every 30 s");
+            None
+        }
+    };
+    let mut net_dirty = false;
     let mut term = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
     let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
     let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signal)?;
@@ -438,7 +493,8 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
                         if let Err(e) = dp.set_vips(&vips).and_then(|_| dp.set_return_keys(&ret)) {
                             error!("reload: steering maps: {e}");
                         }
-                        commit(&mut st, &published, announcer.as_mut(), "reload");
+                        commit(&mut st, &published, "reload");
+                        settle_by = std::time::Instant::now() + settle_time(&st.config);
                     }
                     Err(e) => error!("reload rejected, running version kept: {e}"),
                 }
@@ -451,14 +507,32 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
                         st.health.insert(p.clone(), up);
                     }
                 }
-                commit(&mut st, &published, announcer.as_mut(), "health change");
+                commit(&mut st, &published, "health change");
+                sync_announcements(announcer.as_mut(), &st, &published, &prober, &targets, settle_by);
+            }
+            Some(change) = async {
+                match net_changes.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                use crate::datapath::neigh::NetChange;
+                let known = |mac: &[u8; 6]| {
+                    st.neighbors.values().chain(st.gateways.iter().flatten()).any(|n| n.dst_mac.0 == *mac)
+                };
+                net_dirty |= match &change {
+                    NetChange::Neighbour { mac: Some(mac), .. } => !known(mac),
+                    NetChange::Neighbour { mac: None, .. } | NetChange::Route { .. } => true,
+                };
             }
             _ = tick.tick() => {
                 ticks += 1;
+                sync_announcements(announcer.as_mut(), &st, &published, &prober, &targets, settle_by);
                 let missing = st.config.vips.iter().flat_map(|v| &v.backends)
                     .any(|b| !st.neighbors.contains_key(&b.address));
-                if (missing || ticks.is_multiple_of(30)) && resolve_all(&resolver, &mut st).await {
-                    commit(&mut st, &published, announcer.as_mut(), "neighbours changed");
+                let stale = std::mem::take(&mut net_dirty);
+                if (missing || stale || ticks.is_multiple_of(30)) && resolve_all(&resolver, &mut st).await {
+                    commit(&mut st, &published, "neighbours changed");
                 }
                 if ticks.is_multiple_of(10) {
                     let snaps = snapshots.lock().map(|s| s.clone()).unwrap_or_default();

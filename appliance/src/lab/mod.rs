@@ -211,19 +211,6 @@ impl Lab {
         }
         netns::require("ip", "iproute2")?;
         netns::require("python3", "python3")?;
-        // Unique per process and per lab, so labs in parallel tests never share a name.
-        static LABS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = LABS.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{}{n}", std::process::id() % 10_000);
-        let dir = std::env::temp_dir().join(format!("sluice-lab-{id}"));
-        std::fs::create_dir_all(&dir).map_err(|e| LabError {
-            command: format!("mkdir {}", dir.display()),
-            detail: e.to_string(),
-        })?;
-        let ns = |role: &str| Netns::create(&format!("sl{id}{role}"));
-        let client = ns("cl")?;
-        let router = ns("rt")?;
-        let lb = ns("lb")?;
         let mut options = options;
         let n_lbs = options.appliances.unwrap_or(1).max(1);
         if n_lbs > MAX_APPLIANCES {
@@ -243,6 +230,19 @@ impl Lab {
             netns::require("birdc", "bird2")?;
             netns::require("nft", "nftables")?;
         }
+        // Unique per process and per lab, so labs in parallel tests never share a name.
+        static LABS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = LABS.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}{n}", std::process::id() % 10_000);
+        let dir = std::env::temp_dir().join(format!("sluice-lab-{id}"));
+        std::fs::create_dir_all(&dir).map_err(|e| LabError {
+            command: format!("mkdir {}", dir.display()),
+            detail: e.to_string(),
+        })?;
+        let ns = |role: &str| Netns::create(&format!("sl{id}{role}"));
+        let client = ns("cl")?;
+        let router = ns("rt")?;
+        let lb = ns("lb")?;
         let mut more_lbs = Vec::new();
         for k in 1..n_lbs {
             more_lbs.push(ns(&format!("lb{}", k + 1))?);
