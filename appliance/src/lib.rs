@@ -4,10 +4,12 @@
 //! `config` turns a TOML file into a validated model; `wire` and `lb` are the pure
 //! packet core; `datapath` and `control` are the I/O around it.
 
+pub mod bench;
 pub mod config;
 pub mod control;
 pub mod datapath;
 pub mod lab;
 pub mod lb;
+pub mod sockopt;
 pub mod trace;
 pub mod wire;

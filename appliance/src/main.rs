@@ -60,6 +60,22 @@ enum Command {
         #[arg(long)]
         no_bgp: bool,
     },
+    /// Packet-rate benchmark (root): 64-byte UDP to a VIP over veth, Sluice against kernel
+    /// forwarding with nftables DNAT on the same namespaces, side by side.
+    Bench {
+        /// Generator seconds per run.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: u64,
+        /// Rounds of (Sluice run, nftables run), alternating; the report gives the medians.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
+        rounds: u64,
+        /// Run the appliance with busy_poll = true (workers spin on their rings).
+        #[arg(long)]
+        busy_poll: bool,
+        /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -82,6 +98,57 @@ fn main() -> ExitCode {
             bgp: Some(!no_bgp),
             ..Default::default()
         }),
+        Command::Bench {
+            seconds,
+            rounds,
+            busy_poll,
+            json,
+        } => bench(
+            sluice::bench::BenchOptions {
+                seconds,
+                sluice: PathBuf::new(),
+                busy_poll,
+                rounds: rounds as usize,
+            },
+            json,
+        ),
+    }
+}
+
+fn bench(mut options: sluice::bench::BenchOptions, json: bool) -> ExitCode {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop)) {
+            eprintln!("sluice bench: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    options.sluice = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("sluice bench: cannot find the sluice binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match sluice::bench::run(&options, stop) {
+        Ok(report) if json => match serde_json::to_string_pretty(&report) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("sluice bench: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Ok(report) => {
+            print!("{}", report.table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sluice bench: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

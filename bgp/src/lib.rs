@@ -27,4 +27,6 @@ mod tasks;
 
 pub use fsm::State;
 pub use ipnet::IpNet;
-pub use speaker::{PeerConfig, PeerStatus, RouteAttrs, Speaker, SpeakerConfig, SpeakerError};
+pub use speaker::{
+    Md5Key, PeerConfig, PeerStatus, RouteAttrs, SocketOptions, Speaker, SpeakerConfig, SpeakerError,
+};

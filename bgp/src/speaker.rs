@@ -8,7 +8,10 @@ use crate::fsm::State;
 use crate::tasks::{self, PeerCmd, PeerHandle};
 use ipnet::IpNet;
 use std::collections::HashSet;
+use std::fmt;
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -29,6 +32,56 @@ pub struct SpeakerConfig {
     pub graceful_shutdown_wait: Duration,
     /// Text sent in the Cease NOTIFICATION on shutdown (RFC 9003).
     pub shutdown_message: String,
+    /// Sets the kernel options behind `md5_key` and `ttl_security` (required by either).
+    pub socket_options: Option<Arc<dyn SocketOptions>>,
+}
+
+/// The TCP socket options BGP security needs but no safe Rust API exposes (`TCP_MD5SIG`,
+/// `IP_MINTTL`, `IPV6_MINHOPCOUNT`): this crate forbids `unsafe`, so the embedding program
+/// supplies them (the appliance's `sockopt` module). Calls happen on sockets the speaker
+/// owns, before `listen`/`connect`, so a failure stops that socket from being used.
+pub trait SocketOptions: Send + Sync + fmt::Debug {
+    /// Installs the RFC 2385 key for segments to and from `peer` (any port). `peer` is in
+    /// the socket's family: an IPv4 peer on an IPv6 socket is passed v4-mapped.
+    fn tcp_md5(&self, fd: BorrowedFd<'_>, peer: IpAddr, key: &[u8]) -> io::Result<()>;
+    /// Makes the kernel drop received segments whose TTL (IPv4) or hop limit (IPv6) is below
+    /// `ttl` (RFC 5082 §3). On an IPv6 socket (`v6`) both limits are set, since v4-mapped
+    /// connections are checked against the IPv4 one.
+    fn min_ttl(&self, fd: BorrowedFd<'_>, v6: bool, ttl: u8) -> io::Result<()>;
+}
+
+/// An RFC 2385 TCP MD5 key: 1 to 80 bytes (the kernel's `TCP_MD5SIG_MAXKEYLEN`). `Debug`
+/// shows only the length so the key never reaches a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Md5Key(Vec<u8>);
+
+impl Md5Key {
+    /// The longest key the kernel takes.
+    pub const MAX_LEN: usize = 80;
+
+    /// Checks the length; the key is used byte for byte (no terminating NUL).
+    pub fn new(key: impl Into<Vec<u8>>) -> Result<Md5Key, SpeakerError> {
+        let key = key.into();
+        if key.is_empty() || key.len() > Md5Key::MAX_LEN {
+            return Err(SpeakerError::Config(format!(
+                "TCP MD5 key is {} bytes; it must be 1 to {}",
+                key.len(),
+                Md5Key::MAX_LEN
+            )));
+        }
+        Ok(Md5Key(key))
+    }
+
+    /// The key bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Md5Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Md5Key(<{} bytes>)", self.0.len())
+    }
 }
 
 impl SpeakerConfig {
@@ -41,6 +94,7 @@ impl SpeakerConfig {
             listen: Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 179)),
             graceful_shutdown_wait: Duration::from_secs(30),
             shutdown_message: "sluice load balancer shutting down".to_string(),
+            socket_options: None,
         }
     }
 }
@@ -64,8 +118,11 @@ pub struct PeerConfig {
     pub connect_retry: Duration,
     /// First IdleHold interval after an error (doubles up to 64x). Default 1 s.
     pub idle_hold: Duration,
-    /// GTSM (RFC 5082): send with TTL 255. See `network.rs` for the receive side.
+    /// GTSM (RFC 5082): send with TTL 255 and make the kernel drop segments from the peer
+    /// that arrive with less (needs [`SpeakerConfig::socket_options`]).
     pub ttl_security: bool,
+    /// RFC 2385 TCP MD5 key shared with the peer (needs [`SpeakerConfig::socket_options`]).
+    pub md5_key: Option<Md5Key>,
     /// NEXT_HOP for IPv4 VIPs when the route has none; default: the session's local address.
     pub next_hop_v4: Option<Ipv4Addr>,
     /// Next hop for IPv6 VIPs when the route has none; default: the session's local address.
@@ -94,6 +151,7 @@ impl PeerConfig {
             connect_retry: Duration::from_secs(5),
             idle_hold: Duration::from_secs(1),
             ttl_security: false,
+            md5_key: None,
             next_hop_v4: None,
             next_hop_v6: None,
             ipv4_unicast: true,
@@ -166,6 +224,16 @@ pub enum SpeakerError {
         /// Why.
         source: std::io::Error,
     },
+    /// A security option (TCP MD5 key, minimum TTL) could not be set on the listener.
+    #[error("bgp: cannot set {option} for peer {peer} on the listener: {source}")]
+    SocketOption {
+        /// Which option.
+        option: &'static str,
+        /// The peer it was for.
+        peer: IpAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The speaker was shut down.
     #[error("bgp speaker is shut down")]
     Stopped,
@@ -220,6 +288,13 @@ fn validate(cfg: &SpeakerConfig) -> Result<(), SpeakerError> {
         {
             return err(format!("peer {a}: graceful_restart {gr:?} exceeds 4095 s"));
         }
+        if (p.md5_key.is_some() || p.ttl_security) && cfg.socket_options.is_none() {
+            // Signing or checking nothing while the operator asked for it would leave the
+            // session open to exactly what the option is meant to stop.
+            return err(format!(
+                "peer {a}: md5_key and ttl_security need SpeakerConfig::socket_options"
+            ));
+        }
         if let Some(l) = p.local_address
             && l.is_ipv4() != a.is_ipv4()
         {
@@ -237,17 +312,25 @@ impl Speaker {
     pub async fn start(cfg: SpeakerConfig) -> Result<Speaker, SpeakerError> {
         validate(&cfg)?;
         let listener = match cfg.listen {
-            Some(addr) => Some(
-                crate::network::listen(addr)
-                    .map_err(|source| SpeakerError::Listen { addr, source })?,
-            ),
+            Some(addr) => Some(crate::network::listen(
+                addr,
+                &cfg.peers,
+                cfg.socket_options.as_deref(),
+            )?),
             None => None,
         };
         let listen_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
         let peers: Vec<PeerHandle> = cfg
             .peers
             .iter()
-            .map(|p| tasks::spawn_peer(cfg.asn, cfg.router_id, p.clone()))
+            .map(|p| {
+                tasks::spawn_peer(
+                    cfg.asn,
+                    cfg.router_id,
+                    p.clone(),
+                    cfg.socket_options.clone(),
+                )
+            })
             .collect();
         let rejected = Arc::new(AtomicU64::new(0));
         let listener = listener.map(|l| tasks::spawn_listener(l, &peers, rejected.clone()));

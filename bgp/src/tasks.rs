@@ -19,8 +19,8 @@ use crate::codec::{
     MpUnreach, Notification, Origin, PathAttr, RouteRefresh, SAFI_UNICAST, Update, cease,
 };
 use crate::fsm::{Action, ConnId, DownReason, Event, Fsm, FsmConfig, Session, State, Timer};
-use crate::network::{self, Received};
-use crate::speaker::{PeerConfig, PeerStatus, RouteAttrs};
+use crate::network::{self, Received, Security};
+use crate::speaker::{PeerConfig, PeerStatus, RouteAttrs, SocketOptions};
 use ipnet::IpNet;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -121,7 +121,12 @@ pub(crate) fn spawn_listener(
 }
 
 /// Starts the task for one peer; its session starts at once.
-pub(crate) fn spawn_peer(asn: u32, router_id: Ipv4Addr, cfg: PeerConfig) -> PeerHandle {
+pub(crate) fn spawn_peer(
+    asn: u32,
+    router_id: Ipv4Addr,
+    cfg: PeerConfig,
+    opts: Option<Arc<dyn SocketOptions>>,
+) -> PeerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let status = Arc::new(Mutex::new(PeerStatus {
         address: cfg.address,
@@ -177,6 +182,7 @@ pub(crate) fn spawn_peer(asn: u32, router_id: Ipv4Addr, cfg: PeerConfig) -> Peer
     });
     let task = PeerTask {
         local_asn: asn,
+        sec: Security::new(&cfg, opts),
         cfg: cfg.clone(),
         fsm,
         timers: HashMap::new(),
@@ -211,6 +217,8 @@ struct Up {
 
 struct PeerTask {
     local_asn: u32,
+    /// MD5 key and GTSM for every socket of this peer.
+    sec: Security,
     cfg: PeerConfig,
     fsm: Fsm,
     timers: HashMap<Timer, Instant>,
@@ -283,7 +291,7 @@ impl PeerTask {
     }
 
     fn new_conn(&mut self, stream: TcpStream) -> Option<ConnId> {
-        if let Err(e) = network::prepare(&stream, self.cfg.ttl_security) {
+        if let Err(e) = network::prepare(&stream, &self.sec) {
             self.set_error(format!("socket options: {e}"));
             return None;
         }
@@ -396,9 +404,9 @@ impl PeerTask {
                 let attempt = self.next_id;
                 let tx = self.tx.clone();
                 let remote = SocketAddr::new(self.cfg.address, self.cfg.port);
-                let (local, ttl) = (self.cfg.local_address, self.cfg.ttl_security);
+                let (local, sec) = (self.cfg.local_address, self.sec.clone());
                 let h = tokio::spawn(async move {
-                    let r = network::connect(remote, local, ttl).await;
+                    let r = network::connect(remote, local, sec).await;
                     let _ = tx.send(Input::Connected(attempt, r));
                 });
                 self.connect = Some((attempt, h));

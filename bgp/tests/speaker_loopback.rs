@@ -2,10 +2,12 @@
 //! announce/withdraw reach the other side's received-prefix counter, a speaker started
 //! late still gets routes announced before its session came up, collisions settle on one
 //! session, graceful shutdown ends with Cease/Administrative Shutdown, strangers are refused,
-//! and bad config is rejected with a message naming the problem.
+//! bad config is rejected with a message naming the problem, and MD5 keys and GTSM reach
+//! the listener and outgoing sockets (through a recording `SocketOptions`) before use.
 
 use bgp::{PeerConfig, PeerStatus, RouteAttrs, Speaker, SpeakerConfig, SpeakerError, State};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn free_port(ip: &str) -> u16 {
@@ -176,4 +178,151 @@ async fn bad_config_is_rejected() {
     c.listen = Some(holder.local_addr().expect("addr"));
     let e = Speaker::start(c).await.expect_err("port in use");
     assert!(matches!(e, SpeakerError::Listen { .. }), "{e}");
+}
+
+/// Records what the speaker asks of its `SocketOptions`, failing MD5 on request.
+#[derive(Debug, Default)]
+struct Recorder {
+    calls: std::sync::Mutex<Vec<String>>,
+    fail_md5: bool,
+}
+
+impl bgp::SocketOptions for Recorder {
+    fn tcp_md5(
+        &self,
+        _fd: std::os::fd::BorrowedFd<'_>,
+        peer: IpAddr,
+        key: &[u8],
+    ) -> std::io::Result<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("md5 {peer} {}", String::from_utf8_lossy(key)));
+        if self.fail_md5 {
+            return Err(std::io::Error::from_raw_os_error(22));
+        }
+        Ok(())
+    }
+
+    fn min_ttl(&self, _fd: std::os::fd::BorrowedFd<'_>, v6: bool, ttl: u8) -> std::io::Result<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("minttl v6={v6} {ttl}"));
+        Ok(())
+    }
+}
+
+#[test]
+fn md5_key_length_and_redacted_debug() {
+    assert!(bgp::Md5Key::new(Vec::new()).is_err());
+    assert!(bgp::Md5Key::new(vec![b'k'; 81]).is_err());
+    let k = bgp::Md5Key::new(vec![b'k'; 80]).expect("80 bytes");
+    assert_eq!(k.as_bytes().len(), 80);
+    let k = bgp::Md5Key::new("hunter2").expect("key");
+    assert_eq!(format!("{k:?}"), "Md5Key(<7 bytes>)");
+}
+
+#[tokio::test]
+async fn security_options_reach_the_listener_before_accept() {
+    // Without SocketOptions a key or GTSM is refused, not silently dropped.
+    for (key, gtsm) in [(true, false), (false, true)] {
+        let mut p = PeerConfig::new(ip("192.0.2.1"), 65000);
+        p.md5_key = key.then(|| bgp::Md5Key::new("k").expect("key"));
+        p.ttl_security = gtsm;
+        let mut c = SpeakerConfig::new(65001, "10.0.0.1".parse().expect("id"));
+        c.listen = None;
+        c.peers = vec![p];
+        let e = Speaker::start(c).await.expect_err("no socket options");
+        assert!(e.to_string().contains("socket_options"), "{e}");
+    }
+
+    // A dual-stack listener gets the IPv4 peer's key v4-mapped, the IPv6 peer's as is,
+    // nothing for the peer without a key, and the minimum TTL since every peer uses GTSM.
+    let rec = Arc::new(Recorder::default());
+    let mut a = PeerConfig::new(ip("192.0.2.1"), 65000);
+    a.md5_key = Some(bgp::Md5Key::new("four").expect("key"));
+    let mut b = PeerConfig::new(ip("2001:db8::1"), 65000);
+    b.md5_key = Some(bgp::Md5Key::new("six").expect("key"));
+    let c3 = PeerConfig::new(ip("192.0.2.3"), 65000);
+    let mut peers = vec![a, b, c3];
+    for p in &mut peers {
+        p.ttl_security = true;
+        // Never connect out: these addresses are not ours to send to.
+        p.passive = true;
+    }
+    let mut c = SpeakerConfig::new(65001, "10.0.0.1".parse().expect("id"));
+    c.listen = Some("[::1]:0".parse().expect("addr"));
+    c.peers = peers.clone();
+    c.socket_options = Some(rec.clone());
+    let s = Speaker::start(c).await.expect("start");
+    assert_eq!(
+        *rec.calls.lock().unwrap(),
+        [
+            "md5 ::ffff:192.0.2.1 four",
+            "md5 2001:db8::1 six",
+            "minttl v6=true 255"
+        ]
+    );
+    drop(s);
+
+    // One peer without GTSM: no minimum TTL on the shared listener; an IPv4 listener
+    // cannot take an IPv6 peer's key.
+    let rec = Arc::new(Recorder::default());
+    peers[2].ttl_security = false;
+    let mut c = SpeakerConfig::new(65001, "10.0.0.1".parse().expect("id"));
+    c.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    c.peers = peers.clone();
+    c.socket_options = Some(rec.clone());
+    let s = Speaker::start(c).await.expect("start");
+    assert_eq!(*rec.calls.lock().unwrap(), ["md5 192.0.2.1 four"]);
+    drop(s);
+
+    // The kernel refusing a key stops the start with the peer named.
+    let rec = Arc::new(Recorder {
+        fail_md5: true,
+        ..Recorder::default()
+    });
+    let mut c = SpeakerConfig::new(65001, "10.0.0.1".parse().expect("id"));
+    c.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    c.peers = peers;
+    c.socket_options = Some(rec);
+    let e = Speaker::start(c).await.expect_err("md5 refused");
+    assert!(
+        matches!(e, SpeakerError::SocketOption { peer, .. } if peer == ip("192.0.2.1")),
+        "{e}"
+    );
+}
+
+/// An outgoing connection gets key and minimum TTL before it connects, and a session
+/// whose key cannot be set reports why instead of connecting unsigned.
+#[tokio::test]
+async fn security_options_reach_outgoing_connections() {
+    let target = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = target.local_addr().expect("addr").port();
+    let rec = Arc::new(Recorder {
+        fail_md5: true,
+        ..Recorder::default()
+    });
+    let mut p = peer("127.0.0.1", port, 65000, "127.0.0.1");
+    p.md5_key = Some(bgp::Md5Key::new("key").expect("key"));
+    p.ttl_security = true;
+    let mut c = SpeakerConfig::new(65001, "10.0.0.1".parse().expect("id"));
+    c.listen = None;
+    c.peers = vec![p];
+    c.socket_options = Some(rec.clone());
+    let s = Speaker::start(c).await.expect("start");
+    let start = Instant::now();
+    let err = loop {
+        if let Some(e) = s.peers()[0].last_error.clone() {
+            break e;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "no connect error");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(err.contains("TCP MD5"), "{err}");
+    let calls = rec.calls.lock().unwrap().clone();
+    assert_eq!(calls[..2], ["minttl v6=false 255", "md5 127.0.0.1 key"]);
+    target.set_nonblocking(true).expect("nonblocking");
+    assert!(target.accept().is_err(), "nothing may connect unsigned");
 }

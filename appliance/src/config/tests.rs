@@ -469,9 +469,20 @@ fn syntax_error_is_one_line_with_position() {
 }
 
 #[test]
-fn bgp_md5_password_is_refused_not_ignored() {
-    let text = format!(
-        "{BASE}\n[bgp]\nasn = 65010\nrouter_id = \"10.0.0.10\"\n[[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65000\npassword = \"s3cret\"\n"
+fn bgp_md5_password_length_is_checked() {
+    let peer = |pw: &str| {
+        format!(
+            "{BASE}\n[bgp]\nasn = 65010\nrouter_id = \"10.0.0.10\"\n[[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65000\npassword = \"{pw}\"\n"
+        )
+    };
+    let c = Config::from_toml_str(&peer("s3cret")).expect("a 6-byte password is valid");
+    let bgp = c.bgp.as_ref().expect("bgp section");
+    assert_eq!(bgp.peers[0].password.as_deref(), Some("s3cret"));
+    Config::from_toml_str(&peer(&"k".repeat(80))).expect("80 bytes is the kernel maximum");
+    assert_error(&peer(""), "bgp.peer[0].password", "is 0 bytes");
+    assert_error(
+        &peer(&"k".repeat(81)),
+        "bgp.peer[0].password",
+        "1 to 80 bytes",
     );
-    assert_error(&text, "bgp.peer[0].password", "not supported");
 }

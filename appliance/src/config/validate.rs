@@ -381,12 +381,18 @@ fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
         }
         let passive = p.bool("passive", errs).unwrap_or(false);
         let password = p.string("password", errs);
-        if password.is_some() {
-            // Accepting a key and then not signing would silently open the session the
-            // operator meant to protect: refuse until the speaker signs segments.
+        if let Some(pw) = &password
+            && !(1..=bgp::Md5Key::MAX_LEN).contains(&pw.len())
+        {
+            // The key is used byte for byte as the RFC 2385 secret, and Linux takes at most
+            // TCP_MD5SIG_MAXKEYLEN (80) bytes; an empty one would mean "no signature".
             errs.push(
                 p.key("password"),
-                "TCP MD5 signatures (RFC 2385) are not supported by this version; remove the key",
+                format!(
+                    "TCP MD5 password is {} bytes; it must be 1 to {} bytes",
+                    pw.len(),
+                    bgp::Md5Key::MAX_LEN
+                ),
             );
         }
         let ttl_security = p.bool("ttl_security", errs).unwrap_or(false);

@@ -5,12 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use bgp::{IpNet, PeerConfig, RouteAttrs, Speaker, SpeakerConfig};
-use tracing::{info, warn};
+use bgp::{IpNet, Md5Key, PeerConfig, RouteAttrs, Speaker, SpeakerConfig};
+use tracing::{error, info, warn};
 
 use crate::config::{self, Community, Config};
 use crate::lb::Tables;
+use crate::sockopt::KernelSocketOptions;
 
 /// The speaker configuration for `[bgp]`.
 pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {
@@ -19,7 +21,7 @@ pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {
     s.peers = b
         .peers
         .iter()
-        .map(|p| {
+        .filter_map(|p| {
             let mut pc = PeerConfig::new(p.address, p.asn);
             pc.port = p.port;
             pc.hold_time = p.hold_time;
@@ -27,14 +29,28 @@ pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {
             pc.local_address = p.source;
             pc.passive = p.passive;
             pc.ttl_security = p.ttl_security;
+            if let Some(password) = &p.password {
+                match Md5Key::new(password.as_bytes()) {
+                    Ok(k) => pc.md5_key = Some(k),
+                    Err(e) => {
+                        // Validation holds passwords to 1..=80 bytes, so only a Config built
+                        // in code gets here. Fail closed: an unsigned session is what the
+                        // password was meant to prevent; the router's connections are then
+                        // refused and counted as from an unconfigured address.
+                        error!(peer = %p.address, "bgp: peer left out: password unusable: {e}");
+                        return None;
+                    }
+                }
+            }
             match p.next_hop {
                 Some(IpAddr::V4(a)) => pc.next_hop_v4 = Some(a),
                 Some(IpAddr::V6(a)) => pc.next_hop_v6 = Some(a),
                 None => {}
             }
-            pc
+            Some(pc)
         })
         .collect();
+    s.socket_options = Some(Arc::new(KernelSocketOptions));
     s
 }
 

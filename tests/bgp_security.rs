@@ -1,0 +1,432 @@
+//! Session security against BIRD 2: TCP MD5 signatures (RFC 2385) and the receive check of
+//! GTSM (RFC 5082), each with a case that must come up and one that must not, proved by the
+//! kernel's own drop counters (`nstat`). BIRD runs in a router namespace, the speaker on a
+//! thread inside a speaker namespace, linked by a veth pair.
+//!
+//! The speaker gets its socket options from the appliance's `sockopt.rs`, compiled in here
+//! with `#[path]` so the test runs the code the appliance ships without a dependency cycle.
+//!
+//! Run as root: `cargo test -p bgp --test bgp_security -- --nocapture`.
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "../appliance/src/sockopt.rs"]
+mod sockopt;
+
+use bgp::{Md5Key, PeerConfig, PeerStatus, RouteAttrs, Speaker, SpeakerConfig, State};
+use common::{Netns, require_program, require_root, veth};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Commands the test thread sends to a speaker living in another namespace.
+enum Cmd {
+    Announce(bgp::IpNet, RouteAttrs),
+    Peers(std::sync::mpsc::Sender<Vec<PeerStatus>>),
+}
+
+/// A speaker on a dedicated thread that entered the namespace with setns(2), so every
+/// socket it opens lives there. Dropping it drops the runtime and its sessions.
+struct NsSpeaker {
+    tx: Option<tokio::sync::mpsc::UnboundedSender<Cmd>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NsSpeaker {
+    fn start(ns: &Netns, cfg: SpeakerConfig) -> NsSpeaker {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Cmd>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let path = format!("/run/netns/{}", ns.name);
+        let thread = std::thread::spawn(move || {
+            let setns = std::fs::File::open(&path)
+                .map_err(|e| format!("open {path}: {e}"))
+                .and_then(|f| {
+                    nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                        .map_err(|e| format!("setns {path}: {e}"))
+                });
+            if let Err(e) = setns {
+                let _ = ready_tx.send(Err(e));
+                return;
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(async move {
+                let speaker = match Speaker::start(cfg).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                while let Some(cmd) = rx.recv().await {
+                    match cmd {
+                        Cmd::Announce(p, a) => speaker.announce(p, a).expect("announce"),
+                        Cmd::Peers(reply) => {
+                            let _ = reply.send(speaker.peers());
+                        }
+                    }
+                }
+            });
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("speaker did not start: {e}"),
+            Err(_) => panic!("speaker thread died during start"),
+        }
+        NsSpeaker {
+            tx: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn send(&self, c: Cmd) {
+        self.tx
+            .as_ref()
+            .expect("speaker running")
+            .send(c)
+            .expect("speaker thread gone");
+    }
+
+    fn peer(&self) -> PeerStatus {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.send(Cmd::Peers(tx));
+        let mut peers = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("speaker status");
+        assert_eq!(peers.len(), 1, "one peer configured");
+        peers.remove(0)
+    }
+}
+
+impl Drop for NsSpeaker {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Polls `f` every 100 ms until it returns true or `limit` passes; on timeout fails with
+/// `what` and `context()` (the router's view).
+fn wait_for(
+    what: &str,
+    limit: Duration,
+    mut f: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "timed out after {limit:?} waiting for {what}\n--- router view ---\n{}",
+        context()
+    );
+}
+
+fn text(o: std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("{}-{}", tag, common::unique("d")));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed on drop (before its namespace goes).
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A BIRD 2 instance in `ns` with its own config and control socket.
+struct Bird<'a> {
+    ns: &'a Netns,
+    sock: String,
+    _daemon: Daemon,
+    _dir: TempDir,
+}
+
+impl<'a> Bird<'a> {
+    fn start(ns: &'a Netns, config: &str) -> Bird<'a> {
+        require_program("bird", "bird2");
+        require_program("birdc", "bird2");
+        let dir = TempDir::new("birds");
+        let conf = dir.path("bird.conf");
+        let sock = dir.path("bird.ctl");
+        std::fs::write(&conf, config).expect("write bird.conf");
+        let pid = dir.path("bird.pid");
+        let daemon = Daemon(ns.spawn(&["bird", "-f", "-c", &conf, "-s", &sock, "-P", &pid]));
+        let b = Bird {
+            ns,
+            sock,
+            _daemon: daemon,
+            _dir: dir,
+        };
+        wait_for(
+            "bird control socket",
+            Duration::from_secs(10),
+            || {
+                b.ns.output(&["birdc", "-s", &b.sock, "show", "status"])
+                    .status
+                    .success()
+            },
+            || "bird did not start (config error?)".to_string(),
+        );
+        b
+    }
+
+    fn cmd(&self, args: &[&str]) -> String {
+        let mut full = vec!["birdc", "-s", &self.sock];
+        full.extend_from_slice(args);
+        text(self.ns.output(&full))
+    }
+
+    /// BIRD's word for the session state ("Established", "Active", "Connect").
+    fn bgp_state(&self) -> String {
+        let out = self.cmd(&["show", "protocols", "all", "spk"]);
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("BGP state:"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| format!("no BGP state in:\n{out}"))
+    }
+
+    fn view(&self) -> String {
+        format!(
+            "{}\n{}",
+            self.cmd(&["show", "protocols", "all"]),
+            self.cmd(&["show", "route", "all"])
+        )
+    }
+}
+
+/// BIRD config with one eBGP protocol `spk` to the speaker at 10.9.0.2; `extra` goes into
+/// that protocol (password, ttl security).
+fn bird_config(extra: &str) -> String {
+    format!(
+        "router id 10.9.0.1;
+protocol device {{ scan time 1; }}
+protocol bgp spk {{
+  local as 65000;
+  neighbor 10.9.0.2 as 65001;
+  hold time 3;
+  keepalive time 1;
+  connect delay time 1;
+  connect retry time 2;
+  error wait time 1, 10;
+  ipv4 {{ import all; export none; }};
+  {extra}
+}}
+"
+    )
+}
+
+/// Router namespace linked to a speaker namespace: 10.9.0.1 (router) / 10.9.0.2 (speaker).
+fn pair() -> (Netns, Netns) {
+    let r = Netns::new("bsr");
+    let s = Netns::new("bss");
+    veth(&r, "dn", &s, "upl");
+    r.run(&["ip", "addr", "add", "10.9.0.1/24", "dev", "dn"]);
+    s.run(&["ip", "addr", "add", "10.9.0.2/24", "dev", "upl"]);
+    (r, s)
+}
+
+/// A speaker config for the one peer, with the appliance's socket options.
+fn speaker_config(md5: Option<&str>, ttl_security: bool) -> SpeakerConfig {
+    let mut p = PeerConfig::new("10.9.0.1".parse().unwrap(), 65000);
+    p.local_address = Some("10.9.0.2".parse().unwrap());
+    p.hold_time = Duration::from_secs(3);
+    p.connect_retry = Duration::from_secs(1);
+    p.md5_key = md5.map(|k| Md5Key::new(k).expect("test key"));
+    p.ttl_security = ttl_security;
+    let mut c = SpeakerConfig::new(65001, "10.9.0.2".parse().unwrap());
+    c.peers = vec![p];
+    c.socket_options = Some(Arc::new(sockopt::KernelSocketOptions));
+    c
+}
+
+/// Kernel SNMP/netstat counters of the namespace, absolute, without touching nstat's
+/// history file (`-s`), so tests running in parallel do not disturb each other.
+fn counters(ns: &Netns, names: &[&str]) -> u64 {
+    require_program("nstat", "iproute2");
+    let out = text(ns.output(&["nstat", "-asz"]));
+    names
+        .iter()
+        .map(|n| {
+            out.lines()
+                .find_map(|l| {
+                    let mut f = l.split_whitespace();
+                    (f.next() == Some(n)).then(|| f.next()?.parse::<u64>().ok())?
+                })
+                .unwrap_or_else(|| panic!("nstat shows no {n}:\n{out}"))
+        })
+        .sum()
+}
+
+const MD5_DROPS: &[&str] = &[
+    "TcpExtTCPMD5Failure",
+    "TcpExtTCPMD5Unexpected",
+    "TcpExtTCPMD5NotFound",
+];
+const VIP: &str = "192.0.2.10/32";
+
+/// Watches for `limit` that neither side reaches Established.
+fn assert_stays_down(bird: &Bird<'_>, sp: &NsSpeaker, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let st = sp.peer();
+        assert_ne!(st.state, State::Established, "{}", bird.view());
+        assert_ne!(bird.bgp_state(), "Established", "{}", bird.view());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn md5_same_key_establishes_and_route_is_learned() {
+    require_root();
+    let (r, s) = pair();
+    let bird = Bird::start(&r, &bird_config("password \"s3cret-Key!\";"));
+    let md5_before = counters(&r, MD5_DROPS);
+    let sp = NsSpeaker::start(&s, speaker_config(Some("s3cret-Key!"), false));
+    wait_for(
+        "session Established with MD5",
+        Duration::from_secs(20),
+        || sp.peer().state == State::Established,
+        || bird.view(),
+    );
+    sp.send(Cmd::Announce(VIP.parse().unwrap(), RouteAttrs::default()));
+    wait_for(
+        "BIRD to learn the VIP",
+        Duration::from_secs(10),
+        || bird.cmd(&["show", "route", VIP]).contains("10.9.0.2"),
+        || bird.view(),
+    );
+    assert_eq!(bird.bgp_state(), "Established");
+    let md5_after = counters(&r, MD5_DROPS);
+    assert_eq!(
+        md5_after, md5_before,
+        "with matching keys the router must drop no segment for its signature"
+    );
+}
+
+#[test]
+fn md5_wrong_key_never_establishes_and_router_counts_failures() {
+    require_root();
+    let (r, s) = pair();
+    let bird = Bird::start(&r, &bird_config("password \"right-key\";"));
+    let router_before = counters(&r, MD5_DROPS);
+    let speaker_before = counters(&s, MD5_DROPS);
+    let sp = NsSpeaker::start(&s, speaker_config(Some("wrong-key"), false));
+    assert_stays_down(&bird, &sp, Duration::from_secs(8));
+    let router_after = counters(&r, MD5_DROPS);
+    let speaker_after = counters(&s, MD5_DROPS);
+    eprintln!(
+        "md5 drops: router {router_before}->{router_after}, speaker {speaker_before}->{speaker_after}"
+    );
+    assert!(
+        router_after > router_before,
+        "the router's kernel must have dropped our badly signed SYNs\n{}",
+        bird.view()
+    );
+    assert!(
+        speaker_after > speaker_before,
+        "our listener must have dropped BIRD's SYNs signed with its key"
+    );
+}
+
+#[test]
+fn md5_unsigned_speaker_is_refused_by_a_router_with_a_key() {
+    require_root();
+    let (r, s) = pair();
+    let bird = Bird::start(&r, &bird_config("password \"right-key\";"));
+    let before = counters(&r, &["TcpExtTCPMD5NotFound"]);
+    let sp = NsSpeaker::start(&s, speaker_config(None, false));
+    assert_stays_down(&bird, &sp, Duration::from_secs(6));
+    let after = counters(&r, &["TcpExtTCPMD5NotFound"]);
+    assert!(
+        after > before,
+        "the router must count our unsigned SYNs ({before} -> {after})"
+    );
+}
+
+#[test]
+fn gtsm_both_sides_direct_establishes() {
+    require_root();
+    let (r, s) = pair();
+    let bird = Bird::start(&r, &bird_config("ttl security yes;"));
+    let before = counters(&s, &["TcpExtTCPMinTTLDrop"]);
+    let sp = NsSpeaker::start(&s, speaker_config(None, true));
+    wait_for(
+        "session Established with GTSM",
+        Duration::from_secs(20),
+        || sp.peer().state == State::Established,
+        || bird.view(),
+    );
+    sp.send(Cmd::Announce(VIP.parse().unwrap(), RouteAttrs::default()));
+    wait_for(
+        "BIRD to learn the VIP",
+        Duration::from_secs(10),
+        || bird.cmd(&["show", "route", VIP]).contains("10.9.0.2"),
+        || bird.view(),
+    );
+    let after = counters(&s, &["TcpExtTCPMinTTLDrop"]);
+    assert_eq!(
+        after, before,
+        "BIRD sends with TTL 255; nothing may be dropped"
+    );
+}
+
+/// BIRD without `ttl security` sends eBGP segments with TTL 1 (a direct neighbour), so
+/// our IP_MINTTL 255 must drop all of them: its SYNs at our listener and its SYN-ACKs to
+/// our connects. BIRD itself checks nothing here, so the session staying down is our
+/// receive check alone.
+#[test]
+fn gtsm_peer_sending_low_ttl_is_dropped_by_our_kernel() {
+    require_root();
+    let (r, s) = pair();
+    let bird = Bird::start(&r, &bird_config(""));
+    let before = counters(&s, &["TcpExtTCPMinTTLDrop"]);
+    let sp = NsSpeaker::start(&s, speaker_config(None, true));
+    assert_stays_down(&bird, &sp, Duration::from_secs(8));
+    let after = counters(&s, &["TcpExtTCPMinTTLDrop"]);
+    eprintln!("min TTL drops in the speaker namespace: {before} -> {after}");
+    assert!(
+        after > before,
+        "our kernel must count BIRD's TTL-1 segments as TCPMinTTLDrop\n{}",
+        bird.view()
+    );
+}
