@@ -171,6 +171,41 @@ fn long_transfer_survives_drain_add_and_reloads() {
         counts.get("be3").copied().unwrap_or(0) > 0,
         "added be3 got nothing: {counts:?}"
     );
+    // A VIP added by a reload whose backend shares a probe that is already running (same
+    // address, port and check as nat4-tcp's) is served at once: it takes the probe's
+    // verdict instead of waiting for a transition that will never come.
+    let extra = format!(
+        "{drained}\n[[vip]]\nname = \"extra\"\naddress = \"192.0.2.50\"\nport = 80\n\
+         mode = \"nat\"\nhealth_check = \"http\"\n\
+         [[vip.backend]]\naddress = \"{}\"\nport = 8080\n",
+        backend_ip(other)
+    );
+    lab.write_config(&extra).expect("config");
+    lab.router
+        .run(&["ip", "route", "add", "192.0.2.50", "via", "10.0.0.10"])
+        .expect("route");
+    assert!(lab.reload(), "SIGHUP");
+    let extra_vip = SocketAddr::new("192.0.2.50".parse().expect("literal"), 80);
+    let served = lab
+        .from_client(move || {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if let Ok((200, body)) = http_get(extra_vip, "/whoami", Duration::from_millis(500))
+                {
+                    return Some(String::from_utf8_lossy(&body).into_owned());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            None
+        })
+        .expect("client");
+    assert_eq!(
+        served.as_deref(),
+        Some(other),
+        "new VIP on a shared probe:\n{}",
+        log_text()
+    );
+
     let text = log_text();
     assert!(
         text.contains("reload rejected"),

@@ -253,6 +253,32 @@ fn health_targets(config: &Config) -> HashMap<health::ProbeKey, Vec<HealthKey>> 
     out
 }
 
+/// Gives the prober one probe per distinct target; probes that stay keep their state.
+fn set_probes(prober: &health::Prober, targets: &HashMap<health::ProbeKey, Vec<HealthKey>>) {
+    prober.set_targets(targets.keys().map(|k| health::Target {
+        address: k.address,
+        port: k.port,
+        check: Arc::clone(&k.check),
+    }));
+}
+
+/// The prober's current verdict for every VIP/backend pair, so a pair that a reload adds to
+/// a probe already running gets that probe's state instead of waiting for a transition.
+fn verdicts(
+    prober: &health::Prober,
+    targets: &HashMap<health::ProbeKey, Vec<HealthKey>>,
+) -> HashMap<HealthKey, bool> {
+    let mut out = HashMap::new();
+    for s in prober.status() {
+        if let Some(pairs) = targets.get(&s.key) {
+            for p in pairs {
+                out.insert(p.clone(), s.state == health::Health::Up);
+            }
+        }
+    }
+    out
+}
+
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
@@ -398,14 +424,6 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     let (vips, ret) = steering(&st.config);
     dp.set_vips(&vips)?;
     dp.set_return_keys(&ret)?;
-    for i in dp.interfaces() {
-        info!(
-            interface = %i.name,
-            queues = i.queues,
-            xdp = i.xdp_mode.name(),
-            "datapath up"
-        );
-    }
     info!(
         version = published.version(),
         vips = st.config.vips.len(),
@@ -415,11 +433,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
 
     let (prober, mut transitions) = health::Prober::spawn();
     let mut targets = health_targets(&st.config);
-    prober.set_targets(targets.keys().map(|k| health::Target {
-        address: k.address,
-        port: k.port,
-        check: Arc::clone(&k.check),
-    }));
+    set_probes(&prober, &targets);
     let mut settle_by = std::time::Instant::now() + settle_time(&st.config);
 
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
@@ -480,14 +494,8 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
                         }
                         st.config = Arc::new(new);
                         targets = health_targets(&st.config);
-                        let reload = prober.set_targets(targets.keys().map(|k| health::Target {
-                            address: k.address,
-                            port: k.port,
-                            check: Arc::clone(&k.check),
-                        }));
-                        for k in &reload.removed {
-                            st.health.retain(|(_, a, p), _| !(a == &k.address && *p == k.port));
-                        }
+                        set_probes(&prober, &targets);
+                        st.health = verdicts(&prober, &targets);
                         resolve_all(&resolver, &mut st).await;
                         let (vips, ret) = steering(&st.config);
                         if let Err(e) = dp.set_vips(&vips).and_then(|_| dp.set_return_keys(&ret)) {
