@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Builds the Sluice appliance image from a fresh clone, as root, in one command:
+#   image/build.sh
+# Installs what the build needs (bookworm-backports for mkosi 24.3; the project's build
+# dependencies through scripts/setup.sh), builds the release `sluice` binary, and runs mkosi.
+# Output in mkosi.output/: sluice.raw (GPT disk: ESP with systemd-boot and a unified kernel
+# image, ext4 root; boots under UEFI), sluice.raw.zst (the same, compressed, to ship),
+# sluice.vmlinuz + sluice.initrd (qemu direct boot, used by image/boot-test.sh).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+if [ "$(id -u)" != 0 ]; then
+    echo "build.sh: run as root (it installs Debian packages and mkosi needs root)" >&2
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+
+# bookworm-backports carries mkosi 24.3 and systemd 254 (repart, ukify); Debian 12's mkosi 14
+# cannot make a bootable disk on hosts whose kernel lacks vfat. Added once, by any name.
+if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "build.sh: adding bookworm-backports to apt sources"
+    cat >/etc/apt/sources.list.d/bookworm-backports.sources <<'SOURCES'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+    apt-get update -qq
+fi
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
+mkosi_version=$(dpkg-query -W -f='${Version}' mkosi 2>/dev/null || true)
+if [ -z "$mkosi_version" ] || dpkg --compare-versions "$mkosi_version" lt 24; then
+    echo "build.sh: installing mkosi from bookworm-backports"
+    apt-get update -qq
+    # mkosi alone from backports: its dependencies come from bookworm, so the host's systemd
+    # stays as it is (repart, bootctl and ukify 254 are unpacked below instead).
+    apt-get install -y -qq --no-install-recommends mkosi/bookworm-backports
+fi
+# qemu for image/boot-test.sh: bookworm-backports' (the preinstalled qemu-utils is that
+# version and conflicts with bookworm's).
+if ! installed qemu-system-x86; then
+    echo "build.sh: installing qemu-system-x86 from bookworm-backports"
+    apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-x86
+fi
+
+# Host tools mkosi calls: kmod (module dependencies), pefile (UKI), dosfstools + mtools (ESP
+# without mounting it), e2fsprogs (root), zstd (the shipped image), cpio (initrd),
+# reprepro (the local repository for the backports kernel).
+host=(kmod python3-pefile dosfstools mtools e2fsprogs zstd cpio debian-archive-keyring
+    bubblewrap systemd-container binutils reprepro)
+missing=()
+for p in "${host[@]}"; do
+    installed "$p" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "build.sh: installing ${missing[*]}"
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# systemd-repart, bootctl and ukify 254 or newer, without replacing the host's systemd: unpack the
+# backports packages into .image-tools/ and let mkosi find them there (ExtraSearchPaths=).
+tools="$repo/.image-tools"
+repart_version() {
+    "$1" --version 2>/dev/null | awk 'NR == 1 { print $2 }'
+}
+if [ ! -x "$tools/bin/systemd-repart" ] || [ ! -x "$tools/bin/bootctl" ] || [ "$(repart_version "$tools/bin/systemd-repart")" -lt 254 ]; then
+    echo "build.sh: unpacking systemd-repart, bootctl and ukify from bookworm-backports into .image-tools/"
+    rm -rf "$tools"
+    mkdir -p "$tools/bin/.root" "$tools/debs"
+    (cd "$tools/debs" && apt-get download -q -t bookworm-backports systemd systemd-boot libsystemd-shared)
+    for deb in "$tools"/debs/*.deb; do
+        dpkg-deb -x "$deb" "$tools/bin/.root"
+    done
+    root="$tools/bin/.root"
+    for tool in bin/systemd-repart usr/bin/bootctl; do
+        cat >"$tools/bin/${tool##*/}" <<WRAPPER
+#!/bin/sh
+# ${tool##*/} from bookworm-backports with its own libsystemd-shared (see image/build.sh).
+root=\$(dirname "\$(readlink -f "\$0")")/.root
+exec env LD_LIBRARY_PATH="\$root/usr/lib/x86_64-linux-gnu/systemd" "\$root/$tool" "\$@"
+WRAPPER
+        chmod 755 "$tools/bin/${tool##*/}"
+    done
+    cp "$root/lib/systemd/ukify" "$tools/bin/ukify"
+    rm -rf "$tools/debs"
+fi
+echo "build.sh: systemd-repart $(repart_version "$tools/bin/systemd-repart") from .image-tools/"
+
+# The bookworm-backports kernel (6.12: AF_XDP zero-copy on virtio-net) as local packages for
+# mkosi (PackageDirectories=): putting backports in the image's sources would break the
+# default initrd's package list.
+kernel=$(apt-cache depends -t bookworm-backports linux-image-amd64 |
+    awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+[ -n "$kernel" ] || { echo "build.sh: no linux-image-amd64 in bookworm-backports" >&2; exit 1; }
+if ! ls "$tools/packages/${kernel}_"*.deb >/dev/null 2>&1; then
+    echo "build.sh: downloading $kernel from bookworm-backports"
+    rm -rf "$tools/packages"
+    mkdir -p "$tools/packages"
+    (cd "$tools/packages" && apt-get download -q -t bookworm-backports linux-image-amd64 "$kernel")
+fi
+
+# The project's own build dependencies (clang for the XDP program, libelf, ...) and cargo.
+scripts/setup.sh
+
+# SLUICE_IMAGE_NO_CARGO=1 uses target/release/sluice as it is (CI that built it already).
+if [ "${SLUICE_IMAGE_NO_CARGO:-0}" != 1 ]; then
+    echo "build.sh: building the release binary"
+    cargo build --release -p appliance
+fi
+test -x target/release/sluice
+# The image ships examples/sluice.toml as /etc/sluice/sluice.toml: it must be valid.
+target/release/sluice check --config examples/sluice.toml >/dev/null
+# The image gets the binary without debug info (mkosi.conf takes it from .image-tools/).
+strip --strip-debug -o "$tools/sluice" target/release/sluice
+
+echo "build.sh: building the image with mkosi"
+start=$(date +%s)
+mkosi --force build
+echo "build.sh: mkosi took $(($(date +%s) - start)) s"
+
+out=mkosi.output
+rm -f "$out/sluice.raw.zst"
+zstd -q -T0 -10 --long=27 "$out/sluice.raw" -o "$out/sluice.raw.zst"
+echo "build.sh: image files:"
+ls -l "$out"/sluice.raw "$out"/sluice.raw.zst "$out"/sluice.vmlinuz "$out"/sluice.initrd "$out"/sluice.efi 2>/dev/null || true
+echo "build.sh: raw $(du -h --apparent-size "$out/sluice.raw" | cut -f1) (allocated $(du -h "$out/sluice.raw" | cut -f1)), compressed $(du -h "$out/sluice.raw.zst" | cut -f1)"
