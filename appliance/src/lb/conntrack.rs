@@ -429,6 +429,7 @@ impl ConnTable {
         &self.slots[id as usize].flow
     }
 
+    #[inline(always)]
     fn expired(&self, id: u32, now: u64) -> bool {
         let f = &self.slots[id as usize].flow;
         now.saturating_sub(f.last_seen) > self.timeout_ns(f.state)
@@ -524,24 +525,40 @@ impl ConnTable {
     /// Records a packet of the flow: refreshes last-seen and (at most every
     /// [`LRU_GRANULARITY_NS`]) the LRU position, and moves the TCP state on (adjusting the
     /// backend's active/inactive counts).
-    #[inline]
+    ///
+    /// Every established packet runs this, nearly always only the last-seen store: the
+    /// relink and the state change live in out-of-line helpers so the common case inlines
+    /// into the caller without their register pressure.
+    #[inline(always)]
     pub fn touch(&mut self, id: u32, now: u64, state: FlowState) {
         if self.head != id
             && now.saturating_sub(self.slots[id as usize].lru_at) >= LRU_GRANULARITY_NS
         {
-            self.unlink(id);
-            self.push_front(id);
-            self.slots[id as usize].lru_at = now;
+            self.relink(id, now);
         }
         let s = &mut self.slots[id as usize];
         s.flow.last_seen = now;
         if s.flow.state != state {
-            s.flow.state = state;
-            if s.counted_active != state.is_active() {
-                self.count(id, false);
-                self.slots[id as usize].counted_active = state.is_active();
-                self.count(id, true);
-            }
+            self.change_state(id, state);
+        }
+    }
+
+    /// Moves a flow to the head of the LRU list (see [`ConnTable::touch`]).
+    #[inline(never)]
+    fn relink(&mut self, id: u32, now: u64) {
+        self.unlink(id);
+        self.push_front(id);
+        self.slots[id as usize].lru_at = now;
+    }
+
+    /// Sets a flow's state, moving its connection count between active and inactive.
+    #[inline(never)]
+    fn change_state(&mut self, id: u32, state: FlowState) {
+        self.slots[id as usize].flow.state = state;
+        if self.slots[id as usize].counted_active != state.is_active() {
+            self.count(id, false);
+            self.slots[id as usize].counted_active = state.is_active();
+            self.count(id, true);
         }
     }
 
