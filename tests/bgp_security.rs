@@ -8,230 +8,25 @@
 //!
 //! Run as root: `cargo test -p bgp --test bgp_security -- --nocapture`.
 
+#[path = "bgp_common/mod.rs"]
+mod bgp_common;
 mod common;
 
 #[allow(dead_code)]
 #[path = "../appliance/src/sockopt.rs"]
 mod sockopt;
 
-use bgp::{Md5Key, PeerConfig, PeerStatus, RouteAttrs, Speaker, SpeakerConfig, State};
+use bgp::{Md5Key, PeerConfig, RouteAttrs, SpeakerConfig, State};
+use bgp_common::{Bird, Cmd, NsSpeaker, stdout, wait_for};
 use common::{Netns, require_program, require_root, veth};
-use std::os::fd::AsFd;
-use std::path::PathBuf;
-use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Commands the test thread sends to a speaker living in another namespace.
-enum Cmd {
-    Announce(bgp::IpNet, RouteAttrs),
-    Peers(std::sync::mpsc::Sender<Vec<PeerStatus>>),
-}
-
-/// A speaker on a dedicated thread that entered the namespace with setns(2), so every
-/// socket it opens lives there. Dropping it drops the runtime and its sessions.
-struct NsSpeaker {
-    tx: Option<tokio::sync::mpsc::UnboundedSender<Cmd>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl NsSpeaker {
-    fn start(ns: &Netns, cfg: SpeakerConfig) -> NsSpeaker {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Cmd>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-        let path = format!("/run/netns/{}", ns.name);
-        let thread = std::thread::spawn(move || {
-            let setns = std::fs::File::open(&path)
-                .map_err(|e| format!("open {path}: {e}"))
-                .and_then(|f| {
-                    nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                        .map_err(|e| format!("setns {path}: {e}"))
-                });
-            if let Err(e) = setns {
-                let _ = ready_tx.send(Err(e));
-                return;
-            }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            rt.block_on(async move {
-                let speaker = match Speaker::start(cfg).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                let _ = ready_tx.send(Ok(()));
-                while let Some(cmd) = rx.recv().await {
-                    match cmd {
-                        Cmd::Announce(p, a) => speaker.announce(p, a).expect("announce"),
-                        Cmd::Peers(reply) => {
-                            let _ = reply.send(speaker.peers());
-                        }
-                    }
-                }
-            });
-        });
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => panic!("speaker did not start: {e}"),
-            Err(_) => panic!("speaker thread died during start"),
-        }
-        NsSpeaker {
-            tx: Some(tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn send(&self, c: Cmd) {
-        self.tx
-            .as_ref()
-            .expect("speaker running")
-            .send(c)
-            .expect("speaker thread gone");
-    }
-
-    fn peer(&self) -> PeerStatus {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.send(Cmd::Peers(tx));
-        let mut peers = rx
-            .recv_timeout(Duration::from_secs(5))
-            .expect("speaker status");
-        assert_eq!(peers.len(), 1, "one peer configured");
-        peers.remove(0)
-    }
-}
-
-impl Drop for NsSpeaker {
-    fn drop(&mut self) {
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Polls `f` every 100 ms until it returns true or `limit` passes; on timeout fails with
-/// `what` and `context()` (the router's view).
-fn wait_for(
-    what: &str,
-    limit: Duration,
-    mut f: impl FnMut() -> bool,
-    context: impl Fn() -> String,
-) {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- router view ---\n{}",
-        context()
-    );
-}
-
-fn text(o: std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// A scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("{}-{}", tag, common::unique("d")));
-        std::fs::create_dir_all(&p).expect("temp dir");
-        TempDir(p)
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.0.join(name).to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process killed on drop (before its namespace goes).
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A BIRD 2 instance in `ns` with its own config and control socket.
-struct Bird<'a> {
-    ns: &'a Netns,
-    sock: String,
-    _daemon: Daemon,
-    _dir: TempDir,
-}
-
-impl<'a> Bird<'a> {
-    fn start(ns: &'a Netns, config: &str) -> Bird<'a> {
-        require_program("bird", "bird2");
-        require_program("birdc", "bird2");
-        let dir = TempDir::new("birds");
-        let conf = dir.path("bird.conf");
-        let sock = dir.path("bird.ctl");
-        std::fs::write(&conf, config).expect("write bird.conf");
-        let pid = dir.path("bird.pid");
-        let daemon = Daemon(ns.spawn(&["bird", "-f", "-c", &conf, "-s", &sock, "-P", &pid]));
-        let b = Bird {
-            ns,
-            sock,
-            _daemon: daemon,
-            _dir: dir,
-        };
-        wait_for(
-            "bird control socket",
-            Duration::from_secs(10),
-            || {
-                b.ns.output(&["birdc", "-s", &b.sock, "show", "status"])
-                    .status
-                    .success()
-            },
-            || "bird did not start (config error?)".to_string(),
-        );
-        b
-    }
-
-    fn cmd(&self, args: &[&str]) -> String {
-        let mut full = vec!["birdc", "-s", &self.sock];
-        full.extend_from_slice(args);
-        text(self.ns.output(&full))
-    }
-
-    /// BIRD's word for the session state ("Established", "Active", "Connect").
-    fn bgp_state(&self) -> String {
-        let out = self.cmd(&["show", "protocols", "all", "spk"]);
-        out.lines()
-            .find_map(|l| l.trim().strip_prefix("BGP state:"))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|| format!("no BGP state in:\n{out}"))
-    }
-
-    fn view(&self) -> String {
-        format!(
-            "{}\n{}",
-            self.cmd(&["show", "protocols", "all"]),
-            self.cmd(&["show", "route", "all"])
-        )
-    }
+/// The status of the speaker's one peer.
+fn only_peer(sp: &NsSpeaker) -> bgp::PeerStatus {
+    let mut peers = sp.peers();
+    assert_eq!(peers.len(), 1, "one peer configured");
+    peers.remove(0)
 }
 
 /// BIRD config with one eBGP protocol `spk` to the speaker at 10.9.0.2; `extra` goes into
@@ -283,7 +78,7 @@ fn speaker_config(md5: Option<&str>, ttl_security: bool) -> SpeakerConfig {
 /// history file (`-s`), so tests running in parallel do not disturb each other.
 fn counters(ns: &Netns, names: &[&str]) -> u64 {
     require_program("nstat", "iproute2");
-    let out = text(ns.output(&["nstat", "-asz"]));
+    let out = stdout(ns.output(&["nstat", "-asz"]));
     names
         .iter()
         .map(|n| {
@@ -308,9 +103,9 @@ const VIP: &str = "192.0.2.10/32";
 fn assert_stays_down(bird: &Bird<'_>, sp: &NsSpeaker, limit: Duration) {
     let start = Instant::now();
     while start.elapsed() < limit {
-        let st = sp.peer();
+        let st = only_peer(sp);
         assert_ne!(st.state, State::Established, "{}", bird.view());
-        assert_ne!(bird.bgp_state(), "Established", "{}", bird.view());
+        assert_ne!(bird.bgp_state("spk"), "Established", "{}", bird.view());
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -325,7 +120,7 @@ fn md5_same_key_establishes_and_route_is_learned() {
     wait_for(
         "session Established with MD5",
         Duration::from_secs(20),
-        || sp.peer().state == State::Established,
+        || only_peer(&sp).state == State::Established,
         || bird.view(),
     );
     sp.send(Cmd::Announce(VIP.parse().unwrap(), RouteAttrs::default()));
@@ -335,7 +130,7 @@ fn md5_same_key_establishes_and_route_is_learned() {
         || bird.cmd(&["show", "route", VIP]).contains("10.9.0.2"),
         || bird.view(),
     );
-    assert_eq!(bird.bgp_state(), "Established");
+    assert_eq!(bird.bgp_state("spk"), "Established");
     let md5_after = counters(&r, MD5_DROPS);
     assert_eq!(
         md5_after, md5_before,
@@ -393,7 +188,7 @@ fn gtsm_both_sides_direct_establishes() {
     wait_for(
         "session Established with GTSM",
         Duration::from_secs(20),
-        || sp.peer().state == State::Established,
+        || only_peer(&sp).state == State::Established,
         || bird.view(),
     );
     sp.send(Cmd::Announce(VIP.parse().unwrap(), RouteAttrs::default()));
