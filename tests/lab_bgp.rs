@@ -6,14 +6,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sluice::lab::{Lab, LabMode, LabOptions, appliance_addr, blob, wait_for_routes};
+use sluice::lab::{Lab, LabMode, LabOptions, appliance_addr, blob, slow_download, wait_for_routes};
 
 /// Two-appliance labs are heavy for a 2-core machine: run this file's tests one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -112,48 +111,6 @@ const DR_VIPS: [(LabMode, bool); 4] = [
     (LabMode::Vxlan, false),
     (LabMode::Vxlan, true),
 ];
-
-/// GET /blob, reading `pace` apart in 8 KB steps so that the transfer lasts seconds; sends
-/// the serving backend's name once the headers arrive and returns the body.
-fn slow_download(
-    addr: SocketAddr,
-    pace: Duration,
-    started: mpsc::Sender<String>,
-) -> std::io::Result<Vec<u8>> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
-    // Long enough for the router to drop a dead next hop and TCP to retransmit after it.
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "GET /blob HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut data = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let mut told = false;
-    loop {
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        data.extend_from_slice(&chunk[..n]);
-        if !told && let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&data[..end]).to_string();
-            let name = head
-                .lines()
-                .find_map(|l| l.strip_prefix("X-Backend: "))
-                .unwrap_or("?")
-                .to_string();
-            let _ = started.send(name);
-            told = true;
-        }
-        std::thread::sleep(pace);
-    }
-    let end = data
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    Ok(data[end + 4..].to_vec())
-}
 
 /// (a) both appliances announce and the router installs a multipath route to every DR and
 /// VXLAN VIP (NAT and FullNAT only through lb1); (b) SIGKILL of one appliance while 16 slow

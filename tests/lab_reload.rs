@@ -4,12 +4,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use sluice::lab::{Lab, LabMode, LabOptions, blob, http_get};
+use sluice::lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
 
 /// The NAT IPv4 TCP VIP's block of the generated config, with its backends' `lines`.
 fn with_nat4_backends(config: &str, backends: &[(&str, &str)]) -> String {
@@ -25,45 +24,6 @@ fn with_nat4_backends(config: &str, backends: &[(&str, &str)]) -> String {
         ));
     }
     format!("{}{}{}", &config[..start], block.trim_end(), &config[end..])
-}
-
-/// GET /blob, reading the body slowly; sends the serving backend's name as soon as the
-/// headers arrive.
-fn slow_download(addr: SocketAddr, backend: mpsc::Sender<String>) -> std::io::Result<Vec<u8>> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.set_nodelay(true)?;
-    // A small receive buffer keeps the transfer in flight for seconds.
-    write!(
-        s,
-        "GET /blob HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut data = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let mut told = false;
-    loop {
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        data.extend_from_slice(&chunk[..n]);
-        if !told && let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&data[..end]).to_string();
-            let name = head
-                .lines()
-                .find_map(|l| l.strip_prefix("X-Backend: "))
-                .unwrap_or("?")
-                .to_string();
-            let _ = backend.send(name);
-            told = true;
-        }
-        std::thread::sleep(Duration::from_millis(40));
-    }
-    let end = data
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no headers"))?;
-    Ok(data[end + 4..].to_vec())
 }
 
 fn backend_ip(name: &str) -> String {
@@ -109,7 +69,7 @@ fn long_transfer_survives_drain_add_and_reloads() {
     let (tx, rx) = mpsc::channel();
     let download = lab
         .client
-        .in_thread(move || slow_download(vip, tx))
+        .in_thread(move || slow_download(vip, Duration::from_millis(40), tx))
         .expect("thread");
     let serving = rx
         .recv_timeout(Duration::from_secs(5))

@@ -125,19 +125,7 @@ impl Drop for Netns {
 /// transmit checksum offload off (locally generated traffic on veth otherwise carries
 /// partial checksums that AF_XDP and tunnels see unfinished).
 pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
-    let tmp_a = unique("va");
-    let tmp_b = unique("vb");
-    run(&[
-        "ip", "link", "add", &tmp_a, "type", "veth", "peer", "name", &tmp_b,
-    ]);
-    run(&["ip", "link", "set", &tmp_a, "netns", &a.name]);
-    run(&["ip", "link", "set", &tmp_b, "netns", &b.name]);
-    a.run(&["ip", "link", "set", &tmp_a, "name", a_if]);
-    b.run(&["ip", "link", "set", &tmp_b, "name", b_if]);
-    for (ns, ifname) in [(a, a_if), (b, b_if)] {
-        ns.run(&["ip", "link", "set", ifname, "up"]);
-        let _ = ns.output(&["ethtool", "-K", ifname, "tx", "off"]);
-    }
+    veth_mq(a, a_if, b, b_if, 1);
 }
 
 /// Creates a bridge inside `ns` and brings it up.

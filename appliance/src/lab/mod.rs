@@ -984,6 +984,48 @@ pub fn http_get(
     Ok((status, buf[split + 4..].to_vec()))
 }
 
+/// GET /blob, reading `pace` apart in 8 KB steps so that the transfer lasts seconds; sends
+/// the serving backend's name once the headers arrive and returns the body.
+pub fn slow_download(
+    addr: SocketAddr,
+    pace: Duration,
+    started: std::sync::mpsc::Sender<String>,
+) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    // Long enough for the router to drop a dead next hop and TCP to retransmit after it.
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "GET /blob HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut data = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut told = false;
+    loop {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        data.extend_from_slice(&chunk[..n]);
+        if !told && let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_string();
+            let name = head
+                .lines()
+                .find_map(|l| l.strip_prefix("X-Backend: "))
+                .unwrap_or("?")
+                .to_string();
+            let _ = started.send(name);
+            told = true;
+        }
+        std::thread::sleep(pace);
+    }
+    let end = data
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    Ok(data[end + 4..].to_vec())
+}
+
 /// One UDP request/response; returns the reply.
 pub fn udp_ask(addr: SocketAddr, payload: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
     let bind: SocketAddr = if addr.is_ipv6() {
