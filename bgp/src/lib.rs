@@ -19,6 +19,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod bfd;
 pub mod codec;
 pub mod fsm;
 mod network;
