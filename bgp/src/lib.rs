@@ -2,7 +2,8 @@
 //!
 //! Layers, from pure to I/O: [`codec`] (wire format), [`fsm`] (RFC 4271 state machine as a
 //! pure transition function), then `network` (every socket) and `tasks` (every tokio task),
-//! and [`Speaker`], the announcer API the appliance calls:
+//! and [`Speaker`], the announcer API the appliance calls. [`bfd`] holds the BFD codec and
+//! session state machine (RFC 5880), not yet wired into the sessions:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), bgp::SpeakerError> {
