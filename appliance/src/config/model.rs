@@ -121,10 +121,9 @@ pub struct Peer {
     pub passive: bool,
     /// RFC 2385 TCP MD5 signature key.
     pub password: Option<String>,
-    /// RFC 5082 GTSM: require TTL 255 from the peer, send with TTL 255.
+    /// RFC 5082 GTSM: require TTL 255 from the peer, send with TTL 255. Without it the
+    /// session uses the system's default TTL, which also reaches multihop eBGP peers.
     pub ttl_security: bool,
-    /// TTL for multihop eBGP; `None` means directly connected (TTL 1 for eBGP).
-    pub multihop: Option<u8>,
 }
 
 /// A BGP community: standard (RFC 1997) or large (RFC 8092).

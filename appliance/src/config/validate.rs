@@ -396,13 +396,6 @@ fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
             );
         }
         let ttl_security = p.bool("ttl_security", errs).unwrap_or(false);
-        let multihop = p.int("multihop", 1..=255, errs).map(|n| n as u8);
-        if ttl_security && multihop.is_some() {
-            errs.push(
-                p.key("multihop"),
-                "cannot be combined with ttl_security (GTSM needs TTL 255 from a direct neighbour)",
-            );
-        }
         p.finish(errs);
         if let Some(a) = address
             && peers.iter().any(|q| q.address == a)
@@ -425,7 +418,6 @@ fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
                 passive,
                 password,
                 ttl_security,
-                multihop,
             });
         }
     }

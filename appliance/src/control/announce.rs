@@ -179,3 +179,93 @@ impl Announcer {
         self.speaker.graceful_shutdown().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const BASE: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[bgp]
+asn = 65010
+router_id = "10.0.0.10"
+graceful_shutdown_wait = "2s"
+communities = ["65010:100"]
+
+[[bgp.peer]]
+address = "10.0.0.1"
+asn = 65000
+hold_time = "3s"
+source = "10.0.0.10"
+password = "s3cret"
+ttl_security = true
+
+[[bgp.peer]]
+address = "2001:db8::1"
+asn = 65001
+port = 1179
+passive = true
+next_hop = "2001:db8::10"
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+communities = ["65010:80", "65010:1:2"]
+[[vip.backend]]
+address = "10.1.0.11"
+"#;
+
+    #[test]
+    fn every_peer_setting_reaches_the_speaker() {
+        let cfg = Config::from_toml_str(BASE).unwrap_or_else(|e| panic!("{e}"));
+        let s = speaker_config(cfg.bgp.as_ref().expect("bgp"));
+        assert_eq!(
+            (s.asn, s.router_id.to_string().as_str()),
+            (65010, "10.0.0.10")
+        );
+        assert_eq!(s.graceful_shutdown_wait, std::time::Duration::from_secs(2));
+        assert!(
+            s.socket_options.is_some(),
+            "MD5 and GTSM need the kernel options"
+        );
+        let [a, b] = s.peers.as_slice() else {
+            panic!("two peers expected, got {:?}", s.peers);
+        };
+        assert_eq!(a.hold_time, std::time::Duration::from_secs(3));
+        assert_eq!(a.local_address, Some("10.0.0.10".parse().expect("literal")));
+        assert!(a.ttl_security && !a.passive);
+        assert_eq!(
+            a.md5_key.as_ref().map(|k| k.as_bytes().to_vec()),
+            Some(b"s3cret".to_vec())
+        );
+        assert_eq!((b.asn, b.port, b.passive), (65001, 1179, true));
+        assert!(b.md5_key.is_none() && !b.ttl_security);
+        assert_eq!(
+            b.next_hop_v6,
+            Some("2001:db8::10".parse().expect("literal"))
+        );
+    }
+
+    #[test]
+    fn communities_combine_global_and_per_vip() {
+        let cfg = Config::from_toml_str(BASE).unwrap_or_else(|e| panic!("{e}"));
+        let tables = Tables::build(&cfg, &|_, _| true, 1).expect("tables");
+        let w = wanted(&cfg, &tables, &|_| true);
+        let vip: IpAddr = "192.0.2.10".parse().expect("literal");
+        let got = w.get(&vip).expect("the VIP has a healthy backend");
+        assert!(got.settled);
+        let a = attrs(got.communities.iter().copied());
+        assert_eq!(a.communities, vec![(65010 << 16) | 80, (65010 << 16) | 100]);
+        assert_eq!(a.large_communities, vec![[65010, 1, 2]]);
+        // No eligible backend: not wanted (withdrawn).
+        let down = Tables::build(&cfg, &|_, _| false, 2).expect("tables");
+        assert!(wanted(&cfg, &down, &|_| true).is_empty());
+        // Unsettled health: wanted but not settled (not announced for the first time).
+        assert!(!wanted(&cfg, &tables, &|_| false)[&vip].settled);
+    }
+}

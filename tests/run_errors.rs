@@ -1,0 +1,96 @@
+//! `sluice run` refuses clearly what it cannot do: a missing interface, a bad config, and
+//! no privileges, each with a one-line reason and a non-zero exit, nothing left attached.
+
+mod common;
+
+use std::process::Command;
+
+fn write_config(dir: &std::path::Path, interfaces: &str) -> std::path::PathBuf {
+    let path = dir.join("sluice.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[appliance]\nname = \"t\"\ninterfaces = [{interfaces}]\n\n[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n\
+             [[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\n\
+             [[vip.backend]]\naddress = \"10.0.0.21\"\n",
+            dir.join("api.sock").display()
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("sluice-{tag}-{}", common::unique("r")));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+#[test]
+fn missing_interface_is_named() {
+    common::require_root();
+    let ns = common::Netns::new("rerr");
+    let dir = temp_dir("noif");
+    let cfg = write_config(&dir, "\"nosuch0\"");
+    let out = ns
+        .command(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("run sluice");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must fail: {stderr}");
+    assert!(
+        stderr.contains("interface nosuch0 does not exist"),
+        "names the interface: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn invalid_config_is_refused_before_touching_anything() {
+    let dir = temp_dir("badcfg");
+    let cfg = write_config(&dir, "");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("run sluice");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must fail: {stderr}");
+    assert!(
+        stderr.contains("appliance.interfaces"),
+        "names the key: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn not_root_is_said_plainly() {
+    common::require_root();
+    common::require_program("setpriv", "util-linux");
+    let dir = temp_dir("noroot");
+    let cfg = write_config(&dir, "\"lo\"");
+    // nobody (65534) cannot attach XDP or open AF_XDP sockets.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    std::fs::set_permissions(&cfg, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
+    // A copy the unprivileged user can reach whatever the checkout's permissions are.
+    let bin = dir.join("sluice");
+    std::fs::copy(env!("CARGO_BIN_EXE_sluice"), &bin).expect("copy binary");
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("run setpriv");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must fail: {stderr}");
+    assert!(stderr.contains("needs root"), "says why: {stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
