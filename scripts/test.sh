@@ -5,6 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Every test binary runs even after a failure (--no-fail-fast), so one run shows all of them.
-# Namespace labs from several test binaries may run at once; each test names its own
-# namespaces uniquely, so parallel runs are safe.
+# Tests inside one binary run in parallel; each names its own namespaces uniquely.
 cargo test --workspace --all-targets --locked --no-fail-fast "$@"
