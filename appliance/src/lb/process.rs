@@ -47,7 +47,7 @@ use crate::lb::conntrack::{
 use crate::lb::frame::Frame;
 use crate::lb::hash::FlowKey;
 use crate::lb::sched::{self, PoolView, SchedState};
-use crate::lb::tables::{FragmentVip, Neighbor, Tables, TunnelSource, VipEntry};
+use crate::lb::tables::{BackendEntry, FragmentVip, Neighbor, Tables, TunnelSource, VipEntry};
 use crate::wire::checksum;
 use crate::wire::{EthernetFrame, Ipv4Packet, Ipv6Packet, l3_offset, walk_ext_headers};
 
@@ -1019,16 +1019,33 @@ fn forward(
             set_macs(d, &n);
             worker.tx(n.ifindex)
         }
-        Mode::Dr => {
-            set_macs(frame.data_mut(), &n);
-            worker.tx(n.ifindex)
+        Mode::Dr | Mode::Tunnel(_) => {
+            direct_to_backend(frame, tables, worker, ip, v.mode, &n, &b, hash)
         }
+    }
+}
+
+/// DR and tunnel: the frame goes to the backend unchanged but for its MACs, or inside an
+/// outer header; the backend answers the client itself.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn direct_to_backend(
+    frame: &mut Frame<'_>,
+    tables: &Tables,
+    worker: &mut WorkerState,
+    ip: &Ip,
+    mode: Mode,
+    n: &Neighbor,
+    b: &BackendEntry,
+    hash: u32,
+) -> Verdict {
+    match mode {
         Mode::Tunnel(encap) => {
             match encapsulate(
                 frame,
                 ip,
                 encap,
-                &n,
+                n,
                 b.address,
                 b.v6,
                 hash,
@@ -1037,6 +1054,10 @@ fn forward(
                 Ok(()) => worker.tx(n.ifindex),
                 Err(r) => worker.drop(r),
             }
+        }
+        _ => {
+            set_macs(frame.data_mut(), n);
+            worker.tx(n.ifindex)
         }
     }
 }
@@ -1501,24 +1522,8 @@ fn icmp_error(
     let b = tables.backends[backend as usize];
     worker.stats.icmp_errors_forwarded += 1;
     match v.mode {
-        Mode::Dr => {
-            set_macs(frame.data_mut(), &n);
-            worker.tx(n.ifindex)
-        }
-        Mode::Tunnel(encap) => {
-            match encapsulate(
-                frame,
-                ip,
-                encap,
-                &n,
-                b.address,
-                b.v6,
-                hash,
-                &tables.tunnel_source,
-            ) {
-                Ok(()) => worker.tx(n.ifindex),
-                Err(r) => worker.drop(r),
-            }
+        Mode::Dr | Mode::Tunnel(_) => {
+            direct_to_backend(frame, tables, worker, ip, v.mode, &n, &b, hash)
         }
         Mode::Nat | Mode::FullNat => {
             if b.v6 != ip.v6 {
