@@ -218,7 +218,24 @@ pub struct WorkerState {
     /// Other counters.
     pub stats: WorkerStats,
     sched: Vec<SchedState>,
+    /// Per VIP slot: a fingerprint of the pool `sched` was built for.
+    sched_prints: Vec<u64>,
     version: Option<u64>,
+}
+
+/// Identifies a VIP's pool as the schedulers see it: name, scheduler, and each backend's
+/// address, port, weight and eligibility, in slot order.
+fn pool_fingerprint(tables: &Tables, vip: usize) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let v = &tables.vips[vip];
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.name.hash(&mut h);
+    v.scheduler.name().hash(&mut h);
+    for slot in v.backends.clone() {
+        let b = &tables.backends[slot as usize];
+        (b.address, b.port, b.weight, tables.eligible[slot as usize]).hash(&mut h);
+    }
+    h.finish()
 }
 
 impl Default for WorkerState {
@@ -238,6 +255,7 @@ impl WorkerState {
             backend_bytes: Vec::new(),
             stats: WorkerStats::default(),
             sched: Vec::new(),
+            sched_prints: Vec::new(),
             version: None,
         }
     }
@@ -256,11 +274,25 @@ impl WorkerState {
         self.vip_bytes = vec![0; tables.vips.len()];
         self.backend_packets = vec![0; tables.backends.len()];
         self.backend_bytes = vec![0; tables.backends.len()];
+        // A VIP whose pool is unchanged keeps its scheduler state (round-robin cursor, wrr
+        // position, locality cache): health changes elsewhere must not reset it.
+        let prints: Vec<u64> = (0..tables.vips.len())
+            .map(|i| pool_fingerprint(tables, i))
+            .collect();
+        let mut old: Vec<(u64, SchedState)> = std::mem::take(&mut self.sched_prints)
+            .into_iter()
+            .zip(std::mem::take(&mut self.sched))
+            .collect();
         self.sched = tables
             .vips
             .iter()
-            .map(|v| SchedState::new(v.scheduler))
+            .zip(&prints)
+            .map(|(v, p)| match old.iter().position(|(q, _)| q == p) {
+                Some(i) => old.swap_remove(i).1,
+                None => SchedState::new(v.scheduler),
+            })
             .collect();
+        self.sched_prints = prints;
         ct.adopt(tables.version, tables.backends.len(), |f| {
             let vip = tables.vip_lookup(f.key.dst, f.key.dport, f.key.proto)?;
             let backend = tables
@@ -1596,6 +1628,43 @@ mod tests {
     use crate::lb::golden::{self, Pkt, tcp, udp};
     use crate::wire::MacAddr;
     use proptest::prelude::*;
+
+    #[test]
+    fn scheduler_state_survives_a_swap_that_leaves_the_pool_alone() {
+        let cfg = Config::from_toml_str(
+            "[appliance]\nname = \"t\"\ninterfaces = [\"eth0\"]\n\
+             [[vip]]\nname = \"a\"\naddress = \"192.0.2.10\"\nport = 80\nscheduler = \"rr\"\n\
+             [[vip.backend]]\naddress = \"10.0.0.1\"\n[[vip.backend]]\naddress = \"10.0.0.2\"\n\
+             [[vip]]\nname = \"b\"\naddress = \"192.0.2.11\"\nport = 80\nscheduler = \"rr\"\n\
+             [[vip.backend]]\naddress = \"10.0.0.3\"\n[[vip.backend]]\naddress = \"10.0.0.4\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut ct = ConnTable::new(64, cfg.appliance.timeouts, 4, 0, 1);
+        let mut w = WorkerState::new();
+        let v1 = Tables::build(&cfg, &|_, _| true, 1).expect("tables");
+        w.adopt(&v1, &mut ct);
+        for vip in 0..2 {
+            w.sched_state(vip).expect("state").expiration_ns = 4242;
+        }
+        // Version 2: VIP b loses a backend to health; VIP a is untouched.
+        let v2 = Tables::build(
+            &cfg,
+            &|v, b| v.name == "a" || b.address.to_string() != "10.0.0.4",
+            2,
+        )
+        .expect("tables");
+        w.adopt(&v2, &mut ct);
+        assert_eq!(
+            w.sched_state(0).expect("a").expiration_ns,
+            4242,
+            "a keeps its state"
+        );
+        assert_ne!(
+            w.sched_state(1).expect("b").expiration_ns,
+            4242,
+            "b starts afresh"
+        );
+    }
 
     const SEC: u64 = 1_000_000_000;
 
