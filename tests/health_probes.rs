@@ -741,3 +741,94 @@ fn reload_keeps_running_probes_and_stops_removed_ones() {
     .join()
     .expect("prober thread");
 }
+
+/// Plain connect checks run on pooled sockets that each probe resets and hands to the
+/// next, whatever the last one found: established (reset with RST), refused, or still
+/// waiting for a SYN-ACK at its deadline. Many rounds over one shared pool must keep
+/// every target's verdict exact (a socket carrying a previous probe's error or state
+/// would flip a healthy target) and keep the configured source address.
+#[test]
+fn plain_connects_reuse_sockets_without_carrying_state() {
+    let lab = lab();
+    require_program("nft", "nftables");
+    // SYNs to these ports on SILENT vanish: the probes time out in SYN-SENT.
+    lab.srv.run(&[
+        "nft",
+        &format!(
+            "add table inet hhdrop; add chain inet hhdrop input {{ type filter hook input priority 0; }}; \
+             add rule inet hhdrop input ip daddr {SILENT} tcp dport 9300-9309 drop"
+        ),
+    ]);
+    let peers = Arc::new(std::sync::Mutex::new(Vec::<IpAddr>::new()));
+    let seen = Arc::clone(&peers);
+    let _servers = serve(&lab.srv, move || {
+        let listeners: Vec<TcpListener> = (9100..9110).map(|p| tcp_listener(SERVER, p)).collect();
+        async move {
+            let mut accepts = tokio::task::JoinSet::new();
+            for l in listeners {
+                let seen = Arc::clone(&seen);
+                accepts.spawn(async move {
+                    while let Ok((s, peer)) = l.accept().await {
+                        seen.lock().expect("peers").push(peer.ip());
+                        drop(s);
+                    }
+                });
+            }
+            while accepts.join_next().await.is_some() {}
+        }
+    });
+    let plain = CheckKind::Tcp {
+        send: None,
+        expect: None,
+    };
+    let from_source = |name: &str, initial| {
+        Arc::new(HealthCheck {
+            source: Some(SOURCE.parse().expect("source")),
+            ..(*check(name, plain.clone(), 2, 2, initial)).clone()
+        })
+    };
+    let (rising, falling) = (
+        from_source("rise", InitialHealth::Down),
+        from_source("fall", InitialHealth::Up),
+    );
+    let open: Vec<Target> = (9100..9110).map(|p| target(SERVER, p, &rising)).collect();
+    let closed: Vec<Target> = (9200..9210).map(|p| target(SERVER, p, &falling)).collect();
+    let dropped: Vec<Target> = (9300..9310).map(|p| target(SILENT, p, &falling)).collect();
+    let all: Vec<Target> = open
+        .iter()
+        .chain(&closed)
+        .chain(&dropped)
+        .cloned()
+        .collect();
+    let run = probe(&lab.prb, all, INTERVAL * 10, INTERVAL * 4, |ts| {
+        ts.len() >= 30
+    });
+    for t in &open {
+        assert_eq!(run.of(t), vec![up(2, "connected")], "{}", t.key());
+        let st = run.status(t);
+        assert!(st.passed >= 4 && st.failed == 0, "{st:?}");
+    }
+    for t in &closed {
+        assert_eq!(
+            run.of(t),
+            vec![down(2, "connection refused")],
+            "{}",
+            t.key()
+        );
+        let st = run.status(t);
+        assert!(st.failed >= 4 && st.passed == 0, "{st:?}");
+    }
+    for t in &dropped {
+        assert_eq!(run.of(t), vec![down(2, "timeout")], "{}", t.key());
+        let st = run.status(t);
+        assert!(st.failed >= 3 && st.passed == 0, "{st:?}");
+        assert_eq!(st.last_failure, Some(Failure::Timeout));
+    }
+    for t in &run.transitions {
+        run.assert_in_round(t);
+    }
+    let peers = peers.lock().expect("peers");
+    assert!(peers.len() >= 40, "accepted {}", peers.len());
+    let source: IpAddr = SOURCE.parse().expect("source");
+    assert!(peers.iter().all(|p| *p == source), "{peers:?}");
+}

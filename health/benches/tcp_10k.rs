@@ -1,42 +1,46 @@
 //! Prober cost at scale: 10,000 TCP targets probed every second.
 //!
 //! Run as root: `cargo bench -p health --bench tcp_10k` (env `HEALTH_BENCH_ADDRS` and
-//! `HEALTH_BENCH_PORTS`, default 100 x 100, and `HEALTH_BENCH_SECS`, default 20). It
-//! builds a two-namespace lab whose server namespace holds 100 addresses and listens on
-//! 100 wildcard ports (100 x 100 = 10,000 distinct targets from only 100 listening
-//! sockets: containers often cap RLIMIT_NOFILE below what 10,000 listeners need), runs
-//! the prober on its own single-threaded tokio runtime in the prober namespace, and
-//! reports:
-//! - CPU of the prober thread (getrusage RUSAGE_THREAD user+sys over wall time),
-//! - how probe starts spread over each interval (100 ms buckets, busiest 10 ms),
-//! - start lateness (actual start minus scheduled due time),
-//! - probes done versus expected, and failures (should be none).
+//! `HEALTH_BENCH_PORTS`, default 100 x 100, `HEALTH_BENCH_SECS`, default 20, and
+//! `HEALTH_BENCH_ARRANGEMENTS`, default `shared,split`, below). It builds a two-namespace lab
+//! whose server namespace holds 100 addresses and listens on 100 wildcard ports (100 x 100
+//! = 10,000 distinct targets from only 100 listening sockets: containers often cap
+//! RLIMIT_NOFILE below what 10,000 listeners need), runs the prober on its own
+//! single-threaded tokio runtime in the prober namespace, and reports:
+//! - probes started per second, failures, and how many targets are up;
+//! - CPU of the prober thread (getrusage RUSAGE_THREAD user+sys over wall time), pinned to
+//!   CPU 0, and in the split arrangement that of the kernel thread doing its receive
+//!   work, and separately that of the simulated backends;
+//! - the kernel floors: the same connects from a plain blocking loop, both as socket +
+//!   connect + close (RST) and as connect + reset on one reused socket (what the prober
+//!   does), scaled to the target rate;
+//! - how probe starts spread over each interval (100 ms buckets, busiest 10 ms) and start
+//!   lateness (actual start minus scheduled due time).
 //!
-//! Over veth, a packet's receive processing runs in the transmitting CPU's softirq, and
-//! softirq time is charged to whatever thread is current there. Left alone, the server
-//! side's kernel TCP work (SYN -> SYN-ACK, the handshake ACK, RST teardown) would run on
-//! the prober's CPU inside the prober thread's time: work a real prober never pays, its
-//! backends being other machines. The prober thread is pinned to CPU 0 and everything
-//! else in the benchmark to CPU 1. `HEALTH_BENCH_STEER=1` also sets RPS on the
-//! server-side veth, sending the server namespace's receive processing to CPU 1, and on
-//! the prober-side veth, keeping the SYN-ACK's receive processing on CPU 0 (the prober's
-//! own SYN send, SYN-ACK receive, ACK and RST stay on its CPU, as with a real NIC).
-//! Steering is off by default because it is not cheaper here: it moves 3 of the 4
-//! packets of a probe to CPU 1, but the prober thread's CPU went up (about 16% -> 18% of
-//! a core, side by side), as steered packets cost the sender inter-processor interrupts
-//! (trapping x2APIC MSR writes in a VM; perf showed them inside connect and close) and
-//! the handshake no longer completes inside connect(). Perf put the server-side receive
-//! work charged to the unsteered prober at about 3% of a core. Either way the report
-//! gives per-CPU packets processed (/proc/net/softnet_stat), softirq time (/proc/stat)
-//! and function-call IPIs received (/proc/interrupts) so the split and its price can be
-//! checked, and a plain blocking connect loop under the same arrangement as the kernel's
-//! floor (only a floor unsteered: steered, each blocking connect also sleeps and wakes).
-//! Server-side accept work runs on a thread pinned to CPU 1 and is not counted.
+//! Where the backends' work lands. Over veth, a packet's receive processing runs where it
+//! was sent, and its time is charged to whatever thread is current there, so in the
+//! "shared" arrangement the prober thread also pays the server side of every handshake:
+//! SYN -> SYN-ACK, the handshake ACK that creates the accepted socket, and the RST that
+//! frees it (perf put that at 31-45% of the prober thread's samples after issue #6).
+//! Real backends are other machines. The "split" arrangement turns on threaded NAPI on
+//! both veth ends (GRO on, so veth receives through NAPI; one real-time kernel thread per
+//! end, with NIC-like interrupt moderation): the server end's thread is pinned to CPU 1
+//! and reported as the backends' cost, the prober end's thread is pinned to CPU 0 and
+//! counted with the prober, as a NIC's receive processing would be. That split is
+//! measurable per thread but not free: packets now wake a thread on the other CPU, and in
+//! this VM an inter-processor interrupt traps to the hypervisor, which the prober's side
+//! pays; so split overstates the prober a little, shared overstates it a lot. "steered"
+//! (opt-in) is the older alternative (RPS: the server end's receive processing goes to
+//! CPU 1 in softirq context, which no thread's time shows). The report always gives
+//! per-CPU packets processed (/proc/net/softnet_stat), softirq time (/proc/stat) and
+//! function-call IPIs received (/proc/interrupts) so the split and its price can be
+//! checked, and the veth drop counters. Server-side accept work runs on a thread pinned
+//! to CPU 1 and is reported, not counted.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -159,31 +163,159 @@ fn cpu_time() -> (Duration, Duration) {
     (tv(u.user_time()), tv(u.system_time()))
 }
 
-/// The same connect-and-reset per target, from plain blocking sockets in a loop on this
-/// thread: the kernel's own cost of a TCP probe under the same CPU arrangement as the
-/// prober. Returns user and system time, count, and the per-CPU counters over the loop.
-fn connect_floor(targets: &[SocketAddr]) -> Floor {
-    let (k0, w0) = (CpuCounters::read(), Instant::now());
-    let start = cpu_time();
-    let mut ok = 0;
-    for t in targets {
-        if let Ok(s) = TcpStream::connect(t) {
-            setsockopt(
-                &s,
-                sockopt::Linger,
-                &nix::libc::linger {
-                    l_onoff: 1,
-                    l_linger: 0,
-                },
-            )
-            .expect("SO_LINGER");
-            ok += 1;
+/// A kernel thread doing one veth end's receive processing (threaded NAPI).
+#[derive(Clone, Copy)]
+struct NapiThread {
+    pid: i32,
+}
+
+impl NapiThread {
+    /// Turns on threaded NAPI for `ifname` in `ns` (GRO on, so veth receives through
+    /// NAPI), finds the kernel thread that appeared and pins it to `cpu`.
+    fn start(ns: &Netns, ifname: &str, cpu: usize) -> NapiThread {
+        require_program("ethtool", "ethtool");
+        let before = napi_threads();
+        ns.run(&["ethtool", "-K", ifname, "gro", "on"]);
+        // Interrupt moderation, as a NIC has: after a poll, wait up to 100 us for more
+        // packets instead of waking the thread for each one (10,000 wake-ups a second
+        // cost more than the packets they carry).
+        ns.sh(&format!(
+            "echo 2 > /sys/class/net/{ifname}/napi_defer_hard_irqs && \
+             echo 100000 > /sys/class/net/{ifname}/gro_flush_timeout"
+        ));
+        ns.sh(&format!("echo 1 > /sys/class/net/{ifname}/threaded"));
+        // The thread is created by the write above; give the kernel a moment to name it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let pid = loop {
+            let new: Vec<i32> = napi_threads().difference(&before).copied().collect();
+            match new.as_slice() {
+                [pid] => break *pid,
+                [] if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                _ => panic!(
+                    "expected one new napi/{ifname} kernel thread in {}, found {new:?}",
+                    ns.name
+                ),
+            }
+        };
+        let mut set = CpuSet::new();
+        set.set(cpu).expect("cpu index");
+        sched_setaffinity(Pid::from_raw(pid), &set).expect("pin the napi thread");
+        // Real-time, like the interrupt handling it stands for: as an ordinary thread it
+        // queues behind whatever else the (shared, busy) machine runs, and every
+        // handshake waits milliseconds for it.
+        require_program("chrt", "util-linux");
+        common::run(&["chrt", "--fifo", "--pid", "50", &pid.to_string()]);
+        NapiThread { pid }
+    }
+
+    /// Time the thread has run, from /proc/PID/schedstat (nanoseconds, exact).
+    fn runtime(self) -> Duration {
+        let s = std::fs::read_to_string(format!("/proc/{}/schedstat", self.pid))
+            .expect("napi thread schedstat");
+        let ns: u64 = s
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("schedstat runtime");
+        Duration::from_nanos(ns)
+    }
+}
+
+/// Pids of the kernel's threaded-NAPI threads ("napi/IFNAME-ID").
+fn napi_threads() -> HashSet<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            comm.starts_with("napi/").then_some(pid)
+        })
+        .collect()
+}
+
+/// CPU used on the prober's side: its thread, plus its receive thread when split.
+#[derive(Clone, Copy)]
+struct ProberSide {
+    user: Duration,
+    sys: Duration,
+    rx: Duration,
+}
+
+impl ProberSide {
+    fn read(rx: Option<NapiThread>) -> ProberSide {
+        let (user, sys) = cpu_time();
+        ProberSide {
+            user,
+            sys,
+            rx: rx.map_or(Duration::ZERO, NapiThread::runtime),
         }
     }
-    let end = cpu_time();
+
+    fn since(self, earlier: ProberSide) -> ProberSide {
+        ProberSide {
+            user: self.user - earlier.user,
+            sys: self.sys - earlier.sys,
+            rx: self.rx - earlier.rx,
+        }
+    }
+
+    fn total(self) -> Duration {
+        self.user + self.sys + self.rx
+    }
+}
+
+/// How the kernel floors open and close their connections.
+#[derive(Clone, Copy)]
+enum FloorKind {
+    /// socket, connect, SO_LINGER 0, close (RST): what the prober did before issue #6.
+    SocketPerProbe,
+    /// connect, connect(AF_UNSPEC) (RST) on one socket: what the prober does now.
+    Reused,
+}
+
+/// The same connects from a plain blocking loop on this thread, which must be the
+/// prober's: the kernel's own cost of a TCP probe under the same CPU arrangement.
+fn connect_floor(targets: &[SocketAddr], kind: FloorKind, rx: Option<NapiThread>) -> Floor {
+    let (k0, w0) = (CpuCounters::read(), Instant::now());
+    let start = ProberSide::read(rx);
+    let mut ok = 0;
+    match kind {
+        FloorKind::SocketPerProbe => {
+            for t in targets {
+                if let Ok(s) = TcpStream::connect(t) {
+                    setsockopt(
+                        &s,
+                        sockopt::Linger,
+                        &nix::libc::linger {
+                            l_onoff: 1,
+                            l_linger: 0,
+                        },
+                    )
+                    .expect("SO_LINGER");
+                    ok += 1;
+                }
+            }
+        }
+        FloorKind::Reused => {
+            use rustix::net::{AddressFamily, SocketFlags, SocketType};
+            let s = rustix::net::socket_with(
+                AddressFamily::INET,
+                SocketType::STREAM,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .expect("socket");
+            for t in targets {
+                if rustix::net::connect(&s, t).is_ok() {
+                    ok += 1;
+                }
+                rustix::net::connect_unspec(&s).expect("reset");
+            }
+        }
+    }
     Floor {
-        user: end.0 - start.0,
-        sys: end.1 - start.1,
+        cpu: ProberSide::read(rx).since(start),
         ok,
         kernel: CpuCounters::read().since(k0),
         wall: w0.elapsed(),
@@ -192,11 +324,17 @@ fn connect_floor(targets: &[SocketAddr]) -> Floor {
 
 /// What [`connect_floor`] measured.
 struct Floor {
-    user: Duration,
-    sys: Duration,
+    cpu: ProberSide,
     ok: usize,
     kernel: CpuCounters,
     wall: Duration,
+}
+
+impl Floor {
+    /// Its CPU per connect, scaled to `rate` connects a second, in % of one core.
+    fn pct_at(&self, rate: f64, d: Duration) -> f64 {
+        100.0 * d.as_secs_f64() / self.ok.max(1) as f64 * rate
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -205,6 +343,17 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     }
     let i = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[i]
+}
+
+/// Where the simulated backends' receive work runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arrangement {
+    /// On the CPU that sent each packet, charged to the prober thread (default).
+    Shared,
+    /// Threaded NAPI: each veth end's receive work in its own measured kernel thread.
+    Split,
+    /// RPS: the server end's receive work in softirq on CPU 1, the prober end's on CPU 0.
+    Steered,
 }
 
 fn main() {
@@ -219,7 +368,18 @@ fn main() {
     let addrs = env_or("HEALTH_BENCH_ADDRS", 100).clamp(1, 250) as u8;
     let ports = env_or("HEALTH_BENCH_PORTS", 100).clamp(1, 10_000) as u16;
     let secs = env_or("HEALTH_BENCH_SECS", 20);
-    let steer = env_or("HEALTH_BENCH_STEER", 0) != 0;
+    let arrangements: Vec<Arrangement> = std::env::var("HEALTH_BENCH_ARRANGEMENTS")
+        .unwrap_or_else(|_| "shared,split".into())
+        .split(',')
+        .map(|a| match a.trim() {
+            "shared" => Arrangement::Shared,
+            "split" => Arrangement::Split,
+            "steered" => Arrangement::Steered,
+            other => panic!(
+                "HEALTH_BENCH_ARRANGEMENTS: unknown arrangement {other:?} (shared, split, steered)"
+            ),
+        })
+        .collect();
     assert!(
         std::thread::available_parallelism().map_or(0, |n| n.get()) >= 2,
         "the benchmark needs 2 CPUs: the prober on CPU 0, the simulated backends on CPU 1"
@@ -228,25 +388,33 @@ fn main() {
     // the soft limit to the hard one (without CAP_SYS_RESOURCE we cannot go further).
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("raise RLIMIT_NOFILE");
-    run(addrs, ports, secs, steer);
+    for arrangement in arrangements {
+        run(addrs, ports, secs, arrangement);
+    }
 }
 
-/// One measurement. With `steer`, the server namespace's receive processing runs on CPU 1
-/// and the prober's on CPU 0 (its own thread's CPU); without, all of it runs on the CPU
-/// that transmitted, which for most packets is the prober's.
-fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
+/// One measurement.
+fn run(addrs: u8, ports: u16, secs: u64, arrangement: Arrangement) {
     let n = u32::from(addrs) * u32::from(ports);
-    let prb = Netns::new("bprb");
-    let srv = Netns::new("bsrv");
+    let prb = Netns::new("hh-p");
+    let srv = Netns::new("hh-s");
     veth(&prb, "eth0", &srv, "eth0");
     prb.run(&["ip", "addr", "add", &format!("{PROBER}/24"), "dev", "eth0"]);
     srv.sh(&format!(
         "for i in $(seq 2 {}); do ip addr add 10.202.0.$i/24 dev eth0; done",
         u32::from(addrs) + 1
     ));
-    if steer {
-        rps(&srv, 0b10);
-        rps(&prb, 0b01);
+    let (mut prober_rx, mut server_rx) = (None, None);
+    match arrangement {
+        Arrangement::Shared => {}
+        Arrangement::Split => {
+            server_rx = Some(NapiThread::start(&srv, "eth0", 1));
+            prober_rx = Some(NapiThread::start(&prb, "eth0", 0));
+        }
+        Arrangement::Steered => {
+            rps(&srv, 0b10);
+            rps(&prb, 0b01);
+        }
     }
     // The sampler (this thread) copies 10,000 statuses now and then: keep it off CPU 0.
     pin(1);
@@ -270,6 +438,8 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
             })
             .collect();
         ready_tx.send(()).expect("ready");
+        let (u0, s0) = cpu_time();
+        let w0 = Instant::now();
         while !server_stop.load(Ordering::Relaxed) {
             for l in &listeners {
                 while let Ok((s, _)) = l.accept() {
@@ -278,6 +448,8 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let (u1, s1) = cpu_time();
+        (u1 + s1 - u0 - s0, w0.elapsed())
     });
     ready_rx.recv().expect("server start");
 
@@ -305,14 +477,16 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
         })
         .collect();
 
-    let floor_targets: Vec<SocketAddr> = targets
-        .iter()
+    // Three passes over the targets: a single pass lasts a fraction of a second, short
+    // enough for a neighbour's burst to skew it.
+    let floor_targets: Vec<SocketAddr> = std::iter::repeat_n(&targets, 3)
+        .flatten()
         .map(|t| SocketAddr::new(t.address, t.port))
         .collect();
-    let (floor_tx, floor_rx) = std::sync::mpsc::channel::<Floor>();
+    let (floor_tx, floor_rx) = std::sync::mpsc::channel::<(Floor, Floor)>();
     let (handle_tx, handle_rx) = std::sync::mpsc::channel::<Arc<Prober>>();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let (cpu_tx, cpu_rx) = std::sync::mpsc::channel::<(Duration, Duration, Duration)>();
+    let (cpu_tx, cpu_rx) = std::sync::mpsc::channel::<(ProberSide, Duration)>();
     let prb_name = prb.name.clone();
     let warmup = Duration::from_secs(3);
     let prober_thread = std::thread::spawn(move || {
@@ -322,8 +496,11 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
             .enable_all()
             .build()
             .expect("runtime");
-        let floor = connect_floor(&floor_targets);
-        floor_tx.send(floor).expect("floor");
+        let floors = (
+            connect_floor(&floor_targets, FloorKind::SocketPerProbe, prober_rx),
+            connect_floor(&floor_targets, FloorKind::Reused, prober_rx),
+        );
+        floor_tx.send(floors).expect("floor");
         rt.block_on(async move {
             let (prober, mut rx) = Prober::spawn();
             let prober = Arc::new(prober);
@@ -332,21 +509,19 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
             tokio::spawn(async move { while rx.recv().await.is_some() {} });
             // First round spreads over one interval and rise takes two: measure after.
             tokio::time::sleep(warmup).await;
-            let (cpu0, wall0) = (cpu_time(), Instant::now());
+            let (cpu0, wall0) = (ProberSide::read(prober_rx), Instant::now());
             let _ = done_rx.await;
-            let cpu1 = cpu_time();
-            cpu_tx
-                .send((cpu1.0 - cpu0.0, cpu1.1 - cpu0.1, wall0.elapsed()))
-                .expect("cpu");
+            let cpu = ProberSide::read(prober_rx).since(cpu0);
+            cpu_tx.send((cpu, wall0.elapsed())).expect("cpu");
         });
     });
 
-    let fl = floor_rx.recv().expect("floor numbers");
-    let (floor_user, floor_sys, floor_n) = (fl.user, fl.sys, fl.ok);
+    let (floor_socket, floor_reused) = floor_rx.recv().expect("floor numbers");
     let prober = handle_rx.recv().expect("prober handle");
     std::thread::sleep(warmup);
     let t0 = Instant::now();
     let k0 = CpuCounters::read();
+    let server_rx0 = server_rx.map(NapiThread::runtime);
     let before: u64 = prober.status().iter().map(|s| s.started).sum();
     // Sample often enough to see every start (each target starts once per interval)
     // and rarely enough that copying 10,000 statuses does not crowd the prober.
@@ -362,12 +537,16 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
         }
     }
     let kernel = CpuCounters::read().since(k0);
+    let drops = [&prb, &srv].map(|ns| {
+        let out = ns.run(&["cat", "/sys/class/net/eth0/statistics/rx_dropped"]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    });
+    let server_rx_cpu = server_rx.zip(server_rx0).map(|(t, r0)| t.runtime() - r0);
     let kernel_wall = t0.elapsed();
+    let after: u64 = prober.status().iter().map(|s| s.started).sum();
     let _ = done_tx.send(());
-    let (user, sys, wall) = cpu_rx.recv().expect("cpu numbers");
-    let cpu = user + sys;
+    let (cpu, wall) = cpu_rx.recv().expect("cpu numbers");
     let status = prober.status();
-    let after: u64 = status.iter().map(|s| s.started).sum();
     let failed: u64 = status.iter().map(|s| s.failed).sum();
     let up = status
         .iter()
@@ -377,7 +556,7 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
     drop(prober);
     prober_thread.join().expect("prober thread");
     stop.store(true, Ordering::Relaxed);
-    server.join().expect("server thread");
+    let (accept_cpu, accept_wall) = server.join().expect("server thread");
 
     let mut lateness: Vec<Duration> = starts.values().copied().collect();
     lateness.sort();
@@ -395,46 +574,91 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
     let busiest_10ms = per_10ms.values().copied().max().unwrap_or(0);
     let expected_10ms = seen as f64 / (secs as f64 * 100.0);
 
+    let w = wall.as_secs_f64();
+    let pct = |d: Duration| 100.0 * d.as_secs_f64() / w;
+    let rate = (after - before) as f64 / kernel_wall.as_secs_f64();
     println!(
-        "health tcp_10k: {n} TCP targets ({addrs} addresses x {ports} ports), interval {INTERVAL:?}, {secs} s measured, {}",
-        if steer {
-            "prober pinned to CPU 0, server rx steered to CPU 1 (RPS), prober rx on CPU 0"
-        } else {
-            "prober pinned to CPU 0, no RPS (rx runs on the transmitting CPU)"
+        "health tcp_10k: {n} TCP targets ({addrs} addresses x {ports} ports), interval {INTERVAL:?}, {secs} s measured, prober pinned to CPU 0, {}",
+        match arrangement {
+            Arrangement::Shared =>
+                "shared (no NAPI threads, no RPS: the backends' receive work runs on the prober's thread)",
+            Arrangement::Split =>
+                "split (threaded NAPI: prober end's receive thread on CPU 0, backends' on CPU 1)",
+            Arrangement::Steered =>
+                "steered (RPS: backends' receive work in softirq on CPU 1, prober end's on CPU 0)",
         }
     );
     println!(
-        "  prober CPU: {:.3} s user + {:.3} s sys over {:.3} s wall = {:.2}% of one core",
-        user.as_secs_f64(),
-        sys.as_secs_f64(),
-        wall.as_secs_f64(),
-        100.0 * cpu.as_secs_f64() / wall.as_secs_f64()
-    );
-    let floor = |d: Duration| d.as_secs_f64() / floor_n.max(1) as f64 * f64::from(n);
-    println!(
-        "  peer: plain blocking connect + RST loop, {floor_n} connects: {:.2}% user + {:.2}% sys of one core at {n}/s \
-         (the kernel floor, same CPU arrangement)",
-        100.0 * floor(floor_user),
-        100.0 * floor(floor_sys)
+        "  probes: {} started in the window = {rate:.0}/s (target {n}/s); failures {failed}; up {up}/{n}",
+        after - before
     );
     println!(
-        "  floor loop: {} over {:.3} s",
-        fl.kernel.describe(fl.wall),
-        fl.wall.as_secs_f64()
+        "  prober thread: {:.3} s user + {:.3} s sys over {w:.3} s = {:.2}% of one core{}",
+        cpu.user.as_secs_f64(),
+        cpu.sys.as_secs_f64(),
+        pct(cpu.user + cpu.sys),
+        if arrangement == Arrangement::Shared {
+            " (includes the backends' kernel receive work: see the split arrangement)"
+        } else {
+            ""
+        }
+    );
+    if arrangement == Arrangement::Split {
+        println!(
+            "  prober end's receive thread (CPU 0): {:.2}% -> prober total {:.2}% of one core",
+            pct(cpu.rx),
+            pct(cpu.total())
+        );
+        if let Some(s) = server_rx_cpu {
+            println!(
+                "  backends' receive thread (CPU 1, not counted): {:.2}% of one core",
+                100.0 * s.as_secs_f64() / kernel_wall.as_secs_f64()
+            );
+        }
+    }
+    println!(
+        "  backends' accept thread (CPU 1, not counted): {:.2}% of one core",
+        100.0 * accept_cpu.as_secs_f64() / accept_wall.as_secs_f64()
+    );
+    for (name, f) in [
+        ("socket + connect + close (RST)", &floor_socket),
+        ("connect + reset on one socket ", &floor_reused),
+    ] {
+        println!(
+            "  kernel floor, {name}: {:.2}% user + {:.2}% sys{} of one core at {rate:.0}/s ({} connects in {:.3} s)",
+            f.pct_at(rate, f.cpu.user),
+            f.pct_at(rate, f.cpu.sys),
+            if arrangement == Arrangement::Split {
+                format!(" + {:.2}% receive thread", f.pct_at(rate, f.cpu.rx))
+            } else {
+                String::new()
+            },
+            f.ok,
+            f.wall.as_secs_f64()
+        );
+    }
+    if arrangement == Arrangement::Split {
+        // Each blocking connect wakes the receive threads for every packet; the prober's
+        // traffic comes in bursts that share wake-ups. No floor to compare with here.
+        println!("  (split: the blocking floor loops pay a thread wake-up per packet)");
+    } else {
+        println!(
+            "  prober above the reuse floor: {:.2}% of one core",
+            pct(cpu.total()) - floor_reused.pct_at(rate, floor_reused.cpu.total())
+        );
+    }
+    println!(
+        "  floor loops: {} over {:.3} s; {} over {:.3} s",
+        floor_socket.kernel.describe(floor_socket.wall),
+        floor_socket.wall.as_secs_f64(),
+        floor_reused.kernel.describe(floor_reused.wall),
+        floor_reused.wall.as_secs_f64()
     );
     println!(
-        "  prober window: {} (steered: ~1 packet/probe on CPU0, 3 on CPU1; else all 4 on CPU0)",
-        kernel.describe(kernel_wall)
-    );
-    println!(
-        "  prober above the floor: {:.2}% of one core",
-        100.0 * (cpu.as_secs_f64() / wall.as_secs_f64() - floor(floor_user + floor_sys))
-    );
-    println!(
-        "  probes started: {} in window (expected {}), {} sampled starts; failures {failed}; up {up}/{n}",
-        after - before,
-        u64::from(n) * secs,
-        seen
+        "  prober window: {}; veth receive drops since setup: prober end {}, server end {}",
+        kernel.describe(kernel_wall),
+        drops[0],
+        drops[1]
     );
     println!(
         "  start spread over the interval (100 ms buckets, % of mean): {}",
@@ -444,7 +668,9 @@ fn run(addrs: u8, ports: u16, secs: u64, steer: bool) {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    println!("  busiest 10 ms: {busiest_10ms} starts (mean {expected_10ms:.1})");
+    println!(
+        "  busiest 10 ms: {busiest_10ms} starts (mean {expected_10ms:.1}); {seen} starts sampled"
+    );
     println!(
         "  start lateness (start - due): p50 {:?}, p99 {:?}, max {:?}",
         percentile(&lateness, 0.5),

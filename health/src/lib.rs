@@ -2,8 +2,9 @@
 //!
 //! Operators trust a balancer whose health checks neither flap nor stick, so the logic
 //! that decides (hysteresis, scheduling, deduplication, reloads) is pure and tested
-//! without sockets ([`hysteresis`], [`scheduler`]), and the I/O is confined to two
-//! modules: [`probe`] opens every socket, [`tasks`] owns the one tokio task.
+//! without sockets ([`hysteresis`], [`scheduler`]), and the I/O is confined to three
+//! modules: [`probe`] opens the sockets of checks that exchange data, `connect` runs
+//! plain TCP connect checks on pooled sockets, [`tasks`] owns the one tokio task.
 //!
 //! Typical use from the appliance: build [`Target`]s from the config model, start a
 //! [`Prober`], feed it with [`Prober::set_targets`] on every reload, consume
@@ -12,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+mod connect;
 pub mod hysteresis;
 pub mod outcome;
 pub mod probe;

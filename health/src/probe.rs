@@ -1,4 +1,5 @@
-//! The probes themselves: every socket this crate opens is opened here.
+//! The probes themselves: every socket this crate opens is opened here, except those of
+//! plain TCP connect checks run by the prober's loop (`crate::connect`).
 //!
 //! One async function per check kind turns a [`ProbeKey`] into an [`Outcome`] whose
 //! failure names the cause. The caller ([`crate::tasks`]) bounds each probe with the
@@ -165,7 +166,7 @@ impl ProbeContext {
 }
 
 /// Maps a socket error to the failure an operator recognises.
-fn io_failure(e: io::Error) -> Failure {
+pub(crate) fn io_failure(e: io::Error) -> Failure {
     match e.kind() {
         io::ErrorKind::ConnectionRefused => Failure::Refused,
         io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => Failure::Reset,

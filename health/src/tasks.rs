@@ -4,13 +4,19 @@
 //!  Prober::set_targets ──lock──▶ Scheduler ◀──lock── Prober::status / counters
 //!          │ notify                ▲   │ poll(now) -> due probes
 //!          ▼                       │   ▼
-//!      run loop ── spawn ──▶ JoinSet of probes (probe::ProbeContext, timeout_at deadline)
-//!          ▲                           │ (id, seq, outcome)
-//!          └───────── on_result ◀──────┘
+//!      run loop ─┬─ plain tcp ──▶ connect::Connects (pooled sockets, one epoll set,
+//!          ▲     │                  deadline queues; reap + expire each turn)
+//!          │     └─ others ─────▶ JoinSet of probes (probe::ProbeContext, timeout_at)
+//!          │                               │ (id, seq, outcome)
+//!          └───────── on_result ◀──────────┘
 //!                         │ Transition
 //!                         ▼
 //!              mpsc::UnboundedSender<Transition> ──▶ the appliance's pool updater
 //! ```
+//!
+//! Plain TCP connect checks, the bulk of a large deployment, skip the task, the timer
+//! entry and the socket of their own that every other check gets: see `crate::connect`
+//! for why and what it saves.
 //!
 //! The transitions channel is unbounded on purpose: transitions are rare (bounded by
 //! targets times rise/fall), and a slow consumer must never stall probing, which would
@@ -18,13 +24,15 @@
 //! microseconds, so status queries from other threads never wait on a probe.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::check::{ProbeKey, Target};
+use crate::check::{CheckKind, ProbeKey, Target};
+use crate::connect::{Connects, Finished};
 use crate::outcome::{Failure, Outcome};
 use crate::probe::ProbeContext;
 use crate::scheduler::{
@@ -118,17 +126,53 @@ async fn run(
     tx: mpsc::UnboundedSender<Transition>,
     ctx: Arc<ProbeContext>,
 ) {
+    let mut connects = match Connects::new() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            // Not expected with a working io driver; every check still runs, as a task.
+            tracing::warn!(
+                "health probes: no epoll set for connect checks ({e}), using a task each"
+            );
+            None
+        }
+    };
     let mut probes: JoinSet<Outcome> = JoinSet::new();
     let mut running: HashMap<tokio::task::Id, (ProbeId, u64), IdHash> = HashMap::default();
-    let mut finished: Vec<(ProbeId, u64, Outcome)> = Vec::new();
+    let mut finished: Vec<Finished> = Vec::new();
     let sleep = tokio::time::sleep_until(far_future());
     tokio::pin!(sleep);
     loop {
+        if let Some(c) = connects.as_mut() {
+            c.reap(&mut finished);
+            c.expire(Instant::now(), &mut finished);
+        }
+        let now = Instant::now();
         let (due, next) = {
             let mut s = lock(&scheduler);
-            (s.poll(Instant::now()), s.next_wakeup())
+            for (id, seq, outcome) in finished.drain(..) {
+                if let Some(t) = s.on_result(id, seq, outcome, now) {
+                    log_transition(&t);
+                    // A dropped receiver means nobody listens; probing still feeds
+                    // the status snapshot.
+                    let _ = tx.send(t);
+                }
+            }
+            (s.poll(now), s.next_wakeup())
         };
         for d in due {
+            if let Some(c) = connects.as_mut()
+                && let CheckKind::Tcp {
+                    send: None,
+                    expect: None,
+                } = &d.key.check.kind
+            {
+                let addr = SocketAddr::new(d.key.address, d.key.port);
+                let (source, timeout) = (d.key.check.source, d.key.check.timeout);
+                if let Some(outcome) = c.start(d.id, d.seq, addr, source, timeout, d.deadline) {
+                    finished.push((d.id, d.seq, outcome));
+                }
+                continue;
+            }
             let ctx = Arc::clone(&ctx);
             let handle = probes.spawn(async move {
                 let deadline = tokio::time::Instant::from_std(d.deadline);
@@ -139,11 +183,20 @@ async fn run(
             });
             running.insert(handle.id(), (d.id, d.seq));
         }
+        if !finished.is_empty() {
+            // Probes that could not even start: record them before sleeping.
+            continue;
+        }
         // Probes due within one tick of each other start together: at 10,000 probes a
         // second, waking for each one would cost more than the probes themselves.
-        let target = next.map_or(far_future(), |t| {
-            tokio::time::Instant::from_std(t.max(Instant::now() + TICK))
-        });
+        // Deadlines are not rounded: a timeout is reported when it happens.
+        let dispatch = next.map(|t| t.max(Instant::now() + TICK));
+        let deadline = connects.as_mut().and_then(Connects::next_deadline);
+        let target = match (dispatch, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map_or(far_future(), tokio::time::Instant::from_std);
         // One timer entry, moved only when the next wake-up changes: re-creating it on
         // every loop turn cost more than the scheduling it serves.
         if sleep.deadline() != target {
@@ -152,23 +205,22 @@ async fn run(
         tokio::select! {
             () = wake.notified() => {}
             () = &mut sleep => {}
+            () = readable(connects.as_ref()) => {}
             Some(joined) = probes.join_next_with_id(), if !probes.is_empty() => {
                 collect(joined, &mut running, &mut finished);
                 while let Some(joined) = probes.try_join_next_with_id() {
                     collect(joined, &mut running, &mut finished);
                 }
-                let now = Instant::now();
-                let mut s = lock(&scheduler);
-                for (id, seq, outcome) in finished.drain(..) {
-                    if let Some(t) = s.on_result(id, seq, outcome, now) {
-                        log_transition(&t);
-                        // A dropped receiver means nobody listens; probing still feeds
-                        // the status snapshot.
-                        let _ = tx.send(t);
-                    }
-                }
             }
         }
+    }
+}
+
+/// Resolves when the connect set may have finished probes; never without one.
+async fn readable(connects: Option<&Connects>) {
+    match connects {
+        Some(c) => c.readable().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -180,7 +232,7 @@ fn far_future() -> tokio::time::Instant {
 fn collect(
     joined: Result<(tokio::task::Id, Outcome), tokio::task::JoinError>,
     running: &mut HashMap<tokio::task::Id, (ProbeId, u64), IdHash>,
-    finished: &mut Vec<(ProbeId, u64, Outcome)>,
+    finished: &mut Vec<Finished>,
 ) {
     let (task, outcome) = match joined {
         Ok((task, outcome)) => (task, outcome),
