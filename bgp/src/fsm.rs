@@ -114,6 +114,10 @@ pub enum Event {
     Message(ConnId, Message),
     /// A message on a connection could not be decoded (RFC events 21, 22, 28).
     DecodeError(ConnId, DecodeError),
+    /// The BFD session protecting this BGP session went from Up to Down (RFC 5882 §4.3):
+    /// an Established session ends at once with Cease/BFD Down (RFC 9384); in any other
+    /// state there is nothing to protect yet and the event is ignored.
+    BfdDown,
 }
 
 /// Why a session left for Idle.
@@ -258,6 +262,12 @@ impl Fsm {
         self.conn.as_ref().map(|c| c.id)
     }
 
+    /// Replaces the capabilities of the next OPEN (the session in progress keeps what it
+    /// negotiated): graceful restart clears its Restart State bit after the first session.
+    pub fn set_capabilities(&mut self, capabilities: Vec<Capability>) {
+        self.cfg.capabilities = capabilities;
+    }
+
     /// The OPEN this speaker sends.
     pub fn local_open(&self) -> Open {
         Open::new(
@@ -314,6 +324,12 @@ impl Fsm {
             Event::TcpAccepted(id) => self.on_connected(id, false, now, &mut out),
             Event::TcpFailed(id) => self.on_tcp_failed(id, now, &mut out),
             Event::Message(id, m) => self.on_message(id, m, now, &mut out),
+            Event::BfdDown => {
+                if self.state == State::Established {
+                    let n = Notification::cease(cease::BFD_DOWN, "");
+                    self.fail(DownReason::Sent(n.clone()), Some(n), now, &mut out);
+                }
+            }
             Event::DecodeError(id, e) => {
                 let n = Notification::from(&e);
                 if self.is_other(id) {

@@ -2,8 +2,9 @@
 //!
 //! Layers, from pure to I/O: [`codec`] (wire format), [`fsm`] (RFC 4271 state machine as a
 //! pure transition function), then `network` (every socket) and `tasks` (every tokio task),
-//! and [`Speaker`], the announcer API the appliance calls. [`bfd`] holds the BFD codec and
-//! session state machine (RFC 5880), not yet wired into the sessions:
+//! and [`Speaker`], the announcer API the appliance calls. [`bfd`] holds the BFD codec,
+//! session state machine (RFC 5880) and UDP transport (RFC 5881); a peer with
+//! [`PeerConfig::bfd`] set loses its BGP session as soon as BFD goes down:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), bgp::SpeakerError> {
@@ -30,5 +31,6 @@ mod tasks;
 pub use fsm::State;
 pub use ipnet::IpNet;
 pub use speaker::{
-    Md5Key, PeerConfig, PeerStatus, RouteAttrs, SocketOptions, Speaker, SpeakerConfig, SpeakerError,
+    BfdConfig, BfdDiscards, BfdStatus, Md5Key, PeerConfig, PeerStatus, RouteAttrs, SocketOptions,
+    Speaker, SpeakerConfig, SpeakerError,
 };

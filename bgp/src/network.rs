@@ -8,6 +8,11 @@
 //! crate forbids `unsafe`, so they go through the embedder's [`SocketOptions`]. Keys and
 //! the minimum TTL are set before `listen`/`connect`: a key added after the SYN would leave
 //! the handshake unsigned, and a minimum TTL set late lets far-away segments in meanwhile.
+//!
+//! BFD (RFC 5881) sockets live here too: a receive socket per local address on port 3784
+//! that reports each datagram's TTL / hop limit (`IP_RECVTTL` / `IPV6_RECVHOPLIMIT` and
+//! `recvmsg` control messages, through `nix`'s safe wrappers), and a send socket per session
+//! from a port in 49152–65535 with TTL 255.
 
 use crate::codec::{self, DecodeError, Message};
 use crate::speaker::{Md5Key, PeerConfig, SocketOptions, SpeakerError};
@@ -17,9 +22,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::Interest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
 
 /// How long a write may block before the connection counts as dead: long enough for a
 /// congested peer, short enough that a wedged one does not stall the peer task forever.
@@ -239,4 +245,96 @@ pub(crate) async fn write(w: &mut OwnedWriteHalf, bytes: &[u8]) -> io::Result<()
 /// Flushes and half-closes the write side so a NOTIFICATION sent just before gets out.
 pub(crate) async fn close(mut w: OwnedWriteHalf) {
     let _ = tokio::time::timeout(Duration::from_secs(1), w.shutdown()).await;
+}
+
+/// The single-hop BFD control port (RFC 5881 §4).
+pub(crate) const BFD_PORT: u16 = 3784;
+
+/// Source ports for BFD control packets (RFC 5881 §4).
+const BFD_SRC_PORTS: std::ops::RangeInclusive<u16> = 49152..=65535;
+
+/// Binds the BFD receive socket on `local`:3784 with TTL / hop-limit reporting on, so
+/// [`bfd_recv`] can apply the RFC 5881 §5 check (only TTL 255 comes from a neighbour). No
+/// SO_REUSEADDR: a second socket on the same port would silently take half the packets.
+pub(crate) fn bfd_listen(local: IpAddr) -> io::Result<UdpSocket> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let addr = SocketAddr::new(local, BFD_PORT);
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if local.is_ipv6() {
+        sock.set_only_v6(true)?;
+        setsockopt(&sock, sockopt::Ipv6RecvHopLimit, &true)?;
+    } else {
+        setsockopt(&sock, sockopt::Ipv4RecvTtl, &true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    UdpSocket::from_std(sock.into())
+}
+
+/// Receives one datagram into `buf`: its length, source address, and TTL / hop limit
+/// (`None` when the kernel reported none, which the caller treats as not 255).
+pub(crate) async fn bfd_recv(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, IpAddr, Option<u8>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
+    use std::os::fd::AsRawFd;
+    sock.async_io(Interest::READABLE, || {
+        let mut iov = [io::IoSliceMut::new(&mut *buf)];
+        // One int-sized control message needs CMSG_SPACE(4) = 24 octets on 64-bit Linux.
+        let mut cmsg = [0u8; 64];
+        let msg = recvmsg::<SockaddrStorage>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::empty(),
+        )?;
+        let mut ttl = None;
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::Ipv4Ttl(t) | ControlMessageOwned::Ipv6HopLimit(t) = c {
+                ttl = u8::try_from(t).ok();
+            }
+        }
+        let from = msg.address.as_ref().and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        });
+        let from = from.ok_or_else(|| io::Error::other("datagram without a source address"))?;
+        Ok((msg.bytes, from.to_canonical(), ttl))
+    })
+    .await
+}
+
+/// A send socket for one BFD session: bound to `local` and a free port in 49152–65535
+/// (trying from `seed` on), TTL / hop limit 255, connected to `remote`:3784.
+pub(crate) fn bfd_sender(local: IpAddr, remote: IpAddr, seed: u32) -> io::Result<UdpSocket> {
+    let remote = SocketAddr::new(remote, BFD_PORT);
+    let sock = Socket::new(
+        Domain::for_address(remote),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )?;
+    if remote.is_ipv6() {
+        sock.set_unicast_hops_v6(255)?;
+    } else {
+        sock.set_ttl_v4(255)?;
+    }
+    let span = u32::from(BFD_SRC_PORTS.end() - BFD_SRC_PORTS.start()) + 1;
+    let mut bound = Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "no free source port",
+    ));
+    // A handful of tries: the range is large and a busy one says something else is wrong.
+    for i in 0..64 {
+        let port = BFD_SRC_PORTS.start() + (seed.wrapping_add(i * 7919) % span) as u16;
+        bound = sock.bind(&SocketAddr::new(local, port).into());
+        if bound.is_ok() {
+            break;
+        }
+    }
+    bound?;
+    sock.connect(&remote.into())?;
+    sock.set_nonblocking(true)?;
+    UdpSocket::from_std(sock.into())
 }

@@ -3,6 +3,7 @@
 //! console and metrics. The heavy lifting happens in the tasks of `tasks.rs`; this file only
 //! validates input and talks to them over channels.
 
+use crate::bfd::{BfdDecodeError, Diag, State as BfdState};
 use crate::codec::LargeCommunity;
 use crate::fsm::State;
 use crate::tasks::{self, PeerCmd, PeerHandle};
@@ -136,6 +137,129 @@ pub struct PeerConfig {
     pub graceful_restart: Option<Duration>,
     /// Advertise enhanced route refresh (RFC 7313). Default true.
     pub enhanced_route_refresh: bool,
+    /// Protect the session with BFD (RFC 5880/5881 single hop). Default off.
+    pub bfd: Option<BfdConfig>,
+}
+
+/// BFD for one peer: the interval is both bfd.DesiredMinTxInterval and
+/// bfd.RequiredMinRxInterval, so the router detects a dead appliance after about
+/// `interval * multiplier` (and we detect a dead router likewise, once the router's own
+/// rates are taken into account).
+///
+/// The BFD session starts when the BGP session first reaches Established (its local
+/// address is known then) and keeps running across BGP flaps until the speaker stops, when
+/// it goes AdminDown. BIRD (`bfd on`) and FRR (`neighbor X bfd`) request their side as
+/// soon as the neighbour is configured and leave it Down until we answer, so the order is
+/// theirs to tolerate. A BFD Up→Down while BGP is Established ends the BGP session at once
+/// with Cease/BFD Down (RFC 9384 subcode 10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BfdConfig {
+    /// Desired min TX = required min RX. At least 1 ms (the appliance config allows 10 ms
+    /// to 10 s).
+    pub interval: Duration,
+    /// Detect Mult: packets that may be lost in a row, 1 to 255.
+    pub multiplier: u8,
+}
+
+impl Default for BfdConfig {
+    /// 300 ms × 3: FRR's and BIRD's defaults.
+    fn default() -> Self {
+        BfdConfig {
+            interval: Duration::from_millis(300),
+            multiplier: 3,
+        }
+    }
+}
+
+/// Why received BFD packets attributed to one peer were dropped, one counter per reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BfdDiscards {
+    /// Malformed packets (RFC 5880 §6.8.6), indexed by [`BfdDecodeError::index`] and named
+    /// by [`BfdDecodeError::NAMES`].
+    pub malformed: [u64; BfdDecodeError::COUNT],
+    /// Arrived with a TTL / hop limit other than 255 (RFC 5881 §5: not from a neighbour).
+    pub bad_ttl: u64,
+    /// Your Discriminator named another session, or the peer sent it from a different
+    /// local address.
+    pub wrong_discriminator: u64,
+    /// Received while our side was AdminDown.
+    pub admin_down: u64,
+}
+
+impl BfdDiscards {
+    /// Every counter with its metrics label, malformed reasons first.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        BfdDecodeError::NAMES
+            .iter()
+            .copied()
+            .zip(self.malformed.iter().copied())
+            .chain([
+                ("bad_ttl", self.bad_ttl),
+                ("wrong_discriminator", self.wrong_discriminator),
+                ("admin_down", self.admin_down),
+            ])
+    }
+
+    /// All discarded packets.
+    pub fn total(&self) -> u64 {
+        self.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// BFD as one peer sees it, for the console (`bfd` column: `state`, `detect_time`) and
+/// metrics (`sluice_bgp_bfd_*`). Present in [`PeerStatus::bfd`] when the peer has BFD
+/// configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfdStatus {
+    /// Our session state (`Down` until the BFD session starts at the first Established).
+    pub state: BfdState,
+    /// The neighbour's state as last heard.
+    pub remote_state: BfdState,
+    /// Our discriminator (0 until the session starts).
+    pub local_discriminator: u32,
+    /// The neighbour's discriminator (0 until heard, and after a detection timeout).
+    pub remote_discriminator: u32,
+    /// Negotiated periodic transmit interval (before jitter), once running.
+    pub tx_interval: Option<Duration>,
+    /// How long the neighbour may stay silent before we declare it dead, once heard.
+    pub detect_time: Option<Duration>,
+    /// Why our session last changed state (also what we send).
+    pub local_diag: Diag,
+    /// The diagnostic in the neighbour's last packet.
+    pub remote_diag: Diag,
+    /// Control packets accepted from the neighbour.
+    pub packets_in: u64,
+    /// Control packets sent.
+    pub packets_out: u64,
+    /// Times the session went from Up to Down.
+    pub downs: u64,
+    /// BGP sessions this BFD session took down (Up→Down while Established).
+    pub bgp_resets: u64,
+    /// Dropped packets by reason.
+    pub discards: BfdDiscards,
+    /// Why the session's sockets could not be set up, if they could not.
+    pub error: Option<String>,
+}
+
+impl Default for BfdStatus {
+    fn default() -> Self {
+        BfdStatus {
+            state: BfdState::Down,
+            remote_state: BfdState::Down,
+            local_discriminator: 0,
+            remote_discriminator: 0,
+            tx_interval: None,
+            detect_time: None,
+            local_diag: Diag::NoDiagnostic,
+            remote_diag: Diag::NoDiagnostic,
+            packets_in: 0,
+            packets_out: 0,
+            downs: 0,
+            bgp_resets: 0,
+            discards: BfdDiscards::default(),
+            error: None,
+        }
+    }
 }
 
 impl PeerConfig {
@@ -158,6 +282,7 @@ impl PeerConfig {
             ipv6_unicast: true,
             graceful_restart: None,
             enhanced_route_refresh: true,
+            bfd: None,
         }
     }
 }
@@ -208,6 +333,8 @@ pub struct PeerStatus {
     pub flaps: u64,
     /// Routes that could not be sent (no usable next hop or family not negotiated).
     pub unsendable_routes: u64,
+    /// BFD state and counters; `None` when the peer has no BFD configured.
+    pub bfd: Option<BfdStatus>,
 }
 
 /// Why the speaker refused to start or to take a command.
@@ -244,6 +371,7 @@ pub enum SpeakerError {
 #[derive(Debug)]
 pub struct Speaker {
     peers: Vec<PeerHandle>,
+    bfd: Option<crate::bfd::tasks::BfdHandle>,
     listener: Option<JoinHandle<()>>,
     listen_addr: Option<SocketAddr>,
     rejected: Arc<AtomicU64>,
@@ -288,6 +416,19 @@ fn validate(cfg: &SpeakerConfig) -> Result<(), SpeakerError> {
         {
             return err(format!("peer {a}: graceful_restart {gr:?} exceeds 4095 s"));
         }
+        if let Some(b) = p.bfd {
+            if b.multiplier == 0 {
+                return err(format!("peer {a}: bfd multiplier must be 1 to 255"));
+            }
+            if b.interval < Duration::from_millis(1)
+                || b.interval.as_micros() > u128::from(u32::MAX)
+            {
+                return err(format!(
+                    "peer {a}: bfd interval {:?} must be 1 ms to about 71 minutes",
+                    b.interval
+                ));
+            }
+        }
         if (p.md5_key.is_some() || p.ttl_security) && cfg.socket_options.is_none() {
             // Signing or checking nothing while the operator asked for it would leave the
             // session open to exactly what the option is meant to stop.
@@ -320,6 +461,11 @@ impl Speaker {
             None => None,
         };
         let listen_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let bfd = cfg
+            .peers
+            .iter()
+            .any(|p| p.bfd.is_some())
+            .then(crate::bfd::tasks::spawn);
         let peers: Vec<PeerHandle> = cfg
             .peers
             .iter()
@@ -329,6 +475,7 @@ impl Speaker {
                     cfg.router_id,
                     p.clone(),
                     cfg.socket_options.clone(),
+                    bfd.as_ref().map(|b| b.sender()),
                 )
             })
             .collect();
@@ -336,6 +483,7 @@ impl Speaker {
         let listener = listener.map(|l| tasks::spawn_listener(l, &peers, rejected.clone()));
         Ok(Speaker {
             peers,
+            bfd,
             listener,
             listen_addr,
             rejected,
@@ -367,6 +515,20 @@ impl Speaker {
     pub fn withdraw(&self, prefix: IpNet) -> Result<(), SpeakerError> {
         let prefix = prefix.trunc();
         self.send_all(|| PeerCmd::Withdraw(prefix))
+    }
+
+    /// Graceful restart: the routes this process had to announce are announced, so each
+    /// session may send End-of-RIB (RFC 4724), telling a router in helper mode to drop
+    /// what is still stale. Without graceful restart End-of-RIB goes out at once and this
+    /// does nothing; with it, a session that waits longer than the restart time sends it
+    /// anyway.
+    pub fn initial_routes_done(&self) -> Result<(), SpeakerError> {
+        self.send_all(|| PeerCmd::InitialRoutesDone)
+    }
+
+    /// BFD packets that matched no session (unknown source or discriminator), for metrics.
+    pub fn bfd_unmatched(&self) -> u64 {
+        self.bfd.as_ref().map_or(0, |b| b.unmatched())
     }
 
     /// The address the listener is bound to (useful with port 0).
@@ -411,6 +573,9 @@ impl Speaker {
         for p in self.peers.drain(..) {
             p.join().await;
         }
+        if let Some(b) = self.bfd.take() {
+            b.abort();
+        }
     }
 }
 
@@ -421,6 +586,9 @@ impl Drop for Speaker {
         }
         for p in &self.peers {
             p.abort();
+        }
+        if let Some(b) = &self.bfd {
+            b.abort();
         }
     }
 }

@@ -13,14 +13,24 @@
 //!                                                        └─► Arc<Mutex<PeerStatus>> ◄── Speaker::peers()
 //! ```
 //! Timers are deadlines in the peer task's map; its `select!` sleeps until the earliest one.
+//! BFD runs in its own task (`bfd/tasks.rs`): a peer task starts its BFD session on
+//! Established and receives `Input::BfdDown` when it fails.
+//!
+//! Graceful restart (RFC 4724), when configured: the OPEN carries the capability with the
+//! forwarding-state bit for each negotiated family, and the Restart State bit on the first
+//! session after the process started. End-of-RIB then waits for
+//! `PeerCmd::InitialRoutesDone` (the embedder has announced what it had), or at most the
+//! restart time, so a router in helper mode does not flush our stale routes on an empty
+//! RIB.
 
+use crate::bfd::tasks::BfdCmd;
 use crate::codec::{
     AFI_IPV4, AFI_IPV6, AsSegment, AsSegmentKind, Capability, GRACEFUL_SHUTDOWN, Message, MpReach,
     MpUnreach, Notification, Origin, PathAttr, RouteRefresh, SAFI_UNICAST, Update, cease,
 };
 use crate::fsm::{Action, ConnId, DownReason, Event, Fsm, FsmConfig, Session, State, Timer};
 use crate::network::{self, Received, Security};
-use crate::speaker::{PeerConfig, PeerStatus, RouteAttrs, SocketOptions};
+use crate::speaker::{BfdStatus, PeerConfig, PeerStatus, RouteAttrs, SocketOptions};
 use ipnet::IpNet;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -43,6 +53,8 @@ pub(crate) enum PeerCmd {
     GracefulShutdown,
     /// Withdraw everything, send Cease with this text, close, end the task.
     Stop(String, oneshot::Sender<()>),
+    /// The embedder announced its initial routes: End-of-RIB may go out (graceful restart).
+    InitialRoutesDone,
 }
 
 /// Everything a peer task reacts to.
@@ -52,6 +64,8 @@ enum Input {
     Accepted(TcpStream),
     Connected(u64, std::io::Result<TcpStream>),
     Read(ConnId, Received),
+    /// The BFD session went from Up to Down.
+    BfdDown,
 }
 
 /// The API's grip on one peer task.
@@ -126,6 +140,7 @@ pub(crate) fn spawn_peer(
     router_id: Ipv4Addr,
     cfg: PeerConfig,
     opts: Option<Arc<dyn SocketOptions>>,
+    bfd: Option<mpsc::UnboundedSender<BfdCmd>>,
 ) -> PeerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let status = Arc::new(Mutex::new(PeerStatus {
@@ -143,31 +158,10 @@ pub(crate) fn spawn_peer(
         treat_as_withdraw: 0,
         flaps: 0,
         unsendable_routes: 0,
+        bfd: cfg.bfd.map(|_| BfdStatus::default()),
     }));
     let established_at = Arc::new(Mutex::new(None));
-    let mut capabilities = vec![Capability::FourOctetAs(asn), Capability::RouteRefresh];
-    if cfg.ipv4_unicast {
-        capabilities.push(Capability::Multiprotocol {
-            afi: AFI_IPV4,
-            safi: SAFI_UNICAST,
-        });
-    }
-    if cfg.ipv6_unicast {
-        capabilities.push(Capability::Multiprotocol {
-            afi: AFI_IPV6,
-            safi: SAFI_UNICAST,
-        });
-    }
-    if cfg.enhanced_route_refresh {
-        capabilities.push(Capability::EnhancedRouteRefresh);
-    }
-    if let Some(gr) = cfg.graceful_restart {
-        capabilities.push(Capability::GracefulRestart {
-            restarting: false,
-            restart_time: gr.as_secs().min(4095) as u16,
-            families: Vec::new(),
-        });
-    }
+    let capabilities = capabilities(asn, &cfg, true);
     let fsm = Fsm::new(FsmConfig {
         local_asn: asn,
         peer_asn: cfg.asn,
@@ -199,6 +193,10 @@ pub(crate) fn spawn_peer(
         established_at: established_at.clone(),
         tx: tx.clone(),
         events: VecDeque::new(),
+        bfd,
+        first_session: true,
+        initial_done: cfg.graceful_restart.is_none(),
+        eor_due: None,
     };
     let handle = tokio::spawn(task.run(rx));
     PeerHandle {
@@ -208,6 +206,49 @@ pub(crate) fn spawn_peer(
         established_at,
         task: handle,
     }
+}
+
+/// RFC 4724 §3 flags octet per family: forwarding state preserved. A load balancer keeps
+/// forwarding through a control-plane restart only if its datapath survives it; when it
+/// does not, the router still sends traffic here for up to the restart time: the
+/// documented trade-off of enabling graceful restart.
+const GR_FORWARDING: u8 = 0x80;
+
+/// The OPEN capabilities for this peer; `first` sets graceful restart's Restart State bit
+/// (this process has just started, so the peer need not wait for our End-of-RIB before
+/// sending its own).
+fn capabilities(asn: u32, cfg: &PeerConfig, first: bool) -> Vec<Capability> {
+    let mut capabilities = vec![Capability::FourOctetAs(asn), Capability::RouteRefresh];
+    if cfg.ipv4_unicast {
+        capabilities.push(Capability::Multiprotocol {
+            afi: AFI_IPV4,
+            safi: SAFI_UNICAST,
+        });
+    }
+    if cfg.ipv6_unicast {
+        capabilities.push(Capability::Multiprotocol {
+            afi: AFI_IPV6,
+            safi: SAFI_UNICAST,
+        });
+    }
+    if cfg.enhanced_route_refresh {
+        capabilities.push(Capability::EnhancedRouteRefresh);
+    }
+    if let Some(gr) = cfg.graceful_restart {
+        let mut families = Vec::new();
+        if cfg.ipv4_unicast {
+            families.push((AFI_IPV4, SAFI_UNICAST, GR_FORWARDING));
+        }
+        if cfg.ipv6_unicast {
+            families.push((AFI_IPV6, SAFI_UNICAST, GR_FORWARDING));
+        }
+        capabilities.push(Capability::GracefulRestart {
+            restarting: first,
+            restart_time: gr.as_secs().min(4095) as u16,
+            families,
+        });
+    }
+    capabilities
 }
 
 struct Up {
@@ -240,6 +281,14 @@ struct PeerTask {
     tx: mpsc::UnboundedSender<Input>,
     /// FSM events produced while carrying out actions (a failed write), fed next.
     events: VecDeque<Event>,
+    /// The speaker's BFD task, when any peer uses BFD.
+    bfd: Option<mpsc::UnboundedSender<BfdCmd>>,
+    /// No session has reached Established yet in this process.
+    first_session: bool,
+    /// End-of-RIB may be sent (always without graceful restart).
+    initial_done: bool,
+    /// End-of-RIB still owed on this session, and when it goes out regardless.
+    eor_due: Option<Instant>,
 }
 
 impl PeerTask {
@@ -247,7 +296,7 @@ impl PeerTask {
         self.events.push_back(Event::ManualStart);
         self.drain().await;
         loop {
-            let next = self.timers.values().min().copied();
+            let next = self.timers.values().copied().chain(self.eor_due).min();
             let sleep = async {
                 match next {
                     Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
@@ -272,6 +321,10 @@ impl PeerTask {
                     for t in due {
                         self.timers.remove(&t);
                         self.events.push_back(Event::TimerExpired(t));
+                    }
+                    if self.eor_due.is_some_and(|d| d <= now) {
+                        warn!(peer = %self.cfg.address, "bgp: initial routes not done within the restart time; sending End-of-RIB anyway");
+                        self.send_end_of_rib().await;
                     }
                 }
             }
@@ -329,7 +382,36 @@ impl PeerTask {
                     self.advertise(&all).await;
                 }
             }
+            Input::Cmd(PeerCmd::InitialRoutesDone) => {
+                self.initial_done = true;
+                if self.eor_due.is_some() {
+                    self.send_end_of_rib().await;
+                }
+            }
+            Input::BfdDown => {
+                if self.fsm.state() == State::Established {
+                    warn!(peer = %self.cfg.address, "bgp: BFD down, closing the session");
+                    if let Some(b) = lock(&self.status).bfd.as_mut() {
+                        b.bgp_resets += 1;
+                    }
+                }
+                self.events.push_back(Event::BfdDown);
+            }
             Input::Cmd(PeerCmd::Stop(msg, done)) => {
+                if let Some(bfd) = &self.bfd {
+                    // AdminDown first: the router then knows BFD did not fail, and the
+                    // Cease below is what ends the session (RFC 5882 §3.2).
+                    let (tx, rx) = oneshot::channel();
+                    if bfd
+                        .send(BfdCmd::Stop {
+                            peer: self.cfg.address,
+                            done: tx,
+                        })
+                        .is_ok()
+                    {
+                        let _ = tokio::time::timeout(Duration::from_secs(1), rx).await;
+                    }
+                }
                 if self.fsm.state() == State::Established {
                     let all: Vec<IpNet> = self.advertised.iter().copied().collect();
                     self.withdraw(&all).await;
@@ -442,6 +524,7 @@ impl PeerTask {
                     debug!(peer = %self.cfg.address, %reason, "bgp: session attempt failed");
                 }
                 self.session = None;
+                self.eor_due = None;
                 self.advertised.clear();
                 self.received.clear();
                 *lock(&self.established_at) = None;
@@ -492,12 +575,35 @@ impl PeerTask {
         }
         *lock(&self.established_at) = Some(Instant::now());
         self.session = Some(Up { session, local });
+        if self.first_session {
+            self.first_session = false;
+            // Later sessions of this process are not restarts: clear the R bit.
+            self.fsm
+                .set_capabilities(capabilities(self.local_asn, &self.cfg, false));
+        }
+        if let (Some(bfd), Some(cfg)) = (&self.bfd, self.cfg.bfd) {
+            let tx = self.tx.clone();
+            let _ = bfd.send(BfdCmd::Start {
+                peer: self.cfg.address,
+                local,
+                cfg,
+                status: self.status.clone(),
+                notify: Box::new(move || tx.send(Input::BfdDown).is_ok()),
+            });
+        }
         let all: Vec<IpNet> = self.rib.keys().copied().collect();
         self.advertise(&all).await;
-        self.send_end_of_rib().await;
+        self.eor_due = Some(Instant::now() + self.cfg.graceful_restart.unwrap_or_default());
+        if self.initial_done {
+            self.send_end_of_rib().await;
+        }
     }
 
+    /// End-of-RIB (RFC 4724 §2) for every negotiated family, once per session.
     async fn send_end_of_rib(&mut self) {
+        if self.eor_due.take().is_none() {
+            return;
+        }
         let Some(up) = &self.session else { return };
         let conn = up.session.conn;
         let mut eors = Vec::new();

@@ -132,6 +132,24 @@ fn vectors() -> Vec<(&'static str, Vec<u8>, Message)> {
             }),
         ),
         (
+            "OPEN, graceful restart as Sluice sends it after a restart: R bit, 30 s, \
+             IPv4 and IPv6 unicast with the forwarding-state bit",
+            h(&format!(
+                "{MARKER} 002b 01 | 04 fde9 0003 0a000002 0e | 02 0c
+                 40 0a 801e 0001 01 80 0002 01 80"
+            )),
+            Message::Open(Open {
+                my_as: 65001,
+                hold_time: 3,
+                bgp_id: Ipv4Addr::new(10, 0, 0, 2),
+                capabilities: vec![Capability::GracefulRestart {
+                    restarting: true,
+                    restart_time: 30,
+                    families: vec![(1, 1, 0x80), (2, 1, 0x80)],
+                }],
+            }),
+        ),
+        (
             "UPDATE eBGP IPv4: ORIGIN, AS_PATH, NEXT_HOP, MED, COMMUNITIES, LARGE_COMMUNITIES",
             h(&format!(
                 "{MARKER} 0051 02 | 0000 | 0035

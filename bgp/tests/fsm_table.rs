@@ -506,6 +506,34 @@ fn rows(t: Instant) -> Vec<Row> {
             .concat(),
         },
         Row {
+            name: "Established + BFD down -> Cease/BFD Down (RFC 9384 subcode 10), down",
+            from: State::Established,
+            passive: false,
+            event: Event::BfdDown,
+            to: State::Idle,
+            actions: [
+                vec![send_notif(OUT, notif(6, 10)), Action::Close(OUT)],
+                idle_after_error(DownReason::Sent(notif(6, 10)), true, t),
+            ]
+            .concat(),
+        },
+        Row {
+            name: "OpenConfirm + BFD down -> ignored (nothing to protect yet)",
+            from: State::OpenConfirm,
+            passive: false,
+            event: Event::BfdDown,
+            to: State::OpenConfirm,
+            actions: vec![],
+        },
+        Row {
+            name: "Idle + BFD down -> ignored",
+            from: State::Idle,
+            passive: false,
+            event: Event::BfdDown,
+            to: State::Idle,
+            actions: vec![],
+        },
+        Row {
             name: "Established + NOTIFICATION -> down",
             from: State::Established,
             passive: false,

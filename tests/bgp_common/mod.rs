@@ -186,7 +186,7 @@ impl Drop for Daemon {
 pub struct Bird<'a> {
     ns: &'a Netns,
     sock: String,
-    _daemon: Daemon,
+    daemon: Daemon,
     _dir: TempDir,
 }
 
@@ -203,7 +203,7 @@ impl<'a> Bird<'a> {
         let b = Bird {
             ns,
             sock,
-            _daemon: daemon,
+            daemon,
             _dir: dir,
         };
         wait_for(
@@ -217,6 +217,22 @@ impl<'a> Bird<'a> {
             || "bird did not start (config error?)".to_string(),
         );
         b
+    }
+
+    /// The control socket path (for `birdc -s` from another thread).
+    pub fn sock(&self) -> &str {
+        &self.sock
+    }
+
+    /// SIGSTOP (`stop = true`) or SIGCONT the daemon: a router that hangs.
+    pub fn freeze(&self, stop: bool) {
+        let pid = nix::unistd::Pid::from_raw(self.daemon.0.id() as i32);
+        let sig = if stop {
+            nix::sys::signal::Signal::SIGSTOP
+        } else {
+            nix::sys::signal::Signal::SIGCONT
+        };
+        nix::sys::signal::kill(pid, sig).expect("signal bird");
     }
 
     pub fn cmd(&self, args: &[&str]) -> String {
@@ -239,6 +255,203 @@ impl<'a> Bird<'a> {
             "{}\n{}",
             self.cmd(&["show", "protocols", "all"]),
             self.cmd(&["show", "route", "all"])
+        )
+    }
+}
+
+/// A speaker in its own process (the `sluice-bgp-speaker` binary of the bgp crate) inside
+/// `ns`, so a test can freeze it (SIGSTOP) or kill it like a crashed appliance. Its status
+/// lines ("bgp Established bfd up resets 0") are collected with their arrival time. Killed
+/// on drop.
+pub struct SpeakerProc {
+    child: Option<Child>,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>>,
+}
+
+impl SpeakerProc {
+    /// Starts `bin` (pass `env!("CARGO_BIN_EXE_sluice-bgp-speaker")`) with `args`.
+    pub fn start(ns: &Netns, bin: &str, args: &[&str]) -> SpeakerProc {
+        use std::io::BufRead;
+        // `ip netns exec` execs the program, so the child's pid is the speaker's.
+        let mut child = ns
+            .command(bin)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {bin} in {}: {e}", ns.name));
+        let out = child.stdout.take().expect("piped stdout");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines() {
+                let Ok(l) = l else { return };
+                println!("speaker: {l}");
+                sink.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((Instant::now(), l));
+            }
+        });
+        SpeakerProc {
+            child: Some(child),
+            lines,
+        }
+    }
+
+    /// The first status line after `since` that satisfies `f`, with its arrival time.
+    pub fn line_after(
+        &self,
+        since: Instant,
+        f: impl Fn(&str) -> bool,
+    ) -> Option<(Instant, String)> {
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(t, l)| *t >= since && f(l))
+            .cloned()
+    }
+
+    /// Every status line so far.
+    pub fn output(&self) -> String {
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(_, l)| format!("{l}\n"))
+            .collect()
+    }
+
+    fn pid(&self) -> nix::unistd::Pid {
+        let c = self.child.as_ref().expect("speaker process running");
+        nix::unistd::Pid::from_raw(i32::try_from(c.id()).expect("pid fits i32"))
+    }
+
+    /// SIGSTOP: the process keeps its sockets but sends and answers nothing.
+    pub fn freeze(&self) {
+        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGSTOP)
+            .expect("SIGSTOP speaker");
+    }
+
+    /// SIGCONT after [`SpeakerProc::freeze`].
+    pub fn thaw(&self) {
+        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGCONT)
+            .expect("SIGCONT speaker");
+    }
+
+    /// SIGKILL and reap: the kernel closes its sockets, no NOTIFICATION goes out.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for SpeakerProc {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            // A frozen process must be resumed to die promptly on some kernels.
+            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        }
+        self.kill();
+    }
+}
+
+/// Polls `f` every 20 ms (fine enough to time failover) until it returns true or `limit`
+/// passes; returns the time it took, or `None` on timeout.
+pub fn poll_until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `ip route show PREFIX` in `ns` (the kernel's forwarding view).
+pub fn kernel_route(ns: &Netns, prefix: &str) -> String {
+    let fam = if prefix.contains(':') { "-6" } else { "-4" };
+    stdout(ns.output(&["ip", fam, "route", "show", prefix]))
+}
+
+/// FRR in `ns`: zebra, bfdd and bgpd with private sockets in a scratch directory.
+pub struct Frr<'a> {
+    ns: &'a Netns,
+    vty: String,
+    _daemons: Vec<Daemon>,
+    _dir: TempDir,
+}
+
+impl<'a> Frr<'a> {
+    /// Starts the daemons; `bgpd_conf` and `bfdd_conf` are whole config files.
+    pub fn start(ns: &'a Netns, bgpd_conf: &str, bfdd_conf: &str) -> Frr<'a> {
+        use std::os::unix::fs::PermissionsExt;
+        require_program("vtysh", "frr");
+        for d in ["zebra", "bfdd", "bgpd"] {
+            let p = format!("/usr/lib/frr/{d}");
+            assert!(
+                std::path::Path::new(&p).exists(),
+                "{p} is missing: install the Debian package frr"
+            );
+        }
+        let dir = TempDir::new("frr");
+        // The daemons drop privileges to the frr user, which must create its sockets here.
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777))
+            .expect("chmod frr dir");
+        let vty = dir.path("");
+        let zsock = dir.path("zserv.api");
+        std::fs::write(dir.path("zebra.conf"), "hostname r\n").expect("zebra.conf");
+        std::fs::write(dir.path("bfdd.conf"), bfdd_conf).expect("bfdd.conf");
+        std::fs::write(dir.path("bgpd.conf"), bgpd_conf).expect("bgpd.conf");
+        let mut daemons = Vec::new();
+        for d in ["zebra", "bfdd", "bgpd"] {
+            let mut args = vec![
+                format!("/usr/lib/frr/{d}"),
+                "-f".into(),
+                dir.path(&format!("{d}.conf")),
+                "-i".into(),
+                dir.path(&format!("{d}.pid")),
+                "-z".into(),
+                zsock.clone(),
+                "--vty_socket".into(),
+                vty.clone(),
+                "-P".into(),
+                "0".into(),
+            ];
+            if d == "bfdd" {
+                args.push("--bfdctl".into());
+                args.push(dir.path("bfdd.sock"));
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            daemons.push(Daemon(ns.spawn(&args)));
+            if d == "zebra" {
+                wait_for(
+                    "zebra socket",
+                    Duration::from_secs(10),
+                    || std::path::Path::new(&zsock).exists(),
+                    || "zebra did not start".to_string(),
+                );
+            }
+        }
+        Frr {
+            ns,
+            vty,
+            _daemons: daemons,
+            _dir: dir,
+        }
+    }
+
+    /// One vtysh command's output.
+    pub fn show(&self, cmd: &str) -> String {
+        stdout(
+            self.ns
+                .output(&["vtysh", "--vty_socket", &self.vty, "-c", cmd]),
         )
     }
 }

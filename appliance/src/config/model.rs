@@ -39,6 +39,9 @@ pub struct Appliance {
     pub xdp_mode: XdpMode,
     /// Spin on the rings instead of sleeping in `poll` (burns a core per queue).
     pub busy_poll: bool,
+    /// Forward established flows in the kernel from the XDP flow cache (the engine still
+    /// decides every flow); false is pure AF_XDP.
+    pub flow_cache: bool,
     /// Pin worker threads to CPUs (worker i to CPU i modulo the CPU count).
     pub pin_workers: bool,
     /// Frames in each socket's UMEM.
@@ -102,7 +105,22 @@ pub struct Bgp {
     pub graceful_shutdown_wait: Duration,
     /// Communities attached to every VIP announcement.
     pub communities: Vec<Community>,
+    /// `graceful_restart = { enabled = true, restart_time = "30s" }`: RFC 4724 restart time
+    /// to advertise, `None` when off (the default). While the appliance is away, routers
+    /// keep its routes for this long: a restart causes no route churn, but a crashed
+    /// appliance also stays in ECMP (and blackholes its share) for this long.
+    pub graceful_restart: Option<Duration>,
     pub peers: Vec<Peer>,
+}
+
+/// `bfd = { enabled = true, interval = "100ms", multiplier = 3 }` in `[bgp]` (the default
+/// for every peer) or in a `[[bgp.peer]]` (overrides it, key by key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bfd {
+    /// Desired min TX and required min RX interval (10ms..=10s).
+    pub interval: Duration,
+    /// Detect multiplier (1..=255): the peer is dead after `interval * multiplier`.
+    pub multiplier: u8,
 }
 
 /// `[[bgp.peer]]`.
@@ -124,6 +142,9 @@ pub struct Peer {
     /// RFC 5082 GTSM: require TTL 255 from the peer, send with TTL 255. Without it the
     /// session uses the system's default TTL, which also reaches multihop eBGP peers.
     pub ttl_security: bool,
+    /// BFD for this session (RFC 5880/5881, single hop), after applying the `[bgp]`
+    /// default; `None` when off.
+    pub bfd: Option<Bfd>,
 }
 
 /// A BGP community: standard (RFC 1997) or large (RFC 8092).

@@ -486,3 +486,172 @@ fn bgp_md5_password_length_is_checked() {
         "1 to 80 bytes",
     );
 }
+
+/// `[bgp]` with `global` lines, then two peers with `p0` and `p1` lines.
+fn bgp_text(global: &str, p0: &str, p1: &str) -> String {
+    format!(
+        "{BASE}\n[bgp]\nasn = 65010\nrouter_id = \"10.0.0.10\"\n{global}\n\
+         [[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65000\n{p0}\n\
+         [[bgp.peer]]\naddress = \"10.0.0.2\"\nasn = 65000\n{p1}\n"
+    )
+}
+
+#[test]
+fn bgp_bfd_is_off_unless_asked_and_peers_override_the_default_key_by_key() {
+    let c = Config::from_toml_str(&bgp_text("", "", "")).expect("valid");
+    let b = c.bgp.as_ref().expect("bgp");
+    assert!(b.peers.iter().all(|p| p.bfd.is_none()));
+    assert_eq!(
+        b.graceful_restart, None,
+        "graceful restart is off by default"
+    );
+
+    let c = Config::from_toml_str(&bgp_text(
+        "bfd = { interval = \"100ms\", multiplier = 5 }",
+        "bfd = { multiplier = 3 }",
+        "bfd = { enabled = false }",
+    ))
+    .expect("valid");
+    let b = c.bgp.as_ref().expect("bgp");
+    assert_eq!(
+        b.peers[0].bfd,
+        Some(Bfd {
+            interval: std::time::Duration::from_millis(100),
+            multiplier: 3
+        }),
+        "interval from [bgp], multiplier from the peer"
+    );
+    assert_eq!(b.peers[1].bfd, None, "a peer can turn the default off");
+
+    let c = Config::from_toml_str(&bgp_text("", "bfd = { enabled = true }", "")).expect("valid");
+    let b = c.bgp.as_ref().expect("bgp");
+    assert_eq!(
+        b.peers[0].bfd,
+        Some(Bfd {
+            interval: std::time::Duration::from_millis(300),
+            multiplier: 3
+        })
+    );
+    assert_eq!(b.peers[1].bfd, None);
+}
+
+#[test]
+fn bgp_bfd_ranges_name_their_key() {
+    assert_error(
+        &bgp_text("bfd = { interval = \"5ms\" }", "", ""),
+        "bgp.bfd.interval",
+        "out of range",
+    );
+    assert_error(
+        &bgp_text("", "", "bfd = { interval = \"11s\" }"),
+        "bgp.peer[1].bfd.interval",
+        "out of range",
+    );
+    assert_error(
+        &bgp_text("", "bfd = { multiplier = 0 }", ""),
+        "bgp.peer[0].bfd.multiplier",
+        "out of range 1..=255",
+    );
+    assert_error(
+        &bgp_text("", "bfd = { multiplier = 256 }", ""),
+        "bgp.peer[0].bfd.multiplier",
+        "out of range 1..=255",
+    );
+    assert_error(
+        &bgp_text("", "bfd = { enabled = \"yes\" }", ""),
+        "bgp.peer[0].bfd.enabled",
+        "true or false",
+    );
+    assert_error(
+        &bgp_text("", "bfd = { intervall = \"100ms\" }", ""),
+        "bgp.peer[0].bfd.intervall",
+        "unknown key",
+    );
+    assert_error(
+        &bgp_text("", "bfd = true", ""),
+        "bgp.peer[0].bfd",
+        "a table",
+    );
+    Config::from_toml_str(&bgp_text(
+        "bfd = { interval = \"10ms\", multiplier = 255 }",
+        "bfd = { interval = \"10s\", multiplier = 1 }",
+        "",
+    ))
+    .expect("both ends of the ranges are valid");
+}
+
+#[test]
+fn bgp_graceful_restart() {
+    let c = Config::from_toml_str(&bgp_text(
+        "graceful_restart = { enabled = true, restart_time = \"45s\" }",
+        "",
+        "",
+    ))
+    .expect("valid");
+    let b = c.bgp.as_ref().expect("bgp");
+    assert_eq!(b.graceful_restart, Some(std::time::Duration::from_secs(45)));
+    let c = Config::from_toml_str(&bgp_text("graceful_restart = { enabled = false }", "", ""))
+        .expect("valid");
+    assert_eq!(c.bgp.as_ref().expect("bgp").graceful_restart, None);
+    let c = Config::from_toml_str(&bgp_text("graceful_restart = { }", "", "")).expect("valid");
+    assert_eq!(
+        c.bgp.as_ref().expect("bgp").graceful_restart,
+        Some(std::time::Duration::from_secs(30)),
+        "a table without keys enables it with the 30 s default"
+    );
+    assert_error(
+        &bgp_text("graceful_restart = { restart_time = \"4096s\" }", "", ""),
+        "bgp.graceful_restart.restart_time",
+        "out of range",
+    );
+    assert_error(
+        &bgp_text("graceful_restart = { restart_time = \"1500ms\" }", "", ""),
+        "bgp.graceful_restart.restart_time",
+        "whole number of seconds",
+    );
+    assert_error(
+        &bgp_text("graceful_restart = { restart = \"30s\" }", "", ""),
+        "bgp.graceful_restart.restart",
+        "unknown key",
+    );
+}
+
+#[test]
+fn bgp_bfd_and_graceful_restart_reach_the_speaker_config() {
+    let c = Config::from_toml_str(&bgp_text(
+        "bfd = { interval = \"50ms\", multiplier = 4 }\ngraceful_restart = { restart_time = \"20s\" }",
+        "",
+        "bfd = { enabled = false }",
+    ))
+    .expect("valid");
+    let s = crate::control::announce::speaker_config(c.bgp.as_ref().expect("bgp"));
+    assert_eq!(
+        s.peers[0].bfd,
+        Some(bgp::BfdConfig {
+            interval: std::time::Duration::from_millis(50),
+            multiplier: 4
+        })
+    );
+    assert_eq!(s.peers[1].bfd, None);
+    assert!(
+        s.peers
+            .iter()
+            .all(|p| p.graceful_restart == Some(std::time::Duration::from_secs(20)))
+    );
+}
+
+#[test]
+fn flow_cache_is_off_by_default_and_switches_on() {
+    let c = Config::from_toml_str(BASE).expect("base");
+    assert!(!c.appliance.flow_cache);
+    let on = BASE.replace(
+        "interfaces = [\"eth0\"]",
+        "interfaces = [\"eth0\"]\nflow_cache = true",
+    );
+    assert!(Config::from_toml_str(&on).expect("on").appliance.flow_cache);
+    let bad = BASE.replace(
+        "interfaces = [\"eth0\"]",
+        "interfaces = [\"eth0\"]\nflow_cache = \"yes\"",
+    );
+    assert_error(&bad, "appliance.flow_cache", "");
+}

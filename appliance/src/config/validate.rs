@@ -146,6 +146,9 @@ fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Appliance> {
         )
         .unwrap_or(XdpMode::Auto);
     let busy_poll = t.bool("busy_poll", errs).unwrap_or(false);
+    // Off until the cache has run through the lab tests on real deployments: on is the
+    // fast path, off is the engine alone, whose behaviour every test already pins down.
+    let flow_cache = t.bool("flow_cache", errs).unwrap_or(false);
     let pin_workers = t.bool("pin_workers", errs).unwrap_or(false);
     let umem_frames = t.int("umem_frames", 256..=1 << 20, errs).unwrap_or(8192) as u32;
     let ring_size = t.int("ring_size", 64..=1 << 16, errs).unwrap_or(2048) as u32;
@@ -200,6 +203,7 @@ fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Appliance> {
         interfaces,
         xdp_mode,
         busy_poll,
+        flow_cache,
         pin_workers,
         umem_frames,
         ring_size,
@@ -302,6 +306,71 @@ fn asn(t: &mut Table<'_>, key: &str, errs: &mut ConfigErrors) -> Option<u32> {
     Some(n)
 }
 
+/// A `bfd = { ... }` table as written. Every key is optional so a peer's table can
+/// override the `[bgp]` default key by key; a table without `enabled` means enabled.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawBfd {
+    enabled: Option<bool>,
+    interval: Option<Duration>,
+    multiplier: Option<u8>,
+}
+
+/// BFD defaults when neither the peer nor `[bgp]` says: BIRD's and FRR's own.
+const BFD_INTERVAL: Duration = Duration::from_millis(300);
+const BFD_MULTIPLIER: u8 = 3;
+
+fn raw_bfd(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<RawBfd> {
+    let mut b = t.table("bfd", errs)?;
+    let enabled = b.bool("enabled", errs).unwrap_or(true);
+    // 10 ms: below that, scheduling noise on a loaded control plane causes false
+    // detections; 10 s: beyond that BFD is slower than a short BGP hold time.
+    let interval = b.duration(
+        "interval",
+        Duration::from_millis(10)..=Duration::from_secs(10),
+        errs,
+    );
+    let multiplier = b.int("multiplier", 1..=255, errs).map(|m| m as u8);
+    b.finish(errs);
+    Some(RawBfd {
+        enabled: Some(enabled),
+        interval,
+        multiplier,
+    })
+}
+
+/// The peer's BFD after applying the `[bgp]` default.
+fn effective_bfd(peer: Option<RawBfd>, default: Option<RawBfd>) -> Option<Bfd> {
+    let (p, d) = (peer.unwrap_or_default(), default.unwrap_or_default());
+    if !p.enabled.or(d.enabled).unwrap_or(false) {
+        return None;
+    }
+    Some(Bfd {
+        interval: p.interval.or(d.interval).unwrap_or(BFD_INTERVAL),
+        multiplier: p.multiplier.or(d.multiplier).unwrap_or(BFD_MULTIPLIER),
+    })
+}
+
+/// `graceful_restart = { enabled = true, restart_time = "30s" }`: the restart time when on.
+fn graceful_restart(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<Duration> {
+    let mut g = t.table("graceful_restart", errs)?;
+    let enabled = g.bool("enabled", errs).unwrap_or(true);
+    let restart_time = g
+        .duration(
+            "restart_time",
+            Duration::from_secs(1)..=Duration::from_secs(4095),
+            errs,
+        )
+        .unwrap_or(Duration::from_secs(30));
+    if restart_time.subsec_nanos() != 0 {
+        errs.push(
+            g.key("restart_time"),
+            "the restart time is a whole number of seconds (RFC 4724)",
+        );
+    }
+    g.finish(errs);
+    enabled.then_some(restart_time)
+}
+
 fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
     let asn_v = asn(&mut t, "asn", errs);
     let router_id = match t.req_ip("router_id", errs) {
@@ -323,6 +392,8 @@ fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
         )
         .unwrap_or(Duration::from_secs(5));
     let comms = communities(&mut t, errs);
+    let default_bfd = raw_bfd(&mut t, errs);
+    let graceful_restart = graceful_restart(&mut t, errs);
     let raw_peers = t.tables("peer", errs);
     if raw_peers.is_empty() && !t.has("peer") {
         errs.push(
@@ -396,6 +467,7 @@ fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
             );
         }
         let ttl_security = p.bool("ttl_security", errs).unwrap_or(false);
+        let bfd = effective_bfd(raw_bfd(&mut p, errs), default_bfd);
         p.finish(errs);
         if let Some(a) = address
             && peers.iter().any(|q| q.address == a)
@@ -418,6 +490,7 @@ fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
                 passive,
                 password,
                 ttl_security,
+                bfd,
             });
         }
     }
@@ -427,6 +500,7 @@ fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
         router_id: router_id?,
         graceful_shutdown_wait,
         communities: comms,
+        graceful_restart,
         peers,
     })
 }

@@ -34,6 +34,8 @@ pub mod cease {
     pub const CONNECTION_REJECTED: u8 = 5;
     /// Connection Collision Resolution.
     pub const CONNECTION_COLLISION: u8 = 7;
+    /// BFD Down (RFC 9384): the BFD session protecting this BGP session went down.
+    pub const BFD_DOWN: u8 = 10;
 }
 
 /// Why a received message could not be accepted. Each leaf knows its NOTIFICATION.
