@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod config;
 pub mod control;
+pub mod ctl;
 pub mod datapath;
 pub mod lab;
 pub mod lb;

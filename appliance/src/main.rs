@@ -59,6 +59,33 @@ enum Command {
         /// Static VIP routes on the router instead of BIRD and BGP (one appliance only).
         #[arg(long)]
         no_bgp: bool,
+        /// After the traffic report, open the console on lb1 and keep the lab up until it
+        /// quits (q).
+        #[arg(long)]
+        console: bool,
+    },
+    /// Talk to the running appliance through its local API: status, VIPs, backends, drain,
+    /// weights, reload, events.
+    Ctl {
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Print the API's JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: CtlCmd,
+    },
+    /// The terminal console: VIPs, backends, health, BGP and events, with actions. Talks to
+    /// the running appliance through its local API only.
+    Console {
+        #[command(flatten)]
+        api: ApiArgs,
+        /// No colours (also when NO_COLOR is set).
+        #[arg(long)]
+        no_color: bool,
+        /// Refresh interval, e.g. 1s or 500ms.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        refresh: std::time::Duration,
     },
     /// Packet-rate benchmark (root): 64-byte UDP to a VIP over veth, Sluice against kernel
     /// forwarding with nftables DNAT on the same namespaces, side by side.
@@ -78,10 +105,91 @@ enum Command {
     },
 }
 
+/// Where the appliance's API is.
+#[derive(clap::Args, Clone)]
+struct ApiArgs {
+    /// The API's unix socket.
+    #[arg(long, global = true, default_value = config::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// The API's TCP address (`[api] listen`) instead of the socket; needs --token-file.
+    #[arg(long, global = true, requires = "token_file")]
+    url: Option<String>,
+    /// File holding the bearer token for --url.
+    #[arg(long, global = true)]
+    token_file: Option<PathBuf>,
+}
+
+impl ApiArgs {
+    fn endpoint(&self) -> Result<tui::api::Endpoint, String> {
+        match &self.url {
+            None => Ok(tui::api::Endpoint::Unix(self.socket.clone())),
+            Some(url) => {
+                let path = self.token_file.clone().unwrap_or_default();
+                let token = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+                let addr = url
+                    .trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .to_string();
+                Ok(tui::api::Endpoint::Tcp {
+                    addr,
+                    token: token.trim().to_string(),
+                })
+            }
+        }
+    }
+}
+
+#[derive(Subcommand, Clone)]
+enum CtlCmd {
+    /// The appliance: version and sync, interfaces, totals, drops.
+    Status,
+    /// Every VIP with its announcement, backends, traffic and hash imbalance.
+    Vips,
+    /// The backends of a VIP: state, health, weight, ring share, flows, traffic.
+    Backends { vip: String },
+    /// Drain a backend: it keeps its flows and takes no new ones.
+    Drain { vip: String, backend: String },
+    /// Undo drain.
+    Undrain { vip: String, backend: String },
+    /// Disable a backend: it takes nothing; its flows move to other backends.
+    Disable { vip: String, backend: String },
+    /// Undo disable.
+    Enable { vip: String, backend: String },
+    /// Set a backend's weight (0..=65535).
+    Weight {
+        vip: String,
+        backend: String,
+        weight: u32,
+    },
+    /// Withdraw a VIP from BGP.
+    Withdraw { vip: String },
+    /// Announce a withdrawn VIP again.
+    Announce { vip: String },
+    /// Reload the config file (like SIGHUP); a bad file is rejected with every error.
+    Reload,
+    /// Recent events (health, BGP, commits, operator actions, drops).
+    Events {
+        /// Only events after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+    },
+    /// BGP peers and announced prefixes.
+    Bgp,
+    /// The Prometheus exposition.
+    Metrics,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Ctl { api, json, command } => ctl(&api, command, json),
+        Command::Console {
+            api,
+            no_color,
+            refresh,
+        } => console(&api, no_color, refresh),
         Command::Run { config } => run(&config),
         Command::Trace { config, flow } => trace(&config, &flow),
         Command::Lab {
@@ -90,12 +198,14 @@ fn main() -> ExitCode {
             scheduler,
             appliances,
             no_bgp,
+            console,
         } => lab(sluice::lab::LabOptions {
             backends: usize::from(backends),
             requests,
             scheduler,
             appliances: Some(usize::from(appliances)),
             bgp: Some(!no_bgp),
+            console,
             ..Default::default()
         }),
         Command::Bench {
@@ -112,6 +222,99 @@ fn main() -> ExitCode {
             },
             json,
         ),
+    }
+}
+
+fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
+    use sluice::ctl::CtlCommand as C;
+    use tui::api::BackendAction as A;
+    let endpoint = match api.endpoint() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("sluice ctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let b = |vip: String, backend: String, action| C::Backend {
+        vip,
+        backend,
+        action,
+    };
+    let cmd = match command {
+        CtlCmd::Status => C::Status,
+        CtlCmd::Vips => C::Vips,
+        CtlCmd::Backends { vip } => C::Backends { vip },
+        CtlCmd::Drain { vip, backend } => b(vip, backend, A::Drain),
+        CtlCmd::Undrain { vip, backend } => b(vip, backend, A::Undrain),
+        CtlCmd::Disable { vip, backend } => b(vip, backend, A::Disable),
+        CtlCmd::Enable { vip, backend } => b(vip, backend, A::Enable),
+        CtlCmd::Weight {
+            vip,
+            backend,
+            weight,
+        } => C::Weight {
+            vip,
+            backend,
+            weight,
+        },
+        CtlCmd::Withdraw { vip } => C::Announce {
+            vip,
+            announce: false,
+        },
+        CtlCmd::Announce { vip } => C::Announce {
+            vip,
+            announce: true,
+        },
+        CtlCmd::Reload => C::Reload,
+        CtlCmd::Events { since } => C::Events { since },
+        CtlCmd::Bgp => C::Bgp,
+        CtlCmd::Metrics => C::Metrics,
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice ctl: tokio: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = tui::api::Client::new(endpoint);
+    match rt.block_on(sluice::ctl::run(&client, cmd, json)) {
+        Ok(out) => {
+            print!("{out}");
+            if !out.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sluice ctl: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+fn console(api: &ApiArgs, no_color: bool, refresh: std::time::Duration) -> ExitCode {
+    let endpoint = match api.endpoint() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("sluice console: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let no_color = no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    match tui::console::run(tui::console::ConsoleOptions {
+        endpoint,
+        no_color,
+        refresh,
+    }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice console: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

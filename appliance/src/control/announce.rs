@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use bgp::{IpNet, Md5Key, PeerConfig, RouteAttrs, Speaker, SpeakerConfig};
+use bgp::{BfdConfig, IpNet, Md5Key, PeerConfig, RouteAttrs, Speaker, SpeakerConfig};
 use tracing::{error, info, warn};
 
 use crate::config::{self, Community, Config};
@@ -29,6 +29,11 @@ pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {
             pc.local_address = p.source;
             pc.passive = p.passive;
             pc.ttl_security = p.ttl_security;
+            pc.bfd = p.bfd.map(|f| BfdConfig {
+                interval: f.interval,
+                multiplier: f.multiplier,
+            });
+            pc.graceful_restart = b.graceful_restart;
             if let Some(password) = &p.password {
                 match Md5Key::new(password.as_bytes()) {
                     Ok(k) => pc.md5_key = Some(k),
@@ -119,6 +124,10 @@ pub struct Announcer {
     speaker: Speaker,
     /// What the speaker announces now, with the communities it was given.
     announced: BTreeMap<IpAddr, Vec<Community>>,
+    /// RFC 4724 graceful restart is configured.
+    graceful_restart: bool,
+    /// End-of-RIB has been released (every VIP settled once).
+    initial_done: bool,
 }
 
 impl Announcer {
@@ -126,7 +135,39 @@ impl Announcer {
         Ok(Announcer {
             speaker: Speaker::start(speaker_config(b)).await?,
             announced: BTreeMap::new(),
+            graceful_restart: b.graceful_restart.is_some(),
+            initial_done: false,
         })
+    }
+
+    /// Graceful restart is configured: stopping keeps the routes in the routers.
+    pub fn graceful_restart(&self) -> bool {
+        self.graceful_restart
+    }
+
+    /// Tells the speaker the initial announcements are out (every VIP's health checks have
+    /// decided once), so it sends End-of-RIB and restarting routers drop stale routes.
+    /// Only the first call does anything.
+    pub fn initial_routes_done(&mut self) {
+        if self.initial_done {
+            return;
+        }
+        self.initial_done = true;
+        match self.speaker.initial_routes_done() {
+            Ok(()) => info!("bgp: initial announcements done (End-of-RIB)"),
+            Err(e) => warn!("bgp: cannot send End-of-RIB: {e}"),
+        }
+    }
+
+    /// Stops for a graceful restart: the sessions close without NOTIFICATION or
+    /// withdrawals, so routers keep the routes (marked stale) for the restart time while the
+    /// next process starts. A crash looks the same to them.
+    pub fn abandon(self) {
+        info!(
+            announced = self.announced.len(),
+            "bgp: graceful restart: closing sessions without withdrawing"
+        );
+        drop(self.speaker);
     }
 
     /// Announces and withdraws so that what is announced follows `wanted` (see [`Wanted`]).

@@ -6,6 +6,7 @@
 //! copied out with `try_lock` when the worker is idle or every [`PUBLISH_EVERY`] frames, so a
 //! slow reader never stalls forwarding.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -49,20 +50,83 @@ impl Published {
     }
 }
 
+/// Counters of one VIP, kept across table versions by its name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VipTotals {
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_flows: u64,
+}
+
+/// Counters of one backend of one VIP, kept across table versions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackendTotals {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// A backend's identity across table versions: VIP name, address (IPv4-mapped) and port.
+pub type BackendId = (String, u128, u16);
+
 /// A worker's counters as last published.
+///
+/// Per-slot counters restart with every table version (slots move when the config does), so
+/// the worker folds the old version's counters into `retired_*`, keyed by names that survive
+/// a reload, before it adopts a new version: a VIP's totals never go backwards.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Table version the worker runs.
     pub version: u64,
+    /// The tables of `version`, to map the per-slot counters to names.
+    pub tables: Option<Arc<Tables>>,
     pub drops: [u64; DropReason::COUNT],
     pub stats: lb::process::WorkerStats,
     /// Per VIP slot of `version`.
     pub vip_packets: Vec<u64>,
     pub vip_bytes: Vec<u64>,
+    pub vip_new_flows: Vec<u64>,
     /// Per backend slot of `version`.
     pub backend_packets: Vec<u64>,
     pub backend_bytes: Vec<u64>,
+    /// Flows in the connection table per backend slot of `version` (active, inactive).
+    pub backend_flows: Vec<(u32, u32)>,
     pub conntrack_len: usize,
+    pub conntrack_capacity: usize,
+    /// Counters of earlier versions.
+    pub retired_vips: HashMap<String, VipTotals>,
+    pub retired_backends: HashMap<BackendId, BackendTotals>,
+}
+
+impl Snapshot {
+    /// Totals per VIP name: retired versions plus the running one.
+    pub fn vip_totals(&self) -> HashMap<String, VipTotals> {
+        let mut out = self.retired_vips.clone();
+        if let Some(t) = &self.tables {
+            for (i, v) in t.vips.iter().enumerate() {
+                let e = out.entry(v.name.clone()).or_default();
+                e.packets += self.vip_packets.get(i).copied().unwrap_or(0);
+                e.bytes += self.vip_bytes.get(i).copied().unwrap_or(0);
+                e.new_flows += self.vip_new_flows.get(i).copied().unwrap_or(0);
+            }
+        }
+        out
+    }
+
+    /// Totals per backend: retired versions plus the running one.
+    pub fn backend_totals(&self) -> HashMap<BackendId, BackendTotals> {
+        let mut out = self.retired_backends.clone();
+        if let Some(t) = &self.tables {
+            for (i, b) in t.backends.iter().enumerate() {
+                let Some(v) = t.vips.get(b.vip as usize) else {
+                    continue;
+                };
+                let e = out.entry((v.name.clone(), b.address, b.port)).or_default();
+                e.packets += self.backend_packets.get(i).copied().unwrap_or(0);
+                e.bytes += self.backend_bytes.get(i).copied().unwrap_or(0);
+            }
+        }
+        out
+    }
 }
 
 /// One worker's packet engine.
@@ -72,7 +136,13 @@ pub struct LbHandler {
     ct: ConnTable,
     state: WorkerState,
     out: Arc<Mutex<Snapshot>>,
+    /// The version this worker runs, readable without the snapshot's lock.
+    running: Arc<AtomicU64>,
+    retired_vips: HashMap<String, VipTotals>,
+    retired_backends: HashMap<BackendId, BackendTotals>,
     since_publish: u32,
+    /// The XDP flow cache, when `[appliance] flow_cache` is on.
+    flow_cache: Option<crate::datapath::flowcache::WorkerCache>,
 }
 
 impl LbHandler {
@@ -83,6 +153,7 @@ impl LbHandler {
         worker: u16,
         workers: u16,
         out: Arc<Mutex<Snapshot>>,
+        running: Arc<AtomicU64>,
     ) -> LbHandler {
         let tables = published.current();
         let ct = ConnTable::new(
@@ -92,22 +163,66 @@ impl LbHandler {
             worker,
             workers,
         );
+        running.store(tables.version, Ordering::Release);
         LbHandler {
             published,
             tables,
             ct,
             state: WorkerState::new(),
             out,
+            running,
+            retired_vips: HashMap::new(),
+            retired_backends: HashMap::new(),
             since_publish: 0,
+            flow_cache: None,
         }
+    }
+
+    /// Puts the XDP flow cache in front of this worker: after each decision the engine can
+    /// hand to the kernel, the worker installs the entry (see `datapath::flowcache`).
+    pub fn with_flow_cache(mut self, cache: Arc<crate::datapath::flowcache::FlowCache>) -> Self {
+        self.flow_cache = Some(crate::datapath::flowcache::WorkerCache::new(cache));
+        self
     }
 
     #[inline]
     fn refresh(&mut self) {
         if self.published.version() != self.tables.version {
-            self.publish_counters();
-            self.tables = self.published.current();
+            self.swap();
         }
+    }
+
+    /// Folds this version's per-slot counters into the retired totals and takes the newest
+    /// tables (the counters themselves restart when `lb::process` adopts them). Runs once
+    /// per swap, off the per-packet path.
+    #[cold]
+    fn swap(&mut self) {
+        if self.state.version() == Some(self.tables.version) {
+            let t = &self.tables;
+            for (i, v) in t.vips.iter().enumerate() {
+                let e = self.retired_vips.entry(v.name.clone()).or_default();
+                e.packets += self.state.vip_packets.get(i).copied().unwrap_or(0);
+                e.bytes += self.state.vip_bytes.get(i).copied().unwrap_or(0);
+                e.new_flows += self.state.vip_new_flows.get(i).copied().unwrap_or(0);
+            }
+            for (i, b) in t.backends.iter().enumerate() {
+                let Some(v) = t.vips.get(b.vip as usize) else {
+                    continue;
+                };
+                let e = self
+                    .retired_backends
+                    .entry((v.name.clone(), b.address, b.port))
+                    .or_default();
+                e.packets += self.state.backend_packets.get(i).copied().unwrap_or(0);
+                e.bytes += self.state.backend_bytes.get(i).copied().unwrap_or(0);
+            }
+        }
+        self.tables = self.published.current();
+        // Adopt now, so the per-slot counters and the retired totals never count a packet
+        // twice or not at all, whichever the snapshot shows.
+        self.state.adopt(&self.tables, &mut self.ct);
+        self.running.store(self.tables.version, Ordering::Release);
+        self.publish_counters();
     }
 
     fn publish_counters(&mut self) {
@@ -115,14 +230,29 @@ impl LbHandler {
         let Ok(mut s) = self.out.try_lock() else {
             return;
         };
-        s.version = self.tables.version;
+        if s.version != self.tables.version || s.tables.is_none() {
+            s.version = self.tables.version;
+            s.tables = Some(Arc::clone(&self.tables));
+            s.retired_vips.clone_from(&self.retired_vips);
+            s.retired_backends.clone_from(&self.retired_backends);
+        }
         s.drops = self.state.drops;
         s.stats = self.state.stats;
         s.vip_packets.clone_from(&self.state.vip_packets);
         s.vip_bytes.clone_from(&self.state.vip_bytes);
+        s.vip_new_flows.clone_from(&self.state.vip_new_flows);
         s.backend_packets.clone_from(&self.state.backend_packets);
         s.backend_bytes.clone_from(&self.state.backend_bytes);
+        s.backend_flows.clear();
+        s.backend_flows.extend(
+            self.ct
+                .active_counts()
+                .iter()
+                .zip(self.ct.inactive_counts())
+                .map(|(a, i)| (*a, *i)),
+        );
         s.conntrack_len = self.ct.len();
+        s.conntrack_capacity = self.ct.capacity();
     }
 }
 
@@ -134,7 +264,26 @@ impl FrameHandler for LbHandler {
         if self.since_publish >= PUBLISH_EVERY {
             self.publish_counters();
         }
-        match lb::process(frame, &self.tables, &mut self.ct, &mut self.state, now_ns) {
+        let verdict = match &mut self.flow_cache {
+            None => lb::process(frame, &self.tables, &mut self.ct, &mut self.state, now_ns),
+            Some(fc) => {
+                let mut rec = None;
+                let v = lb::process::process_recorded(
+                    frame,
+                    &self.tables,
+                    &mut self.ct,
+                    &mut self.state,
+                    now_ns,
+                    &mut rec,
+                );
+                if let Some(d) = rec {
+                    let (published, version) = (&self.published, self.tables.version);
+                    fc.after_decision(&d, &self.tables, now_ns, || published.version() == version);
+                }
+                v
+            }
+        };
+        match verdict {
             Verdict::Tx { ifindex } => Action::Tx { ifindex },
             Verdict::Pass => Action::Pass,
             Verdict::Drop(_) => Action::Drop,
@@ -143,6 +292,9 @@ impl FrameHandler for LbHandler {
 
     fn tick(&mut self, now_ns: u64) {
         self.refresh();
+        if let Some(fc) = &mut self.flow_cache {
+            fc.tick(&mut self.ct, now_ns);
+        }
         self.ct.expire(now_ns, 256);
         self.publish_counters();
     }

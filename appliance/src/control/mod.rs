@@ -6,29 +6,44 @@
 //! health transitions --------------------+                                 v
 //! neighbour retries (1 s) ---------------+                     LbHandler per worker
 //! ```
-//! Every change (a reload, a health transition, a neighbour that resolved) builds a new
-//! table version off the packet path and publishes it with one atomic swap. A reload that
-//! fails validation changes nothing and logs every error.
+//! Every change (a reload, an operator's API call, a health transition, a neighbour that
+//! resolved) builds a new table version off the packet path and publishes it with one atomic
+//! swap; workers report the version they run, so the API knows when a change is everywhere.
+//! A reload that fails validation or table building changes nothing and returns every
+//! error. The local API ([`api`]) reads [`shared::Shared`] and sends writes to this loop as
+//! [`shared::Command`]s.
 
 pub mod announce;
+pub mod api;
+pub mod cache;
+pub mod events;
 pub mod handler;
+pub mod metrics;
+pub mod shared;
 
+use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
-use crate::config::{self, Backend, Config, Mode, Protocol, Vip};
+use tui::api::{ApiError, BackendAction};
+
+use crate::config::{self, Backend, BackendState, Config, Mode, Protocol, Vip};
+use crate::datapath::flowcache::{self, FlowCache};
 use crate::datapath::{
-    Datapath, DatapathConfig, Proto, ReturnKey, VipKey,
+    Datapath, DatapathConfig, DatapathStats, Proto, ReturnKey, VipKey,
     neigh::{Neighbor as NetNeighbor, Resolver},
 };
 use crate::lb::{DropReason, Neighbor, Tables};
+use events::{EventRing, Kind};
 pub use handler::{LbHandler, Published, Snapshot};
+use shared::{BackendOp, Command, HealthView, Override, Shared, Sync, View, WorkerView};
 
 /// Why `sluice run` could not start.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +60,8 @@ pub enum RunError {
     Netlink(String),
     #[error("signals: {0}")]
     Signal(std::io::Error),
+    #[error("{0}")]
+    Api(#[from] api::ApiStartError),
 }
 
 /// Health of one backend of one VIP, keyed by VIP name, backend address and port.
@@ -53,10 +70,19 @@ type HealthKey = (String, IpAddr, u16);
 /// What the control plane knows besides the config.
 struct State {
     path: PathBuf,
+    /// The config file as loaded.
+    file_config: Arc<Config>,
+    /// `file_config` with the operator's overrides: what the tables are built from.
     config: Arc<Config>,
     version: u64,
     /// Prober verdicts; a backend missing here has no check, or no verdict yet.
     health: HashMap<HealthKey, bool>,
+    /// The reason of each backend's last health transition.
+    reasons: HashMap<HealthKey, String>,
+    /// Operator changes to backends (API), layered over the file.
+    overrides: HashMap<HealthKey, Override>,
+    /// VIPs an operator withdrew from BGP.
+    withdrawn: BTreeSet<String>,
     neighbors: HashMap<IpAddr, Neighbor>,
     gateways: [Option<Neighbor>; 2],
 }
@@ -283,70 +309,200 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// Sums the workers' snapshots into one line for the log.
-fn summary(snaps: &[Arc<Mutex<Snapshot>>], tables: &Tables) -> String {
-    let mut drops = [0u64; DropReason::COUNT];
-    let mut tx = 0;
-    let mut flows = 0;
-    let mut per_vip = vec![0u64; tables.vips.len()];
-    let mut fallback = 0;
-    for s in snaps {
-        let Ok(s) = s.lock() else { continue };
-        for (d, n) in drops.iter_mut().zip(s.drops.iter()) {
-            *d += n;
-        }
-        tx += s.stats.tx;
-        fallback += s.stats.conntrack_fallback;
-        flows += s.conntrack_len;
-        if s.version == tables.version {
-            for (p, n) in per_vip.iter_mut().zip(&s.vip_packets) {
-                *p += n;
-            }
-        }
-    }
+/// One line of totals for the log.
+fn summary(shared: &Shared) -> String {
+    let agg = shared.aggregate();
     let mut line = format!(
-        "version {} tx {tx} flows {flows} conntrack_fallback {fallback}",
-        tables.version
+        "version {} tx {} flows {} conntrack_fallback {}",
+        shared.published.version(),
+        agg.stats.tx,
+        agg.conntrack_entries,
+        agg.stats.conntrack_fallback
     );
-    for (r, n) in DropReason::ALL.iter().zip(drops) {
+    for (r, n) in DropReason::ALL.iter().zip(agg.drops) {
         if n > 0 {
             line.push_str(&format!(" drop_{} {n}", r.name()));
         }
     }
-    for (v, n) in tables.vips.iter().zip(per_vip) {
-        if n > 0 {
-            line.push_str(&format!(" vip[{}] {n}", v.name));
-        }
+    let mut vips: Vec<_> = agg.vips.iter().filter(|(_, t)| t.packets > 0).collect();
+    vips.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, t) in vips {
+        line.push_str(&format!(" vip[{name}] {}", t.packets));
     }
     line
 }
 
+/// The config the tables are built from: the file's, with the operator's overrides.
+/// Overrides of backends the file no longer has are dropped; an override equal to the
+/// file's value is dropped too, so `undrain` after `drain` leaves no trace.
+fn effective(file: &Config, overrides: &mut HashMap<HealthKey, Override>) -> Config {
+    let mut out = file.clone();
+    let mut seen = std::collections::HashSet::new();
+    for v in &mut out.vips {
+        for b in &mut v.backends {
+            let key = (v.name.clone(), b.address, b.port);
+            if let Some(o) = overrides.get_mut(&key) {
+                if o.state == Some(b.state) {
+                    o.state = None;
+                }
+                if o.weight == Some(b.weight) {
+                    o.weight = None;
+                }
+                if let Some(s) = o.state {
+                    b.state = s;
+                }
+                if let Some(w) = o.weight {
+                    b.weight = w;
+                }
+                seen.insert(key);
+            }
+        }
+    }
+    overrides.retain(|k, o| seen.contains(k) && (o.state.is_some() || o.weight.is_some()));
+    out
+}
+
+/// The VIP and backend an API call names; `backend` is `address:port`, or the address alone
+/// when the VIP has one backend there.
+fn find_backend(cfg: &Config, vip: &str, backend: &str) -> Result<HealthKey, ApiError> {
+    let err = |m: String, f: &str| ApiError {
+        error: m,
+        field: Some(f.to_string()),
+        errors: Vec::new(),
+    };
+    let Some(v) = cfg.vip(vip) else {
+        return Err(err(format!("no VIP named {vip:?}"), "vip"));
+    };
+    let matches: Vec<&Backend> = if let Ok(sa) = backend.parse::<std::net::SocketAddr>() {
+        v.backends
+            .iter()
+            .filter(|b| b.address == sa.ip() && b.port == sa.port())
+            .collect()
+    } else if let Ok(ip) = backend.parse::<IpAddr>() {
+        v.backends.iter().filter(|b| b.address == ip).collect()
+    } else {
+        return Err(err(
+            format!("backend {backend:?} is not an address or address:port"),
+            "backend",
+        ));
+    };
+    match matches.as_slice() {
+        [b] => Ok((v.name.clone(), b.address, b.port)),
+        [] => Err(err(
+            format!("no backend {backend} in VIP {vip:?}"),
+            "backend",
+        )),
+        _ => Err(err(
+            format!("VIP {vip:?} has several backends at {backend}: give address:port"),
+            "backend",
+        )),
+    }
+}
+
 /// Builds the next table version and publishes it to the workers. On failure the running
 /// version stays.
-fn commit(st: &mut State, published: &Published, why: &str) {
+fn commit(st: &mut State, shared: &Shared, why: &str) -> Result<u64, String> {
     match st.build() {
-        Ok(t) => {
-            published.publish(t);
-            info!(version = published.version(), "commit: {why}");
+        Ok(t) => Ok(publish(shared, t, why)),
+        Err(e) => {
+            error!("{why}: cannot build tables, running version kept: {e}");
+            Err(e.to_string())
         }
-        Err(e) => error!("{why}: cannot build tables, running version kept: {e}"),
     }
+}
+
+fn publish(shared: &Shared, t: Tables, why: &str) -> u64 {
+    let version = t.version;
+    let old = shared.published.current();
+    shared.published.publish(t);
+    // Strictly after the swap: a worker that decided with the old tables takes its own
+    // entry back when it sees the new version, and this walk removes the rest.
+    if let Some(c) = &shared.flow_cache {
+        let evicted = cache::after_commit(c, &old, &shared.published.current());
+        if evicted > 0 {
+            info!(
+                version,
+                evicted,
+                "flow cache: evicted entries the new tables would not forward the same way"
+            );
+        }
+    }
+    if let Ok(mut s) = shared.sync.lock() {
+        *s = Sync {
+            version,
+            published_at: Instant::now(),
+            lag: None,
+        };
+    }
+    event(shared, Kind::Commit, format!("version {version}: {why}"));
+    version
+}
+
+fn event(shared: &Shared, kind: Kind, message: String) {
+    if let Ok(mut e) = shared.events.lock() {
+        e.push(kind, message);
+    }
+}
+
+/// Republishes what the API reads about the control state.
+fn publish_view(
+    shared: &Shared,
+    st: &State,
+    prober: &health::Prober,
+    targets: &HashMap<health::ProbeKey, Vec<HealthKey>>,
+    announcer: Option<&announce::Announcer>,
+    datapath: Option<DatapathStats>,
+) {
+    let mut health = HashMap::new();
+    for s in prober.status() {
+        let Some(pairs) = targets.get(&s.key) else {
+            continue;
+        };
+        let state = match (s.decided, s.state) {
+            (false, _) => "unknown",
+            (true, health::Health::Up) => "up",
+            (true, health::Health::Down) => "down",
+        };
+        for p in pairs {
+            let reason = st
+                .reasons
+                .get(p)
+                .cloned()
+                .or_else(|| s.last_failure.as_ref().map(|f| f.to_string()));
+            health.insert(p.clone(), HealthView { state, reason });
+        }
+    }
+    let old = shared.view.load();
+    shared.view.store(Arc::new(View {
+        config: Some(Arc::clone(&st.config)),
+        health,
+        overrides: st.overrides.clone(),
+        withdrawn: st.withdrawn.clone(),
+        announced: announcer
+            .map(|a| a.announced().copied().collect())
+            .unwrap_or_default(),
+        peers: announcer.map(|a| a.peers()).unwrap_or_default(),
+        cache: match (&datapath, &shared.flow_cache) {
+            (Some(_), Some(c)) => Some(cache::stats(c)),
+            _ => old.cache.clone(),
+        },
+        datapath: datapath.or_else(|| old.datapath.clone()),
+    }));
 }
 
 /// Brings the BGP announcements in line with the published tables: announce a VIP once the
 /// tables can serve it and its health checks have decided (or `settle_by` has passed),
-/// withdraw it when its last backend left.
+/// withdraw it when its last backend left or an operator withdrew it.
 fn sync_announcements(
     announcer: Option<&mut announce::Announcer>,
     st: &State,
     published: &Published,
     prober: &health::Prober,
     targets: &HashMap<health::ProbeKey, Vec<HealthKey>>,
-    settle_by: std::time::Instant,
+    settle_by: Instant,
 ) {
     let Some(a) = announcer else { return };
-    let undecided: std::collections::HashSet<&HealthKey> = if std::time::Instant::now() >= settle_by
-    {
+    let undecided: std::collections::HashSet<&HealthKey> = if Instant::now() >= settle_by {
         Default::default()
     } else {
         prober
@@ -363,11 +519,24 @@ fn sync_announcements(
                 || !undecided.contains(&(v.name.clone(), b.address, b.port))
         })
     };
-    a.sync(&announce::wanted(
-        &st.config,
-        &published.current(),
-        &settled,
-    ));
+    let tables = published.current();
+    let mut wanted = announce::wanted(&st.config, &tables, &settled);
+    let all_settled = Instant::now() >= settle_by || st.config.vips.iter().all(settled);
+    // An address stays wanted only while a VIP on it that no operator withdrew can serve.
+    wanted.retain(|addr, _| {
+        st.config.vips.iter().enumerate().any(|(slot, v)| {
+            v.address == *addr
+                && !st.withdrawn.contains(&v.name)
+                && tables
+                    .vips
+                    .get(slot)
+                    .is_some_and(|e| e.backends.clone().any(|b| tables.eligible[b as usize]))
+        })
+    });
+    a.sync(&wanted);
+    if all_settled {
+        a.initial_routes_done();
+    }
 }
 
 /// How long after a (re)start the announcer waits at most for health checks to decide:
@@ -381,64 +550,426 @@ fn settle_time(config: &Config) -> Duration {
         .unwrap_or_default()
 }
 
+/// Everything the control loop owns besides [`State`].
+struct Control {
+    st: State,
+    shared: Arc<Shared>,
+    resolver: Resolver,
+    dp: Datapath,
+    prober: health::Prober,
+    targets: HashMap<health::ProbeKey, Vec<HealthKey>>,
+    announcer: Option<announce::Announcer>,
+    settle_by: Instant,
+    /// Peer states at the last tick, for BGP events.
+    peer_states: HashMap<IpAddr, bgp::State>,
+    /// Drops at the last tick, and when the last spike was reported.
+    last_drops: u64,
+    last_spike: Option<Instant>,
+}
+
+impl Control {
+    fn sync_bgp(&mut self) {
+        sync_announcements(
+            self.announcer.as_mut(),
+            &self.st,
+            &self.shared.published,
+            &self.prober,
+            &self.targets,
+            self.settle_by,
+        );
+    }
+
+    fn view(&self, datapath: Option<DatapathStats>) {
+        publish_view(
+            &self.shared,
+            &self.st,
+            &self.prober,
+            &self.targets,
+            self.announcer.as_ref(),
+            datapath,
+        );
+    }
+
+    /// Loads the config file and, when it is valid and its tables build, makes it the
+    /// running one; otherwise nothing changes and every error comes back.
+    async fn reload(&mut self, how: &str) -> Result<String, ApiError> {
+        let rejected = |shared: &Shared, errors: Vec<String>, summary: String| {
+            shared.reloads_rejected.fetch_add(1, Ordering::Relaxed);
+            event(
+                shared,
+                Kind::Reload,
+                format!("{how}: rejected, running version kept: {summary}"),
+            );
+            ApiError {
+                error: format!("config rejected, running version kept: {summary}"),
+                field: Some("config".into()),
+                errors,
+            }
+        };
+        let file = match config::load(&self.st.path) {
+            Ok(c) => c,
+            Err(e) => {
+                let errors = match e.errors() {
+                    Some(list) => list.0.iter().map(|x| x.to_string()).collect(),
+                    None => vec![e.to_string()],
+                };
+                let n = errors.len();
+                return Err(rejected(&self.shared, errors, format!("{n} error(s)")));
+            }
+        };
+        let mut overrides = self.st.overrides.clone();
+        let eff = Arc::new(effective(&file, &mut overrides));
+        let targets = health_targets(&eff);
+        // Tentatively switch, build, and switch back if the tables cannot be built.
+        let old_config = std::mem::replace(&mut self.st.config, Arc::clone(&eff));
+        let old_health = std::mem::replace(&mut self.st.health, verdicts(&self.prober, &targets));
+        resolve_all(&self.resolver, &mut self.st).await;
+        let tables = match self.st.build() {
+            Ok(t) => t,
+            Err(e) => {
+                self.st.config = old_config;
+                self.st.health = old_health;
+                return Err(rejected(&self.shared, vec![e.to_string()], e.to_string()));
+            }
+        };
+        // Removed VIPs are withdrawn before their tables go away.
+        if let Some(a) = self.announcer.as_mut() {
+            let mut keep =
+                announce::wanted(&old_config, &self.shared.published.current(), &|_| true);
+            keep.retain(|addr, _| eff.vips.iter().any(|v| v.address == *addr));
+            let gone: Vec<IpAddr> = a
+                .announced()
+                .filter(|ip| !keep.contains_key(ip))
+                .copied()
+                .collect();
+            if !gone.is_empty() {
+                // Withdraw only: everything else stays as announced until the next sync.
+                let mut still: std::collections::BTreeMap<IpAddr, announce::Wanted> =
+                    Default::default();
+                for ip in a.announced().copied().collect::<Vec<_>>() {
+                    if !gone.contains(&ip) {
+                        let communities = keep.get(&ip).map(|w| w.communities.clone());
+                        if let Some(communities) = communities {
+                            still.insert(
+                                ip,
+                                announce::Wanted {
+                                    communities,
+                                    settled: true,
+                                },
+                            );
+                        }
+                    }
+                }
+                a.sync(&still);
+            }
+        }
+        self.st.file_config = Arc::new(file);
+        self.st.overrides = overrides;
+        self.st.withdrawn.retain(|n| eff.vip(n).is_some());
+        self.targets = targets;
+        set_probes(&self.prober, &self.targets);
+        let (vips, ret) = steering(&self.st.config);
+        if let Err(e) = self
+            .dp
+            .set_vips(&vips)
+            .and_then(|_| self.dp.set_return_keys(&ret))
+        {
+            error!("reload: steering maps: {e}");
+        }
+        let version = publish(&self.shared, tables, how);
+        if old_config.bgp != self.st.config.bgp {
+            info!("reload: [bgp] changed, restarting the speaker");
+            if let Some(a) = self.announcer.take() {
+                a.shutdown().await;
+            }
+            if let Some(b) = &self.st.config.bgp {
+                match announce::Announcer::start(b).await {
+                    Ok(a) => self.announcer = Some(a),
+                    Err(e) => error!("bgp: {e}; running without announcements"),
+                }
+            }
+        }
+        self.settle_by = Instant::now() + settle_time(&self.st.config);
+        self.sync_bgp();
+        self.view(None);
+        let mut note = String::new();
+        if old_config.appliance.flow_cache != self.st.config.appliance.flow_cache {
+            warn!("reload: [appliance] flow_cache changed; it takes effect at the next start");
+            note.push_str(" ([appliance] flow_cache takes effect at the next start)");
+        }
+        if old_config.api != self.st.config.api {
+            warn!("reload: [api] changed; the API listeners keep their settings until restart");
+            note.push_str(" ([api] changes take effect at the next start)");
+        }
+        event(
+            &self.shared,
+            Kind::Reload,
+            format!("{how}: version {version} running{note}"),
+        );
+        Ok(format!("config reloaded: version {version}{note}"))
+    }
+
+    /// Applies an operator's change to a backend as a new version.
+    fn backend(&mut self, vip: &str, backend: &str, op: BackendOp) -> Result<String, ApiError> {
+        let key = find_backend(&self.st.config, vip, backend)?;
+        let what = match op {
+            BackendOp::Action(a) => a.name().to_string(),
+            BackendOp::Weight(w) => format!("weight {w}"),
+        };
+        let mut overrides = self.st.overrides.clone();
+        let o = overrides.entry(key.clone()).or_default();
+        match op {
+            BackendOp::Action(BackendAction::Drain) => o.state = Some(BackendState::Drain),
+            BackendOp::Action(BackendAction::Undrain | BackendAction::Enable) => {
+                o.state = Some(BackendState::Active)
+            }
+            BackendOp::Action(BackendAction::Disable) => o.state = Some(BackendState::Disabled),
+            BackendOp::Weight(w) => o.weight = Some(w),
+        }
+        let eff = Arc::new(effective(&self.st.file_config, &mut overrides));
+        let old = std::mem::replace(&mut self.st.config, eff);
+        let id = std::net::SocketAddr::new(key.1, key.2);
+        let why = format!("operator: {what} {id} of VIP {vip}");
+        match commit(&mut self.st, &self.shared, &why) {
+            Ok(v) => {
+                self.st.overrides = overrides;
+                event(&self.shared, Kind::Operator, why.clone());
+                self.sync_bgp();
+                self.view(None);
+                Ok(format!("{what} {id} of VIP {vip}: version {v}"))
+            }
+            Err(e) => {
+                self.st.config = old;
+                Err(ApiError {
+                    error: format!("cannot apply {what}: {e}"),
+                    field: None,
+                    errors: vec![e],
+                })
+            }
+        }
+    }
+
+    fn announce(&mut self, vip: &str, announce: bool) -> Result<String, ApiError> {
+        if self.st.config.vip(vip).is_none() {
+            return Err(ApiError {
+                error: format!("no VIP named {vip:?}"),
+                field: Some("vip".into()),
+                errors: Vec::new(),
+            });
+        }
+        if self.announcer.is_none() {
+            return Err(ApiError {
+                error: "BGP is not running (no [bgp] section, or the speaker failed to start)"
+                    .into(),
+                field: Some("vip".into()),
+                errors: Vec::new(),
+            });
+        }
+        let what = if announce { "announce" } else { "withdraw" };
+        if announce {
+            self.st.withdrawn.remove(vip);
+        } else {
+            self.st.withdrawn.insert(vip.to_string());
+        }
+        self.sync_bgp();
+        self.view(None);
+        event(
+            &self.shared,
+            Kind::Operator,
+            format!("operator: {what} VIP {vip}"),
+        );
+        Ok(format!("{what} VIP {vip}"))
+    }
+
+    /// Once a second: BGP sync, neighbours, sync lag, events for BGP and drops, the view.
+    async fn tick(&mut self, ticks: u64, net_dirty: bool) {
+        self.sync_bgp();
+        let missing = self
+            .st
+            .config
+            .vips
+            .iter()
+            .flat_map(|v| &v.backends)
+            .any(|b| !self.st.neighbors.contains_key(&b.address));
+        if (missing || net_dirty || ticks.is_multiple_of(30))
+            && resolve_all(&self.resolver, &mut self.st).await
+        {
+            let _ = commit(&mut self.st, &self.shared, "neighbours changed");
+        }
+        if let Some(a) = &self.announcer {
+            for p in a.peers() {
+                let before = self.peer_states.insert(p.address, p.state);
+                if before.is_some_and(|b| b != p.state)
+                    || (before.is_none() && p.state == bgp::State::Established)
+                {
+                    let mut m = format!(
+                        "peer {}: {:?} -> {:?}",
+                        p.address,
+                        before.unwrap_or(bgp::State::Idle),
+                        p.state
+                    );
+                    if p.state != bgp::State::Established
+                        && let Some(e) = &p.last_error
+                    {
+                        m.push_str(&format!(" ({e})"));
+                    }
+                    event(&self.shared, Kind::Bgp, m);
+                }
+            }
+        }
+        let drops: u64 = self.shared.aggregate().drops.iter().sum();
+        let delta = drops.saturating_sub(self.last_drops);
+        self.last_drops = drops;
+        if delta >= DROP_SPIKE
+            && self
+                .last_spike
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            self.last_spike = Some(Instant::now());
+            event(
+                &self.shared,
+                Kind::Drops,
+                format!(
+                    "{delta} frames dropped in the last second (see sluice_dropped_packets_total by reason)"
+                ),
+            );
+        }
+        let dp = match self.dp.stats() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!("datapath stats: {e}");
+                None
+            }
+        };
+        self.view(dp);
+        if ticks.is_multiple_of(10) {
+            info!("stats: {}", summary(&self.shared));
+        }
+    }
+}
+
+/// Drops in one second that make an event.
+const DROP_SPIKE: u64 = 1000;
+
+/// Watches the workers after each commit and records how long it took them all to run it.
+async fn watch_sync(shared: Arc<Shared>) {
+    let mut iv = tokio::time::interval(Duration::from_millis(5));
+    loop {
+        iv.tick().await;
+        let Ok(s) = shared.sync.lock().map(|s| *s) else {
+            return;
+        };
+        if s.lag.is_none() && shared.synced_to(s.version) {
+            let lag = s.published_at.elapsed();
+            if let Ok(mut cur) = shared.sync.lock()
+                && cur.version == s.version
+            {
+                cur.lag = Some(lag);
+            }
+        }
+    }
+}
+
 /// `sluice run`: brings the datapath up with `path`'s config and runs until SIGTERM or
-/// SIGINT; SIGHUP reloads the config.
+/// SIGINT; SIGHUP (or the API) reloads the config.
 pub async fn run(path: &Path) -> Result<(), RunError> {
     let cfg = config::load(path)?;
     if !is_root() {
         return Err(RunError::NotRoot);
     }
     let resolver = Resolver::new().map_err(|e| RunError::Netlink(e.to_string()))?;
+    let file = Arc::new(cfg);
     let mut st = State {
         path: path.to_path_buf(),
-        config: Arc::new(cfg),
+        file_config: Arc::clone(&file),
+        config: file,
         version: 0,
         health: HashMap::new(),
+        reasons: HashMap::new(),
+        overrides: HashMap::new(),
+        withdrawn: Default::default(),
         neighbors: HashMap::new(),
         gateways: [None, None],
     };
     resolve_all(&resolver, &mut st).await;
     let published = Arc::new(Published::new(st.build()?));
+    let (cmd_tx, mut cmd_rx) = tokio::sync::mpsc::channel::<Command>(64);
+    let flow_cache = if st.config.appliance.flow_cache {
+        Some(Arc::new(FlowCache::create(flowcache::CACHE_ENTRIES)?))
+    } else {
+        None
+    };
+    let shared = Arc::new(Shared {
+        flow_cache,
+        started: Instant::now(),
+        config_path: path.to_path_buf(),
+        published: Arc::clone(&published),
+        workers: Mutex::new(Vec::new()),
+        view: Default::default(),
+        events: Mutex::new(EventRing::default()),
+        sync: Mutex::new(Sync {
+            version: published.version(),
+            published_at: Instant::now(),
+            lag: None,
+        }),
+        commands: cmd_tx,
+        api_errors: Default::default(),
+        reloads_rejected: Default::default(),
+    });
 
     let dp_cfg = DatapathConfig::from(&st.config.appliance);
     let capacity = st.config.appliance.conntrack_capacity as usize;
-    let snapshots: Arc<Mutex<Vec<Arc<Mutex<Snapshot>>>>> = Arc::new(Mutex::new(Vec::new()));
     let factory = {
         let published = Arc::clone(&published);
-        let snapshots = Arc::clone(&snapshots);
+        let shared = Arc::clone(&shared);
+        let flow_cache = shared.flow_cache.clone();
         move |worker: usize, workers: usize| -> Box<dyn crate::datapath::FrameHandler> {
             let out = Arc::new(Mutex::new(Snapshot::default()));
-            if let Ok(mut s) = snapshots.lock() {
-                s.push(Arc::clone(&out));
+            let running = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            if let Ok(mut w) = shared.workers.lock() {
+                w.push(WorkerView {
+                    snapshot: Arc::clone(&out),
+                    running: Arc::clone(&running),
+                });
             }
-            Box::new(LbHandler::new(
+            let h = LbHandler::new(
                 Arc::clone(&published),
                 capacity,
                 worker as u16,
                 workers as u16,
                 out,
-            ))
+                running,
+            );
+            match &flow_cache {
+                Some(c) => Box::new(h.with_flow_cache(Arc::clone(c))),
+                None => Box::new(h),
+            }
         }
     };
-    let mut dp = Datapath::start(dp_cfg, factory)?;
+    let dp = Datapath::start_with_cache(dp_cfg, shared.flow_cache.clone(), factory)?;
     let (vips, ret) = steering(&st.config);
     dp.set_vips(&vips)?;
     dp.set_return_keys(&ret)?;
+    let api_tasks = api::start(Arc::clone(&shared), &st.config.api)
+        .await
+        .map_err(RunError::Api)?;
     info!(
         version = published.version(),
         vips = st.config.vips.len(),
+        api = %st.config.api.socket.display(),
         "sluice running (appliance {})",
         st.config.appliance.name
     );
+    let sync_task = tokio::spawn(watch_sync(Arc::clone(&shared)));
 
     let (prober, mut transitions) = health::Prober::spawn();
-    let mut targets = health_targets(&st.config);
+    let targets = health_targets(&st.config);
     set_probes(&prober, &targets);
-    let mut settle_by = std::time::Instant::now() + settle_time(&st.config);
+    let settle_by = Instant::now() + settle_time(&st.config);
 
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
     // checks settle (every tick re-syncs).
-    let mut announcer = match &st.config.bgp {
+    let announcer = match &st.config.bgp {
         Some(b) => match announce::Announcer::start(b).await {
             Ok(a) => Some(a),
             Err(e) => {
@@ -448,13 +979,26 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         },
         None => None,
     };
-    sync_announcements(
-        announcer.as_mut(),
-        &st,
-        &published,
-        &prober,
-        &targets,
+    let mut c = Control {
+        st,
+        shared: Arc::clone(&shared),
+        resolver,
+        dp,
+        prober,
+        targets,
+        announcer,
         settle_by,
+        peer_states: HashMap::new(),
+        last_drops: 0,
+        last_spike: None,
+    };
+    c.sync_bgp();
+    let dp_stats = c.dp.stats().ok();
+    c.view(dp_stats);
+    event(
+        &shared,
+        Kind::Commit,
+        format!("version {}: started", published.version()),
     );
 
     // Neighbour and route changes mark the resolution stale; the next tick re-resolves, so a
@@ -477,46 +1021,45 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
             _ = term.recv() => { info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
-                info!(path = %st.path.display(), "SIGHUP: reloading");
-                match config::load(&st.path) {
-                    Ok(new) => {
-                        if new.bgp != st.config.bgp {
-                            info!("reload: [bgp] changed, restarting the speaker");
-                            if let Some(a) = announcer.take() {
-                                a.shutdown().await;
-                            }
-                            if let Some(b) = &new.bgp {
-                                match announce::Announcer::start(b).await {
-                                    Ok(a) => announcer = Some(a),
-                                    Err(e) => error!("bgp: {e}; running without announcements"),
-                                }
-                            }
-                        }
-                        st.config = Arc::new(new);
-                        targets = health_targets(&st.config);
-                        set_probes(&prober, &targets);
-                        st.health = verdicts(&prober, &targets);
-                        resolve_all(&resolver, &mut st).await;
-                        let (vips, ret) = steering(&st.config);
-                        if let Err(e) = dp.set_vips(&vips).and_then(|_| dp.set_return_keys(&ret)) {
-                            error!("reload: steering maps: {e}");
-                        }
-                        commit(&mut st, &published, "reload");
-                        settle_by = std::time::Instant::now() + settle_time(&st.config);
+                info!(path = %c.st.path.display(), "SIGHUP: reloading");
+                if let Err(e) = c.reload("SIGHUP reload").await {
+                    error!("reload rejected, running version kept: {}", e.error);
+                    for x in &e.errors {
+                        error!("  {x}");
                     }
-                    Err(e) => error!("reload rejected, running version kept: {e}"),
+                }
+            }
+            Some(cmd) = cmd_rx.recv() => {
+                match cmd {
+                    Command::Backend { vip, backend, op, reply } => {
+                        let _ = reply.send(c.backend(&vip, &backend, op));
+                    }
+                    Command::Announce { vip, announce, reply } => {
+                        let _ = reply.send(c.announce(&vip, announce));
+                    }
+                    Command::Reload { reply } => {
+                        info!("API: reloading");
+                        let r = c.reload("API reload").await;
+                        if let Err(e) = &r {
+                            error!("reload rejected, running version kept: {}", e.error);
+                        }
+                        let _ = reply.send(r);
+                    }
                 }
             }
             Some(tr) = transitions.recv() => {
                 let up = tr.to == health::Health::Up;
                 info!("health: {tr}");
-                if let Some(pairs) = targets.get(&tr.key) {
+                if let Some(pairs) = c.targets.get(&tr.key) {
                     for p in pairs {
-                        st.health.insert(p.clone(), up);
+                        c.st.health.insert(p.clone(), up);
+                        c.st.reasons.insert(p.clone(), tr.reason.to_string());
                     }
                 }
-                commit(&mut st, &published, "health change");
-                sync_announcements(announcer.as_mut(), &st, &published, &prober, &targets, settle_by);
+                event(&shared, Kind::Health, format!("{}: {} -> {} ({})", tr.key, tr.from, tr.to, tr.reason));
+                let _ = commit(&mut c.st, &shared, "health change");
+                c.sync_bgp();
+                c.view(None);
             }
             Some(change) = async {
                 match net_changes.as_mut() {
@@ -526,7 +1069,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
             } => {
                 use crate::datapath::neigh::NetChange;
                 let known = |mac: &[u8; 6]| {
-                    st.neighbors.values().chain(st.gateways.iter().flatten()).any(|n| n.dst_mac.0 == *mac)
+                    c.st.neighbors.values().chain(c.st.gateways.iter().flatten()).any(|n| n.dst_mac.0 == *mac)
                 };
                 net_dirty |= match &change {
                     NetChange::Neighbour { mac: Some(mac), .. } => !known(mac),
@@ -535,27 +1078,127 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
             }
             _ = tick.tick() => {
                 ticks += 1;
-                sync_announcements(announcer.as_mut(), &st, &published, &prober, &targets, settle_by);
-                let missing = st.config.vips.iter().flat_map(|v| &v.backends)
-                    .any(|b| !st.neighbors.contains_key(&b.address));
-                let stale = std::mem::take(&mut net_dirty);
-                if (missing || stale || ticks.is_multiple_of(30)) && resolve_all(&resolver, &mut st).await {
-                    commit(&mut st, &published, "neighbours changed");
-                }
-                if ticks.is_multiple_of(10) {
-                    let snaps = snapshots.lock().map(|s| s.clone()).unwrap_or_default();
-                    info!("stats: {}", summary(&snaps, &published.current()));
-                }
+                c.tick(ticks, std::mem::take(&mut net_dirty)).await;
             }
         }
     }
-    // Routers move traffic away (GRACEFUL_SHUTDOWN, then withdraw) while we still forward.
-    if let Some(a) = announcer.take() {
-        a.shutdown().await;
+    for t in api_tasks {
+        t.abort();
     }
-    dp.stop()?;
-    let snaps = snapshots.lock().map(|s| s.clone()).unwrap_or_default();
-    info!("final stats: {}", summary(&snaps, &published.current()));
+    sync_task.abort();
+    let _ = std::fs::remove_file(&c.st.config.api.socket);
+    // Routers move traffic away (GRACEFUL_SHUTDOWN, then withdraw) while we still forward;
+    // with graceful restart configured they keep the routes for the next process instead.
+    if let Some(a) = c.announcer.take() {
+        if a.graceful_restart() {
+            a.abandon();
+        } else {
+            a.shutdown().await;
+        }
+    }
+    c.dp.stop()?;
+    info!("final stats: {}", summary(&shared));
     info!("datapath stopped, XDP detached");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+[[vip.backend]]
+address = "10.1.0.11"
+port = 8080
+[[vip.backend]]
+address = "10.1.0.12"
+port = 8080
+state = "drain"
+[[vip.backend]]
+address = "10.1.0.12"
+port = 8081
+"#;
+
+    fn cfg() -> Config {
+        Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn key(a: &str, p: u16) -> HealthKey {
+        ("web".into(), a.parse().expect("literal"), p)
+    }
+
+    #[test]
+    fn backends_are_named_by_address_and_port_or_a_unique_address() {
+        let c = cfg();
+        assert_eq!(
+            find_backend(&c, "web", "10.1.0.11"),
+            Ok(key("10.1.0.11", 8080))
+        );
+        assert_eq!(
+            find_backend(&c, "web", "10.1.0.12:8081"),
+            Ok(key("10.1.0.12", 8081))
+        );
+        let field = |vip: &str, b: &str| find_backend(&c, vip, b).err().and_then(|e| e.field);
+        assert_eq!(
+            field("web", "10.1.0.12"),
+            Some("backend".into()),
+            "ambiguous"
+        );
+        assert_eq!(field("web", "10.1.0.99"), Some("backend".into()));
+        assert_eq!(field("web", "nonsense"), Some("backend".into()));
+        assert_eq!(field("api", "10.1.0.11"), Some("vip".into()));
+    }
+
+    #[test]
+    fn overrides_layer_over_the_file_and_vanish_when_equal_or_orphaned() {
+        let file = cfg();
+        let mut ov = HashMap::new();
+        ov.insert(
+            key("10.1.0.11", 8080),
+            Override {
+                state: Some(BackendState::Disabled),
+                weight: Some(7),
+            },
+        );
+        // Undrain of a backend the file drains: an override to active.
+        ov.insert(
+            key("10.1.0.12", 8080),
+            Override {
+                state: Some(BackendState::Active),
+                weight: None,
+            },
+        );
+        // Equal to the file: dropped.
+        ov.insert(
+            key("10.1.0.12", 8081),
+            Override {
+                state: Some(BackendState::Active),
+                weight: Some(100),
+            },
+        );
+        // A backend the file does not have: dropped.
+        ov.insert(
+            key("10.1.0.99", 80),
+            Override {
+                state: Some(BackendState::Drain),
+                weight: None,
+            },
+        );
+        let eff = effective(&file, &mut ov);
+        let b = &eff.vips[0].backends;
+        assert_eq!((b[0].state, b[0].weight), (BackendState::Disabled, 7));
+        assert_eq!(b[1].state, BackendState::Active);
+        assert_eq!((b[2].state, b[2].weight), (BackendState::Active, 100));
+        let mut keys: Vec<_> = ov.keys().cloned().collect();
+        keys.sort();
+        assert_eq!(keys, vec![key("10.1.0.11", 8080), key("10.1.0.12", 8080)]);
+    }
 }

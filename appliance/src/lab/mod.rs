@@ -148,6 +148,9 @@ pub struct LabOptions {
     /// Route VIPs with BGP (BIRD on the router) instead of static routes. `None`: BGP when
     /// there is more than one appliance. [`Lab::build`] replaces it with what it used.
     pub bgp: Option<bool>,
+    /// After the traffic report, open `sluice console` on lb1 (with light background
+    /// traffic) and keep the lab up until the console quits.
+    pub console: bool,
 }
 
 impl Default for LabOptions {
@@ -160,6 +163,7 @@ impl Default for LabOptions {
             health_checks: true,
             appliances: None,
             bgp: None,
+            console: false,
         }
     }
 }
@@ -355,6 +359,7 @@ impl Lab {
 
         veth(lb, "eth0", r, "lb1", &self.tmp_if("l"))?;
         r.run(&["ip", "link", "set", "lb1", "master", "lan"])?;
+        xdp_tx_ready(r, "lb1")?;
         lb.run(&["ip", "addr", "add", &format!("{LB_LAN4}/24"), "dev", "eth0"])?;
         lb.run(&["ip", "addr", "add", &format!("{LB_LAN6}/64"), "dev", "eth0"])?;
         // The FullNAT source addresses: held by the appliance so the kernel answers ARP/ND
@@ -382,6 +387,7 @@ impl Lab {
             let port = format!("lb{}", k + 1);
             veth(other, "eth0", r, &port, &self.tmp_if(&format!("l{k}")))?;
             r.run(&["ip", "link", "set", &port, "master", "lan"])?;
+            xdp_tx_ready(r, &port)?;
             let (a4, a6) = (appliance_addr(k, false), appliance_addr(k, true));
             other.run(&["ip", "addr", "add", &format!("{a4}/24"), "dev", "eth0"])?;
             other.run(&["ip", "addr", "add", &format!("{a6}/64"), "dev", "eth0"])?;
@@ -674,6 +680,12 @@ impl Lab {
         self.dir.join(format!("sluice{}.toml", suffix(k)))
     }
 
+    /// Appliance `k`'s API socket (`api.sock`, `api2.sock`, ...) when the lab wrote its
+    /// config.
+    pub fn api_socket_at(&self, k: usize) -> PathBuf {
+        self.dir.join(format!("api{}.sock", suffix(k)))
+    }
+
     /// Where appliance `k`'s output goes (`sluice.log`, `sluice2.log`, ...).
     pub fn log_path_at(&self, k: usize) -> PathBuf {
         self.dir.join(format!("sluice{}.log", suffix(k)))
@@ -732,8 +744,7 @@ impl Lab {
     pub fn spawn_appliance_at(&mut self, k: usize, sluice: &Path) -> Result<PathBuf> {
         let cfg = self.config_path_at(k);
         if !cfg.exists() {
-            let api = self.dir.join(format!("api{}.sock", suffix(k)));
-            self.write_config_at(k, &self.config_for(k, &api))?;
+            self.write_config_at(k, &self.config_for(k, &self.api_socket_at(k)))?;
         }
         let log_path = self.log_path_at(k);
         let log = std::fs::File::create(&log_path).ok();
@@ -1159,6 +1170,55 @@ pub fn format_reports(reports: &[VipReport]) -> String {
 
 /// `sluice lab`: build, start the appliances, exercise every VIP, report, tear down.
 /// Returns whether every VIP worked.
+/// Turns GRO on at the router's end of an appliance's veth: a veth only accepts frames that
+/// its peer's XDP program sends back (XDP_TX or a redirect, the flow cache's fast path) when
+/// the receiving end runs NAPI, which GRO (or an XDP program) enables; otherwise the kernel
+/// drops them. Real NICs need nothing like it.
+fn xdp_tx_ready(ns: &Netns, ifname: &str) -> Result<()> {
+    ns.run(&["ethtool", "-K", ifname, "gro", "on"]).map(|_| ())
+}
+
+/// Runs `sluice console` on lb1's API in this terminal while the client sends a request to
+/// `mode`'s IPv4 VIP every 100 ms, so the console has traffic to show; returns when the
+/// operator quits it.
+fn open_console(lab: &Lab, sluice: &Path, mode: LabMode) -> Result<()> {
+    println!(
+        "lab: opening the console on lb1 (background HTTP to the {} VIP; q quits and tears \
+         the lab down)",
+        mode.name()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let quit = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let quit = Arc::clone(&quit);
+        lab.client.in_thread(move || {
+            let addr = SocketAddr::new(mode.vip(false), 80);
+            while !quit.load(Ordering::Relaxed) {
+                let _ = http_get(addr, "/whoami", Duration::from_millis(500));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })?
+    };
+    let status = std::process::Command::new(sluice)
+        .arg("console")
+        .arg("--socket")
+        .arg(lab.api_socket_at(0))
+        .status();
+    quit.store(true, Ordering::Relaxed);
+    let _ = traffic.join();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(LabError {
+            command: "sluice console".into(),
+            detail: format!("exited with {s}"),
+        }),
+        Err(e) => Err(LabError {
+            command: "sluice console".into(),
+            detail: e.to_string(),
+        }),
+    }
+}
+
 pub fn run_lab(options: LabOptions, stop: Arc<AtomicBool>) -> Result<bool> {
     let sluice = std::env::current_exe().map_err(|e| LabError {
         command: "current_exe".into(),
@@ -1292,6 +1352,9 @@ pub fn run_lab(options: LabOptions, stop: Arc<AtomicBool>) -> Result<bool> {
              (NAT and FullNAT VIPs are served by lb1 only: their replies must return through it)\n",
             shares.join(", ")
         );
+    }
+    if lab.options.console && !stop.load(Ordering::Relaxed) {
+        open_console(&lab, &sluice, first)?;
     }
     let mut clean = true;
     for k in 0..lab.appliance_count() {

@@ -1,0 +1,490 @@
+//! What the control loop shares with the API and metrics servers: the published tables,
+//! the workers' counters, and a [`View`] of the control state the loop republishes after
+//! every change. Readers never wait on the loop (it may be resolving neighbours or starting
+//! the speaker): they read atomics, short mutexes and an `ArcSwap`, and build the API
+//! documents ([`tui::api`]) here.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, oneshot};
+use tui::api;
+
+use super::events::EventRing;
+use super::handler::{BackendId, BackendTotals, Published, Snapshot, VipTotals};
+use crate::config::{self, BackendState, Config, Mode};
+use crate::datapath::{AttachMode, DatapathStats};
+use crate::lb::{DropReason, Tables, hash::addr_to_u128};
+
+/// One datapath worker as the control plane sees it.
+#[derive(Debug, Clone)]
+pub struct WorkerView {
+    pub snapshot: Arc<Mutex<Snapshot>>,
+    /// The table version it runs (stored by the worker right after it adopts a version).
+    pub running: Arc<AtomicU64>,
+}
+
+/// A backend's health as the API reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthView {
+    /// `up`, `down`, `unknown`.
+    pub state: &'static str,
+    pub reason: Option<String>,
+}
+
+/// An operator's change to a backend, layered over the config file until the backend
+/// leaves the file or the operator sets it back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Override {
+    pub state: Option<BackendState>,
+    pub weight: Option<u32>,
+}
+
+/// Health, overrides and announcements: the control loop's state for readers.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// The config the tables are built from (file plus overrides).
+    pub config: Option<Arc<Config>>,
+    /// Keyed by (VIP name, backend address, port).
+    pub health: HashMap<(String, IpAddr, u16), HealthView>,
+    pub overrides: HashMap<(String, IpAddr, u16), Override>,
+    /// VIPs an operator withdrew.
+    pub withdrawn: BTreeSet<String>,
+    /// Addresses the speaker announces now.
+    pub announced: BTreeSet<IpAddr>,
+    pub peers: Vec<bgp::PeerStatus>,
+    pub datapath: Option<DatapathStats>,
+    /// The XDP flow cache's counters, read once a second.
+    pub cache: Option<super::cache::CacheStats>,
+}
+
+/// When the last commit was published and when every worker ran it.
+#[derive(Debug, Clone, Copy)]
+pub struct Sync {
+    pub version: u64,
+    pub published_at: Instant,
+    pub lag: Option<Duration>,
+}
+
+/// A change the API asks the control loop for.
+#[derive(Debug)]
+pub enum Command {
+    Backend {
+        vip: String,
+        backend: String,
+        op: BackendOp,
+        reply: oneshot::Sender<Result<String, api::ApiError>>,
+    },
+    Announce {
+        vip: String,
+        announce: bool,
+        reply: oneshot::Sender<Result<String, api::ApiError>>,
+    },
+    Reload {
+        reply: oneshot::Sender<Result<String, api::ApiError>>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendOp {
+    Action(api::BackendAction),
+    Weight(u32),
+}
+
+/// Everything the API and metrics read.
+pub struct Shared {
+    pub started: Instant,
+    pub config_path: PathBuf,
+    pub published: Arc<Published>,
+    pub workers: Mutex<Vec<WorkerView>>,
+    pub view: ArcSwap<View>,
+    pub events: Mutex<EventRing>,
+    pub sync: Mutex<Sync>,
+    pub commands: mpsc::Sender<Command>,
+    /// API requests refused (4xx), by the API server.
+    pub api_errors: AtomicU64,
+    /// Reloads rejected (validation or table build).
+    pub reloads_rejected: AtomicU64,
+    /// The XDP flow cache (`[appliance] flow_cache`).
+    pub flow_cache: Option<Arc<crate::datapath::flowcache::FlowCache>>,
+}
+
+/// Counters summed over the workers, keyed by names that survive reloads.
+#[derive(Debug, Default)]
+pub struct Aggregate {
+    pub vips: HashMap<String, VipTotals>,
+    pub backends: HashMap<BackendId, BackendTotals>,
+    /// Connection-table entries per backend (active + inactive), running version only.
+    pub backend_flows: HashMap<BackendId, u64>,
+    pub vip_flows: HashMap<String, u64>,
+    pub drops: [u64; DropReason::COUNT],
+    pub stats: crate::lb::process::WorkerStats,
+    pub conntrack_entries: u64,
+    pub conntrack_capacity: u64,
+    /// Per worker, the version it runs.
+    pub running: Vec<u64>,
+}
+
+impl Shared {
+    pub fn workers(&self) -> Vec<WorkerView> {
+        self.workers.lock().map(|w| w.clone()).unwrap_or_default()
+    }
+
+    /// True when every worker runs `version` or newer.
+    pub fn synced_to(&self, version: u64) -> bool {
+        self.workers()
+            .iter()
+            .all(|w| w.running.load(Ordering::Acquire) >= version)
+    }
+
+    /// Waits (polling, at most `limit`) until every worker runs `version`.
+    pub async fn wait_synced(&self, version: u64, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        loop {
+            if self.synced_to(version) {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    pub fn aggregate(&self) -> Aggregate {
+        let mut a = Aggregate::default();
+        // What the kernel forwarded from the flow cache counts for its VIP and backend too.
+        if let Some(c) = &self.view.load().cache {
+            for (k, v) in &c.vips {
+                let e = a.vips.entry(k.clone()).or_default();
+                e.packets += v.packets;
+                e.bytes += v.bytes;
+            }
+            for (k, v) in &c.backends {
+                let e = a.backends.entry(k.clone()).or_default();
+                e.packets += v.packets;
+                e.bytes += v.bytes;
+            }
+        }
+        for w in self.workers() {
+            a.running.push(w.running.load(Ordering::Acquire));
+            let Ok(s) = w.snapshot.lock() else { continue };
+            for (k, v) in s.vip_totals() {
+                let e = a.vips.entry(k).or_default();
+                e.packets += v.packets;
+                e.bytes += v.bytes;
+                e.new_flows += v.new_flows;
+            }
+            for (k, v) in s.backend_totals() {
+                let e = a.backends.entry(k).or_default();
+                e.packets += v.packets;
+                e.bytes += v.bytes;
+            }
+            if let Some(t) = &s.tables {
+                for (slot, (act, inact)) in s.backend_flows.iter().enumerate() {
+                    let Some(b) = t.backends.get(slot) else { break };
+                    let Some(v) = t.vips.get(b.vip as usize) else {
+                        continue;
+                    };
+                    let n = u64::from(*act) + u64::from(*inact);
+                    *a.backend_flows
+                        .entry((v.name.clone(), b.address, b.port))
+                        .or_default() += n;
+                    *a.vip_flows.entry(v.name.clone()).or_default() += n;
+                }
+            }
+            for (d, n) in a.drops.iter_mut().zip(s.drops.iter()) {
+                *d += n;
+            }
+            let st = &s.stats;
+            a.stats.passed += st.passed;
+            a.stats.tx += st.tx;
+            a.stats.conntrack_fallback += st.conntrack_fallback;
+            a.stats.rechosen += st.rechosen;
+            a.stats.stateless_return += st.stateless_return;
+            a.stats.echo_replies += st.echo_replies;
+            a.stats.icmp_errors_forwarded += st.icmp_errors_forwarded;
+            a.stats.time_exceeded_sent += st.time_exceeded_sent;
+            a.stats.fragments += st.fragments;
+            a.conntrack_entries += s.conntrack_len as u64;
+            a.conntrack_capacity += s.conntrack_capacity as u64;
+        }
+        a
+    }
+
+    pub fn status(&self) -> api::Status {
+        let view = self.view.load();
+        let agg = self.aggregate();
+        let version = self.published.version();
+        let sync = self.sync.lock().map(|s| *s).ok();
+        let (interfaces, rx, tx) = match &view.datapath {
+            Some(d) => (
+                d.interfaces
+                    .iter()
+                    .map(|i| api::Interface {
+                        name: i.name.clone(),
+                        xdp_mode: match i.xdp_mode {
+                            AttachMode::Native => "native",
+                            AttachMode::Generic => "generic",
+                        }
+                        .to_string(),
+                        zero_copy: i.zero_copy,
+                        queues: i.queues,
+                    })
+                    .collect(),
+                d.workers.iter().map(|w| w.rx).sum(),
+                d.workers.iter().map(|w| w.tx).sum(),
+            ),
+            None => (Vec::new(), 0, agg.stats.tx),
+        };
+        let dropped: u64 = agg.drops.iter().sum();
+        api::Status {
+            appliance: view
+                .config
+                .as_ref()
+                .map(|c| c.appliance.name.clone())
+                .unwrap_or_default(),
+            release: env!("CARGO_PKG_VERSION").to_string(),
+            uptime_seconds: self.started.elapsed().as_secs(),
+            config_path: self.config_path.display().to_string(),
+            config_version: version,
+            synced: agg.running.iter().all(|v| *v >= version),
+            sync_lag_ms: sync
+                .filter(|s| s.version == version)
+                .and_then(|s| s.lag)
+                .map(|d| d.as_secs_f64() * 1000.0),
+            workers: agg
+                .running
+                .iter()
+                .enumerate()
+                .map(|(i, v)| api::WorkerStatus {
+                    id: i as u32,
+                    version: *v,
+                })
+                .collect(),
+            interfaces,
+            totals: api::Totals {
+                rx_packets: rx,
+                tx_packets: tx,
+                passed_packets: agg.stats.passed,
+                dropped_packets: dropped,
+                vip_bytes: agg.vips.values().map(|v| v.bytes).sum(),
+            },
+            drops: DropReason::ALL
+                .iter()
+                .zip(agg.drops)
+                .map(|(r, n)| api::Count {
+                    name: r.name().to_string(),
+                    value: n,
+                })
+                .collect(),
+            conntrack_entries: agg.conntrack_entries,
+            conntrack_capacity: agg.conntrack_capacity,
+            conntrack_fallbacks: agg.stats.conntrack_fallback,
+            bgp: view.config.as_ref().is_some_and(|c| c.bgp.is_some()),
+            flow_cache: self.flow_cache.as_ref().map(|_| {
+                let c = view.cache.clone().unwrap_or_default();
+                api::FlowCache {
+                    hits: c.hits,
+                    misses: c.misses,
+                    entries: c.entries as u64,
+                }
+            }),
+        }
+    }
+
+    /// Every VIP, in config order.
+    pub fn vips(&self) -> Vec<api::Vip> {
+        let view = self.view.load();
+        let tables = self.published.current();
+        let agg = self.aggregate();
+        let Some(cfg) = &view.config else {
+            return Vec::new();
+        };
+        cfg.vips
+            .iter()
+            .enumerate()
+            .map(|(slot, v)| vip_doc(&view, &tables, &agg, slot, v))
+            .collect()
+    }
+
+    pub fn vip(&self, name: &str) -> Option<api::Vip> {
+        self.vips().into_iter().find(|v| v.name == name)
+    }
+
+    /// The backends of VIP `name`, in config order; `None` for an unknown VIP.
+    pub fn backends(&self, name: &str) -> Option<Vec<api::Backend>> {
+        let view = self.view.load();
+        let tables = self.published.current();
+        let agg = self.aggregate();
+        let cfg = view.config.as_ref()?;
+        let slot = cfg.vips.iter().position(|v| v.name == name)?;
+        let v = &cfg.vips[slot];
+        let shares = ring_shares(&tables, slot);
+        Some(
+            v.backends
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let key = (v.name.clone(), b.address, b.port);
+                    let id = (v.name.clone(), addr_to_u128(b.address), b.port);
+                    let ov = view.overrides.get(&key).copied().unwrap_or_default();
+                    let health = if v.health_check.is_none() {
+                        HealthView {
+                            state: "unchecked",
+                            reason: None,
+                        }
+                    } else {
+                        view.health.get(&key).cloned().unwrap_or(HealthView {
+                            state: "unknown",
+                            reason: None,
+                        })
+                    };
+                    let totals = agg.backends.get(&id).copied().unwrap_or_default();
+                    let (ring_share, ideal_share, eligible) =
+                        shares.get(i).copied().unwrap_or((0.0, 0.0, false));
+                    api::Backend {
+                        id: std::net::SocketAddr::new(b.address, b.port).to_string(),
+                        address: b.address.to_string(),
+                        port: b.port,
+                        state: b.state.name().to_string(),
+                        state_overridden: ov.state.is_some(),
+                        health: health.state.to_string(),
+                        health_reason: health.reason,
+                        weight: b.weight,
+                        weight_overridden: ov.weight.is_some(),
+                        eligible,
+                        ring_share,
+                        ideal_share,
+                        active_flows: agg.backend_flows.get(&id).copied().unwrap_or(0),
+                        packets: totals.packets,
+                        bytes: totals.bytes,
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    pub fn bgp(&self) -> api::Bgp {
+        let view = self.view.load();
+        let b = view.config.as_ref().and_then(|c| c.bgp.as_ref());
+        api::Bgp {
+            enabled: b.is_some(),
+            asn: b.map(|b| b.asn),
+            router_id: b.map(|b| b.router_id.to_string()),
+            announced: view
+                .announced
+                .iter()
+                .map(|ip| bgp::IpNet::from(*ip).to_string())
+                .collect(),
+            peers: view
+                .peers
+                .iter()
+                .map(|p| api::Peer {
+                    address: p.address.to_string(),
+                    asn: p.asn,
+                    state: format!("{:?}", p.state),
+                    uptime_seconds: p.uptime.map(|d| d.as_secs()),
+                    prefixes_announced: p.prefixes_announced as u64,
+                    prefixes_received: p.prefixes_received as u64,
+                    last_error: p.last_error.clone(),
+                    flaps: p.flaps,
+                    bfd: p.bfd.as_ref().map(|b| b.state.to_string()),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Per backend position of VIP `slot`: (ring share, ideal share, eligible).
+pub fn ring_shares(tables: &Tables, slot: usize) -> Vec<(f64, f64, bool)> {
+    let Some(v) = tables.vips.get(slot) else {
+        return Vec::new();
+    };
+    let n = v.backends.len();
+    let counts = v.ring.counts(n);
+    let total: u64 = counts.iter().map(|c| u64::from(*c)).sum();
+    let range = v.backends.start as usize..v.backends.end as usize;
+    let eligible: Vec<bool> = tables.eligible[range.clone()].to_vec();
+    let weights: Vec<u32> = tables.weights[range].to_vec();
+    let wsum: u64 = weights
+        .iter()
+        .zip(&eligible)
+        .filter(|(_, e)| **e)
+        .map(|(w, _)| u64::from(*w))
+        .sum();
+    (0..n)
+        .map(|i| {
+            let share = if total == 0 {
+                0.0
+            } else {
+                f64::from(counts.get(i).copied().unwrap_or(0)) / total as f64
+            };
+            let ideal = if eligible[i] && wsum > 0 {
+                f64::from(weights[i]) / wsum as f64
+            } else {
+                0.0
+            };
+            (share, ideal, eligible[i])
+        })
+        .collect()
+}
+
+/// Largest ring share over ideal share among eligible backends.
+pub fn imbalance(shares: &[(f64, f64, bool)]) -> Option<f64> {
+    shares
+        .iter()
+        .filter(|(_, ideal, e)| *e && *ideal > 0.0)
+        .map(|(s, ideal, _)| s / ideal)
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
+}
+
+fn vip_doc(
+    view: &View,
+    tables: &Tables,
+    agg: &Aggregate,
+    slot: usize,
+    v: &config::Vip,
+) -> api::Vip {
+    let totals = agg.vips.get(&v.name).copied().unwrap_or_default();
+    let shares = ring_shares(tables, slot);
+    let healthy = v
+        .backends
+        .iter()
+        .filter(|b| {
+            v.health_check.is_none()
+                || view
+                    .health
+                    .get(&(v.name.clone(), b.address, b.port))
+                    .is_some_and(|h| h.state == "up")
+        })
+        .count();
+    api::Vip {
+        name: v.name.clone(),
+        address: v.address.to_string(),
+        port: v.port,
+        protocol: v.protocol.name().to_string(),
+        mode: v.mode.name().to_string(),
+        encap: match v.mode {
+            Mode::Tunnel(e) => Some(e.name().to_string()),
+            _ => None,
+        },
+        scheduler: v.scheduler.name().to_string(),
+        hash: v.hash.name().to_string(),
+        announced: view.announced.contains(&v.address),
+        withdrawn_by_operator: view.withdrawn.contains(&v.name),
+        backends_eligible: shares.iter().filter(|s| s.2).count() as u32,
+        backends_healthy: healthy as u32,
+        backends_total: v.backends.len() as u32,
+        packets: totals.packets,
+        bytes: totals.bytes,
+        new_flows: totals.new_flows,
+        active_flows: agg.vip_flows.get(&v.name).copied().unwrap_or(0),
+        hash_imbalance: imbalance(&shares),
+    }
+}

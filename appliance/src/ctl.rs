@@ -1,0 +1,443 @@
+//! `sluice ctl`: the command line over the local API, like `ipvsadm -L -n` but readable.
+//! Human tables by default, the API's JSON with `--json` for scripts.
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tui::api::{self, BackendAction, Client, ClientError};
+
+/// One `sluice ctl` command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CtlCommand {
+    Status,
+    Vips,
+    Backends {
+        vip: String,
+    },
+    Backend {
+        vip: String,
+        backend: String,
+        action: BackendAction,
+    },
+    Weight {
+        vip: String,
+        backend: String,
+        weight: u32,
+    },
+    Announce {
+        vip: String,
+        announce: bool,
+    },
+    Reload,
+    Events {
+        since: u64,
+    },
+    Bgp,
+    Metrics,
+}
+
+/// What went wrong, and the exit code for it.
+#[derive(Debug)]
+pub struct CtlError {
+    pub message: String,
+    /// 1: the API refused; 2: the appliance could not be reached or answered garbage.
+    pub code: u8,
+}
+
+impl From<ClientError> for CtlError {
+    fn from(e: ClientError) -> CtlError {
+        match e {
+            ClientError::Api { status, error } => {
+                let mut message = format!("error ({status}): {}", error.error);
+                if let Some(f) = &error.field {
+                    let _ = write!(message, " [field: {f}]");
+                }
+                for x in &error.errors {
+                    let _ = write!(message, "\n  {x}");
+                }
+                CtlError { message, code: 1 }
+            }
+            other => CtlError {
+                message: other.to_string(),
+                code: 2,
+            },
+        }
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// Runs `cmd` against `client`; returns what to print.
+pub async fn run(client: &Client, cmd: CtlCommand, json: bool) -> Result<String, CtlError> {
+    Ok(match cmd {
+        CtlCommand::Status => {
+            let s = client.status().await?;
+            if json { to_json(&s) } else { format_status(&s) }
+        }
+        CtlCommand::Vips => {
+            let v = client.vips().await?;
+            if json { to_json(&v) } else { format_vips(&v) }
+        }
+        CtlCommand::Backends { vip } => {
+            let b = client.backends(&vip).await?;
+            if json {
+                to_json(&b)
+            } else {
+                format_backends(&vip, &b)
+            }
+        }
+        CtlCommand::Backend {
+            vip,
+            backend,
+            action,
+        } => {
+            let c = client.backend_action(&vip, &backend, action).await?;
+            if json { to_json(&c) } else { format_commit(&c) }
+        }
+        CtlCommand::Weight {
+            vip,
+            backend,
+            weight,
+        } => {
+            let c = client.set_weight(&vip, &backend, weight).await?;
+            if json { to_json(&c) } else { format_commit(&c) }
+        }
+        CtlCommand::Announce { vip, announce } => {
+            let c = client.vip_announce(&vip, announce).await?;
+            if json { to_json(&c) } else { format_commit(&c) }
+        }
+        CtlCommand::Reload => {
+            let c = client.reload().await?;
+            if json { to_json(&c) } else { format_commit(&c) }
+        }
+        CtlCommand::Events { since } => {
+            let e = client.events(since).await?;
+            if json { to_json(&e) } else { format_events(&e) }
+        }
+        CtlCommand::Bgp => {
+            let b = client.bgp().await?;
+            if json { to_json(&b) } else { format_bgp(&b) }
+        }
+        CtlCommand::Metrics => client.metrics().await?,
+    })
+}
+
+/// Left-aligned columns, two spaces apart.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < w.len() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                let _ = write!(s, "{c:<width$}  ", width = w[i]);
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = line(header.to_vec());
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+fn si(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.1}k", n as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1}M", n as f64 / 1e6),
+        _ => format!("{:.1}G", n as f64 / 1e9),
+    }
+}
+
+fn bytes(n: u64) -> String {
+    match n {
+        0..1024 => format!("{n}B"),
+        1024..1_048_576 => format!("{:.1}KiB", n as f64 / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1}MiB", n as f64 / 1_048_576.0),
+        _ => format!("{:.1}GiB", n as f64 / 1_073_741_824.0),
+    }
+}
+
+fn uptime(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86400, (s % 86400) / 3600),
+    }
+}
+
+pub fn format_status(s: &api::Status) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "appliance   {} (sluice {})", s.appliance, s.release);
+    let _ = writeln!(o, "uptime      {}", uptime(s.uptime_seconds));
+    let _ = writeln!(o, "config      {}", s.config_path);
+    let sync = if s.synced {
+        match s.sync_lag_ms {
+            Some(l) => format!(
+                "all {} workers run it (synced in {l:.1} ms)",
+                s.workers.len()
+            ),
+            None => format!("all {} workers run it", s.workers.len()),
+        }
+    } else {
+        let behind = s
+            .workers
+            .iter()
+            .filter(|w| w.version < s.config_version)
+            .count();
+        format!("{behind} of {} workers behind", s.workers.len())
+    };
+    let _ = writeln!(o, "version     {} ({sync})", s.config_version);
+    for i in &s.interfaces {
+        let _ = writeln!(
+            o,
+            "interface   {} xdp {} af_xdp {} queues {}",
+            i.name,
+            i.xdp_mode,
+            if i.zero_copy { "zero-copy" } else { "copy" },
+            i.queues
+        );
+    }
+    let t = &s.totals;
+    let _ = writeln!(
+        o,
+        "packets     rx {} tx {} passed {} dropped {}",
+        si(t.rx_packets),
+        si(t.tx_packets),
+        si(t.passed_packets),
+        si(t.dropped_packets)
+    );
+    let _ = writeln!(
+        o,
+        "conntrack   {} of {} entries, {} fallbacks",
+        s.conntrack_entries, s.conntrack_capacity, s.conntrack_fallbacks
+    );
+    let drops: Vec<String> = s
+        .drops
+        .iter()
+        .filter(|d| d.value > 0)
+        .map(|d| format!("{} {}", d.name, d.value))
+        .collect();
+    if !drops.is_empty() {
+        let _ = writeln!(o, "drops       {}", drops.join(", "));
+    }
+    let _ = writeln!(
+        o,
+        "bgp         {}",
+        if s.bgp { "configured" } else { "off" }
+    );
+    o
+}
+
+fn vip_addr(v: &api::Vip) -> String {
+    let host = if v.address.contains(':') {
+        format!("[{}]", v.address)
+    } else {
+        v.address.clone()
+    };
+    if v.port == 0 {
+        format!("{host}:*/{}", v.protocol)
+    } else {
+        format!("{host}:{}/{}", v.port, v.protocol)
+    }
+}
+
+pub fn format_vips(vips: &[api::Vip]) -> String {
+    let rows: Vec<Vec<String>> = vips
+        .iter()
+        .map(|v| {
+            vec![
+                v.name.clone(),
+                vip_addr(v),
+                match &v.encap {
+                    Some(e) => format!("{}/{e}", v.mode),
+                    None => v.mode.clone(),
+                },
+                v.scheduler.clone(),
+                if v.withdrawn_by_operator {
+                    "withdrawn (operator)".into()
+                } else if v.announced {
+                    "announced".into()
+                } else {
+                    "-".into()
+                },
+                format!("{}/{}", v.backends_eligible, v.backends_total),
+                si(v.packets),
+                bytes(v.bytes),
+                si(v.new_flows),
+                v.active_flows.to_string(),
+                v.hash_imbalance
+                    .map(|r| format!("{r:.3}"))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "VIP", "ADDRESS", "MODE", "SCHED", "BGP", "UP", "PKTS", "BYTES", "NEW", "FLOWS",
+            "IMBAL",
+        ],
+        &rows,
+    )
+}
+
+pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
+    let rows: Vec<Vec<String>> = b
+        .iter()
+        .map(|b| {
+            let mut state = b.state.clone();
+            if b.state_overridden {
+                state.push('*');
+            }
+            let mut weight = b.weight.to_string();
+            if b.weight_overridden {
+                weight.push('*');
+            }
+            let health = match &b.health_reason {
+                Some(r) if b.health != "up" => format!("{} ({r})", b.health),
+                _ => b.health.clone(),
+            };
+            vec![
+                b.id.clone(),
+                state,
+                health,
+                weight,
+                format!("{:.2}%", b.ring_share * 100.0),
+                format!("{:.2}%", b.ideal_share * 100.0),
+                b.active_flows.to_string(),
+                si(b.packets),
+                bytes(b.bytes),
+            ]
+        })
+        .collect();
+    let mut out = format!("VIP {vip}\n");
+    out.push_str(&table(
+        &[
+            "BACKEND", "STATE", "HEALTH", "WEIGHT", "RING", "IDEAL", "FLOWS", "PKTS", "BYTES",
+        ],
+        &rows,
+    ));
+    if b.iter().any(|b| b.state_overridden || b.weight_overridden) {
+        out.push_str("* set through the API (overrides the config file until undone)\n");
+    }
+    out
+}
+
+pub fn format_commit(c: &api::Commit) -> String {
+    format!(
+        "{}\nversion {} {}\n",
+        c.message,
+        c.version,
+        if c.synced {
+            "running on every worker"
+        } else {
+            "published; some workers have not picked it up yet"
+        }
+    )
+}
+
+pub fn format_events(e: &[api::Event]) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let rows: Vec<Vec<String>> = e
+        .iter()
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                format!("{} ago", uptime(now.saturating_sub(e.time_ms) / 1000)),
+                e.kind.clone(),
+                e.message.clone(),
+            ]
+        })
+        .collect();
+    table(&["SEQ", "WHEN", "KIND", "EVENT"], &rows)
+}
+
+pub fn format_bgp(b: &api::Bgp) -> String {
+    if !b.enabled {
+        return "bgp: not configured\n".into();
+    }
+    let mut out = format!(
+        "asn {} router-id {}\nannounced: {}\n",
+        b.asn.unwrap_or(0),
+        b.router_id.clone().unwrap_or_default(),
+        if b.announced.is_empty() {
+            "-".to_string()
+        } else {
+            b.announced.join(", ")
+        }
+    );
+    let rows: Vec<Vec<String>> = b
+        .peers
+        .iter()
+        .map(|p| {
+            vec![
+                p.address.clone(),
+                p.asn.to_string(),
+                p.state.clone(),
+                p.uptime_seconds.map(uptime).unwrap_or_else(|| "-".into()),
+                p.prefixes_announced.to_string(),
+                p.bfd.clone().unwrap_or_else(|| "-".into()),
+                p.flaps.to_string(),
+                p.last_error.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "PEER",
+            "ASN",
+            "STATE",
+            "UPTIME",
+            "SENT",
+            "BFD",
+            "FLAPS",
+            "LAST ERROR",
+        ],
+        &rows,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align() {
+        let t = table(
+            &["A", "BB"],
+            &[
+                vec!["xxx".into(), "1".into()],
+                vec!["y".into(), "22".into()],
+            ],
+        );
+        assert_eq!(t, "A    BB\nxxx  1\ny    22\n");
+    }
+
+    #[test]
+    fn numbers_are_short() {
+        assert_eq!(si(999), "999");
+        assert_eq!(si(1_500), "1.5k");
+        assert_eq!(si(2_500_000), "2.5M");
+        assert_eq!(bytes(2048), "2.0KiB");
+        assert_eq!(uptime(3725), "1h02m");
+    }
+}

@@ -1,0 +1,144 @@
+//! Graceful restart (RFC 4724) with `sluice run`: with `graceful_restart` configured, a
+//! SIGTERM closes the BGP session without withdrawing and the next process takes over, so
+//! the router (BIRD) keeps the VIP route through the whole restart. Without it, SIGTERM
+//! withdraws (RFC 8326 graceful shutdown) and the route goes. Needs root and bird2.
+
+mod common;
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice::lab::{Lab, LabMode, LabOptions};
+
+fn sluice() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+fn lab(graceful_restart: bool) -> Lab {
+    common::require_root();
+    common::require_program("bird", "bird2");
+    common::require_program("birdc", "bird2");
+    let lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        appliances: Some(1),
+        bgp: Some(true),
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let mut cfg = lab.config(&lab.api_socket_at(0));
+    if graceful_restart {
+        cfg = cfg.replace(
+            "graceful_shutdown_wait = \"2s\"\n",
+            "graceful_shutdown_wait = \"2s\"\ngraceful_restart = { enabled = true, restart_time = \"30s\" }\n",
+        );
+        assert!(cfg.contains("graceful_restart"), "config edit");
+    }
+    lab.write_config(&cfg).expect("write");
+    lab
+}
+
+/// Whether the router has a route to `vip` (polled from another thread, by namespace name).
+fn routed(router_ns: &str, vip: IpAddr) -> bool {
+    let out = Command::new("ip")
+        .args(["-n", router_ns, "-4", "route", "show", &vip.to_string()])
+        .output();
+    out.map(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+        .unwrap_or(false)
+}
+
+fn wait_routed(lab: &Lab, vip: IpAddr, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if routed(&lab.router.name, vip) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Restarts the appliance (SIGTERM, wait, start) while a thread polls the router every
+/// 50 ms; returns (polls, polls without the route, how long the restart took).
+fn restart_watching(lab: &mut Lab, vip: IpAddr) -> (u32, u32, Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let polls = Arc::new(AtomicU32::new(0));
+    let misses = Arc::new(AtomicU32::new(0));
+    let watcher = {
+        let (stop, polls, misses) = (Arc::clone(&stop), Arc::clone(&polls), Arc::clone(&misses));
+        let ns = lab.router.name.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                polls.fetch_add(1, Ordering::Relaxed);
+                if !routed(&ns, vip) {
+                    misses.fetch_add(1, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let t0 = Instant::now();
+    assert!(lab.terminate_appliance_at(0), "SIGTERM");
+    assert!(
+        lab.wait_appliance_at(0, Duration::from_secs(15)),
+        "clean exit on SIGTERM"
+    );
+    lab.start_appliance(sluice()).expect("restart");
+    // The new process announces once its checks settle; give the router time to take it.
+    let back = wait_routed(lab, vip, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    let took = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    watcher.join().expect("watcher");
+    assert!(back, "the route never came back after the restart");
+    (
+        polls.load(Ordering::Relaxed),
+        misses.load(Ordering::Relaxed),
+        took,
+    )
+}
+
+#[test]
+fn route_stays_through_a_restart_with_graceful_restart() {
+    let mut lab = lab(true);
+    let log = lab.start_appliance(sluice()).expect("start");
+    let vip = LabMode::Nat.vip(false);
+    assert!(
+        wait_routed(&lab, vip, Duration::from_secs(30)),
+        "router never learned {vip}:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let (polls, misses, took) = restart_watching(&mut lab, vip);
+    println!("MEASURE graceful_restart: {polls} polls over {took:?}, {misses} without the route");
+    assert!(polls >= 20, "only {polls} polls");
+    assert_eq!(
+        misses,
+        0,
+        "the route left the router during a graceful restart:\n{}",
+        std::fs::read_to_string(lab.log_path_at(0)).unwrap_or_default()
+    );
+    assert!(lab.stop_appliance(), "clean exit");
+}
+
+#[test]
+fn route_goes_on_sigterm_without_graceful_restart() {
+    let mut lab = lab(false);
+    lab.start_appliance(sluice()).expect("start");
+    let vip = LabMode::Nat.vip(false);
+    assert!(
+        wait_routed(&lab, vip, Duration::from_secs(30)),
+        "router never learned {vip}"
+    );
+    let (polls, misses, took) = restart_watching(&mut lab, vip);
+    println!(
+        "MEASURE no_graceful_restart: {polls} polls over {took:?}, {misses} without the route"
+    );
+    assert!(
+        misses > 0,
+        "without graceful restart SIGTERM must withdraw the route"
+    );
+    assert!(lab.stop_appliance(), "clean exit");
+}

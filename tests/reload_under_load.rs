@@ -1,0 +1,201 @@
+//! Flow-safe reload under load: steady HTTP requests and one long download through a NAT VIP
+//! while the config is reloaded 20 times (through the API and SIGHUP, alternately), each
+//! time changing this VIP's weights and other VIPs' pools. Zero failed requests, the
+//! download intact, every reload a new version that every worker runs. Needs root.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sluice::lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
+use tui::api::{Client, Endpoint};
+
+/// Rewrites the `[[vip.backend]]` blocks of VIP `name` with `weights` (one per backend,
+/// `None` leaves that backend out).
+fn set_pool(config: &str, name: &str, weights: &[Option<u32>]) -> String {
+    let start = config
+        .find(&format!("name = \"{name}\""))
+        .unwrap_or_else(|| panic!("{name} in config"));
+    let end = start + config[start..].find("\n\n").expect("end of vip block");
+    let head_end = start + config[start..].find("[[vip.backend]]").expect("backends");
+    let block = &config[head_end..end];
+    let backends: Vec<&str> = block
+        .split("[[vip.backend]]")
+        .filter(|b| !b.trim().is_empty())
+        .collect();
+    let mut out = config[start..head_end].to_string();
+    for (b, w) in backends.iter().zip(weights) {
+        if let Some(w) = w {
+            out.push_str("[[vip.backend]]");
+            out.push_str(b.trim_end());
+            out.push_str(&format!("\nweight = {w}\n"));
+        }
+    }
+    format!("{}{}{}", &config[..start], out.trim_end(), &config[end..])
+}
+
+#[test]
+fn twenty_reloads_under_traffic_lose_nothing() {
+    twenty_reloads(false);
+}
+
+/// The same with the XDP flow cache: the kernel forwards the established flows, and every
+/// commit evicts what the new tables would not forward the same way.
+#[test]
+fn twenty_reloads_under_traffic_lose_nothing_with_the_flow_cache() {
+    twenty_reloads(true);
+}
+
+fn twenty_reloads(flow_cache: bool) {
+    common::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let mut cfg = lab.config(&lab.api_socket_at(0));
+    if flow_cache {
+        cfg = cfg.replacen(
+            "xdp_mode = \"auto\"\n",
+            "xdp_mode = \"auto\"\nflow_cache = true\n",
+            1,
+        );
+        assert!(cfg.contains("flow_cache = true"), "config edit");
+    }
+    lab.write_config(&cfg).expect("write");
+    let log = lab
+        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
+        .expect("start");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let base = std::fs::read_to_string(lab.config_path()).expect("config");
+    let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
+    let ready = lab
+        .from_client(move || {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if http_get(vip, "/whoami", Duration::from_millis(500)).is_ok() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            false
+        })
+        .expect("client");
+    assert!(ready, "VIP never answered:\n{}", log_text());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = Client::new(Endpoint::Unix(lab.api_socket_at(0)));
+    let first = rt.block_on(client.status()).expect("status").config_version;
+
+    // The long transfer: a slow reader makes the 1 MB download last across the reloads.
+    lab.client
+        .sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
+        .expect("sysctl");
+    let (tx, rx) = mpsc::channel();
+    let download = lab
+        .client
+        .in_thread(move || slow_download(vip, Duration::from_millis(50), tx))
+        .expect("thread");
+    let serving = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("download headers");
+
+    // Steady traffic: one request after another, every failure kept.
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let stop = Arc::clone(&stop);
+        lab.client
+            .in_thread(move || {
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    match http_get(vip, "/whoami", Duration::from_secs(3)) {
+                        Ok((200, _)) => ok += 1,
+                        Ok((s, _)) => failed.push(format!("status {s}")),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                (ok, failed)
+            })
+            .expect("thread")
+    };
+
+    for i in 0..20u32 {
+        // This VIP's weights change every time; other VIPs lose and regain a backend.
+        let mut cfg = set_pool(
+            &base,
+            "nat4-tcp",
+            &[Some(100), Some(100 + 10 * i), Some(50 + 5 * i)],
+        );
+        let third = (i % 2 == 0).then_some(100);
+        cfg = set_pool(&cfg, "nat6-tcp", &[Some(100), Some(100), third]);
+        cfg = set_pool(&cfg, "nat4-udp", &[Some(100 + i), third, Some(100)]);
+        lab.write_config(&cfg).expect("write");
+        if i % 2 == 0 {
+            let c = rt
+                .block_on(client.reload())
+                .unwrap_or_else(|e| panic!("reload {i}: {e}\n{}", log_text()));
+            assert!(c.synced, "reload {i}: not every worker ran it: {c:?}");
+        } else {
+            assert!(lab.reload(), "SIGHUP");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        !download.is_finished(),
+        "the download ended before the reloads did: it must span them"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failed) = traffic.join().expect("traffic thread");
+    let body = download
+        .join()
+        .expect("download thread")
+        .unwrap_or_else(|e| panic!("download broke: {e}\n{}", log_text()));
+    assert!(
+        body == blob(),
+        "download bytes differ ({} bytes)",
+        body.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {:?}\n{}",
+        failed.len(),
+        ok as usize + failed.len(),
+        failed,
+        log_text()
+    );
+    assert!(ok >= 100, "only {ok} requests in 20 reloads");
+    let status = rt.block_on(client.status()).expect("status");
+    assert!(
+        status.config_version >= first + 20,
+        "20 reloads, versions {first} -> {}",
+        status.config_version
+    );
+    let backends = rt.block_on(client.backends("nat4-tcp")).expect("backends");
+    assert_eq!(backends[1].weight, 290, "the last weights run");
+    match (&status.flow_cache, flow_cache) {
+        (Some(c), true) => {
+            assert!(
+                c.hits > 0,
+                "the kernel forwarded nothing from the cache: {c:?}"
+            );
+            println!("MEASURE flow cache: {c:?}");
+        }
+        (None, false) => {}
+        (c, _) => panic!("flow cache status {c:?} with flow_cache = {flow_cache}"),
+    }
+    println!(
+        "MEASURE reload_under_load (flow_cache {flow_cache}): {ok} requests, 0 failed, download from {serving} intact \
+         ({} bytes), versions {first} -> {}, last sync lag {:?} ms",
+        body.len(),
+        status.config_version,
+        status.sync_lag_ms
+    );
+    assert!(lab.stop_appliance(), "clean exit");
+}

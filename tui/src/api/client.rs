@@ -1,0 +1,280 @@
+//! A small HTTP/1.1 client for the local API, over the unix socket or a TCP address with a
+//! bearer token. One connection per request: the API is local and requests are rare (a
+//! console refresh a second), so pooling would only add states to get wrong.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::de::DeserializeOwned;
+
+use super::model::{ApiError, Backend, BackendAction, Bgp, Commit, Event, SetWeight, Status, Vip};
+
+/// Everything but RFC 3986 unreserved characters is escaped in path segments.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Where the API listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The unix socket (`[api] socket`).
+    Unix(PathBuf),
+    /// A TCP address (`[api] listen`) and the bearer token it wants.
+    Tcp { addr: String, token: String },
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Unix(p) => write!(f, "{}", p.display()),
+            Endpoint::Tcp { addr, .. } => write!(f, "http://{addr}"),
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing listens (the appliance is not running, or restarting).
+    #[error("cannot reach the appliance at {endpoint}: {source}")]
+    Connect {
+        endpoint: String,
+        source: std::io::Error,
+    },
+    /// The connection broke or the reply was not HTTP.
+    #[error("API request failed: {0}")]
+    Http(String),
+    /// The API answered with an error.
+    #[error("{status}: {}", .error.error)]
+    Api { status: u16, error: ApiError },
+    /// The reply was not the JSON we expected.
+    #[error("API reply not understood: {0}")]
+    Decode(String),
+    /// No reply within the timeout.
+    #[error("API request timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+/// A client of one appliance's API.
+#[derive(Debug, Clone)]
+pub struct Client {
+    endpoint: Endpoint,
+    timeout: Duration,
+}
+
+impl Client {
+    pub fn new(endpoint: Endpoint) -> Client {
+        Client {
+            endpoint,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Per-request timeout (default 10 s: a reload may take a few seconds).
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Sends one request; returns the status and body, whatever the status.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        match tokio::time::timeout(self.timeout, self.raw_inner(method, path, body)).await {
+            Ok(r) => r,
+            Err(_) => Err(ClientError::Timeout(self.timeout)),
+        }
+    }
+
+    async fn raw_inner(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        let connect_err = |source| ClientError::Connect {
+            endpoint: self.endpoint.to_string(),
+            source,
+        };
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, "sluice");
+        if body.is_some() {
+            req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let sender = match &self.endpoint {
+            Endpoint::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p)
+                    .await
+                    .map_err(connect_err)?;
+                handshake(s).await?
+            }
+            Endpoint::Tcp { addr, token } => {
+                req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+                let s = tokio::net::TcpStream::connect(addr.as_str())
+                    .await
+                    .map_err(connect_err)?;
+                handshake(s).await?
+            }
+        };
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let mut sender = sender;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
+        Ok((status, body))
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, ClientError> {
+        let (status, bytes) = self.raw(method, path, body).await?;
+        if !status.is_success() {
+            let error = serde_json::from_slice::<ApiError>(&bytes).unwrap_or_else(|_| ApiError {
+                error: String::from_utf8_lossy(&bytes).trim().to_string(),
+                field: None,
+                errors: Vec::new(),
+            });
+            return Err(ClientError::Api {
+                status: status.as_u16(),
+                error,
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    pub async fn status(&self) -> Result<Status, ClientError> {
+        self.call(Method::GET, "/v1/status", None).await
+    }
+
+    pub async fn vips(&self) -> Result<Vec<Vip>, ClientError> {
+        self.call(Method::GET, "/v1/vips", None).await
+    }
+
+    pub async fn vip(&self, vip: &str) -> Result<Vip, ClientError> {
+        self.call(Method::GET, &format!("/v1/vips/{}", seg(vip)), None)
+            .await
+    }
+
+    pub async fn backends(&self, vip: &str) -> Result<Vec<Backend>, ClientError> {
+        self.call(
+            Method::GET,
+            &format!("/v1/vips/{}/backends", seg(vip)),
+            None,
+        )
+        .await
+    }
+
+    pub async fn bgp(&self) -> Result<Bgp, ClientError> {
+        self.call(Method::GET, "/v1/bgp", None).await
+    }
+
+    /// Events after `since` (all kept events with 0), oldest first.
+    pub async fn events(&self, since: u64) -> Result<Vec<Event>, ClientError> {
+        self.call(Method::GET, &format!("/v1/events?since={since}"), None)
+            .await
+    }
+
+    /// Drain, undrain, disable or enable a backend (`address:port`, or the address alone
+    /// when the VIP has one backend at that address).
+    pub async fn backend_action(
+        &self,
+        vip: &str,
+        backend: &str,
+        action: BackendAction,
+    ) -> Result<Commit, ClientError> {
+        let path = format!(
+            "/v1/vips/{}/backends/{}/{}",
+            seg(vip),
+            seg(backend),
+            action.name()
+        );
+        self.call(Method::POST, &path, None).await
+    }
+
+    pub async fn set_weight(
+        &self,
+        vip: &str,
+        backend: &str,
+        weight: u32,
+    ) -> Result<Commit, ClientError> {
+        let path = format!("/v1/vips/{}/backends/{}/weight", seg(vip), seg(backend));
+        let body = serde_json::to_vec(&SetWeight { weight })
+            .map_err(|e| ClientError::Decode(e.to_string()))?;
+        self.call(Method::PUT, &path, Some(body)).await
+    }
+
+    /// Withdraw (`announce = false`) or announce again a VIP.
+    pub async fn vip_announce(&self, vip: &str, announce: bool) -> Result<Commit, ClientError> {
+        let action = if announce { "announce" } else { "withdraw" };
+        self.call(
+            Method::POST,
+            &format!("/v1/vips/{}/{action}", seg(vip)),
+            None,
+        )
+        .await
+    }
+
+    /// Reloads the config file; a rejected file comes back as [`ClientError::Api`] with
+    /// every error in `error.errors`.
+    pub async fn reload(&self) -> Result<Commit, ClientError> {
+        self.call(Method::POST, "/v1/reload", None).await
+    }
+
+    /// The Prometheus exposition (`GET /metrics`).
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let (status, bytes) = self.raw(Method::GET, "/metrics", None).await?;
+        if !status.is_success() {
+            return Err(ClientError::Http(format!("/metrics: {status}")));
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+fn seg(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+async fn handshake<S>(stream: S) -> Result<Sender, ClientError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))?;
+    tokio::spawn(async move {
+        // Ends when the reply has been read and the sender dropped.
+        let _ = conn.await;
+    });
+    Ok(sender)
+}

@@ -1,0 +1,264 @@
+//! The local API's JSON documents, shared by the appliance (which serves them), `sluice ctl`
+//! and the console (which read them). They live here, not in the appliance, so the console
+//! depends on the API and never on the appliance's tables.
+//!
+//! Every counter is a running total since the appliance started (`_total` in Prometheus
+//! terms); clients compute rates from two samples. Addresses travel as strings
+//! (`192.0.2.10`, `2001:db8::10`), backends as `address:port` (`[2001:db8::11]:80`).
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/status`: the appliance at a glance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// `[appliance] name`.
+    pub appliance: String,
+    /// The sluice release.
+    pub release: String,
+    /// Seconds since `sluice run` started.
+    pub uptime_seconds: u64,
+    /// The config file the appliance runs.
+    pub config_path: String,
+    /// Config (table) version: increases with every commit.
+    pub config_version: u64,
+    /// True when every worker runs `config_version`.
+    pub synced: bool,
+    /// Milliseconds the last commit took to reach every worker (`None` while it has not).
+    pub sync_lag_ms: Option<f64>,
+    /// Per worker, the version it runs.
+    pub workers: Vec<WorkerStatus>,
+    /// Datapath interfaces.
+    pub interfaces: Vec<Interface>,
+    /// Sums over the workers.
+    pub totals: Totals,
+    /// Drops by reason (names as in `sluice trace`), sums over the workers.
+    pub drops: Vec<Count>,
+    /// Connection-table entries and capacity, summed over the workers.
+    pub conntrack_entries: u64,
+    pub conntrack_capacity: u64,
+    /// New flows answered from the Maglev ring because a connection table was full.
+    pub conntrack_fallbacks: u64,
+    /// True when `[bgp]` is configured.
+    pub bgp: bool,
+    /// The XDP flow cache (`[appliance] flow_cache`), `None` when it is off.
+    pub flow_cache: Option<FlowCache>,
+}
+
+/// The XDP flow cache: established flows the kernel forwards without the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowCache {
+    /// Frames the kernel forwarded from the cache.
+    pub hits: u64,
+    /// Frames steered to the engine while the cache was on.
+    pub misses: u64,
+    /// Entries now.
+    pub entries: u64,
+}
+
+/// One datapath worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    pub id: u32,
+    /// The table version it runs.
+    pub version: u64,
+}
+
+/// One datapath interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interface {
+    pub name: String,
+    /// `native` or `generic` XDP.
+    pub xdp_mode: String,
+    /// AF_XDP zero-copy (false: copy mode).
+    pub zero_copy: bool,
+    /// Queues served (one AF_XDP socket and worker each).
+    pub queues: u32,
+}
+
+/// Packet and byte totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Frames received by the workers.
+    pub rx_packets: u64,
+    /// Frames the workers transmitted.
+    pub tx_packets: u64,
+    /// Frames handed to the kernel (not for a VIP).
+    pub passed_packets: u64,
+    /// Frames dropped (all reasons).
+    pub dropped_packets: u64,
+    /// Bytes of VIP traffic (both directions).
+    pub vip_bytes: u64,
+}
+
+/// A named counter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Count {
+    pub name: String,
+    pub value: u64,
+}
+
+/// `GET /v1/vips` (a list) and `GET /v1/vips/{vip}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Vip {
+    pub name: String,
+    pub address: String,
+    /// 0: every port.
+    pub port: u16,
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// `nat`, `fullnat`, `dr`, `tunnel`.
+    pub mode: String,
+    /// Tunnel encapsulation (`ipip`, `gue`, `vxlan`) for `tunnel`.
+    pub encap: Option<String>,
+    pub scheduler: String,
+    /// `5-tuple`, `3-tuple`, `2-tuple`.
+    pub hash: String,
+    /// The VIP's address is announced over BGP now.
+    pub announced: bool,
+    /// An operator withdrew the VIP (`POST /v1/vips/{vip}/withdraw`).
+    pub withdrawn_by_operator: bool,
+    /// Backends that may take new flows (healthy, active, weight > 0).
+    pub backends_eligible: u32,
+    /// Backends the prober finds up (or that have no check).
+    pub backends_healthy: u32,
+    pub backends_total: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_flows: u64,
+    /// Connection-table entries (all workers).
+    pub active_flows: u64,
+    /// Largest ring share of an eligible backend divided by its ideal (weighted) share;
+    /// 1.0 is perfect, `None` without eligible backends.
+    pub hash_imbalance: Option<f64>,
+}
+
+/// `GET /v1/vips/{vip}/backends`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Backend {
+    /// `address:port`, the key the write endpoints take.
+    pub id: String,
+    pub address: String,
+    pub port: u16,
+    /// Operator state: `active`, `drain`, `disabled`.
+    pub state: String,
+    /// True when the state comes from the API, not the config file.
+    pub state_overridden: bool,
+    /// `up`, `down`, `unknown` (not decided yet) or `unchecked` (the VIP has no check).
+    pub health: String,
+    /// The reason of the last health transition or failure (`timeout`, `status 503`...).
+    pub health_reason: Option<String>,
+    pub weight: u32,
+    /// True when the weight comes from the API, not the config file.
+    pub weight_overridden: bool,
+    /// May take new flows.
+    pub eligible: bool,
+    /// Share of the VIP's Maglev ring (0..1).
+    pub ring_share: f64,
+    /// The share its weight asks for among the eligible backends (0..1).
+    pub ideal_share: f64,
+    /// Connection-table entries pointing at it.
+    pub active_flows: u64,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// `GET /v1/bgp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bgp {
+    /// False when `[bgp]` is not configured (then everything below is empty).
+    pub enabled: bool,
+    pub asn: Option<u32>,
+    pub router_id: Option<String>,
+    /// Prefixes announced now (`192.0.2.10/32`).
+    pub announced: Vec<String>,
+    pub peers: Vec<Peer>,
+}
+
+/// One BGP peer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peer {
+    pub address: String,
+    pub asn: u32,
+    /// `Idle`, `Connect`, `Active`, `OpenSent`, `OpenConfirm`, `Established`.
+    pub state: String,
+    pub uptime_seconds: Option<u64>,
+    pub prefixes_announced: u64,
+    pub prefixes_received: u64,
+    pub last_error: Option<String>,
+    pub flaps: u64,
+    /// BFD session state (`Up`, `Down`, `Init`, `AdminDown`), `None` without BFD.
+    pub bfd: Option<String>,
+}
+
+/// `GET /v1/events`: newest last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Increases by one per event; `?since=N` returns events after N.
+    pub seq: u64,
+    /// Unix time, milliseconds.
+    pub time_ms: u64,
+    /// `health`, `bgp`, `commit`, `operator`, `reload`, `drops`.
+    pub kind: String,
+    pub message: String,
+}
+
+/// Reply of every write endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Commit {
+    /// The version the change produced (the running one when nothing changed).
+    pub version: u64,
+    /// Every worker ran `version` before the reply was sent.
+    pub synced: bool,
+    /// What happened, for humans.
+    pub message: String,
+}
+
+/// Body of `PUT /v1/vips/{vip}/backends/{backend}/weight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetWeight {
+    pub weight: u32,
+}
+
+/// Every 4xx/5xx reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub error: String,
+    /// The request field (path segment, query parameter or body key) at fault.
+    pub field: Option<String>,
+    /// Every error of a rejected config (reload), `key: message`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// Backend actions of `POST /v1/vips/{vip}/backends/{backend}/{action}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendAction {
+    Drain,
+    Undrain,
+    Disable,
+    Enable,
+}
+
+impl BackendAction {
+    pub const ALL: [BackendAction; 4] = [
+        BackendAction::Drain,
+        BackendAction::Undrain,
+        BackendAction::Disable,
+        BackendAction::Enable,
+    ];
+
+    /// The path segment.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendAction::Drain => "drain",
+            BackendAction::Undrain => "undrain",
+            BackendAction::Disable => "disable",
+            BackendAction::Enable => "enable",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<BackendAction> {
+        Self::ALL.into_iter().find(|a| a.name() == s)
+    }
+}
