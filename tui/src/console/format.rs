@@ -1,0 +1,147 @@
+//! Numbers, durations and times as the console prints them: short enough for an 80-column
+//! serial console, with the unit in the column header.
+
+/// `950`, `12.3k`, `4.56M`, `1.20G`; `-` when there is no value (yet).
+pub fn si(v: Option<f64>) -> String {
+    let Some(v) = v else {
+        return "-".to_string();
+    };
+    let (v, unit) = if v >= 1e9 {
+        (v / 1e9, "G")
+    } else if v >= 1e6 {
+        (v / 1e6, "M")
+    } else if v >= 1e3 {
+        (v / 1e3, "k")
+    } else {
+        return format!("{v:.0}");
+    };
+    if v >= 100.0 {
+        format!("{v:.0}{unit}")
+    } else if v >= 10.0 {
+        format!("{v:.1}{unit}")
+    } else {
+        format!("{v:.2}{unit}")
+    }
+}
+
+/// Bits per second with the unit: `1.20 Gb/s`.
+pub fn bits(v: Option<f64>) -> String {
+    match v {
+        None => "-".to_string(),
+        Some(b) if b < 1e3 => format!("{b:.0} b/s"),
+        Some(_) => {
+            let s = si(v);
+            let (num, unit) = s.split_at(s.len() - 1);
+            format!("{num} {unit}b/s")
+        }
+    }
+}
+
+/// `1,234,567`.
+pub fn grouped(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `3d 04h`, `5h 03m`, `12m 09s`, `42s`.
+pub fn duration(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}d {h:02}h")
+    } else if h > 0 {
+        format!("{h}h {m:02}m")
+    } else if m > 0 {
+        format!("{m}m {s:02}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Unix milliseconds as `HH:MM:SS` (UTC).
+pub fn clock(time_ms: u64) -> String {
+    let s = time_ms / 1000 % 86400;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// A share (0..1) as a percentage: `12.5%`.
+pub fn percent(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// The last `width` values as one line of block characters, scaled so `max` is a full
+/// block (callers pass one `max` for a whole table so rows compare); all zero is a flat
+/// baseline.
+pub fn sparkline(values: impl IntoIterator<Item = u64>, width: usize, max: u64) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let values: Vec<u64> = values.into_iter().collect();
+    let shown = &values[values.len().saturating_sub(width)..];
+    shown
+        .iter()
+        .map(|v| match (v.min(&max) * 7 + max / 2).checked_div(max) {
+            Some(level) => BARS[level as usize],
+            None => BARS[0],
+        })
+        .collect()
+}
+
+/// A share (0..1) as a percentage without the sign, one decimal below 100: `12.5`, `100`.
+pub fn share(v: f64) -> String {
+    if v >= 0.9995 {
+        "100".to_string()
+    } else {
+        format!("{:.1}", v * 100.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers() {
+        assert_eq!(si(None), "-");
+        assert_eq!(si(Some(950.4)), "950");
+        assert_eq!(si(Some(12_345.0)), "12.3k");
+        assert_eq!(si(Some(4_560_000.0)), "4.56M");
+        assert_eq!(si(Some(250_000_000.0)), "250M");
+        assert_eq!(bits(Some(1.2e9)), "1.20 Gb/s");
+        assert_eq!(bits(Some(800.0)), "800 b/s");
+        assert_eq!(grouped(1_048_576), "1,048,576");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(percent(0.125), "12.5%");
+    }
+
+    #[test]
+    fn durations_and_clock() {
+        assert_eq!(duration(42), "42s");
+        assert_eq!(duration(729), "12m 09s");
+        assert_eq!(duration(5 * 3600 + 180), "5h 03m");
+        assert_eq!(duration(3 * 86400 + 4 * 3600 + 59), "3d 04h");
+        assert_eq!(clock(1_764_460_800_000 + 3_723_000), "01:02:03");
+    }
+
+    #[test]
+    fn sparkline_and_shares() {
+        assert_eq!(sparkline([0, 0, 0], 10, 0), "▁▁▁");
+        assert_eq!(sparkline([0, 50, 100], 10, 100), "▁▅█");
+        assert_eq!(
+            sparkline([100, 0, 7], 2, 7),
+            "▁█",
+            "only the last `width` values"
+        );
+        assert_eq!(
+            sparkline([5, 200], 10, 100),
+            "▁█",
+            "one scale for the whole table"
+        );
+        assert_eq!(share(0.5017), "50.2");
+        assert_eq!(share(1.0), "100");
+    }
+}

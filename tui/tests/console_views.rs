@@ -1,0 +1,331 @@
+//! The console's views, rendered from recorded API responses: widget tests into a
+//! `Buffer`, whole screens with `TestBackend` at 80x24 and 120x40 (insta snapshots in
+//! tests/snapshots/), and the text captures under docs/console/ (regenerate them with
+//! `SLUICE_UPDATE_DOCS=1 cargo test -p tui --test console_views`).
+
+mod common;
+
+use common::*;
+use crossterm::event::KeyCode;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier};
+use tui::api::{Backend, Bgp, Event, Status, Vip};
+use tui::console::app::{App, Conn, Failure, Msg, Tab, update};
+use tui::console::view::{render_footer, render_status_line, render_tab};
+
+const VIEWS: [(Tab, &str); 5] = [
+    (Tab::Overview, "overview"),
+    (Tab::Vips, "vips"),
+    (Tab::Backends, "backends"),
+    (Tab::Bgp, "bgp"),
+    (Tab::Events, "events"),
+];
+
+fn app_on(tab: Tab) -> App {
+    let mut app = sample_app();
+    goto(&mut app, tab);
+    app
+}
+
+/// Each fixture is exactly a model type: parsing it and serialising it again gives the
+/// same JSON (no unknown, missing or misspelt fields).
+#[test]
+fn fixtures_are_model_documents() {
+    fn same<T: serde::de::DeserializeOwned + serde::Serialize>(name: &str) {
+        let raw: serde_json::Value = fixture(name);
+        let typed: T = fixture(name);
+        assert_eq!(serde_json::to_value(&typed).unwrap(), raw, "{name}");
+    }
+    for k in 0..2 {
+        same::<Status>(&format!("t{k}-status.json"));
+        same::<Vec<Vip>>(&format!("t{k}-vips.json"));
+        same::<Vec<Backend>>(&format!("t{k}-backends-web.json"));
+        same::<Vec<Backend>>(&format!("t{k}-backends-web6.json"));
+        same::<Bgp>(&format!("t{k}-bgp.json"));
+        same::<Vec<Event>>(&format!("t{k}-events.json"));
+    }
+}
+
+#[test]
+fn every_view_at_80x24() {
+    for (tab, name) in VIEWS {
+        insta::assert_snapshot!(format!("{name}_80x24"), screen_text(&app_on(tab), 80, 24));
+    }
+}
+
+#[test]
+fn every_view_at_120x40() {
+    for (tab, name) in VIEWS {
+        insta::assert_snapshot!(format!("{name}_120x40"), screen_text(&app_on(tab), 120, 40));
+    }
+}
+
+#[test]
+fn ipv6_backends_at_80x24() {
+    let mut app = app_after(40, "web6", false);
+    goto(&mut app, Tab::Backends);
+    insta::assert_snapshot!("backends_web6_80x24", screen_text(&app, 80, 24));
+}
+
+#[test]
+fn help_page_at_80x24() {
+    let mut app = app_on(Tab::Vips);
+    ch(&mut app, '?');
+    insta::assert_snapshot!("help_80x24", screen_text(&app, 80, 24));
+}
+
+#[test]
+fn unreachable_banner_at_80x24() {
+    let mut app = app_on(Tab::Vips);
+    update(
+        &mut app,
+        Msg::Polled {
+            at: std::time::Instant::now(),
+            result: Err("Connection refused (os error 111)".into()),
+        },
+    );
+    insta::assert_snapshot!("unreachable_80x24", screen_text(&app, 80, 24));
+}
+
+#[test]
+fn rejected_reload_at_80x24() {
+    let mut app = app_on(Tab::Overview);
+    ch(&mut app, 'R');
+    ch(&mut app, 'y');
+    update(
+        &mut app,
+        Msg::Done {
+            what: "reload".into(),
+            result: Err(Failure {
+                message: "config file rejected (422)".into(),
+                errors: vec![
+                    "vips.web.backends[2]: 10.0.0.13:80 listed twice".into(),
+                    "bgp.peers[1].asn: must be 1-4294967295".into(),
+                ],
+            }),
+        },
+    );
+    insta::assert_snapshot!("reload_rejected_80x24", screen_text(&app, 80, 24));
+}
+
+#[test]
+fn drain_question_at_80x24() {
+    let mut app = app_on(Tab::Backends);
+    key(&mut app, KeyCode::Down);
+    ch(&mut app, 'd');
+    insta::assert_snapshot!("drain_question_80x24", screen_text(&app, 80, 24));
+}
+
+fn lines(buf: &Buffer) -> Vec<String> {
+    text(buf).lines().map(str::to_string).collect()
+}
+
+/// The backends table: state with the operator mark, health, weight, ring share vs ideal,
+/// and a sparkline per backend.
+#[test]
+fn backends_widget_shows_state_health_share_and_traffic() {
+    let app = app_on(Tab::Backends);
+    let mut buf = Buffer::empty(Rect::new(0, 0, 80, 9));
+    render_tab(&app, Tab::Backends, buf.area, &mut buf);
+    let l = lines(&buf);
+    assert!(
+        l[0].contains("Backends of VIP web (192.0.2.10:80/tcp) · 2 of 4 take new flows"),
+        "{l:#?}"
+    );
+    assert!(l[1].starts_with("Backend"), "{l:#?}");
+    let row = |id: &str| {
+        l.iter()
+            .find(|x| x.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} in {l:#?}"))
+            .clone()
+    };
+    let b11 = row("10.0.0.11:80");
+    assert!(
+        b11.contains("active") && b11.contains(" up") && b11.contains("50.2/50.0%"),
+        "{b11}"
+    );
+    assert!(b11.contains("12.1k"), "pps from the recorded delta: {b11}");
+    assert!(
+        b11.chars().any(|c| ('▁'..='█').contains(&c)),
+        "sparkline: {b11}"
+    );
+    let b13 = row("10.0.0.13:80");
+    assert!(b13.contains("drain*"), "drained by an operator: {b13}");
+    assert!(b13.contains("0.0/0.0%"), "{b13}");
+    let b14 = row("10.0.0.14:80");
+    assert!(b14.contains("down") && b14.contains("50*"), "{b14}");
+    // The selected row's detail line names the down backend's reason.
+    let mut app = app;
+    key(&mut app, KeyCode::End);
+    let mut buf = Buffer::empty(Rect::new(0, 0, 80, 9));
+    render_tab(&app, Tab::Backends, buf.area, &mut buf);
+    let l = lines(&buf);
+    assert!(l[7].contains("10.0.0.14:80 health down: timeout"), "{l:#?}");
+}
+
+#[test]
+fn vips_widget_sorts_and_marks_withdrawn() {
+    let mut app = app_on(Tab::Vips);
+    let order = |app: &App| {
+        let mut buf = Buffer::empty(Rect::new(0, 0, 80, 10));
+        render_tab(app, Tab::Vips, buf.area, &mut buf);
+        lines(&buf)[2..7]
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(order(&app), ["api", "dns", "mail", "web", "web6"]);
+    // s: address, healthy, then pps (biggest first).
+    for _ in 0..3 {
+        ch(&mut app, 's');
+    }
+    assert_eq!(order(&app), ["web", "web6", "dns", "mail", "api"]);
+    ch(&mut app, 'S');
+    assert_eq!(order(&app), ["api", "mail", "dns", "web6", "web"]);
+
+    let mut buf = Buffer::empty(Rect::new(0, 0, 80, 10));
+    render_tab(&app, Tab::Vips, buf.area, &mut buf);
+    let api = lines(&buf)
+        .into_iter()
+        .find(|l| l.starts_with("api"))
+        .unwrap();
+    assert!(
+        api.contains("192.0.2.20:*/tcp") && api.contains("wdr") && api.contains("0/2"),
+        "{api}"
+    );
+    let v6 = lines(&buf)
+        .into_iter()
+        .find(|l| l.starts_with("web6"))
+        .unwrap();
+    assert!(v6.contains("[2001:db8::10]:443/tcp"), "{v6}");
+}
+
+#[test]
+fn status_line_widget_shows_questions_and_errors() {
+    let mut app = app_on(Tab::Backends);
+    ch(&mut app, 'w');
+    for c in "250".chars() {
+        ch(&mut app, c);
+    }
+    let mut buf = Buffer::empty(Rect::new(0, 0, 80, 1));
+    render_status_line(&app, buf.area, &mut buf);
+    assert_eq!(
+        lines(&buf)[0],
+        " Weight for backend 10.0.0.11:80 of VIP web: 250_  Enter sets, Esc cancels"
+    );
+    key(&mut app, KeyCode::Esc);
+    update(
+        &mut app,
+        Msg::Done {
+            what: "drain backend 10.0.0.11:80 of VIP web".into(),
+            result: Err(Failure {
+                message: "no backend 10.0.0.11:80 in VIP web (404)".into(),
+                errors: vec![],
+            }),
+        },
+    );
+    let mut buf = Buffer::empty(Rect::new(0, 0, 80, 1));
+    render_status_line(&app, buf.area, &mut buf);
+    assert_eq!(
+        lines(&buf)[0],
+        " drain backend 10.0.0.11:80 of VIP web failed: no backend 10.0.0.11:80 in VIP we"
+    );
+    assert_eq!(buf[(1, 0)].fg, Color::Red, "an error is red");
+}
+
+#[test]
+fn footer_fits_80_columns_on_every_view() {
+    for (tab, _) in VIEWS {
+        let app = app_on(tab);
+        let mut buf = Buffer::empty(Rect::new(0, 0, 80, 1));
+        render_footer(&app, buf.area, &mut buf);
+        let l = &lines(&buf)[0];
+        assert!(l.ends_with("q quit"), "{tab:?}: {l:?}");
+    }
+}
+
+/// `--no-color`: not one cell has a colour, and the selection is still visible (reverse).
+#[test]
+fn no_color_uses_no_colours_at_all() {
+    for (tab, _) in VIEWS {
+        for (w, h) in [(80, 24), (120, 40)] {
+            let mut app = app_after(40, "web", true);
+            goto(&mut app, tab);
+            if tab == Tab::Vips {
+                // The rejected-reload panel and a question too.
+                ch(&mut app, 'W');
+            }
+            let buf = screen(&app, w, h);
+            for cell in buf.content() {
+                assert_eq!(
+                    (cell.fg, cell.bg),
+                    (Color::Reset, Color::Reset),
+                    "{tab:?} {w}x{h}"
+                );
+            }
+            if matches!(tab, Tab::Vips | Tab::Backends | Tab::Bgp | Tab::Events) {
+                assert!(
+                    buf.content()
+                        .iter()
+                        .any(|c| c.modifier.contains(Modifier::REVERSED)),
+                    "{tab:?}: the selection shows in reverse video"
+                );
+            }
+        }
+    }
+    let mut app = app_after(2, "web", true);
+    app.conn = Conn::Down {
+        error: "timed out".into(),
+    };
+    assert!(
+        screen(&app, 80, 24)
+            .content()
+            .iter()
+            .all(|c| c.fg == Color::Reset)
+    );
+}
+
+/// A resize is just a redraw at the new size: the same app fits both.
+#[test]
+fn redraws_at_any_size() {
+    let app = app_on(Tab::Backends);
+    for (w, h) in [(80, 24), (60, 15), (200, 60), (20, 5)] {
+        let s = screen_text(&app, w, h);
+        assert_eq!(s.lines().count(), h as usize);
+    }
+}
+
+/// docs/console/*.txt are these screens at 120x40; they must not drift from the code.
+#[test]
+fn docs_captures_are_current() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/console");
+    let update = std::env::var_os("SLUICE_UPDATE_DOCS").is_some();
+    let mut captures: Vec<(String, String)> = VIEWS
+        .iter()
+        .map(|(tab, name)| (format!("{name}.txt"), screen_text(&app_on(*tab), 120, 40)))
+        .collect();
+    let mut help = app_on(Tab::Overview);
+    ch(&mut help, '?');
+    captures.push(("help.txt".into(), screen_text(&help, 120, 40)));
+    if update {
+        std::fs::create_dir_all(&dir).unwrap();
+    }
+    for (file, text) in captures {
+        let path = dir.join(&file);
+        if update {
+            std::fs::write(&path, &text).unwrap();
+        } else {
+            let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e}; regenerate with SLUICE_UPDATE_DOCS=1",
+                    path.display()
+                )
+            });
+            assert_eq!(
+                committed, text,
+                "{file} is stale; regenerate with SLUICE_UPDATE_DOCS=1 cargo test -p tui --test console_views"
+            );
+        }
+    }
+}
