@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The datapath packet-rate benchmark: builds the release binary and runs `sluice bench`, which
 # floods 64-byte UDP frames at a VIP over veth in its own network namespaces and reports the
-# delivered rate and CPU per packet of Sluice (AF_XDP, copy mode on veth) next to the
-# kernel's forwarding with an nftables DNAT rule, measured side by side in the same run.
+# delivered rate and CPU per packet of Sluice (AF_XDP, copy mode on veth), Sluice with the
+# XDP flow cache, a trivial XDP_REDIRECT program (the ceiling) and the kernel's forwarding
+# with an nftables DNAT rule, measured side by side in the same run.
 # Needs root. Extra arguments go to `sluice bench` (e.g. --seconds 10, --json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,4 @@ for tool in ip nft ethtool; do
     fi
 done
 cargo build --release --locked -p appliance
-exec ./target/release/sluice bench "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/sluice" bench "$@"

@@ -10,7 +10,11 @@
 //!  generator: 64-byte UDP to 192.0.2.10:5001              ingress counts and drops)
 //! ```
 //! Run A starts the real `sluice run` in `lb` (AF_XDP, copy mode on veth) with a NAT VIP;
-//! run B stops it and lets the kernel forward instead (`ip_forward` and an nftables DNAT
+//! run A2 runs the same datapath in-process with the XDP flow cache in front of it (see
+//! `datapath::flowcache`: the first frame goes to the engine, the rest are forwarded by the
+//! XDP program); run C attaches a trivial XDP program that rewrites the destination and
+//! redirects every VIP frame from eth0 to eth1 (bpf/ceiling.bpf.c, the ceiling of any XDP
+//! forwarder here); run B lets the kernel forward instead (`ip_forward` and an nftables DNAT
 //! rule). Both runs get the same generator load for the same time from a kernel-side
 //! generator (live-frame BPF test runs, as in [`crate::datapath::pktgen`], with a program
 //! of its own: see [`restoring_generator`]), and each counts the frames that reach the sink
@@ -345,6 +349,16 @@ pub struct BenchReport {
     pub sluice: RunResult,
     /// Run B: the kernel with nftables DNAT (the round with the median delivered rate).
     pub nftables: RunResult,
+    /// Run A2: Sluice with the XDP flow cache (median round), when measured.
+    pub cache: Option<RunResult>,
+    /// Run C: the XDP_REDIRECT ceiling (median round), when measured.
+    pub ceiling: Option<RunResult>,
+    /// The flow cache's delivered rate over the ceiling's (target: at least 0.8).
+    pub cache_vs_ceiling: f64,
+    /// The flow cache's delivered rate over nftables' (target: at least 4).
+    pub cache_vs_nftables: f64,
+    /// Both flow-cache targets met.
+    pub cache_targets_met: bool,
     /// Sluice's delivered rate over nftables'.
     pub delivered_ratio: f64,
     /// Sluice's CPU per packet over nftables'.
@@ -355,13 +369,17 @@ pub struct BenchReport {
     pub notes: Vec<String>,
 }
 
-/// One run A and the run B right after it.
+/// One run A and the runs after it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Round {
     /// Run A.
     pub sluice: RunResult,
     /// Run B.
     pub nftables: RunResult,
+    /// Run A2: the flow cache.
+    pub cache: Option<RunResult>,
+    /// Run C: the XDP_REDIRECT ceiling.
+    pub ceiling: Option<RunResult>,
 }
 
 /// The run with the median delivered rate (the lower middle one for an even count).
@@ -384,7 +402,26 @@ impl BenchReport {
                 f64::NAN
             }
         };
+        let cache = rounds
+            .iter()
+            .any(|r| r.cache.is_some())
+            .then(|| median_run(rounds.iter().filter_map(|r| r.cache.as_ref())));
+        let ceiling = rounds
+            .iter()
+            .any(|r| r.ceiling.is_some())
+            .then(|| median_run(rounds.iter().filter_map(|r| r.ceiling.as_ref())));
+        let cache_mpps = cache.as_ref().map_or(0.0, |c| c.delivered_mpps);
+        let cache_vs_ceiling = ratio(
+            cache_mpps,
+            ceiling.as_ref().map_or(0.0, |c| c.delivered_mpps),
+        );
+        let cache_vs_nftables = ratio(cache_mpps, b.delivered_mpps);
         BenchReport {
+            cache_targets_met: cache_vs_ceiling >= 0.8 && cache_vs_nftables >= 4.0,
+            cache_vs_ceiling,
+            cache_vs_nftables,
+            cache,
+            ceiling,
             frame_len: FRAME_LEN,
             seconds,
             busy_poll: false,
@@ -408,6 +445,16 @@ impl BenchReport {
                 "run B: Sluice stopped; ip_forward=1, nftables `table ip sluicebench` DNAT in \
                  prerouting; GRO on on lb's eth0 so the generator's XDP_TX frames are accepted \
                  without an XDP program"
+                    .into(),
+                "run A2: the same datapath and config in this process with the XDP flow \
+                 cache (`flow_cache = true`): the engine decides the flow, the XDP program \
+                 forwards its frames with a DEVMAP redirect"
+                    .into(),
+                "run C (ceiling): bpf/ceiling.bpf.c on eth0, no lookup: destination \
+                 rewritten to the backend, MACs set, DEVMAP redirect to eth1"
+                    .into(),
+                "the sink's s0 has GRO on so frames redirected into it by XDP are accepted \
+                 (the same for every run)"
                     .into(),
                 "CPU: whole-machine busy time (/proc/stat) over the run divided by delivered \
                  packets, including the generator, the sink and any other load"
@@ -487,21 +534,34 @@ impl BenchReport {
                 r.background_busy_cpus
             );
         };
+        let sides = |r: &Round| -> Vec<RunResult> {
+            let mut v = vec![r.sluice.clone()];
+            v.extend(r.cache.clone());
+            v.extend(r.ceiling.clone());
+            v.push(r.nftables.clone());
+            v
+        };
+        let medians = sides(&Round {
+            sluice: self.sluice.clone(),
+            nftables: self.nftables.clone(),
+            cache: self.cache.clone(),
+            ceiling: self.ceiling.clone(),
+        });
         if self.rounds.len() > 1 {
             for (i, round) in self.rounds.iter().enumerate() {
-                for r in [&round.sluice, &round.nftables] {
+                for r in &sides(round) {
                     row(&mut s, format!("{}: {}", i + 1, r.name), r);
                 }
             }
-            for r in [&self.sluice, &self.nftables] {
+            for r in &medians {
                 row(&mut s, format!("median: {}", r.name), r);
             }
         } else {
-            for r in [&self.sluice, &self.nftables] {
+            for r in &medians {
                 row(&mut s, r.name.clone(), r);
             }
         }
-        for r in [&self.sluice, &self.nftables] {
+        for r in &medians {
             let _ = writeln!(
                 s,
                 "{}: offered {}, generator xmit drops {}, lb eth0 received {} (dropped {}), \
@@ -522,6 +582,22 @@ impl BenchReport {
             self.cpu_per_pkt_ratio,
             if self.target_met { "met" } else { "NOT met" }
         );
+        if let (Some(c), Some(x)) = (&self.cache, &self.ceiling) {
+            let _ = writeln!(
+                s,
+                "flow cache: {:.3} Mpps = x{:.2} the XDP_REDIRECT ceiling ({:.3} Mpps; target \
+                 >= 0.8), x{:.2} nftables DNAT (target >= 4): {}",
+                c.delivered_mpps,
+                self.cache_vs_ceiling,
+                x.delivered_mpps,
+                self.cache_vs_nftables,
+                if self.cache_targets_met {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            );
+        }
         for n in &self.notes {
             let _ = writeln!(s, "  - {n}");
         }
@@ -1028,6 +1104,10 @@ impl Bench {
             "permanent",
         ])?;
         lb.run(&["sysctl", "-qw", "net.ipv4.ip_forward=0"])?;
+        // XDP_REDIRECT into a veth is dropped unless the receiving end has GRO or an XDP
+        // program: the flow cache and the ceiling redirect into eth1, so s0 gets GRO (for
+        // every run, so the sink costs the same in each).
+        s.run(&["ethtool", "-K", "s0", "gro", "on"])?;
         // The sink: count what arrives rewritten to the backend and drop everything UDP at
         // ingress, before the IP stack (no socket lookups, no ICMP port unreachable).
         s.run(&["nft", "add", "table", "netdev", "sinkbench"])?;
@@ -1244,9 +1324,218 @@ impl Bench {
     }
 }
 
-/// Names of the two sides.
+/// Names of the sides.
 const RUN_A: &str = "sluice (AF_XDP, NAT)";
 const RUN_B: &str = "kernel + nftables DNAT";
+const RUN_CACHE: &str = "sluice + XDP flow cache (NAT)";
+const RUN_CEILING: &str = "XDP_REDIRECT ceiling";
+
+/// The object clang built from bpf/ceiling.bpf.c (see build.rs).
+static CEILING_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ceiling.bpf.o"));
+const CEILING_PROG: &str = "sluice_ceiling";
+
+/// Something that forwards from a thread inside lb's namespace until told to stop.
+struct LbTask {
+    stop: mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<Result<String, String>>,
+}
+
+impl LbTask {
+    /// Starts `f` in `ns` and waits until it says it is ready (or failed). `f` gets the
+    /// ready sender and the stop receiver, and returns a line for the report.
+    fn start(
+        ns: &Netns,
+        run: &str,
+        f: impl FnOnce(mpsc::Sender<Result<(), String>>, mpsc::Receiver<()>) -> Result<String, String>
+        + Send
+        + 'static,
+    ) -> Result<LbTask, BenchError> {
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let handle = ns.in_thread(move || f(ready_tx, stop_rx))?;
+        let not = |detail: String| BenchError::NotForwarding {
+            run: run.to_string(),
+            detail,
+        };
+        match ready_rx.recv_timeout(READY_TIMEOUT) {
+            Ok(Ok(())) => Ok(LbTask {
+                stop: stop_tx,
+                handle,
+            }),
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                Err(not(e))
+            }
+            Err(_) => {
+                let _ = stop_tx.send(());
+                let r = handle.join();
+                Err(not(format!("did not start: {r:?}")))
+            }
+        }
+    }
+
+    fn finish(self) -> Result<String, String> {
+        let _ = self.stop.send(());
+        self.handle
+            .join()
+            .unwrap_or_else(|_| Err("the forwarding thread panicked".into()))
+    }
+}
+
+/// MACs the in-namespace runs need: lb's eth0 and eth1, the generator's g0, the sink's s0.
+#[derive(Debug, Clone, Copy)]
+struct Macs {
+    up: [u8; 6],
+    down: [u8; 6],
+    gen_mac: [u8; 6],
+    sink: [u8; 6],
+}
+
+fn ifindex(name: &str) -> Result<u32, String> {
+    nix::net::if_::if_nametoindex(name).map_err(|e| format!("interface {name}: {e}"))
+}
+
+/// Run A2's forwarder: the datapath with the flow cache, on the bench config, in-process.
+fn cached_datapath(
+    config_text: &str,
+    macs: Macs,
+    ready: &mpsc::Sender<Result<(), String>>,
+    stop: &mpsc::Receiver<()>,
+) -> Result<String, String> {
+    use crate::control::{LbHandler, Published, Snapshot};
+    use crate::datapath::flowcache::{CACHE_ENTRIES, FlowCache};
+    use crate::datapath::{Datapath, DatapathConfig, Proto, ReturnKey, VipKey};
+    use crate::lb::{Neighbor, Tables};
+    use crate::wire::MacAddr;
+
+    let mut c = crate::config::Config::from_toml_str(config_text).map_err(|e| e.to_string())?;
+    c.appliance.flow_cache = true;
+    let (up, down) = (ifindex("eth0")?, ifindex("eth1")?);
+    let mut t = Tables::build(&c, &|_, _| true, 1).map_err(|e| e.to_string())?;
+    t.set_neighbor(
+        0,
+        Neighbor {
+            ifindex: down,
+            src_mac: MacAddr(macs.down),
+            dst_mac: MacAddr(macs.sink),
+        },
+    );
+    t.set_gateway(
+        false,
+        Neighbor {
+            ifindex: up,
+            src_mac: MacAddr(macs.up),
+            dst_mac: MacAddr(macs.gen_mac),
+        },
+    );
+    let published = Arc::new(Published::new(t));
+    let cache = Arc::new(FlowCache::create(CACHE_ENTRIES).map_err(|e| e.to_string())?);
+    let capacity = c.appliance.conntrack_capacity as usize;
+    let factory = {
+        let published = Arc::clone(&published);
+        let cache = Arc::clone(&cache);
+        move |w: usize, n: usize| -> Box<dyn crate::datapath::FrameHandler> {
+            Box::new(
+                LbHandler::new(
+                    Arc::clone(&published),
+                    capacity,
+                    w as u16,
+                    n as u16,
+                    Arc::new(std::sync::Mutex::new(Snapshot::default())),
+                    Arc::new(std::sync::atomic::AtomicU64::new(0)),
+                )
+                .with_flow_cache(Arc::clone(&cache)),
+            )
+        }
+    };
+    let dp = Datapath::start_with_cache(
+        DatapathConfig::from(&c.appliance),
+        Some(Arc::clone(&cache)),
+        factory,
+    )
+    .map_err(|e| e.to_string())?;
+    dp.set_vips(&[VipKey {
+        addr: VIP.into(),
+        port: PORT,
+        proto: Proto::Udp,
+    }])
+    .map_err(|e| e.to_string())?;
+    dp.set_return_keys(&[ReturnKey::Backend {
+        addr: BACKEND.into(),
+        port: PORT,
+        proto: Proto::Udp,
+    }])
+    .map_err(|e| e.to_string())?;
+    let modes: Vec<String> = dp
+        .interfaces()
+        .iter()
+        .map(|i| format!("{} {}", i.name, i.xdp_mode.name()))
+        .collect();
+    let _ = ready.send(Ok(()));
+    let _ = stop.recv();
+    let st = crate::control::cache::stats(&cache);
+    let engine = dp
+        .stats()
+        .map(|s| s.workers.iter().map(|w| w.rx).sum::<u64>())
+        .unwrap_or(0);
+    drop(dp);
+    Ok(format!(
+        "flow cache run: XDP {}; cache hits {}, misses {}, entries {}; frames the engine \
+         saw {engine}",
+        modes.join(", "),
+        st.hits,
+        st.misses,
+        st.entries
+    ))
+}
+
+/// Run C's forwarder: bpf/ceiling.bpf.c on eth0, redirecting into eth1.
+fn ceiling(
+    macs: Macs,
+    ready: &mpsc::Sender<Result<(), String>>,
+    stop: &mpsc::Receiver<()>,
+) -> Result<String, String> {
+    use libbpf_rs::{MapCore, MapFlags, Xdp, XdpFlags};
+    use std::os::fd::AsFd;
+
+    let mut open = libbpf_rs::ObjectBuilder::default()
+        .open_memory(CEILING_OBJ)
+        .map_err(|e| format!("opening the ceiling program: {e}"))?;
+    for mut m in open.maps_mut() {
+        if m.name().to_string_lossy().ends_with(".rodata")
+            && let Some(v) = m.initial_value_mut()
+            && v.len() >= 20
+        {
+            // struct ceiling_cfg: dst_mac, src_mac, vip, backend.
+            v[0..6].copy_from_slice(&macs.sink);
+            v[6..12].copy_from_slice(&macs.down);
+            v[12..16].copy_from_slice(&VIP.octets());
+            v[16..20].copy_from_slice(&BACKEND.octets());
+        }
+    }
+    let obj = open
+        .load()
+        .map_err(|e| format!("loading the ceiling program: {e}"))?;
+    let (up, down) = (ifindex("eth0")?, ifindex("eth1")?);
+    let port = obj
+        .maps()
+        .find(|m| m.name() == std::ffi::OsStr::new("out_port"))
+        .ok_or("ceiling program has no map out_port")?;
+    port.update(&0u32.to_ne_bytes(), &down.to_ne_bytes(), MapFlags::ANY)
+        .map_err(|e| format!("ceiling egress: {e}"))?;
+    let prog = obj
+        .progs()
+        .find(|p| p.name() == std::ffi::OsStr::new(CEILING_PROG))
+        .ok_or("ceiling object has no program")?;
+    let xdp = Xdp::new(prog.as_fd());
+    xdp.attach(up as i32, XdpFlags::DRV_MODE)
+        .map_err(|e| format!("attaching the ceiling program to eth0 (native): {e}"))?;
+    let _ = ready.send(Ok(()));
+    let _ = stop.recv();
+    xdp.detach(up as i32, XdpFlags::DRV_MODE)
+        .map_err(|e| format!("detaching the ceiling program: {e}"))?;
+    Ok("ceiling run: XDP eth0 native, DEVMAP redirect to eth1".into())
+}
 
 impl Bench {
     /// Run A: `sluice run` forwards. Returns the result and the appliance's datapath log lines.
@@ -1335,6 +1624,83 @@ impl Bench {
     }
 }
 
+impl Bench {
+    fn macs(&self) -> Result<Macs, BenchError> {
+        Ok(Macs {
+            up: mac_of(&self.lb, "eth0")?,
+            down: mac_of(&self.lb, "eth1")?,
+            gen_mac: mac_of(&self.gen_ns, "g0")?,
+            sink: mac_of(&self.sink, "s0")?,
+        })
+    }
+
+    /// Measures whatever `task` forwards; returns the result and the task's report line.
+    fn run_task(
+        &mut self,
+        name: &str,
+        task: LbTask,
+        seconds: u64,
+        stop: &AtomicBool,
+    ) -> Result<(RunResult, String), BenchError> {
+        let measured = self.wait_forwarding(name, stop).and_then(|()| {
+            let background = background_busy()?;
+            eprintln!("bench: {name}: flooding for {seconds} s");
+            Ok((background, self.measure(stop, seconds)?))
+        });
+        let line = task.finish().map_err(|detail| BenchError::NotForwarding {
+            run: name.to_string(),
+            detail,
+        })?;
+        let (background, raw) = measured?;
+        let mut r = RunResult::compute(name, &raw);
+        r.background_busy_cpus = background;
+        Ok((r, line))
+    }
+
+    /// Run A2: the datapath with the flow cache, in this process.
+    fn run_cache(
+        &mut self,
+        options: &BenchOptions,
+        stop: &AtomicBool,
+    ) -> Result<(RunResult, String), BenchError> {
+        let macs = self.macs()?;
+        let text = appliance_config(&self.dir.join("api-cache.sock"), options.busy_poll);
+        eprintln!(
+            "bench: run A2: datapath with the flow cache in {}",
+            self.lb.name
+        );
+        let task = LbTask::start(&self.lb, RUN_CACHE, move |ready, stop_rx| {
+            let r = cached_datapath(&text, macs, &ready, &stop_rx);
+            if let Err(e) = &r {
+                let _ = ready.send(Err(e.clone()));
+            }
+            r
+        })?;
+        self.run_task(RUN_CACHE, task, options.seconds, stop)
+    }
+
+    /// Run C: the XDP_REDIRECT ceiling.
+    fn run_ceiling(
+        &mut self,
+        seconds: u64,
+        stop: &AtomicBool,
+    ) -> Result<(RunResult, String), BenchError> {
+        let macs = self.macs()?;
+        eprintln!(
+            "bench: run C: XDP_REDIRECT ceiling on {}'s eth0",
+            self.lb.name
+        );
+        let task = LbTask::start(&self.lb, RUN_CEILING, move |ready, stop_rx| {
+            let r = ceiling(macs, &ready, &stop_rx);
+            if let Err(e) = &r {
+                let _ = ready.send(Err(e.clone()));
+            }
+            r
+        })?;
+        self.run_task(RUN_CEILING, task, seconds, stop)
+    }
+}
+
 /// Runs the rounds and returns the report; progress goes to stderr. Every namespace is
 /// removed before it returns, also on error and when `stop` is set (Ctrl-C).
 pub fn run(options: &BenchOptions, stop: Arc<AtomicBool>) -> Result<BenchReport, BenchError> {
@@ -1358,12 +1724,21 @@ pub fn run(options: &BenchOptions, stop: Arc<AtomicBool>) -> Result<BenchReport,
     )?);
     let mut rounds = Vec::new();
     let mut datapath = Vec::new();
+    let mut forwarders = Vec::new();
     for round in 1..=options.rounds {
         eprintln!("bench: round {round} of {}", options.rounds);
         let (sluice, lines) = bench.run_sluice(&options, &stop)?;
         datapath = lines;
+        let (cache, cache_line) = bench.run_cache(&options, &stop)?;
+        let (ceiling, ceiling_line) = bench.run_ceiling(options.seconds, &stop)?;
+        forwarders = vec![cache_line, ceiling_line];
         let nftables = bench.run_kernel(options.seconds, &stop)?;
-        rounds.push(Round { sluice, nftables });
+        rounds.push(Round {
+            sluice,
+            nftables,
+            cache: Some(cache),
+            ceiling: Some(ceiling),
+        });
     }
     drop(bench);
     let mut report = BenchReport::new(options.seconds, rounds);
@@ -1371,6 +1746,7 @@ pub fn run(options: &BenchOptions, stop: Arc<AtomicBool>) -> Result<BenchReport,
     report
         .notes
         .extend(datapath.iter().map(|l| format!("appliance log: {l}")));
+    report.notes.extend(forwarders);
     Ok(report)
 }
 
@@ -1618,7 +1994,15 @@ mod tests {
     }
 
     fn one_round(sluice: RunResult, nftables: RunResult) -> BenchReport {
-        BenchReport::new(1, vec![Round { sluice, nftables }])
+        BenchReport::new(
+            1,
+            vec![Round {
+                sluice,
+                nftables,
+                cache: None,
+                ceiling: None,
+            }],
+        )
     }
 
     #[test]
@@ -1630,14 +2014,20 @@ mod tests {
             Round {
                 sluice: run("a", 1_000_000),
                 nftables: run("b", 2_500_000),
+                cache: None,
+                ceiling: None,
             },
             Round {
                 sluice: run("a", 3_000_000),
                 nftables: run("b", 1_500_000),
+                cache: None,
+                ceiling: None,
             },
             Round {
                 sluice: run("a", 2_000_000),
                 nftables: run("b", 2_000_000),
+                cache: None,
+                ceiling: None,
             },
         ];
         let rep = BenchReport::new(1, rounds);
@@ -1658,14 +2048,46 @@ mod tests {
                 Round {
                     sluice: run("a", 1_000_000),
                     nftables: run("b", 1_000_000),
+                    cache: None,
+                    ceiling: None,
                 },
                 Round {
                     sluice: run("a", 3_000_000),
                     nftables: run("b", 3_000_000),
+                    cache: None,
+                    ceiling: None,
                 },
             ],
         );
         assert_eq!(two.sluice.delivered, 1_000_000);
+    }
+
+    #[test]
+    fn the_flow_cache_is_compared_with_the_ceiling_and_nftables() {
+        let run = |name: &str, delivered: u64| {
+            RunResult::compute(name, &raw(delivered, 300, 9_000_000, 1))
+        };
+        let round = |cache: u64| Round {
+            sluice: run("a", 1_000_000),
+            nftables: run("b", 1_000_000),
+            cache: Some(run("cache", cache)),
+            ceiling: Some(run("ceiling", 5_000_000)),
+        };
+        let met = BenchReport::new(1, vec![round(4_500_000)]);
+        assert!((met.cache_vs_ceiling - 0.9).abs() < 1e-9);
+        assert!((met.cache_vs_nftables - 4.5).abs() < 1e-9);
+        assert!(met.cache_targets_met);
+        let t = met.table();
+        assert!(t.lines().any(|l| l.starts_with("cache ")), "{t}");
+        assert!(t.lines().any(|l| l.starts_with("ceiling ")), "{t}");
+        assert!(t.contains("x0.90 the XDP_REDIRECT ceiling"), "{t}");
+        // 3.9 Mpps: 0.78 of the ceiling and 3.9x nftables, both short.
+        let short = BenchReport::new(1, vec![round(3_900_000)]);
+        assert!(!short.cache_targets_met);
+        assert!(short.table().contains("NOT met"));
+        // Without the cache runs the report has no such line.
+        let old = one_round(run("a", 1), run("b", 1));
+        assert!(old.cache.is_none() && !old.table().contains("flow cache:"));
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //!           copy into w's socket on the egress interface) | Drop -> free stack -> fill ring
 //! ```
 
+pub mod flowcache;
 pub mod frame;
 pub mod neigh;
 pub mod pktgen;
@@ -275,6 +276,20 @@ impl Datapath {
     where
         F: Fn(usize, usize) -> Box<dyn FrameHandler>,
     {
+        Datapath::start_with_cache(cfg, None, handler_factory)
+    }
+
+    /// [`Datapath::start`] with the XDP flow cache in front of the workers (see
+    /// `flowcache`): the program uses `cache`'s maps and every datapath interface becomes a
+    /// possible egress for its hits.
+    pub fn start_with_cache<F>(
+        cfg: DatapathConfig,
+        cache: Option<Arc<flowcache::FlowCache>>,
+        handler_factory: F,
+    ) -> Result<Datapath, DatapathError>
+    where
+        F: Fn(usize, usize) -> Box<dyn FrameHandler>,
+    {
         validate(&cfg)?;
         let mut ifaces = Vec::new();
         for name in &cfg.interfaces {
@@ -287,7 +302,12 @@ impl Datapath {
         // workers as the interface with the fewest queues has queues.
         let n_workers = ifaces.iter().map(|i| i.2).min().unwrap_or(1).max(1) as usize;
 
-        let mut steer = Steer::load()?;
+        let mut steer = Steer::load_with_cache(cache.as_deref())?;
+        if let Some(c) = &cache {
+            for (_, ifindex, _) in &ifaces {
+                c.add_egress(*ifindex)?;
+            }
+        }
         steer.set_host_addresses(&host_addresses())?;
         let mut ports: Vec<Vec<Port>> = (0..n_workers).map(|_| Vec::new()).collect();
         let mut zero_copy = vec![true; ifaces.len()];

@@ -13,6 +13,7 @@ use std::os::fd::{AsFd, RawFd};
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
 use super::DatapathError;
+use super::flowcache::{self, FlowCache};
 use crate::config::model::XdpMode;
 
 /// The object clang built from bpf/steer.bpf.c (see build.rs).
@@ -209,11 +210,38 @@ fn bpf_err(what: &str, e: libbpf_rs::Error) -> DatapathError {
 }
 
 impl Steer {
-    /// Loads the program and its maps into the kernel (nothing is attached yet).
+    /// Loads the program and its maps into the kernel (nothing is attached yet), without
+    /// the flow cache.
     pub fn load() -> Result<Steer, DatapathError> {
-        let open = ObjectBuilder::default()
+        Steer::load_with_cache(None)
+    }
+
+    /// Loads the program; with `cache`, the program forwards the cache's hits itself and
+    /// uses the cache's maps (see flowcache.rs). Without it the cache code is pruned by the
+    /// verifier (its switch is read-only data) and its maps are one entry each.
+    pub fn load_with_cache(cache: Option<&FlowCache>) -> Result<Steer, DatapathError> {
+        let mut open = ObjectBuilder::default()
             .open_memory(STEER_OBJ)
             .map_err(|e| bpf_err("opening the steering program", e))?;
+        for mut m in open.maps_mut() {
+            let name = m.name().to_string_lossy().into_owned();
+            if name.ends_with(".rodata") {
+                // The section holds exactly `const volatile __u32 cache_on`.
+                if let (Some(v), Some(_)) = (m.initial_value_mut(), cache)
+                    && let Some(on) = v.get_mut(..4)
+                {
+                    on.copy_from_slice(&1u32.to_ne_bytes());
+                }
+            } else if let Some(c) = cache {
+                if let Some(fd) = c.map_fd(&name) {
+                    m.reuse_fd(fd)
+                        .map_err(|e| bpf_err("sharing the flow cache maps", e))?;
+                }
+            } else if name == flowcache::MAP_CACHE {
+                m.set_max_entries(1)
+                    .map_err(|e| bpf_err("sizing the unused flow cache", e))?;
+            }
+        }
         let obj = open
             .load()
             .map_err(|e| bpf_err("loading the steering program", e))?;
@@ -407,6 +435,44 @@ impl Steer {
             )));
         }
         Ok(self.counters()?.no_socket > before)
+    }
+
+    /// Runs `frame` through the loaded program with BPF_PROG_TEST_RUN, arriving on
+    /// `ingress` (an existing interface, or 0 for none), and returns the XDP action, the
+    /// frame as the program left it, and whether the steering claimed it for the engine
+    /// (which a test run sees as XDP_PASS with `no_socket` counted).
+    pub fn test_run(
+        &self,
+        frame: &[u8],
+        ingress: u32,
+    ) -> Result<(u32, Vec<u8>, bool), DatapathError> {
+        let before = self.counters()?.no_socket;
+        let prog = self
+            .obj
+            .progs_mut()
+            .find(|p| p.name() == std::ffi::OsStr::new(PROG_NAME))
+            .ok_or_else(|| {
+                DatapathError::Bpf(format!("steering object has no program {PROG_NAME}"))
+            })?;
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex.
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+        ctx[12..16].copy_from_slice(&ingress.to_ne_bytes());
+        let mut out = vec![0u8; frame.len() + 512];
+        let input = libbpf_rs::ProgramInput {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            context_in: (ingress != 0).then_some(&mut ctx[..]),
+            ..Default::default()
+        };
+        let res = prog
+            .test_run(input)
+            .map_err(|e| bpf_err("test-running the steering program", e))?;
+        let action = res.return_value;
+        let data = res.data.map(|d| d.to_vec()).unwrap_or_default();
+        let steered = self.counters()?.no_socket > before;
+        Ok((action, data, steered))
     }
 
     /// The program's counters summed over CPUs.

@@ -540,6 +540,7 @@ pub fn base_config() -> Config {
             interfaces: vec!["up0".into(), "be0".into()],
             xdp_mode: XdpMode::Auto,
             busy_poll: false,
+            flow_cache: false,
             pin_workers: false,
             umem_frames: 4096,
             ring_size: 2048,

@@ -211,6 +211,8 @@ pub struct WorkerState {
     pub vip_packets: Vec<u64>,
     /// Bytes per VIP slot.
     pub vip_bytes: Vec<u64>,
+    /// New flows per VIP slot (backend chosen, whether or not the table had room).
+    pub vip_new_flows: Vec<u64>,
     /// Packets per backend slot.
     pub backend_packets: Vec<u64>,
     /// Bytes per backend slot.
@@ -251,6 +253,7 @@ impl WorkerState {
             drops: [0; DropReason::COUNT],
             vip_packets: Vec::new(),
             vip_bytes: Vec::new(),
+            vip_new_flows: Vec::new(),
             backend_packets: Vec::new(),
             backend_bytes: Vec::new(),
             stats: WorkerStats::default(),
@@ -272,6 +275,7 @@ impl WorkerState {
     pub fn adopt(&mut self, tables: &Tables, ct: &mut ConnTable) {
         self.vip_packets = vec![0; tables.vips.len()];
         self.vip_bytes = vec![0; tables.vips.len()];
+        self.vip_new_flows = vec![0; tables.vips.len()];
         self.backend_packets = vec![0; tables.backends.len()];
         self.backend_bytes = vec![0; tables.backends.len()];
         // A VIP whose pool is unchanged keeps its scheduler state (round-robin cursor, wrr
@@ -822,6 +826,73 @@ pub fn process(
     worker: &mut WorkerState,
     now: u64,
 ) -> Verdict {
+    process_recorded(frame, tables, ct, worker, now, &mut ())
+}
+
+/// What [`process`] did with a forwarded TCP/UDP frame, described so that a flow cache in
+/// front of the engine (the XDP fast path, `datapath::flowcache`) can repeat it for the
+/// flow's next frames without asking the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The frame's own 5-tuple as received (client → VIP, or backend → client/SNAT address
+    /// for return traffic).
+    pub key: FlowKey,
+    /// Return traffic (backend → client) rather than client → VIP.
+    pub reverse: bool,
+    /// The VIP's mode.
+    pub mode: Mode,
+    /// VIP slot in the tables the frame was processed with.
+    pub vip: u32,
+    /// Backend slot in the same tables.
+    pub backend: u32,
+    /// New source address and port, when rewritten.
+    pub src: Option<(u128, u16)>,
+    /// New destination address and port, when rewritten.
+    pub dst: Option<(u128, u16)>,
+    /// The MACs written and the egress interface.
+    pub neighbor: Neighbor,
+    /// The connection-table flow this frame belongs to: its client → VIP key and state
+    /// after this frame. `None` when no entry holds the flow (stateless NAT return, or a
+    /// new flow answered statelessly because the table was full).
+    pub flow: Option<(FlowKey, FlowState)>,
+    /// The frame's TCP flags (0 for UDP).
+    pub tcp_flags: u8,
+}
+
+/// Where [`process_recorded`] puts its [`Decision`]: `()` records nothing and compiles to
+/// exactly [`process`]; `Option<Decision>` keeps the last one.
+pub trait Record {
+    /// Whether anything is recorded (a constant, so the unrecorded build has no branch).
+    const ON: bool;
+    /// Stores a decision.
+    fn decision(&mut self, d: Decision);
+}
+
+impl Record for () {
+    const ON: bool = false;
+    #[inline(always)]
+    fn decision(&mut self, _: Decision) {}
+}
+
+impl Record for Option<Decision> {
+    const ON: bool = true;
+    #[inline(always)]
+    fn decision(&mut self, d: Decision) {
+        *self = Some(d);
+    }
+}
+
+/// [`process`] that also describes a forwarded TCP/UDP frame (client → VIP in any mode,
+/// NAT/FullNAT return traffic) to `rec`. Frames that are not forwarded that way leave `rec`
+/// alone.
+pub fn process_recorded<R: Record>(
+    frame: &mut Frame<'_>,
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    now: u64,
+    rec: &mut R,
+) -> Verdict {
     if worker.version != Some(tables.version) {
         worker.adopt(tables, ct);
     }
@@ -858,9 +929,9 @@ pub fn process(
         }
     };
     if let Some(vip) = tables.vip_lookup(ip.dst, l4.dport, ip.proto) {
-        return forward(frame, tables, ct, worker, &ip, &l4, vip, len, now);
+        return forward(frame, tables, ct, worker, &ip, &l4, vip, len, now, rec);
     }
-    reverse(frame, tables, ct, worker, &ip, &l4, len, now)
+    reverse(frame, tables, ct, worker, &ip, &l4, len, now, rec)
 }
 
 /// What [`flow_for`] found or created.
@@ -944,6 +1015,7 @@ fn new_flow(
         now,
     )
     .ok_or(DropReason::NoBackend)?;
+    worker.vip_new_flows[vip as usize] += 1;
     let b = tables.backends[backend as usize];
     let snat = if v.mode == Mode::FullNat {
         match ct.alloc_snat(key.proto, b.address, b.port, &v.snat, hash, now) {
@@ -995,7 +1067,7 @@ fn new_flow(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn forward(
+fn forward<R: Record>(
     frame: &mut Frame<'_>,
     tables: &Tables,
     ct: &mut ConnTable,
@@ -1005,6 +1077,7 @@ fn forward(
     vip: u32,
     len: u64,
     now: u64,
+    rec: &mut R,
 ) -> Verdict {
     let v = &tables.vips[vip as usize];
     let key = FlowKey {
@@ -1038,7 +1111,7 @@ fn forward(
     worker.vip_bytes[vip as usize] += len;
     worker.backend_packets[backend as usize] += 1;
     worker.backend_bytes[backend as usize] += len;
-    match v.mode {
+    let verdict = match v.mode {
         Mode::Nat | Mode::FullNat => {
             if b.v6 != ip.v6 {
                 return worker.drop(DropReason::FamilyMismatch);
@@ -1054,7 +1127,23 @@ fn forward(
         Mode::Dr | Mode::Tunnel(_) => {
             direct_to_backend(frame, tables, worker, ip, v.mode, &n, &b, hash)
         }
+    };
+    if R::ON && matches!(verdict, Verdict::Tx { .. }) {
+        let nat = matches!(v.mode, Mode::Nat | Mode::FullNat);
+        rec.decision(Decision {
+            key,
+            reverse: false,
+            mode: v.mode,
+            vip,
+            backend,
+            src: if nat { snat } else { None },
+            dst: nat.then_some((b.address, b.port)),
+            neighbor: n,
+            flow: ct.lookup(&key, now).map(|id| (key, ct.flow(id).state)),
+            tcp_flags: l4.flags,
+        });
     }
+    verdict
 }
 
 /// DR and tunnel: the frame goes to the backend unchanged but for its MACs, or inside an
@@ -1096,7 +1185,7 @@ fn direct_to_backend(
 
 /// Return traffic of NAT and FullNAT VIPs (backend → client).
 #[allow(clippy::too_many_arguments)]
-fn reverse(
+fn reverse<R: Record>(
     frame: &mut Frame<'_>,
     tables: &Tables,
     ct: &mut ConnTable,
@@ -1105,6 +1194,7 @@ fn reverse(
     l4: &L4,
     len: u64,
     now: u64,
+    rec: &mut R,
 ) -> Verdict {
     let fullnat = tables.snat_vip(ip.dst).is_some();
     let nat_backend = if fullnat {
@@ -1171,6 +1261,31 @@ fn reverse(
     if let Some(c) = worker.backend_packets.get_mut(backend as usize) {
         *c += 1;
         worker.backend_bytes[backend as usize] += len;
+    }
+    if R::ON {
+        let v = &tables.vips[vip as usize];
+        rec.decision(Decision {
+            key: FlowKey {
+                src: ip.src,
+                dst: ip.dst,
+                sport: l4.sport,
+                dport: l4.dport,
+                proto: ip.proto,
+                v6: ip.v6,
+            },
+            reverse: true,
+            mode: v.mode,
+            vip,
+            backend,
+            src: Some((vaddr, vport)),
+            dst: client,
+            neighbor: gw,
+            flow: ct.lookup_rev(&rk, now).map(|id| {
+                let f = ct.flow(id);
+                (f.key, f.state)
+            }),
+            tcp_flags: l4.flags,
+        });
     }
     worker.tx(gw.ifindex)
 }

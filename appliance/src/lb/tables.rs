@@ -579,6 +579,7 @@ pub(crate) mod tests {
                 interfaces: vec!["eth0".into()],
                 xdp_mode: XdpMode::Auto,
                 busy_poll: false,
+                flow_cache: false,
                 pin_workers: false,
                 umem_frames: 4096,
                 ring_size: 2048,

@@ -7,6 +7,12 @@
 // of our SNAT addresses goes to the AF_XDP socket of the receive queue; everything else
 // (ARP, ND, BGP, SSH, health-probe replies to our own addresses) goes to the kernel stack.
 // The control plane edits the maps while the program runs; it is never reloaded for that.
+//
+// In front of the steering sits the flow cache (flowcache.rs installs and evicts its
+// entries): an established flow the AF_XDP engine has already decided is rewritten and sent
+// here, in the kernel, byte for byte as lb::process would have done it. Anything the cache
+// does not cover (misses, TCP SYN/FIN/RST, fragments, IP options, VLAN tags, extension
+// headers, TTL <= 1, bad lengths or header checksums) falls through to the steering below.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -227,12 +233,347 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 	return -1;
 }
 
+
+// ---- flow cache ------------------------------------------------------------------------
+
+// Keep in step with `CacheKey` in flowcache.rs: 40 bytes, the frame's own 5-tuple.
+struct cache_key {
+	__u8 src[16]; // IPv4 in the first 4 bytes, the rest zero
+	__u8 dst[16];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 family;
+	__u8 pad[2];
+};
+
+#define ACT_NAT 1 // TTL - 1, then the addresses and ports `flags` name (NAT, FullNAT, both ways)
+#define ACT_DR 2  // MACs only
+
+#define SET_SRC 1
+#define SET_DST 2
+
+// Keep in step with `CacheEntry` in flowcache.rs: 72 bytes.
+struct cache_val {
+	__u64 last_seen; // bpf_ktime_get_ns() of the last hit (CLOCK_MONOTONIC, as the workers)
+	__u8 new_src[16];
+	__u8 new_dst[16];
+	__be16 new_sport;
+	__be16 new_dport;
+	__u8 dst_mac[6];
+	__u8 src_mac[6];
+	__u32 ifindex; // egress
+	__u32 stat;    // slot in cache_stats
+	__u8 action;
+	__u8 flags;
+	__u8 pad[6];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct cache_key);
+	__type(value, struct cache_val);
+} flow_cache SEC(".maps");
+
+// Keep in step with STAT_SLOTS in flowcache.rs.
+#define STAT_SLOTS 4096
+
+struct cache_stat {
+	__u64 packets;
+	__u64 bytes;
+};
+
+// Per (VIP, backend) counters; slot 0 collects whatever has no slot of its own.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct cache_stat);
+} cache_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, MAX_INTERFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} tx_ports SEC(".maps");
+
+// Keep in step with flowcache.rs: misses (owned frames that went to the engine), hits
+// dropped because their egress interface is not in tx_ports. (Slot 0 is unused: hits are
+// counted per (VIP, backend) in cache_stats.)
+#define CC_MISS 1
+#define CC_NO_EGRESS 2
+#define CC_MAX 3
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CC_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} cache_counters SEC(".maps");
+
+// Set before loading ([appliance] flow_cache). Read-only data, so with the cache off the
+// verifier prunes the cache code and the steering costs what it did without it.
+const volatile __u32 cache_on = 0;
+
+static __always_inline void cache_count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&cache_counters, &idx);
+	if (v)
+		*v += 1;
+}
+
+// Refresh last_seen at most this often: a busy flow does not dirty its entry every packet.
+#define LAST_SEEN_GRANULARITY_NS 1000000ULL
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+
+// lb::process's fold64, step for step: a 64-bit one's-complement sum folded to 16 bits.
+static __always_inline __u16 fold64(__u64 x)
+{
+	__u32 lo = (__u32)x;
+	__u32 s = lo + (__u32)(x >> 32);
+	if (s < lo)
+		s += 1;
+	__u16 l = (__u16)s;
+	__u16 t = l + (__u16)(s >> 16);
+	if (t < l)
+		t += 1;
+	return t;
+}
+
+static __always_inline __u64 not16(__u16 v)
+{
+	return (__u64)(__u16)~v;
+}
+
+static __always_inline __u64 not32(__u32 v)
+{
+	return (__u64)(__u32)~v;
+}
+
+// The L4 checksum patch of L4Csum::patch_delta: an absent IPv4 UDP checksum stays absent and
+// a computed zero becomes 0xffff there.
+static __always_inline void patch_l4(__be16 *csum, __u64 delta, int udp4)
+{
+	__u16 old = bpf_ntohs(*csum);
+	if (udp4 && old == 0)
+		return;
+	__u16 c = ~fold64(not16(old) + delta);
+	if (udp4 && c == 0)
+		c = 0xffff;
+	*csum = bpf_htons(c);
+}
+
+static __always_inline __u64 swap_port(__be16 *port, __be16 new_port)
+{
+	__u16 old = bpf_ntohs(*port);
+	*port = new_port;
+	return not16(old) + bpf_ntohs(new_port);
+}
+
+static __always_inline void count_stat(__u32 slot, __u64 bytes)
+{
+	struct cache_stat *st = bpf_map_lookup_elem(&cache_stats, &slot);
+	if (st) {
+		st->packets += 1;
+		st->bytes += bytes;
+	}
+}
+
+// Returns an XDP action when the cache forwards the frame, -1 to fall through.
+static __always_inline int cache_forward(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct cache_key k;
+	struct cache_val *v;
+	__be16 *ports;
+	__be16 *csum;
+	__u8 *ttl;
+	int udp4 = 0;
+	__u32 avail;
+
+	if ((void *)(eth + 1) > end)
+		return -1;
+	__builtin_memset(&k, 0, sizeof(k));
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > end)
+			return -1;
+		if (ip->version != 4 || ip->ihl != 5)
+			return -1;
+		if (ip->frag_off & bpf_htons(0x3fff))
+			return -1;
+		__u32 tot = bpf_ntohs(ip->tot_len);
+		if (tot < 20 || (void *)ip + tot > end)
+			return -1;
+		// The engine drops a bad header checksum; leave that to it.
+		__u16 *w = (void *)ip;
+		__u64 sum = 0;
+#pragma unroll
+		for (int i = 0; i < 10; i++)
+			sum += bpf_ntohs(w[i]);
+		if (fold64(sum) != 0xffff)
+			return -1;
+		k.family = FAMILY_V4;
+		k.proto = ip->protocol;
+		__builtin_memcpy(k.src, &ip->saddr, 4);
+		__builtin_memcpy(k.dst, &ip->daddr, 4);
+		ttl = &ip->ttl;
+		avail = tot - 20;
+		udp4 = ip->protocol == IPPROTO_UDP;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		if (ip6->version != 6)
+			return -1;
+		avail = bpf_ntohs(ip6->payload_len);
+		if ((void *)(ip6 + 1) + avail > end)
+			return -1;
+		k.family = FAMILY_V6;
+		k.proto = ip6->nexthdr;
+		__builtin_memcpy(k.src, &ip6->saddr, 16);
+		__builtin_memcpy(k.dst, &ip6->daddr, 16);
+		ttl = &ip6->hop_limit;
+	} else {
+		return -1;
+	}
+
+	void *l4 = data + sizeof(struct ethhdr) + (k.family == FAMILY_V4 ? 20 : 40);
+	if (k.proto == IPPROTO_TCP) {
+		__u8 *th = l4;
+		if (avail < 20 || (void *)(th + 20) > end)
+			return -1;
+		__u32 doff = (th[12] >> 4) * 4;
+		if (doff < 20 || doff > avail)
+			return -1;
+		// Handshake and teardown move the engine's connection state: its business.
+		if (th[13] & (TCP_SYN | TCP_FIN | TCP_RST))
+			return -1;
+		csum = (__be16 *)(th + 16);
+	} else if (k.proto == IPPROTO_UDP) {
+		__u8 *uh = l4;
+		if (avail < 8 || (void *)(uh + 8) > end)
+			return -1;
+		__u32 ulen = ((__u32)uh[4] << 8) | uh[5];
+		if (ulen < 8 || ulen > avail)
+			return -1;
+		csum = (__be16 *)(uh + 6);
+	} else {
+		return -1;
+	}
+	ports = l4;
+	k.sport = ports[0];
+	k.dport = ports[1];
+
+	v = bpf_map_lookup_elem(&flow_cache, &k);
+	if (!v)
+		return -1;
+
+	if (v->action == ACT_NAT) {
+		if (*ttl <= 1)
+			return -1;
+		__u64 l4_acc = 0;
+		if (k.family == FAMILY_V4) {
+			struct iphdr *ip = (void *)(eth + 1);
+			// Checked above, but the verifier's range is the shortest over both families.
+			if ((void *)(ip + 1) > end)
+				return -1;
+			__be16 *tw = (__be16 *)&ip->ttl; // TTL and protocol
+			__u16 old = bpf_ntohs(*tw);
+			__u16 nw = old - 0x100;
+			__u64 ip_acc = not16(old) + nw;
+			*tw = bpf_htons(nw);
+			if (v->flags & SET_SRC) {
+				__u32 o = bpf_ntohl(ip->saddr);
+				__u32 n;
+				__builtin_memcpy(&n, v->new_src, 4);
+				ip->saddr = n;
+				__u64 d = not32(o) + bpf_ntohl(n);
+				ip_acc += d;
+				l4_acc += d;
+			}
+			if (v->flags & SET_DST) {
+				__u32 o = bpf_ntohl(ip->daddr);
+				__u32 n;
+				__builtin_memcpy(&n, v->new_dst, 4);
+				ip->daddr = n;
+				__u64 d = not32(o) + bpf_ntohl(n);
+				ip_acc += d;
+				l4_acc += d;
+			}
+			__u16 c = bpf_ntohs(ip->check);
+			ip->check = bpf_htons((__u16)~fold64(not16(c) + ip_acc));
+		} else {
+			struct ipv6hdr *ip6 = (void *)(eth + 1);
+			if ((void *)(ip6 + 1) > end)
+				return -1;
+			ip6->hop_limit -= 1;
+			if (v->flags & SET_SRC) {
+				__u32 *a = (__u32 *)&ip6->saddr;
+				__u32 *n = (__u32 *)v->new_src;
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					l4_acc += not32(bpf_ntohl(a[i])) + bpf_ntohl(n[i]);
+					a[i] = n[i];
+				}
+			}
+			if (v->flags & SET_DST) {
+				__u32 *a = (__u32 *)&ip6->daddr;
+				__u32 *n = (__u32 *)v->new_dst;
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					l4_acc += not32(bpf_ntohl(a[i])) + bpf_ntohl(n[i]);
+					a[i] = n[i];
+				}
+			}
+		}
+		if (v->flags & SET_SRC)
+			l4_acc += swap_port(&ports[0], v->new_sport);
+		if (v->flags & SET_DST)
+			l4_acc += swap_port(&ports[1], v->new_dport);
+		patch_l4(csum, l4_acc, udp4);
+	} else if (v->action != ACT_DR) {
+		return -1;
+	}
+	__builtin_memcpy(eth->h_dest, v->dst_mac, 6);
+	__builtin_memcpy(eth->h_source, v->src_mac, 6);
+
+	// The coarse clock (CLOCK_MONOTONIC_COARSE, the workers' clock to within a tick) is a
+	// plain read; ageing works in seconds.
+	__u64 now = bpf_ktime_get_coarse_ns();
+	if (now - v->last_seen > LAST_SEEN_GRANULARITY_NS)
+		v->last_seen = now;
+	// Hits are the sum of the slots' packets: one per-CPU counter per hit, not two.
+	count_stat(v->stat, (__u64)(end - data));
+	if (v->ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	int act = bpf_redirect_map(&tx_ports, v->ifindex, 0);
+	if (act != XDP_REDIRECT) {
+		cache_count(CC_NO_EGRESS);
+		return XDP_DROP;
+	}
+	return act;
+}
+
 SEC("xdp")
 int sluice_steer(struct xdp_md *ctx)
 {
 	struct flow f;
 	int r;
 	int owned = 0;
+
+	if (cache_on) {
+		int act = cache_forward(ctx);
+		if (act >= 0)
+			return act;
+	}
 
 	__builtin_memset(&f, 0, sizeof(f));
 	r = parse(ctx, &f);
@@ -264,6 +605,8 @@ int sluice_steer(struct xdp_md *ctx)
 	if (r == 1)
 		count(CNT_FRAGMENTS);
 	count(CNT_STEERED);
+	if (cache_on)
+		cache_count(CC_MISS);
 	return bpf_redirect_map(&xsks, q, XDP_PASS);
 pass:
 	count(CNT_PASSED);

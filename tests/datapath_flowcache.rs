@@ -1,0 +1,869 @@
+//! The XDP flow cache against the engine.
+//!
+//! Parity: every golden fixture runs through `lb::process` (recording its decision), the
+//! entry the worker would install for that decision goes into the cache, and the same input
+//! frame runs through the XDP program with BPF_PROG_TEST_RUN. A frame the cache forwards
+//! must come out byte for byte as the engine's, with XDP_TX or XDP_REDIRECT as the engine's
+//! egress says; every other frame must come out untouched, to the engine (AF_XDP) or the
+//! kernel. Fixtures that open a TCP flow (SYN) are also replayed as their established
+//! continuation (flags ACK), so every mode and family is compared on an established frame.
+
+mod common;
+
+use std::thread;
+
+use common::{Netns, require_root};
+use sluice::datapath::flowcache::{self, FlowCache};
+use sluice::datapath::steer::Steer;
+use sluice::lb::process::{Decision, Verdict, process_recorded};
+use sluice::lb::{Frame, HEADROOM, golden};
+
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const XDP_REDIRECT: u32 = 4;
+/// A test run without a context arrives on the namespace's loopback device.
+const LOOPBACK: u32 = 1;
+
+/// Moves the calling thread into a named network namespace.
+fn enter(ns: &str) {
+    let f = std::fs::File::open(format!("/run/netns/{ns}"))
+        .unwrap_or_else(|e| panic!("open /run/netns/{ns}: {e}"));
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
+        .unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+/// The L4 offset of an untagged frame with a plain IPv4 or IPv6 (no extension header) TCP
+/// header, else `None`.
+fn tcp_offset(f: &[u8]) -> Option<usize> {
+    if f.len() < 54 {
+        return None;
+    }
+    let l4 = match u16::from_be_bytes([f[12], f[13]]) {
+        0x0800 if f[23] == 6 => Some(14 + usize::from(f[14] & 0x0f) * 4),
+        0x86dd if f[20] == 6 => Some(54),
+        _ => None,
+    }?;
+    (l4 + 20 <= f.len()).then_some(l4)
+}
+
+/// The same TCP segment with flags `flags` and its checksum patched (RFC 1624).
+fn with_tcp_flags(input: &[u8], flags: u8) -> Option<Vec<u8>> {
+    let l4 = tcp_offset(input)?;
+    let mut f = input.to_vec();
+    let old = u16::from_be_bytes([f[l4 + 12], f[l4 + 13]]);
+    f[l4 + 13] = flags;
+    let new = u16::from_be_bytes([f[l4 + 12], f[l4 + 13]]);
+    let c = u16::from_be_bytes([f[l4 + 16], f[l4 + 17]]);
+    let mut sum = u32::from(!c) + u32::from(!old) + u32::from(new);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[l4 + 16..l4 + 18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    Some(f)
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    /// Forwarded by the cache and compared byte for byte with the engine.
+    compared: usize,
+    /// An entry was installed but the program left the frame to the engine (VLAN tag, IP
+    /// options, extension headers, SYN/FIN/RST, TTL 1...).
+    declined: usize,
+    /// The engine's decision is not one the cache takes (no entry installed).
+    not_cached: usize,
+    /// Shorter than an Ethernet header: BPF_PROG_TEST_RUN refuses them (the NIC would too).
+    too_short: usize,
+    /// Which modes were compared.
+    modes: std::collections::BTreeSet<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    steer: &Steer,
+    cache: &FlowCache,
+    t: &sluice::lb::Tables,
+    ct: &mut sluice::lb::ConnTable,
+    st: &mut sluice::lb::WorkerState,
+    what: &str,
+    input: &[u8],
+    ifindex: u32,
+    tally: &mut Tally,
+) {
+    let mut buf = vec![0xa5u8; HEADROOM + input.len() + 256];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(input);
+    let mut frame = Frame::new(&mut buf, HEADROOM, input.len(), ifindex).expect("frame");
+    let mut rec: Option<Decision> = None;
+    let verdict = process_recorded(&mut frame, t, ct, st, golden::NOW, &mut rec);
+    let engine_out = frame.data().to_vec();
+    let installed = rec.filter(flowcache::cacheable).and_then(|d| {
+        let v = &t.vips[d.vip as usize];
+        let b = &t.backends[d.backend as usize];
+        let slot = cache.stat_slot(&v.name, b.address, b.port);
+        let e = flowcache::entry_for(&d, slot, golden::NOW)?;
+        cache.install(&d.key, &e).expect("install");
+        Some((d, e))
+    });
+    // No context: a test run that names its ingress needs a registered XDP rx queue there,
+    // which lo and an idle veth lack. It then arrives on lo (index 1, golden::UPLINK), so
+    // a hit toward the uplink is XDP_TX and one toward the backends a redirect.
+    let (action, out, _steered) = match steer.test_run(input, 0) {
+        Ok(r) => r,
+        // The kernel refuses test frames shorter than an Ethernet header.
+        Err(e) if input.len() < 14 => {
+            assert!(installed.is_none(), "{what}: {e}");
+            tally.too_short += 1;
+            return;
+        }
+        Err(e) => panic!("{what}: test run: {e}"),
+    };
+    match (installed, action) {
+        (Some((d, e)), XDP_TX | XDP_REDIRECT) => {
+            let Verdict::Tx { ifindex: egress } = verdict else {
+                panic!("{what}: engine said {verdict:?} but recorded a decision");
+            };
+            assert_eq!(e.ifindex, egress, "{what}: entry egress");
+            let want = if egress == LOOPBACK {
+                XDP_TX
+            } else {
+                XDP_REDIRECT
+            };
+            assert_eq!(action, want, "{what}: XDP action");
+            assert_eq!(
+                hex(&out),
+                hex(&engine_out),
+                "{what}: XDP output (left) differs from lb::process (right)"
+            );
+            tally.compared += 1;
+            tally.modes.insert(format!(
+                "{:?} {} {} {}",
+                d.mode,
+                if d.key.v6 { "v6" } else { "v4" },
+                if d.key.proto == 6 { "tcp" } else { "udp" },
+                if d.reverse { "return" } else { "forward" }
+            ));
+            cache.evict(&d.key);
+        }
+        (installed, XDP_PASS) => {
+            assert_eq!(
+                hex(&out),
+                hex(input),
+                "{what}: a passed frame must be untouched"
+            );
+            match installed {
+                Some((d, _)) => {
+                    tally.declined += 1;
+                    cache.evict(&d.key);
+                }
+                None => tally.not_cached += 1,
+            }
+        }
+        (installed, a) => panic!(
+            "{what}: XDP action {a} with entry {:?} (engine: {verdict:?})",
+            installed.map(|x| x.1)
+        ),
+    }
+}
+
+#[test]
+fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
+    require_root();
+    // The cache's egress map only takes interfaces that exist: lo is 1 (golden::UPLINK) and
+    // a veth gets index 2 (golden::BACKENDS).
+    let ns = Netns::new("hx-p");
+    ns.run(&[
+        "ip", "link", "add", "hxd2", "index", "2", "type", "veth", "peer", "name", "hxd3", "index",
+        "3",
+    ]);
+    ns.run(&["ip", "link", "set", "hxd2", "up"]);
+    let name = ns.name.clone();
+    let tally = thread::spawn(move || {
+        enter(&name);
+        let cache = FlowCache::create(1024).expect("flow cache maps (root?)");
+        cache.add_egress(golden::UPLINK).expect("egress lo");
+        cache.add_egress(golden::BACKENDS).expect("egress hxd2");
+        let steer = Steer::load_with_cache(Some(&cache)).expect("load with cache");
+        let (t, mut ct, mut st) = golden::setup();
+        let mut tally = Tally::default();
+        for fx in golden::fixtures() {
+            run_one(
+                &steer,
+                &cache,
+                &t,
+                &mut ct,
+                &mut st,
+                fx.description,
+                &fx.input,
+                fx.ifindex,
+                &mut tally,
+            );
+            // The established continuation of a flow this fixture opened.
+            if tcp_offset(&fx.input).is_some_and(|l4| fx.input[l4 + 13] & 0x02 != 0)
+                && matches!(fx.verdict, Verdict::Tx { .. })
+                && let Some(ack) = with_tcp_flags(&fx.input, 0x10)
+            {
+                let what = format!("{} (then ack)", fx.description);
+                run_one(
+                    &steer, &cache, &t, &mut ct, &mut st, &what, &ack, fx.ifindex, &mut tally,
+                );
+            }
+        }
+        let c = cache.counters();
+        assert_eq!(
+            c.hits as usize, tally.compared,
+            "every compared frame is a hit"
+        );
+        tally
+    })
+    .join()
+    .expect("parity thread");
+    eprintln!(
+        "flow cache parity: {} compared, {} declined by the program, {} not cached; modes: {:?}",
+        tally.compared, tally.declined, tally.not_cached, tally.modes
+    );
+    assert!(
+        tally.compared >= 20,
+        "too few fixtures exercised the cache: {tally:?}"
+    );
+    for m in [
+        "Nat v4 tcp forward",
+        "Nat v4 udp return",
+        "Nat v6 tcp forward",
+        "FullNat v4 tcp forward",
+        "FullNat v6 tcp return",
+        "Dr v4 tcp forward",
+    ] {
+        assert!(tally.modes.contains(m), "no {m} frame compared: {tally:?}");
+    }
+}
+
+/// The golden tables built from `c`, with the neighbours `golden::setup` gives.
+fn golden_tables(c: &sluice::config::Config, version: u64) -> sluice::lb::Tables {
+    let (base, _, _) = golden::setup();
+    let mut t = sluice::lb::Tables::build(c, &|_, _| true, version).expect("tables");
+    for slot in 0..t.backends.len() as u32 {
+        if let Some(n) = base.neighbor(slot) {
+            t.set_neighbor(slot, *n);
+        }
+    }
+    for v6 in [false, true] {
+        if let Some(g) = base.gateway(v6) {
+            t.set_gateway(v6, *g);
+        }
+    }
+    t
+}
+
+/// Installs what the engine would for every golden fixture and its established
+/// continuation; returns the number of entries.
+fn install_golden(cache: &FlowCache, t: &sluice::lb::Tables) -> usize {
+    let (_, mut ct, mut st) = golden::setup();
+    for fx in golden::fixtures() {
+        let mut inputs = vec![fx.input.clone()];
+        if let Some(ack) = with_tcp_flags(&fx.input, 0x10) {
+            inputs.push(ack);
+        }
+        for input in inputs {
+            let mut buf = vec![0u8; HEADROOM + input.len() + 256];
+            buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+            let mut frame = Frame::new(&mut buf, HEADROOM, input.len(), fx.ifindex).expect("f");
+            let mut rec: Option<Decision> = None;
+            process_recorded(&mut frame, t, &mut ct, &mut st, golden::NOW, &mut rec);
+            if let Some(d) = rec.filter(flowcache::cacheable) {
+                let v = &t.vips[d.vip as usize];
+                let b = &t.backends[d.backend as usize];
+                let slot = cache.stat_slot(&v.name, b.address, b.port);
+                if let Some(e) = flowcache::entry_for(&d, slot, golden::NOW) {
+                    cache.install(&d.key, &e).expect("install");
+                }
+            }
+        }
+    }
+    cache.len()
+}
+
+#[test]
+fn a_commit_evicts_exactly_the_flows_the_engine_would_move() {
+    require_root();
+    let tally = thread::spawn(|| {
+        let cache = FlowCache::create(1024).expect("flow cache maps (root?)");
+        let c = golden::config();
+        let t = golden_tables(&c, 1);
+        let installed = install_golden(&cache, &t);
+        assert!(installed >= 20, "only {installed} entries installed");
+        let backend_of = |name: &str| {
+            cache
+                .entries()
+                .into_iter()
+                .filter(|(_, e)| cache.slot_ids().get(&e.stat).is_some_and(|id| id.0 == name))
+                .count()
+        };
+        let nat4 = backend_of("nat4");
+        assert!(nat4 >= 2, "nat4 has forward and return entries: {nat4}");
+
+        // The same tables again (a reload that changed nothing): nothing moves.
+        let same = golden_tables(&c, 2);
+        assert_eq!(sluice::control::cache::after_commit(&cache, &t, &same), 0);
+
+        // Draining nat4's backend keeps its flows, in the engine and so in the cache.
+        let mut drained = c.clone();
+        let v = drained
+            .vips
+            .iter_mut()
+            .find(|v| v.name == "nat4")
+            .expect("nat4");
+        v.backends[0].state = sluice::config::BackendState::Drain;
+        let t_drain = golden_tables(&drained, 3);
+        assert_eq!(
+            sluice::control::cache::after_commit(&cache, &same, &t_drain),
+            0
+        );
+
+        // Disabling it moves them: every nat4 entry goes, nothing else does.
+        let mut disabled = c.clone();
+        let v = disabled
+            .vips
+            .iter_mut()
+            .find(|v| v.name == "nat4")
+            .expect("nat4");
+        v.backends[0].state = sluice::config::BackendState::Disabled;
+        let t_dis = golden_tables(&disabled, 4);
+        let evicted = sluice::control::cache::after_commit(&cache, &t_drain, &t_dis);
+        assert_eq!(evicted, nat4, "exactly nat4's entries are evicted");
+        assert_eq!(backend_of("nat4"), 0);
+        assert_eq!(cache.len(), installed - nat4);
+
+        // A VIP removed from the config takes its entries with it.
+        let mut removed = c.clone();
+        removed.vips.retain(|v| v.name != "fnat4");
+        let fnat4 = backend_of("fnat4");
+        assert!(fnat4 >= 2, "fnat4 has forward and return entries: {fnat4}");
+        let t_rm = golden_tables(&removed, 5);
+        let evicted = sluice::control::cache::after_commit(&cache, &t_dis, &t_rm);
+        assert!(evicted >= fnat4, "fnat4's entries go ({evicted} < {fnat4})");
+        assert_eq!(backend_of("fnat4"), 0);
+        (installed, nat4, fnat4)
+    })
+    .join()
+    .expect("commit thread");
+    eprintln!("after_commit: {tally:?} (installed, nat4 evicted on disable, fnat4 on removal)");
+}
+
+// ---- real traffic ----------------------------------------------------------------------
+
+mod traffic {
+    use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Mutex, mpsc};
+    use std::thread;
+    use std::time::Duration;
+
+    use super::common::{Netns, require_program, require_root, veth};
+    use super::enter;
+    use sluice::config::{BackendState, Config};
+    use sluice::control::cache::{after_commit, stats};
+    use sluice::control::{LbHandler, Published, Snapshot};
+    use sluice::datapath::flowcache::FlowCache;
+    use sluice::datapath::{Datapath, DatapathConfig, Proto, ReturnKey, VipKey};
+    use sluice::lb::{Neighbor, Tables};
+    use sluice::wire::MacAddr;
+
+    const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 72, 1, 2);
+    const APP_C: Ipv4Addr = Ipv4Addr::new(10, 72, 1, 1);
+    const VIP: Ipv4Addr = Ipv4Addr::new(10, 72, 9, 9);
+    const PORT: u16 = 9000;
+    /// Backend i sits behind app interface a{i+1}, at 10.72.{i+2}.2.
+    const BACKENDS: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 72, 2, 2), Ipv4Addr::new(10, 72, 3, 2)];
+
+    fn config(states: [BackendState; 2], cache: bool) -> Config {
+        let st = |s: BackendState| match s {
+            BackendState::Active => "active",
+            BackendState::Drain => "drain",
+            BackendState::Disabled => "disabled",
+        };
+        let text = format!(
+            r#"
+[appliance]
+name = "hx"
+interfaces = ["a0", "a1", "a2"]
+flow_cache = {cache}
+
+[[vip]]
+name = "echo"
+address = "{VIP}"
+port = {PORT}
+protocol = "udp"
+mode = "nat"
+scheduler = "rr"
+
+[[vip.backend]]
+address = "{}"
+state = "{}"
+
+[[vip.backend]]
+address = "{}"
+state = "{}"
+"#,
+            BACKENDS[0],
+            st(states[0]),
+            BACKENDS[1],
+            st(states[1])
+        );
+        Config::from_toml_str(&text).unwrap_or_else(|e| panic!("test config: {e}"))
+    }
+
+    fn sys(ns: &Netns, ifname: &str, what: &str) -> String {
+        let out = ns.run(&["cat", &format!("/sys/class/net/{ifname}/{what}")]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn mac(ns: &Netns, ifname: &str) -> [u8; 6] {
+        let text = sys(ns, ifname, "address");
+        let mut m = [0u8; 6];
+        for (i, p) in text.split(':').enumerate().take(6) {
+            m[i] = u8::from_str_radix(p, 16).expect("mac");
+        }
+        m
+    }
+
+    struct Lab {
+        client: Netns,
+        app: Netns,
+        servers: [Netns; 2],
+        /// (ifindex, MAC) of a0, a1, a2 in the appliance namespace.
+        app_ifs: [(u32, [u8; 6]); 3],
+        client_mac: [u8; 6],
+        server_macs: [[u8; 6]; 2],
+    }
+
+    fn lab() -> Lab {
+        let client = Netns::new("hx-c");
+        let app = Netns::new("hx-a");
+        let servers = [Netns::new("hx-s"), Netns::new("hx-s")];
+        veth(&client, "c0", &app, "a0");
+        veth(&app, "a1", &servers[0], "s0");
+        veth(&app, "a2", &servers[1], "s0");
+        client.run(&["ip", "addr", "add", &format!("{CLIENT}/24"), "dev", "c0"]);
+        client.run(&["ip", "route", "add", "default", "via", &APP_C.to_string()]);
+        app.run(&["ip", "addr", "add", &format!("{APP_C}/24"), "dev", "a0"]);
+        app.run(&["sysctl", "-qw", "net.ipv4.ip_forward=0"]);
+        for (i, s) in servers.iter().enumerate() {
+            let net = i + 2;
+            app.run(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("10.72.{net}.1/24"),
+                "dev",
+                &format!("a{}", i + 1),
+            ]);
+            s.run(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/24", BACKENDS[i]),
+                "dev",
+                "s0",
+            ]);
+            s.run(&[
+                "ip",
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("10.72.{net}.1"),
+            ]);
+        }
+        // XDP_TX / XDP_REDIRECT into a veth is dropped unless the receiving end has GRO
+        // (or an XDP program): the client's and servers' ends get GRO.
+        client.run(&["ethtool", "-K", "c0", "gro", "on"]);
+        for s in &servers {
+            s.run(&["ethtool", "-K", "s0", "gro", "on"]);
+        }
+        let app_if = |n: &str| -> (u32, [u8; 6]) {
+            (
+                sys(&app, n, "ifindex").parse().expect("ifindex"),
+                mac(&app, n),
+            )
+        };
+        let app_ifs = [app_if("a0"), app_if("a1"), app_if("a2")];
+        let client_mac = mac(&client, "c0");
+        let server_macs = [mac(&servers[0], "s0"), mac(&servers[1], "s0")];
+        Lab {
+            client,
+            app,
+            servers,
+            app_ifs,
+            client_mac,
+            server_macs,
+        }
+    }
+
+    fn tables(lab: &Lab, c: &Config, version: u64) -> Tables {
+        let mut t = Tables::build(c, &|_, _| true, version).expect("tables");
+        for slot in 0..t.backends.len() as u32 {
+            let i = BACKENDS
+                .iter()
+                .position(|b| t.backends[slot as usize].ip() == std::net::IpAddr::V4(*b))
+                .expect("backend");
+            let (ifindex, src) = lab.app_ifs[i + 1];
+            t.set_neighbor(
+                slot,
+                Neighbor {
+                    ifindex,
+                    src_mac: MacAddr(src),
+                    dst_mac: MacAddr(lab.server_macs[i]),
+                },
+            );
+        }
+        let (ifindex, src) = lab.app_ifs[0];
+        t.set_gateway(
+            false,
+            Neighbor {
+                ifindex,
+                src_mac: MacAddr(src),
+                dst_mac: MacAddr(lab.client_mac),
+            },
+        );
+        t
+    }
+
+    /// A UDP echo server in backend namespace `i`: answers "s<i>:" + the request, counts
+    /// requests.
+    fn echo_server(ns: String, i: usize, stop: Arc<AtomicBool>, seen: Arc<AtomicU64>) {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            enter(&ns);
+            let s = UdpSocket::bind(("0.0.0.0", PORT)).expect("bind echo");
+            s.set_read_timeout(Some(Duration::from_millis(50)))
+                .expect("timeout");
+            tx.send(()).expect("ready");
+            let mut buf = [0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = s.recv_from(&mut buf) {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                    let mut reply = format!("s{i}:").into_bytes();
+                    reply.extend_from_slice(&buf[..n]);
+                    let _ = s.send_to(&reply, from);
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("echo server up");
+    }
+
+    /// A client flow: one UDP socket (one source port) in the client namespace.
+    struct Flow {
+        tx: mpsc::Sender<(u32, mpsc::Sender<Vec<Option<String>>>)>,
+    }
+
+    impl Flow {
+        fn new(ns: String) -> Flow {
+            let (tx, rx) = mpsc::channel::<(u32, mpsc::Sender<Vec<Option<String>>>)>();
+            thread::spawn(move || {
+                enter(&ns);
+                let s = UdpSocket::bind((CLIENT, 0)).expect("bind client");
+                s.set_read_timeout(Some(Duration::from_millis(500)))
+                    .expect("timeout");
+                let vip = SocketAddr::from((VIP, PORT));
+                let mut seq = 0u32;
+                while let Ok((n, back)) = rx.recv() {
+                    let mut answers = Vec::new();
+                    for _ in 0..n {
+                        seq += 1;
+                        let msg = format!("req{seq}");
+                        let _ = s.send_to(msg.as_bytes(), vip);
+                        let mut buf = [0u8; 2048];
+                        answers.push(match s.recv_from(&mut buf) {
+                            Ok((len, from)) if from == vip => {
+                                let text = String::from_utf8_lossy(&buf[..len]).to_string();
+                                text.ends_with(&msg).then(|| text[..2].to_string())
+                            }
+                            _ => None,
+                        });
+                    }
+                    let _ = back.send(answers);
+                }
+            });
+            Flow { tx }
+        }
+
+        /// Sends `n` requests one after the other; the backend that answered each (s0/s1),
+        /// or None for a lost or wrong answer.
+        fn exchange(&self, n: u32) -> Vec<Option<String>> {
+            let (tx, rx) = mpsc::channel();
+            self.tx.send((n, tx)).expect("flow thread");
+            rx.recv_timeout(Duration::from_secs(60))
+                .expect("flow answers")
+        }
+    }
+
+    /// The one backend that answered all of `answers`.
+    fn only(answers: &[Option<String>], what: &str) -> String {
+        let first = answers[0]
+            .clone()
+            .unwrap_or_else(|| panic!("{what}: no answer: {answers:?}"));
+        assert!(
+            answers.iter().all(|a| a.as_deref() == Some(first.as_str())),
+            "{what}: every answer from {first}: {answers:?}"
+        );
+        first
+    }
+
+    fn start(lab: &Lab, published: &Arc<Published>, cache: Option<Arc<FlowCache>>) -> Datapath {
+        let dp_cfg =
+            DatapathConfig::from(&config([BackendState::Active; 2], cache.is_some()).appliance);
+        let factory = {
+            let published = Arc::clone(published);
+            let cache = cache.clone();
+            move |w: usize, n: usize| -> Box<dyn sluice::datapath::FrameHandler> {
+                let h = LbHandler::new(
+                    Arc::clone(&published),
+                    4096,
+                    w as u16,
+                    n as u16,
+                    Arc::new(Mutex::new(Snapshot::default())),
+                    Arc::new(AtomicU64::new(0)),
+                );
+                Box::new(match &cache {
+                    Some(c) => h.with_flow_cache(Arc::clone(c)),
+                    None => h,
+                })
+            }
+        };
+        let dp = Datapath::start_with_cache(dp_cfg, cache, factory).expect("datapath");
+        dp.set_vips(&[VipKey {
+            addr: VIP.into(),
+            port: PORT,
+            proto: Proto::Udp,
+        }])
+        .expect("vips");
+        let ret: Vec<ReturnKey> = BACKENDS
+            .iter()
+            .map(|b| ReturnKey::Backend {
+                addr: (*b).into(),
+                port: PORT,
+                proto: Proto::Udp,
+            })
+            .collect();
+        dp.set_return_keys(&ret).expect("return keys");
+        let _ = lab;
+        dp
+    }
+
+    #[test]
+    fn cached_flows_forward_in_the_kernel_and_follow_drain_and_disable() {
+        require_root();
+        require_program("ethtool", "ethtool");
+        let lab = lab();
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+        for (i, s) in lab.servers.iter().enumerate() {
+            echo_server(s.name.clone(), i, Arc::clone(&stop), Arc::clone(&seen[i]));
+        }
+        let app = lab.app.name.clone();
+        let lab = Arc::new(lab);
+        let lab2 = Arc::clone(&lab);
+        let result = thread::spawn(move || {
+            let lab = lab2;
+            enter(&app);
+            let cache = Arc::new(FlowCache::create(4096).expect("cache maps"));
+            let c = config([BackendState::Active; 2], true);
+            let t1 = tables(&lab, &c, 1);
+            let published = Arc::new(Published::new(t1.clone()));
+            let dp = start(&lab, &published, Some(Arc::clone(&cache)));
+
+            // Two flows, round-robin: one per backend.
+            let f1 = Flow::new(lab.client.name.clone());
+            let f2 = Flow::new(lab.client.name.clone());
+            let b1 = only(&f1.exchange(50), "flow 1");
+            let b2 = only(&f2.exchange(50), "flow 2");
+            assert_ne!(b1, b2, "round-robin spreads the two flows");
+            let s = stats(&cache);
+            // Each exchange after the first is two frames the kernel forwards.
+            assert!(s.hits >= 100, "too few cache hits: {s:?}");
+            assert!(s.entries >= 4, "forward and return entries per flow: {s:?}");
+            let fwd: u64 = s.backends.values().map(|b| b.packets).sum();
+            assert_eq!(fwd, s.hits, "every hit counted for its backend: {s:?}");
+
+            // Drain flow 1's backend: flow 1 stays on it (from the cache), a new flow does not
+            // go there.
+            let x = if b1 == "s0" { 0 } else { 1 };
+            let mut states = [BackendState::Active; 2];
+            states[x] = BackendState::Drain;
+            let t2 = tables(&lab, &config(states, true), 2);
+            published.publish(t2.clone());
+            let evicted = after_commit(&cache, &t1, &t2);
+            assert_eq!(evicted, 0, "a drained backend keeps its flows");
+            let hits_before = stats(&cache).hits;
+            assert_eq!(only(&f1.exchange(20), "flow 1 drained"), b1);
+            assert!(
+                stats(&cache).hits >= hits_before + 40,
+                "still from the cache"
+            );
+            for k in 0..4 {
+                let f = Flow::new(lab.client.name.clone());
+                assert_ne!(
+                    only(&f.exchange(3), "new flow while draining"),
+                    b1,
+                    "new flow {k} went to the drained backend"
+                );
+            }
+
+            // Disable it: flow 1's entries go and its next frames move to the other backend;
+            // the disabled backend sees nothing more.
+            states[x] = BackendState::Disabled;
+            let t3 = tables(&lab, &config(states, true), 3);
+            published.publish(t3.clone());
+            let evicted = after_commit(&cache, &t2, &t3);
+            assert!(
+                evicted >= 2,
+                "flow 1's forward and return entries: {evicted}"
+            );
+            let seen_x = seen[x].load(Ordering::Relaxed);
+            let moved = f1.exchange(20);
+            assert!(
+                moved.iter().all(|a| a.as_deref() == Some(b2.as_str())),
+                "flow 1 moved to {b2}: {moved:?}"
+            );
+            assert_eq!(
+                seen[x].load(Ordering::Relaxed),
+                seen_x,
+                "disabled backend got frames"
+            );
+            let s = stats(&cache);
+            drop(dp);
+            s
+        })
+        .join();
+        stop.store(true, Ordering::Relaxed);
+        let s = result.expect("datapath thread");
+        eprintln!(
+            "flow cache traffic: hits {} misses {} entries {} backends {:?}",
+            s.hits, s.misses, s.entries, s.backends
+        );
+    }
+
+    #[test]
+    fn the_same_traffic_flows_with_the_cache_off() {
+        require_root();
+        require_program("ethtool", "ethtool");
+        let lab = lab();
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+        for (i, s) in lab.servers.iter().enumerate() {
+            echo_server(s.name.clone(), i, Arc::clone(&stop), Arc::clone(&seen[i]));
+        }
+        let app = lab.app.name.clone();
+        let lab = Arc::new(lab);
+        let lab2 = Arc::clone(&lab);
+        let r = thread::spawn(move || {
+            let lab = lab2;
+            enter(&app);
+            let c = config([BackendState::Active; 2], false);
+            let published = Arc::new(Published::new(tables(&lab, &c, 1)));
+            let dp = start(&lab, &published, None);
+            let f = Flow::new(lab.client.name.clone());
+            only(&f.exchange(30), "engine only");
+            let st = dp.stats().expect("stats");
+            drop(dp);
+            st
+        })
+        .join();
+        stop.store(true, Ordering::Relaxed);
+        let st = r.expect("datapath thread");
+        // Every request and every answer went through the engine (the answers themselves
+        // were checked by `only`).
+        assert!(st.steer.steered >= 60, "the engine saw every frame: {st:?}");
+    }
+}
+
+/// Runs `input` through the engine with decisions going to `wc` (as `LbHandler` does).
+fn engine(
+    wc: &mut flowcache::WorkerCache,
+    t: &sluice::lb::Tables,
+    ct: &mut sluice::lb::ConnTable,
+    st: &mut sluice::lb::WorkerState,
+    input: &[u8],
+    ifindex: u32,
+    now: u64,
+) -> Option<Decision> {
+    let mut buf = vec![0u8; HEADROOM + input.len() + 256];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(input);
+    let mut frame = Frame::new(&mut buf, HEADROOM, input.len(), ifindex).expect("frame");
+    let mut rec: Option<Decision> = None;
+    process_recorded(&mut frame, t, ct, st, now, &mut rec);
+    if let Some(d) = &rec {
+        wc.after_decision(d, t, now, || true);
+    }
+    rec
+}
+
+#[test]
+fn workers_install_refresh_age_and_close_their_entries() {
+    require_root();
+    let cache = std::sync::Arc::new(FlowCache::create(1024).expect("flow cache maps (root?)"));
+    let mut wc = flowcache::WorkerCache::new(std::sync::Arc::clone(&cache));
+    let (t, mut ct, mut st) = golden::setup();
+    let fx = golden::fixtures();
+    let find = |d: &str| {
+        fx.iter()
+            .find(|f| f.description.starts_with(d))
+            .unwrap_or_else(|| panic!("fixture {d}"))
+            .clone()
+    };
+    let now = golden::NOW;
+
+    // A UDP flow is cached from its first frame.
+    let q = find("nat4u udp: dnat");
+    let d = engine(&mut wc, &t, &mut ct, &mut st, &q.input, q.ifindex, now).expect("decision");
+    let (flow, _) = d.flow.expect("flow in the table");
+    let installed = cache.get(&d.key).expect("udp flow installed");
+    assert_eq!(wc.installs, 1);
+    // The same decision again (a frame the program declined) installs nothing new.
+    engine(&mut wc, &t, &mut ct, &mut st, &q.input, q.ifindex, now);
+    assert_eq!(wc.installs, 1);
+
+    // The kernel forwards it for a while: its last-seen reaches the connection table.
+    let later = now + 200 * 1_000_000_000;
+    let busy = flowcache::CacheEntry {
+        last_seen: later,
+        ..installed
+    };
+    cache.install(&d.key, &busy).expect("kernel hit");
+    wc.tick(&mut ct, later + flowcache::SWEEP_NS);
+    let id = ct.lookup(&flow, later).expect("still in the table");
+    assert_eq!(ct.flow(id).last_seen, later, "refreshed from the kernel");
+
+    // Idle past the UDP timeout: the table expires it, the next walk evicts the entry.
+    let idle = later + 400 * 1_000_000_000;
+    ct.expire(idle, 4096);
+    assert!(ct.lookup(&flow, idle).is_none());
+    wc.tick(&mut ct, idle + 2 * flowcache::SWEEP_NS);
+    assert!(cache.get(&d.key).is_none(), "aged-out flow evicted");
+    assert!(wc.is_empty());
+
+    // A TCP flow: the client's side is cached from its second established frame (the
+    // handshake's ACK must not be overtaken by the request), evicted on FIN.
+    let syn = find("nat4 tcp syn: dnat");
+    let d = engine(&mut wc, &t, &mut ct, &mut st, &syn.input, syn.ifindex, now).expect("syn");
+    assert!(cache.get(&d.key).is_none(), "a SYN is not cached");
+    let ack = with_tcp_flags(&syn.input, 0x10).expect("ack");
+    engine(&mut wc, &t, &mut ct, &mut st, &ack, syn.ifindex, now).expect("ack");
+    assert!(
+        cache.get(&d.key).is_none(),
+        "the handshake's ACK goes through the engine and installs nothing"
+    );
+    engine(&mut wc, &t, &mut ct, &mut st, &ack, syn.ifindex, now).expect("ack");
+    assert!(cache.get(&d.key).is_some(), "established flow cached");
+    let fin = with_tcp_flags(&syn.input, 0x11).expect("fin");
+    engine(&mut wc, &t, &mut ct, &mut st, &fin, syn.ifindex, now).expect("fin");
+    assert!(cache.get(&d.key).is_none(), "closing flow evicted");
+}
