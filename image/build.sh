@@ -53,9 +53,10 @@ fi
 
 # Host tools mkosi calls: kmod (module dependencies), pefile (UKI), dosfstools + mtools (ESP
 # without mounting it), e2fsprogs (root), zstd (the shipped image), cpio (initrd),
-# reprepro (the local repository for the backports kernel).
+# reprepro (the local repository for the backports kernel), python3-pyte (boot-test.sh
+# replays the serial console through it to show the console screen).
 host=(kmod python3-pefile dosfstools mtools e2fsprogs zstd cpio debian-archive-keyring
-    bubblewrap systemd-container binutils reprepro)
+    bubblewrap systemd-container binutils reprepro python3-pyte)
 missing=()
 for p in "${host[@]}"; do
     installed "$p" || missing+=("$p")
