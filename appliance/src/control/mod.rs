@@ -950,6 +950,10 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     let (vips, ret) = steering(&st.config);
     dp.set_vips(&vips)?;
     dp.set_return_keys(&ret)?;
+    // The first version's sync lag counts from the moment the workers exist.
+    if let Ok(mut s) = shared.sync.lock() {
+        s.published_at = Instant::now();
+    }
     let api_tasks = api::start(Arc::clone(&shared), &st.config.api)
         .await
         .map_err(RunError::Api)?;
