@@ -65,8 +65,9 @@ pub struct BackendTotals {
     pub bytes: u64,
 }
 
-/// A backend's identity across table versions: VIP name, address (IPv4-mapped) and port.
-pub type BackendId = (String, u128, u16);
+/// A backend's identity across table versions: VIP name, address (IPv4-mapped) and port
+/// (one type with the flow cache's, so its totals merge with the workers').
+pub use crate::datapath::flowcache::BackendId;
 
 /// A worker's counters as last published.
 ///

@@ -59,8 +59,8 @@ pub(crate) const MAP_STATS: &str = "cache_stats";
 pub(crate) const MAP_COUNTERS: &str = "cache_counters";
 pub(crate) const MAP_TX_PORTS: &str = "tx_ports";
 
-/// A backend's identity across table versions: VIP name, address (IPv4-mapped) and port
-/// (the same shape as `control::handler::BackendId`, so the totals merge).
+/// A backend's identity across table versions: VIP name, address (IPv4-mapped) and port.
+/// The control plane's per-backend totals use it too, so the cache's counters merge.
 pub type BackendId = (String, u128, u16);
 
 /// The map key of a frame: its 5-tuple as carried (IPv4 in the first 4 address bytes).
