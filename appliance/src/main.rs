@@ -412,7 +412,12 @@ fn run(path: &std::path::Path) -> ExitCode {
 
 fn lab(options: sluice::lab::LabOptions) -> ExitCode {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    // SIGHUP too: a closed terminal must tear the namespaces down like Ctrl-C does.
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         if let Err(e) = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop)) {
             eprintln!("sluice lab: cannot handle signals: {e}");
             return ExitCode::FAILURE;
