@@ -201,9 +201,11 @@ async fn events(
 
 async fn metrics(State(s): State<S>) -> Response {
     (
+        // prometheus-client writes OpenMetrics (`_total` samples under `counter` families,
+        // `# EOF`): say so, and Prometheus picks the matching parser.
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         super::metrics::render(&s),
     )
