@@ -189,17 +189,23 @@ impl Announcer {
             self.announced.insert(*ip, w.communities.clone());
             info!(vip = %ip, "bgp: announce");
         }
+        self.withdraw_unless(|ip| wanted.contains_key(ip), "no healthy backend");
+    }
+
+    /// Withdraws every announced address `keep` rejects, and nothing else; `why` goes to
+    /// the log.
+    pub fn withdraw_unless(&mut self, keep: impl Fn(&IpAddr) -> bool, why: &str) {
         let gone: Vec<IpAddr> = self
             .announced
             .keys()
-            .filter(|ip| !wanted.contains_key(ip))
+            .filter(|ip| !keep(ip))
             .copied()
             .collect();
         for ip in gone {
             match self.speaker.withdraw(IpNet::from(ip)) {
                 Ok(()) => {
                     self.announced.remove(&ip);
-                    info!(vip = %ip, "bgp: withdraw (no healthy backend)");
+                    info!(vip = %ip, "bgp: withdraw ({why})");
                 }
                 Err(e) => warn!(vip = %ip, "withdraw failed: {e}"),
             }

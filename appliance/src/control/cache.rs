@@ -135,16 +135,16 @@ pub fn stats(cache: &FlowCache) -> CacheStats {
     let mut vips: HashMap<String, VipTotals> = HashMap::new();
     let mut backends = HashMap::new();
     for (id, t) in cache.slot_totals() {
-        let v = vips.entry(id.0.clone()).or_default();
-        v.packets += t.packets;
-        v.bytes += t.bytes;
-        backends.insert(
-            id,
-            BackendTotals {
-                packets: t.packets,
-                bytes: t.bytes,
-            },
-        );
+        let t = BackendTotals {
+            packets: t.packets,
+            bytes: t.bytes,
+        };
+        *vips.entry(id.0.clone()).or_default() += VipTotals {
+            packets: t.packets,
+            bytes: t.bytes,
+            new_flows: 0,
+        };
+        backends.insert(id, t);
     }
     CacheStats {
         hits: c.hits,

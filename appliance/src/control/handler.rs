@@ -98,35 +98,80 @@ pub struct Snapshot {
     pub retired_backends: HashMap<BackendId, BackendTotals>,
 }
 
-impl Snapshot {
-    /// Totals per VIP name: retired versions plus the running one.
-    pub fn vip_totals(&self) -> HashMap<String, VipTotals> {
-        let mut out = self.retired_vips.clone();
-        if let Some(t) = &self.tables {
-            for (i, v) in t.vips.iter().enumerate() {
-                let e = out.entry(v.name.clone()).or_default();
-                e.packets += self.vip_packets.get(i).copied().unwrap_or(0);
-                e.bytes += self.vip_bytes.get(i).copied().unwrap_or(0);
-                e.new_flows += self.vip_new_flows.get(i).copied().unwrap_or(0);
-            }
-        }
-        out
+impl std::ops::AddAssign for VipTotals {
+    fn add_assign(&mut self, o: VipTotals) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.new_flows += o.new_flows;
     }
+}
 
-    /// Totals per backend: retired versions plus the running one.
-    pub fn backend_totals(&self) -> HashMap<BackendId, BackendTotals> {
-        let mut out = self.retired_backends.clone();
-        if let Some(t) = &self.tables {
-            for (i, b) in t.backends.iter().enumerate() {
-                let Some(v) = t.vips.get(b.vip as usize) else {
-                    continue;
-                };
-                let e = out.entry((v.name.clone(), b.address, b.port)).or_default();
-                e.packets += self.backend_packets.get(i).copied().unwrap_or(0);
-                e.bytes += self.backend_bytes.get(i).copied().unwrap_or(0);
-            }
+impl std::ops::AddAssign for BackendTotals {
+    fn add_assign(&mut self, o: BackendTotals) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+    }
+}
+
+/// Per-slot counters of one table version, borrowed from a worker's state or snapshot.
+struct SlotCounters<'a> {
+    vip_packets: &'a [u64],
+    vip_bytes: &'a [u64],
+    vip_new_flows: &'a [u64],
+    backend_packets: &'a [u64],
+    backend_bytes: &'a [u64],
+}
+
+impl SlotCounters<'_> {
+    /// Adds these counters of version `t` to totals keyed by VIP name and backend identity.
+    fn fold_into(
+        &self,
+        t: &Tables,
+        vips: &mut HashMap<String, VipTotals>,
+        backends: &mut HashMap<BackendId, BackendTotals>,
+    ) {
+        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        for (i, v) in t.vips.iter().enumerate() {
+            *vips.entry(v.name.clone()).or_default() += VipTotals {
+                packets: at(self.vip_packets, i),
+                bytes: at(self.vip_bytes, i),
+                new_flows: at(self.vip_new_flows, i),
+            };
         }
-        out
+        for (i, b) in t.backends.iter().enumerate() {
+            let Some(v) = t.vips.get(b.vip as usize) else {
+                continue;
+            };
+            *backends
+                .entry((v.name.clone(), b.address, b.port))
+                .or_default() += BackendTotals {
+                packets: at(self.backend_packets, i),
+                bytes: at(self.backend_bytes, i),
+            };
+        }
+    }
+}
+
+impl Snapshot {
+    /// Totals per VIP name and per backend: retired versions plus the running one.
+    pub fn totals(
+        &self,
+    ) -> (
+        HashMap<String, VipTotals>,
+        HashMap<BackendId, BackendTotals>,
+    ) {
+        let (mut vips, mut backends) = (self.retired_vips.clone(), self.retired_backends.clone());
+        if let Some(t) = &self.tables {
+            SlotCounters {
+                vip_packets: &self.vip_packets,
+                vip_bytes: &self.vip_bytes,
+                vip_new_flows: &self.vip_new_flows,
+                backend_packets: &self.backend_packets,
+                backend_bytes: &self.backend_bytes,
+            }
+            .fold_into(t, &mut vips, &mut backends);
+        }
+        (vips, backends)
     }
 }
 
@@ -199,24 +244,19 @@ impl LbHandler {
     #[cold]
     fn swap(&mut self) {
         if self.state.version() == Some(self.tables.version) {
-            let t = &self.tables;
-            for (i, v) in t.vips.iter().enumerate() {
-                let e = self.retired_vips.entry(v.name.clone()).or_default();
-                e.packets += self.state.vip_packets.get(i).copied().unwrap_or(0);
-                e.bytes += self.state.vip_bytes.get(i).copied().unwrap_or(0);
-                e.new_flows += self.state.vip_new_flows.get(i).copied().unwrap_or(0);
+            let st = &self.state;
+            SlotCounters {
+                vip_packets: &st.vip_packets,
+                vip_bytes: &st.vip_bytes,
+                vip_new_flows: &st.vip_new_flows,
+                backend_packets: &st.backend_packets,
+                backend_bytes: &st.backend_bytes,
             }
-            for (i, b) in t.backends.iter().enumerate() {
-                let Some(v) = t.vips.get(b.vip as usize) else {
-                    continue;
-                };
-                let e = self
-                    .retired_backends
-                    .entry((v.name.clone(), b.address, b.port))
-                    .or_default();
-                e.packets += self.state.backend_packets.get(i).copied().unwrap_or(0);
-                e.bytes += self.state.backend_bytes.get(i).copied().unwrap_or(0);
-            }
+            .fold_into(
+                &self.tables,
+                &mut self.retired_vips,
+                &mut self.retired_backends,
+            );
         }
         self.tables = self.published.current();
         // Adopt now, so the per-slot counters and the retired totals never count a packet

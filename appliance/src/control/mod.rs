@@ -632,36 +632,13 @@ impl Control {
                 return Err(rejected(&self.shared, vec![e.to_string()], e.to_string()));
             }
         };
-        // Removed VIPs are withdrawn before their tables go away.
+        // Removed VIPs are withdrawn before their tables go away; the sync after the
+        // publication takes care of everything else.
         if let Some(a) = self.announcer.as_mut() {
-            let mut keep =
-                announce::wanted(&old_config, &self.shared.published.current(), &|_| true);
-            keep.retain(|addr, _| eff.vips.iter().any(|v| v.address == *addr));
-            let gone: Vec<IpAddr> = a
-                .announced()
-                .filter(|ip| !keep.contains_key(ip))
-                .copied()
-                .collect();
-            if !gone.is_empty() {
-                // Withdraw only: everything else stays as announced until the next sync.
-                let mut still: std::collections::BTreeMap<IpAddr, announce::Wanted> =
-                    Default::default();
-                for ip in a.announced().copied().collect::<Vec<_>>() {
-                    if !gone.contains(&ip) {
-                        let communities = keep.get(&ip).map(|w| w.communities.clone());
-                        if let Some(communities) = communities {
-                            still.insert(
-                                ip,
-                                announce::Wanted {
-                                    communities,
-                                    settled: true,
-                                },
-                            );
-                        }
-                    }
-                }
-                a.sync(&still);
-            }
+            a.withdraw_unless(
+                |ip| eff.vips.iter().any(|v| v.address == *ip),
+                "VIP removed",
+            );
         }
         self.st.file_config = Arc::new(file);
         self.st.overrides = overrides;

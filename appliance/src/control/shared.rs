@@ -161,29 +161,21 @@ impl Shared {
         // What the kernel forwarded from the flow cache counts for its VIP and backend too.
         if let Some(c) = &self.view.load().cache {
             for (k, v) in &c.vips {
-                let e = a.vips.entry(k.clone()).or_default();
-                e.packets += v.packets;
-                e.bytes += v.bytes;
+                *a.vips.entry(k.clone()).or_default() += *v;
             }
             for (k, v) in &c.backends {
-                let e = a.backends.entry(k.clone()).or_default();
-                e.packets += v.packets;
-                e.bytes += v.bytes;
+                *a.backends.entry(k.clone()).or_default() += *v;
             }
         }
         for w in self.workers() {
             a.running.push(w.running.load(Ordering::Acquire));
             let Ok(s) = w.snapshot.lock() else { continue };
-            for (k, v) in s.vip_totals() {
-                let e = a.vips.entry(k).or_default();
-                e.packets += v.packets;
-                e.bytes += v.bytes;
-                e.new_flows += v.new_flows;
+            let (vips, backends) = s.totals();
+            for (k, v) in vips {
+                *a.vips.entry(k).or_default() += v;
             }
-            for (k, v) in s.backend_totals() {
-                let e = a.backends.entry(k).or_default();
-                e.packets += v.packets;
-                e.bytes += v.bytes;
+            for (k, v) in backends {
+                *a.backends.entry(k).or_default() += v;
             }
             if let Some(t) = &s.tables {
                 for (slot, (act, inact)) in s.backend_flows.iter().enumerate() {
