@@ -13,7 +13,7 @@ mod common;
 use std::thread;
 
 use common::{Netns, require_root};
-use sluice::datapath::flowcache::{self, FlowCache};
+use sluice::datapath::flowcache::{self, FlowCache, Hairpin};
 use sluice::datapath::steer::Steer;
 use sluice::lb::process::{Decision, Verdict, process_recorded};
 use sluice::lb::{Frame, HEADROOM, golden};
@@ -94,6 +94,7 @@ fn run_one(
     what: &str,
     input: &[u8],
     ifindex: u32,
+    hairpin: Hairpin,
     tally: &mut Tally,
 ) {
     let mut buf = vec![0xa5u8; HEADROOM + input.len() + 256];
@@ -106,7 +107,7 @@ fn run_one(
         let v = &t.vips[d.vip as usize];
         let b = &t.backends[d.backend as usize];
         let slot = cache.stat_slot(&v.name, b.address, b.port);
-        let e = flowcache::entry_for(&d, slot, golden::NOW)?;
+        let e = flowcache::entry_for(&d, slot)?;
         cache.install(&d.key, &e).expect("install");
         Some((d, e))
     });
@@ -129,7 +130,7 @@ fn run_one(
                 panic!("{what}: engine said {verdict:?} but recorded a decision");
             };
             assert_eq!(e.ifindex, egress, "{what}: entry egress");
-            let want = if egress == LOOPBACK {
+            let want = if egress == LOOPBACK && hairpin == Hairpin::XdpTx {
                 XDP_TX
             } else {
                 XDP_REDIRECT
@@ -183,46 +184,63 @@ fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
     ]);
     ns.run(&["ip", "link", "set", "hxd2", "up"]);
     let name = ns.name.clone();
-    let tally = thread::spawn(move || {
+    let tallies = thread::spawn(move || {
         enter(&name);
         let cache = FlowCache::create(1024).expect("flow cache maps (root?)");
-        cache.add_egress(golden::UPLINK).expect("egress lo");
-        cache.add_egress(golden::BACKENDS).expect("egress hxd2");
         let steer = Steer::load_with_cache(Some(&cache)).expect("load with cache");
-        let (t, mut ct, mut st) = golden::setup();
-        let mut tally = Tally::default();
-        for fx in golden::fixtures() {
-            run_one(
-                &steer,
-                &cache,
-                &t,
-                &mut ct,
-                &mut st,
-                fx.description,
-                &fx.input,
-                fx.ifindex,
-                &mut tally,
-            );
-            // The established continuation of a flow this fixture opened.
-            if tcp_offset(&fx.input).is_some_and(|l4| fx.input[l4 + 13] & 0x02 != 0)
-                && matches!(fx.verdict, Verdict::Tx { .. })
-                && let Some(ack) = with_tcp_flags(&fx.input, 0x10)
-            {
-                let what = format!("{} (then ack)", fx.description);
+        cache
+            .add_egress(golden::BACKENDS, Hairpin::XdpTx)
+            .expect("egress hxd2");
+        // Hits that leave where they came in: XDP_TX (real NICs), then a redirect (veth).
+        let mut tallies = Vec::new();
+        for hairpin in [Hairpin::XdpTx, Hairpin::Redirect] {
+            cache
+                .add_egress(golden::UPLINK, hairpin)
+                .expect("egress lo");
+            let hits_before = cache.counters().hits;
+            let (t, mut ct, mut st) = golden::setup();
+            let mut tally = Tally::default();
+            for fx in golden::fixtures() {
                 run_one(
-                    &steer, &cache, &t, &mut ct, &mut st, &what, &ack, fx.ifindex, &mut tally,
+                    &steer,
+                    &cache,
+                    &t,
+                    &mut ct,
+                    &mut st,
+                    fx.description,
+                    &fx.input,
+                    fx.ifindex,
+                    hairpin,
+                    &mut tally,
                 );
+                // The established continuation of a flow this fixture opened.
+                if tcp_offset(&fx.input).is_some_and(|l4| fx.input[l4 + 13] & 0x02 != 0)
+                    && matches!(fx.verdict, Verdict::Tx { .. })
+                    && let Some(ack) = with_tcp_flags(&fx.input, 0x10)
+                {
+                    let what = format!("{} (then ack)", fx.description);
+                    run_one(
+                        &steer, &cache, &t, &mut ct, &mut st, &what, &ack, fx.ifindex, hairpin,
+                        &mut tally,
+                    );
+                }
             }
+            let hits = cache.counters().hits - hits_before;
+            assert_eq!(
+                hits as usize, tally.compared,
+                "{hairpin:?}: every compared frame is a hit"
+            );
+            tallies.push(tally);
         }
-        let c = cache.counters();
-        assert_eq!(
-            c.hits as usize, tally.compared,
-            "every compared frame is a hit"
-        );
-        tally
+        tallies
     })
     .join()
     .expect("parity thread");
+    assert_eq!(
+        tallies[0].compared, tallies[1].compared,
+        "the same frames hit whichever way hairpins are sent: {tallies:?}"
+    );
+    let tally = &tallies[0];
     eprintln!(
         "flow cache parity: {} compared, {} declined by the program, {} not cached; modes: {:?}",
         tally.compared, tally.declined, tally.not_cached, tally.modes
@@ -279,7 +297,7 @@ fn install_golden(cache: &FlowCache, t: &sluice::lb::Tables) -> usize {
                 let v = &t.vips[d.vip as usize];
                 let b = &t.backends[d.backend as usize];
                 let slot = cache.stat_slot(&v.name, b.address, b.port);
-                if let Some(e) = flowcache::entry_for(&d, slot, golden::NOW) {
+                if let Some(e) = flowcache::entry_for(&d, slot) {
                     cache.install(&d.key, &e).expect("install");
                 }
             }
@@ -801,8 +819,10 @@ fn engine(
     let mut rec: Option<Decision> = None;
     process_recorded(&mut frame, t, ct, st, now, &mut rec);
     if let Some(d) = &rec {
-        wc.after_decision(d, t, now, || true);
+        wc.after_decision(d, t);
     }
+    // The worker's tx kick, then the installs that wait for it.
+    wc.install_pending(|_| true);
     rec
 }
 
@@ -831,36 +851,46 @@ fn workers_install_refresh_age_and_close_their_entries() {
     engine(&mut wc, &t, &mut ct, &mut st, &q.input, q.ifindex, now);
     assert_eq!(wc.installs, 1);
 
-    // The kernel forwards it for a while: its last-seen reaches the connection table.
-    let later = now + 200 * 1_000_000_000;
-    let busy = flowcache::CacheEntry {
-        last_seen: later,
-        ..installed
-    };
-    cache.install(&d.key, &busy).expect("kernel hit");
-    wc.tick(&mut ct, later + flowcache::SWEEP_NS);
-    let id = ct.lookup(&flow, later).expect("still in the table");
-    assert_eq!(ct.flow(id).last_seen, later, "refreshed from the kernel");
+    assert_eq!(installed.last_seen, 0, "installed without a hit");
 
-    // Idle past the UDP timeout: the table expires it, the next walk evicts the entry.
-    let idle = later + 400 * 1_000_000_000;
-    ct.expire(idle, 4096);
-    assert!(ct.lookup(&flow, idle).is_none());
-    wc.tick(&mut ct, idle + 2 * flowcache::SWEEP_NS);
+    // The kernel forwards it (its hits move last_seen, the kernel's jiffies) for longer than
+    // the UDP timeout: every walk that sees it moved keeps the flow alive in the table.
+    let mut t_walk = now;
+    for jiffies in [1_000u64, 2_000, 3_000] {
+        t_walk += 200 * 1_000_000_000;
+        let hit = flowcache::CacheEntry {
+            last_seen: jiffies,
+            ..installed
+        };
+        cache.install(&d.key, &hit).expect("kernel hit");
+        wc.tick(&mut ct, t_walk);
+        let id = ct
+            .lookup(&flow, t_walk)
+            .expect("a flow the kernel forwards stays");
+        assert_eq!(ct.flow(id).last_seen, t_walk, "refreshed at the walk");
+    }
+    assert!(cache.get(&d.key).is_some());
+
+    // Then idle: last_seen stops moving. A walk within the timeout keeps it...
+    wc.tick(&mut ct, t_walk + 100 * 1_000_000_000);
+    assert!(
+        cache.get(&d.key).is_some(),
+        "idle for less than the timeout"
+    );
+    // ...and the first walk past the UDP timeout (300 s) evicts it from both sides.
+    wc.tick(&mut ct, t_walk + 400 * 1_000_000_000);
     assert!(cache.get(&d.key).is_none(), "aged-out flow evicted");
+    assert!(
+        ct.lookup(&flow, t_walk).is_none(),
+        "and gone from the table"
+    );
     assert!(wc.is_empty());
 
-    // A TCP flow: the client's side is cached from its second established frame (the
-    // handshake's ACK must not be overtaken by the request), evicted on FIN.
+    // A TCP flow: cached from its first established frame, evicted on FIN.
     let syn = find("nat4 tcp syn: dnat");
     let d = engine(&mut wc, &t, &mut ct, &mut st, &syn.input, syn.ifindex, now).expect("syn");
     assert!(cache.get(&d.key).is_none(), "a SYN is not cached");
     let ack = with_tcp_flags(&syn.input, 0x10).expect("ack");
-    engine(&mut wc, &t, &mut ct, &mut st, &ack, syn.ifindex, now).expect("ack");
-    assert!(
-        cache.get(&d.key).is_none(),
-        "the handshake's ACK goes through the engine and installs nothing"
-    );
     engine(&mut wc, &t, &mut ct, &mut st, &ack, syn.ifindex, now).expect("ack");
     assert!(cache.get(&d.key).is_some(), "established flow cached");
     let fin = with_tcp_flags(&syn.input, 0x11).expect("fin");

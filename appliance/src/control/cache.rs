@@ -13,7 +13,7 @@
 //!
 //! Call order matters: publish the new tables first, then call [`after_commit`]. A worker
 //! that decided with the old tables re-checks the published version after installing and
-//! takes its entry back (`WorkerCache::after_decision`), so no stale entry survives the walk.
+//! takes its entry back (`WorkerCache::install_pending`), so no stale entry survives the walk.
 
 use std::collections::HashMap;
 

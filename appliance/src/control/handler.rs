@@ -318,8 +318,7 @@ impl FrameHandler for LbHandler {
                     &mut rec,
                 );
                 if let Some(d) = rec {
-                    let (published, version) = (&self.published, self.tables.version);
-                    fc.after_decision(&d, &self.tables, now_ns, || published.version() == version);
+                    fc.after_decision(&d, &self.tables);
                 }
                 v
             }
@@ -328,6 +327,15 @@ impl FrameHandler for LbHandler {
             Verdict::Tx { ifindex } => Action::Tx { ifindex },
             Verdict::Pass => Action::Pass,
             Verdict::Drop(_) => Action::Drop,
+        }
+    }
+
+    fn after_tx(&mut self) {
+        if let Some(fc) = &mut self.flow_cache
+            && fc.has_pending()
+        {
+            let published = &self.published;
+            fc.install_pending(|version| published.version() == version);
         }
     }
 

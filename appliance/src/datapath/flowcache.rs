@@ -16,12 +16,12 @@
 //!                             \--no---> steering as before -> AF_XDP -> lb::process
 //!                                                                  \-> LbHandler installs
 //! control commit -> control::cache::after_commit -> evict what the new tables change
-//! worker tick    -> last_seen from the map refreshes the connection table (ageing)
+//! worker tick    -> a last_seen that moved refreshes the connection table (ageing)
 //! ```
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
@@ -32,18 +32,23 @@ use crate::lb::hash::FlowKey;
 use crate::lb::process::Decision;
 use crate::lb::{ConnTable, FlowState, Tables};
 
-/// Entries the cache holds (an LRU: the least recently used entry makes room). Each costs
-/// about 200 bytes of kernel memory.
+/// Entries the cache holds per address family (an LRU each: the least recently used entry
+/// makes room). The kernel allocates them up front: about 140 bytes an IPv4 entry and 160 an
+/// IPv6 one, 39 MiB for both maps.
 pub const CACHE_ENTRIES: u32 = 131_072;
 
-/// Flows a worker remembers as "established once, not cached yet" before it starts over.
-const SEEN_MAX: usize = 65_536;
 /// Counter slots per (VIP, backend) (steer.bpf.c STAT_SLOTS); slot 0 is "other".
 pub const STAT_SLOTS: u32 = 4096;
-/// Key bytes (steer.bpf.c `struct cache_key`).
-pub const KEY_LEN: usize = 40;
+/// Key bytes of an IPv4 flow (steer.bpf.c `struct cache_key4`).
+pub const KEY4_LEN: usize = 16;
+/// Key bytes of an IPv6 flow (steer.bpf.c `struct cache_key6`).
+pub const KEY6_LEN: usize = 40;
 /// Value bytes (steer.bpf.c `struct cache_val`).
 pub const ENTRY_LEN: usize = 72;
+/// Offset of `cache_val.tx`: how a hit leaving through its ingress interface is sent.
+const TX_OFFSET: usize = 66;
+/// `cache_val.tx`: send with a DEVMAP redirect instead of XDP_TX (see [`Hairpin`]).
+const TX_REDIRECT: u8 = 1;
 
 const ACT_NAT: u8 = 1;
 const ACT_DR: u8 = 2;
@@ -54,7 +59,8 @@ const CC_MISS: u32 = 1;
 const CC_NO_EGRESS: u32 = 2;
 
 /// Map names the steering program declares and reuses from a [`FlowCache`].
-pub(crate) const MAP_CACHE: &str = "flow_cache";
+pub(crate) const MAP_CACHE4: &str = "flow_cache4";
+pub(crate) const MAP_CACHE6: &str = "flow_cache6";
 pub(crate) const MAP_STATS: &str = "cache_stats";
 pub(crate) const MAP_COUNTERS: &str = "cache_counters";
 pub(crate) const MAP_TX_PORTS: &str = "tx_ports";
@@ -63,33 +69,32 @@ pub(crate) const MAP_TX_PORTS: &str = "tx_ports";
 /// The control plane's per-backend totals use it too, so the cache's counters merge.
 pub type BackendId = (String, u128, u16);
 
-/// The map key of a frame: its 5-tuple as carried (IPv4 in the first 4 address bytes).
-pub fn key_bytes(k: &FlowKey) -> [u8; KEY_LEN] {
-    let mut b = [0u8; KEY_LEN];
+/// The map key of a frame: its 5-tuple as carried, laid out for its family's map
+/// ([`KEY4_LEN`] or [`KEY6_LEN`] bytes).
+pub fn key_bytes(k: &FlowKey) -> Vec<u8> {
+    let (alen, len) = if k.v6 { (16, KEY6_LEN) } else { (4, KEY4_LEN) };
+    let mut b = vec![0u8; len];
     let put = |b: &mut [u8], a: u128| {
         if k.v6 {
-            b[..16].copy_from_slice(&a.to_be_bytes());
+            b.copy_from_slice(&a.to_be_bytes());
         } else {
-            b[..4].copy_from_slice(&(a as u32).to_be_bytes());
+            b.copy_from_slice(&(a as u32).to_be_bytes());
         }
     };
-    put(&mut b[0..16], k.src);
-    put(&mut b[16..32], k.dst);
-    b[32..34].copy_from_slice(&k.sport.to_be_bytes());
-    b[34..36].copy_from_slice(&k.dport.to_be_bytes());
-    b[36] = k.proto;
-    b[37] = if k.v6 { 6 } else { 4 };
+    put(&mut b[..alen], k.src);
+    put(&mut b[alen..2 * alen], k.dst);
+    let p = 2 * alen;
+    b[p..p + 2].copy_from_slice(&k.sport.to_be_bytes());
+    b[p + 2..p + 4].copy_from_slice(&k.dport.to_be_bytes());
+    b[p + 4] = k.proto;
     b
 }
 
-/// The inverse of [`key_bytes`].
+/// The inverse of [`key_bytes`]: the family follows from the length.
 pub fn key_from_bytes(b: &[u8]) -> Option<FlowKey> {
-    if b.len() < KEY_LEN {
-        return None;
-    }
-    let v6 = match b[37] {
-        4 => false,
-        6 => true,
+    let (v6, alen) = match b.len() {
+        KEY4_LEN => (false, 4),
+        KEY6_LEN => (true, 16),
         _ => return None,
     };
     let addr = |o: usize| -> u128 {
@@ -101,14 +106,38 @@ pub fn key_from_bytes(b: &[u8]) -> Option<FlowKey> {
             0xffff_0000_0000 | u128::from(u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]))
         }
     };
+    let p = 2 * alen;
     Some(FlowKey {
         src: addr(0),
-        dst: addr(16),
-        sport: u16::from_be_bytes([b[32], b[33]]),
-        dport: u16::from_be_bytes([b[34], b[35]]),
-        proto: b[36],
+        dst: addr(alen),
+        sport: u16::from_be_bytes([b[p], b[p + 1]]),
+        dport: u16::from_be_bytes([b[p + 2], b[p + 3]]),
+        proto: b[p + 4],
         v6,
     })
+}
+
+/// How the kernel sends a hit that leaves through the interface it arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hairpin {
+    /// XDP_TX: the NIC's own transmit ring (real NICs).
+    XdpTx,
+    /// A DEVMAP redirect back to the same interface. For veth: after an XDP_TX, veth only
+    /// wakes its peer's NAPI when the peer runs an XDP program, not when NAPI is on for GRO
+    /// (Linux 6.18 `veth_xdp_flush`); the frames then sat in the peer's ring until the next
+    /// frame the kernel sent that way, 10-130 ms per HTTP request in the lab, or for good
+    /// once the ring filled. A redirect wakes it either way.
+    Redirect,
+}
+
+impl Hairpin {
+    /// The choice for an interface whose driver is `driver` (ethtool's name).
+    pub fn for_driver(driver: Option<&str>) -> Hairpin {
+        match driver {
+            Some("veth") => Hairpin::Redirect,
+            _ => Hairpin::XdpTx,
+        }
+    }
 }
 
 /// What the kernel does on a hit.
@@ -141,8 +170,8 @@ pub struct CacheEntry {
     pub ifindex: u32,
     /// Counter slot ([`FlowCache::stat_slot`]).
     pub stat: u32,
-    /// CLOCK_MONOTONIC ns of the last hit (the coarse clock, within a tick), or of the
-    /// install before any.
+    /// The kernel's tick count (jiffies) at the last hit; 0 as installed. Only compared with
+    /// itself: a change between two walks means the flow was forwarded meanwhile.
     pub last_seen: u64,
 }
 
@@ -234,12 +263,10 @@ pub fn cacheable(d: &Decision) -> bool {
         Some((_, FlowState::TcpEstablished)) => {
             d.tcp_flags & (tcp_flags::SYN | tcp_flags::FIN | tcp_flags::RST) == 0
         }
-        // The backend's SYN-ACK: the reply direction is cached now, before the response.
-        // Installed later, the first reply segments would still be queued for the engine
-        // while the next ones took the kernel path past them, and the client would see them
-        // out of order (measured in the lab: SACK recovery and retransmissions, 10-130 ms
-        // per HTTP request). Nothing else of the flow travels in this direction before the
-        // request arrives, so there is nothing to overtake. The SYN-ACK itself (and any
+        // The backend's SYN-ACK: the reply direction is cached now, before the response, so
+        // every segment of the response takes the same path. Installed at the first reply
+        // segment instead, that segment could still wait for the engine's tx while the next
+        // one, forwarded by the kernel, went past it. The SYN-ACK itself (and any
         // retransmission of it) still goes to the engine: the program declines SYN frames.
         Some((_, FlowState::TcpSyn)) => {
             d.reverse
@@ -252,7 +279,7 @@ pub fn cacheable(d: &Decision) -> bool {
 }
 
 /// The entry that repeats `d`, or `None` for what the cache does not cover (tunnel modes).
-pub fn entry_for(d: &Decision, stat: u32, now: u64) -> Option<CacheEntry> {
+pub fn entry_for(d: &Decision, stat: u32) -> Option<CacheEntry> {
     let action = match d.mode {
         Mode::Nat | Mode::FullNat => CacheAction::Nat {
             src: d.src,
@@ -268,8 +295,18 @@ pub fn entry_for(d: &Decision, stat: u32, now: u64) -> Option<CacheEntry> {
         src_mac: d.neighbor.src_mac.0,
         ifindex: d.neighbor.ifindex,
         stat,
-        last_seen: now,
+        last_seen: 0,
     })
+}
+
+/// An entry a worker decided and installs after its pass's tx kick.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    key: FlowKey,
+    flow: FlowKey,
+    reverse: bool,
+    entry: CacheEntry,
+    version: u64,
 }
 
 /// Cache-wide counters, summed over CPUs.
@@ -306,11 +343,14 @@ fn map_err(what: &str, e: libbpf_rs::Error) -> DatapathError {
 /// and every worker; every method is a map syscall or a short lock, none on the per-frame
 /// path of a hit (that is the kernel's).
 pub struct FlowCache {
-    cache: MapHandle,
+    cache4: MapHandle,
+    cache6: MapHandle,
     stats: MapHandle,
     counters: MapHandle,
     tx_ports: MapHandle,
     slots: Mutex<HashMap<BackendId, u32>>,
+    /// Egress interfaces whose hairpin hits are redirected ([`Hairpin::Redirect`]).
+    redirect_hairpin: RwLock<HashSet<u32>>,
 }
 
 impl std::fmt::Debug for FlowCache {
@@ -335,16 +375,20 @@ fn create(
 }
 
 impl FlowCache {
-    /// Creates the cache's maps (empty) with room for `entries` flows.
+    /// Creates the cache's maps (empty) with room for `entries` flows of each family.
     pub fn create(entries: u32) -> Result<FlowCache, DatapathError> {
-        Ok(FlowCache {
-            cache: create(
+        let lru = |name: &str, key: usize| {
+            create(
                 MapType::LruHash,
-                MAP_CACHE,
-                KEY_LEN as u32,
+                name,
+                key as u32,
                 ENTRY_LEN as u32,
                 entries.max(1),
-            )?,
+            )
+        };
+        Ok(FlowCache {
+            cache4: lru(MAP_CACHE4, KEY4_LEN)?,
+            cache6: lru(MAP_CACHE6, KEY6_LEN)?,
             stats: create(MapType::PercpuArray, MAP_STATS, 4, 16, STAT_SLOTS)?,
             counters: create(MapType::PercpuArray, MAP_COUNTERS, 4, 8, 3)?,
             tx_ports: create(
@@ -355,13 +399,19 @@ impl FlowCache {
                 super::steer::MAX_INTERFACES,
             )?,
             slots: Mutex::new(HashMap::new()),
+            redirect_hairpin: RwLock::new(HashSet::new()),
         })
+    }
+
+    fn map(&self, v6: bool) -> &MapHandle {
+        if v6 { &self.cache6 } else { &self.cache4 }
     }
 
     /// The map the program must reuse for its map `name`.
     pub(crate) fn map_fd(&self, name: &str) -> Option<BorrowedFd<'_>> {
         match name {
-            MAP_CACHE => Some(self.cache.as_fd()),
+            MAP_CACHE4 => Some(self.cache4.as_fd()),
+            MAP_CACHE6 => Some(self.cache6.as_fd()),
             MAP_STATS => Some(self.stats.as_fd()),
             MAP_COUNTERS => Some(self.counters.as_fd()),
             MAP_TX_PORTS => Some(self.tx_ports.as_fd()),
@@ -369,8 +419,20 @@ impl FlowCache {
         }
     }
 
-    /// Lets hits leave through `ifindex` (a datapath interface).
-    pub fn add_egress(&self, ifindex: u32) -> Result<(), DatapathError> {
+    /// Lets hits leave through `ifindex` (a datapath interface); `hairpin` says how the
+    /// ones that arrived there too are sent.
+    pub fn add_egress(&self, ifindex: u32, hairpin: Hairpin) -> Result<(), DatapathError> {
+        {
+            let mut r = self
+                .redirect_hairpin
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            if hairpin == Hairpin::Redirect {
+                r.insert(ifindex);
+            } else {
+                r.remove(&ifindex);
+            }
+        }
         self.tx_ports
             .update(
                 &ifindex.to_ne_bytes(),
@@ -402,42 +464,56 @@ impl FlowCache {
 
     /// Installs (or replaces) the entry of the frames carrying `key`.
     pub fn install(&self, key: &FlowKey, entry: &CacheEntry) -> Result<(), DatapathError> {
-        self.cache
-            .update(&key_bytes(key), &entry.bytes(), MapFlags::ANY)
+        let mut value = entry.bytes();
+        if self
+            .redirect_hairpin
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&entry.ifindex)
+        {
+            value[TX_OFFSET] = TX_REDIRECT;
+        }
+        self.map(key.v6)
+            .update(&key_bytes(key), &value, MapFlags::ANY)
             .map_err(|e| map_err("installing a flow cache entry", e))
     }
 
     /// Removes the entry of `key` (absent is fine).
     pub fn evict(&self, key: &FlowKey) {
-        let _ = self.cache.delete(&key_bytes(key));
+        let _ = self.map(key.v6).delete(&key_bytes(key));
     }
 
     /// The entry of `key`, if the kernel still holds it.
     pub fn get(&self, key: &FlowKey) -> Option<CacheEntry> {
-        let v = self.cache.lookup(&key_bytes(key), MapFlags::ANY).ok()??;
+        let v = self
+            .map(key.v6)
+            .lookup(&key_bytes(key), MapFlags::ANY)
+            .ok()??;
         CacheEntry::from_bytes(&v, key.v6)
     }
 
-    /// Every entry (a walk over the map: for commits and listings, not per frame).
+    /// Every entry (a walk over both maps: for commits and listings, not per frame).
     pub fn entries(&self) -> Vec<(FlowKey, CacheEntry)> {
-        self.cache
-            .keys()
-            .filter_map(|k| {
-                let key = key_from_bytes(&k)?;
-                let v = self.cache.lookup(&k, MapFlags::ANY).ok()??;
-                Some((key, CacheEntry::from_bytes(&v, key.v6)?))
+        [&self.cache4, &self.cache6]
+            .into_iter()
+            .flat_map(|m| {
+                m.keys().filter_map(|k| {
+                    let key = key_from_bytes(&k)?;
+                    let v = m.lookup(&k, MapFlags::ANY).ok()??;
+                    Some((key, CacheEntry::from_bytes(&v, key.v6)?))
+                })
             })
             .collect()
     }
 
     /// Number of entries (a walk over the keys).
     pub fn len(&self) -> usize {
-        self.cache.keys().count()
+        self.cache4.keys().count() + self.cache6.keys().count()
     }
 
     /// True when no entry is installed.
     pub fn is_empty(&self) -> bool {
-        self.cache.keys().next().is_none()
+        self.cache4.keys().next().is_none() && self.cache6.keys().next().is_none()
     }
 
     fn percpu_sum(map: &MapHandle, idx: u32, words: usize) -> [u64; 2] {
@@ -502,15 +578,15 @@ pub const SWEEP_NS: u64 = 1_000_000_000;
 /// program beyond the `last_seen` store it does anyway.
 pub struct WorkerCache {
     cache: Arc<FlowCache>,
-    /// Installed map key → (its connection-table flow key, entry as installed, last_seen 0).
+    /// Installed map key → (its connection-table flow key, entry as installed).
     entries: HashMap<FlowKey, (FlowKey, CacheEntry)>,
     /// Connection-table flow key → the map keys of its directions.
     flows: HashMap<FlowKey, [Option<FlowKey>; 2]>,
     sweep: Vec<FlowKey>,
     sweep_started: u64,
-    /// TCP flows whose client → VIP direction the engine has seen established once (see
-    /// [`WorkerCache::after_decision`]).
-    seen_established: HashSet<FlowKey>,
+    /// Entries decided in this pass, installed once its frames are sent (see
+    /// [`WorkerCache::install_pending`]).
+    pending: Vec<Pending>,
     /// Entries installed (counted for tests and the console).
     pub installs: u64,
     /// Installs the kernel refused (map errors); the flow stays with the engine.
@@ -534,7 +610,7 @@ impl WorkerCache {
             flows: HashMap::new(),
             sweep: Vec::new(),
             sweep_started: 0,
-            seen_established: HashSet::new(),
+            pending: Vec::new(),
             installs: 0,
             install_errors: 0,
         }
@@ -551,7 +627,7 @@ impl WorkerCache {
     }
 
     fn forget_flow(&mut self, flow: &FlowKey, evict: bool) {
-        self.seen_established.remove(flow);
+        self.pending.retain(|p| p.flow != *flow);
         if let Some(keys) = self.flows.remove(flow) {
             for k in keys.iter().flatten() {
                 self.entries.remove(k);
@@ -562,18 +638,10 @@ impl WorkerCache {
         }
     }
 
-    /// Acts on one decision of the engine, made with `tables`: installs the entry that
-    /// repeats it when the flow is cacheable, evicts the flow's entries when it is closing.
-    /// `still_current` says whether `tables` is still the published version after the
-    /// install: if not, the commit's eviction walk may have run before the install, so the
-    /// entry is taken back (the engine decides the next frame with the new tables).
-    pub fn after_decision(
-        &mut self,
-        d: &Decision,
-        tables: &Tables,
-        now: u64,
-        still_current: impl FnOnce() -> bool,
-    ) {
+    /// Acts on one decision of the engine, made with `tables`: when the flow is cacheable,
+    /// queues the entry that repeats it for [`WorkerCache::install_pending`]; when it is
+    /// closing, evicts the flow's entries (and drops what is queued for it).
+    pub fn after_decision(&mut self, d: &Decision, tables: &Tables) {
         let Some((flow, _)) = d.flow else {
             return;
         };
@@ -581,6 +649,7 @@ impl WorkerCache {
             if self.entries.contains_key(&d.key) || self.flows.contains_key(&flow) {
                 self.forget_flow(&flow, true);
             }
+            self.pending.retain(|p| p.flow != flow);
             return;
         }
         let (Some(v), Some(b)) = (
@@ -589,51 +658,77 @@ impl WorkerCache {
         ) else {
             return;
         };
-        // The client's side of a TCP flow is cached from its second established frame on.
-        // The first is the ACK that completes the handshake; were the next frame (the
-        // request) to take the kernel path, it would reach the backend before that ACK, still
-        // queued for the engine, and the backend then delays its ACK of the request (40 ms,
-        // measured in the lab: the client's Nagle waits for it on every small request).
-        if !d.reverse && d.key.proto == 6 && !self.flows.contains_key(&flow) {
-            if self.seen_established.len() >= SEEN_MAX {
-                self.seen_established.clear();
-            }
-            if self.seen_established.insert(flow) {
-                return;
-            }
-        }
         let slot = self.cache.stat_slot(&v.name, b.address, b.port);
-        let Some(entry) = entry_for(d, slot, now) else {
+        let Some(entry) = entry_for(d, slot) else {
             return;
-        };
-        let as_installed = CacheEntry {
-            last_seen: 0,
-            ..entry
         };
         // The frame reached the engine though the entry is installed: the program declines
         // such frames (VLAN tag, IP options...); installing again would cost a syscall per
         // frame for nothing.
-        if self.entries.get(&d.key) == Some(&(flow, as_installed)) {
+        if self
+            .entries
+            .get(&d.key)
+            .is_some_and(|(f, e)| *f == flow && CacheEntry { last_seen: 0, ..*e } == entry)
+        {
             return;
         }
-        if self.cache.install(&d.key, &entry).is_err() {
-            self.install_errors += 1;
+        if let Some(p) = self.pending.iter_mut().find(|p| p.key == d.key) {
+            *p = Pending {
+                key: d.key,
+                flow,
+                reverse: d.reverse,
+                entry,
+                version: tables.version,
+            };
             return;
         }
-        if !still_current() {
-            self.cache.evict(&d.key);
-            return;
+        self.pending.push(Pending {
+            key: d.key,
+            flow,
+            reverse: d.reverse,
+            entry,
+            version: tables.version,
+        });
+    }
+
+    /// True when entries wait for [`WorkerCache::install_pending`].
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Installs the entries decided since the last call. Call it once the pass's frames
+    /// have been handed to the kernel (the worker's tx kick): an entry installed while the
+    /// frame that caused it still waited in a tx ring would let the flow's next frame,
+    /// forwarded by the kernel at once, overtake it. `still_current(version)` says whether
+    /// the tables of that version are still the published ones; an entry decided with older
+    /// tables is dropped (the engine decides again), and one whose tables were replaced
+    /// during the install is taken back, since the commit's eviction walk may have run
+    /// before it.
+    pub fn install_pending(&mut self, still_current: impl Fn(u64) -> bool) {
+        for p in std::mem::take(&mut self.pending) {
+            if !still_current(p.version) {
+                continue;
+            }
+            if self.cache.install(&p.key, &p.entry).is_err() {
+                self.install_errors += 1;
+                continue;
+            }
+            if !still_current(p.version) {
+                self.cache.evict(&p.key);
+                continue;
+            }
+            self.installs += 1;
+            self.entries.insert(p.key, (p.flow, p.entry));
+            let dirs = self.flows.entry(p.flow).or_insert([None, None]);
+            dirs[usize::from(p.reverse)] = Some(p.key);
         }
-        self.installs += 1;
-        self.entries.insert(d.key, (flow, as_installed));
-        let dirs = self.flows.entry(flow).or_insert([None, None]);
-        dirs[usize::from(d.reverse)] = Some(d.key);
     }
 
     /// Part of the periodic walk (call it from the worker's tick): for each flow visited,
-    /// the newest last-seen of its entries refreshes the connection table; a flow the table
-    /// no longer holds has its entries evicted; entries the kernel dropped (LRU, a commit's
-    /// eviction) are forgotten, so the engine's next decision installs them again.
+    /// an entry whose last-seen moved since the previous walk (the kernel forwarded the
+    /// flow) refreshes the flow in the connection table; a flow idle past its timeout or
+    /// gone from the table has its entries evicted; entries the kernel dropped (LRU, a
+    /// commit's eviction) are forgotten, so the engine's next decision installs them again.
     pub fn tick(&mut self, ct: &mut ConnTable, now: u64) {
         if self.sweep.is_empty() {
             if now.saturating_sub(self.sweep_started) < SWEEP_NS || self.flows.is_empty() {
@@ -652,7 +747,7 @@ impl WorkerCache {
             let Some(keys) = self.flows.get(&flow).copied() else {
                 continue;
             };
-            let mut seen = 0u64;
+            let mut active = false;
             let mut present = [None, None];
             for (i, k) in keys.iter().enumerate() {
                 let Some(k) = k else {
@@ -660,8 +755,13 @@ impl WorkerCache {
                 };
                 match self.cache.get(k) {
                     Some(e) => {
-                        seen = seen.max(e.last_seen);
                         present[i] = Some(*k);
+                        if let Some((_, mine)) = self.entries.get_mut(k)
+                            && mine.last_seen != e.last_seen
+                        {
+                            mine.last_seen = e.last_seen;
+                            active = true;
+                        }
                     }
                     None => {
                         self.entries.remove(k);
@@ -673,17 +773,19 @@ impl WorkerCache {
                 continue;
             }
             self.flows.insert(flow, present);
-            // Judged at the kernel's last hit, not now: a flow the kernel kept busy is not
-            // expired by the engine's stale view of it.
-            match ct.lookup(&flow, seen) {
-                None => self.forget_flow(&flow, true),
-                Some(id) => {
+            if active {
+                // The kernel forwarded the flow since the last walk: it lives (however stale
+                // the engine's own view of it), and its last-seen is now, to within a walk.
+                if let Some(id) = ct.lookup(&flow, 0) {
                     let f = *ct.flow(id);
-                    if seen > f.last_seen {
-                        ct.touch(id, seen, f.state);
-                    }
+                    ct.touch(id, now, f.state);
+                    continue;
                 }
+            } else if ct.lookup(&flow, now).is_some() {
+                continue;
             }
+            // Idle past its timeout, or gone from the table: the kernel stops too.
+            self.forget_flow(&flow, true);
         }
     }
 }
@@ -729,10 +831,13 @@ mod tests {
     fn keys_match_the_c_layout_and_round_trip() {
         let d = decision(Mode::Nat, FlowState::TcpEstablished, 0x10);
         let b = key_bytes(&d.key);
-        assert_eq!(&b[0..4], &[198, 51, 100, 7]);
-        assert!(b[4..16].iter().all(|x| *x == 0));
-        assert_eq!(&b[16..20], &[192, 0, 2, 10]);
-        assert_eq!(&b[32..38], &[0x9c, 0x40, 0, 80, 6, 4]);
+        // struct cache_key4: src, dst, sport, dport, proto, 3 bytes of padding.
+        assert_eq!(
+            b,
+            [
+                198, 51, 100, 7, 192, 0, 2, 10, 0x9c, 0x40, 0, 80, 6, 0, 0, 0
+            ]
+        );
         assert_eq!(key_from_bytes(&b), Some(d.key));
         let k6 = FlowKey {
             src: 0x2001_0db8_0000_0000_0000_0000_0000_0007,
@@ -742,7 +847,17 @@ mod tests {
             proto: 17,
             v6: true,
         };
-        assert_eq!(key_from_bytes(&key_bytes(&k6)), Some(k6));
+        let b = key_bytes(&k6);
+        // struct cache_key6: src, dst, sport, dport, proto, 3 bytes of padding.
+        assert_eq!(b.len(), KEY6_LEN);
+        assert_eq!(&b[15..17], &[7, 0x20]);
+        assert_eq!(&b[31..40], &[0x10, 0, 1, 0, 2, 17, 0, 0, 0]);
+        assert_eq!(key_from_bytes(&b), Some(k6));
+        assert_eq!(
+            key_from_bytes(&b[..39]),
+            None,
+            "a key of no family's length"
+        );
     }
 
     #[test]
@@ -752,15 +867,19 @@ mod tests {
             src: Some((v4([10, 1, 0, 1]), 1025)),
             ..d
         };
-        let e = entry_for(&d, 7, 99).expect("fullnat is cached");
+        let e = entry_for(&d, 7).expect("fullnat is cached");
         let b = e.bytes();
         assert_eq!(&b[8..12], &[10, 1, 0, 1]);
         assert_eq!(&b[24..28], &[10, 0, 0, 1]);
         assert_eq!(&b[40..44], &[4, 1, 0x1f, 0x90]);
         assert_eq!(&b[44..50], &[2, 0, 0, 0, 1, 1]);
         assert_eq!((b[64], b[65]), (ACT_NAT, SET_SRC | SET_DST));
+        assert_eq!(
+            b[TX_OFFSET], 0,
+            "XDP_TX unless the cache says otherwise at install"
+        );
         assert_eq!(CacheEntry::from_bytes(&b, false), Some(e));
-        let dr = entry_for(&decision(Mode::Dr, FlowState::Udp, 0), 1, 0).expect("dr");
+        let dr = entry_for(&decision(Mode::Dr, FlowState::Udp, 0), 1).expect("dr");
         assert_eq!(dr.action, CacheAction::Dr);
         assert_eq!(CacheEntry::from_bytes(&dr.bytes(), false), Some(dr));
     }
@@ -788,11 +907,11 @@ mod tests {
     #[test]
     fn tunnels_and_dr_return_are_not_cached() {
         let t = decision(Mode::Tunnel(crate::config::Encap::Ipip), FlowState::Udp, 0);
-        assert_eq!(entry_for(&t, 0, 0), None);
+        assert_eq!(entry_for(&t, 0), None);
         let r = Decision {
             reverse: true,
             ..decision(Mode::Dr, FlowState::Udp, 0)
         };
-        assert_eq!(entry_for(&r, 0, 0), None);
+        assert_eq!(entry_for(&r, 0), None);
     }
 }

@@ -32,6 +32,10 @@ pub trait FrameHandler: Send {
     /// nanoseconds, read once per batch.
     fn handle(&mut self, frame: &mut Frame<'_>, now_ns: u64) -> Action;
 
+    /// Called after each pass's frames were handed to the kernel (the tx kick), before the
+    /// next pass.
+    fn after_tx(&mut self) {}
+
     /// Called about every 10 ms whether or not frames flow, so the handler can pick up new
     /// tables or age its connection table without waiting for traffic.
     fn tick(&mut self, _now_ns: u64) {}

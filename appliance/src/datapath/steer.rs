@@ -237,7 +237,7 @@ impl Steer {
                     m.reuse_fd(fd)
                         .map_err(|e| bpf_err("sharing the flow cache maps", e))?;
                 }
-            } else if name == flowcache::MAP_CACHE {
+            } else if name == flowcache::MAP_CACHE4 || name == flowcache::MAP_CACHE6 {
                 m.set_max_entries(1)
                     .map_err(|e| bpf_err("sizing the unused flow cache", e))?;
             }

@@ -149,6 +149,7 @@ impl Worker {
             for p in &mut self.ports {
                 tx_waiting |= p.xsk.flush();
             }
+            self.handler.after_tx();
             local.publish(&self.counters);
             if busy {
                 continue;

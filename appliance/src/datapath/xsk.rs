@@ -534,11 +534,50 @@ pub fn kernel_stats(fd: RawFd) -> io::Result<KernelStats> {
     })
 }
 
-/// Receive queues of an interface from the driver (`ethtool -l`: rx + combined channels),
-/// asked through a socket so the answer comes from the calling thread's network namespace
-/// (sysfs answers for the namespace it was mounted in). `None` when the driver does not say.
-pub fn channel_count(ifname: &str) -> Option<u32> {
+/// Runs the ethtool ioctl whose request (starting with its `cmd` word) is `data` on
+/// `ifname`, through a socket so the answer comes from the calling thread's network
+/// namespace (sysfs answers for the namespace it was mounted in). False when it failed.
+///
+/// # Safety
+/// `data` must point to a live, writable ethtool request structure of the kind its `cmd`
+/// names, which the kernel fills.
+unsafe fn ethtool(ifname: &str, data: *mut libc::c_void) -> bool {
     const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    #[repr(C)]
+    struct IfreqData {
+        name: [libc::c_char; libc::IFNAMSIZ],
+        data: *mut libc::c_void,
+        // struct ifreq is 40 bytes on 64-bit Linux: name plus a 24-byte union.
+        _pad: [u8; 16],
+    }
+    let bytes = ifname.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return false;
+    }
+    let mut req = IfreqData {
+        name: [0; libc::IFNAMSIZ],
+        data,
+        _pad: [0; 16],
+    };
+    for (d, b) in req.name.iter_mut().zip(bytes) {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: creating a datagram socket has no preconditions; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: `req` is a live ifreq whose data pointer is the caller's request (see the
+    // function's contract); both outlive the call.
+    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &mut req as *mut IfreqData) };
+    // SAFETY: closes the socket opened above, once.
+    unsafe { libc::close(fd) };
+    rc == 0
+}
+
+/// Receive queues of an interface from the driver (`ethtool -l`: rx + combined channels),
+/// in the calling thread's network namespace. `None` when the driver does not say.
+pub fn channel_count(ifname: &str) -> Option<u32> {
     const ETHTOOL_GCHANNELS: u32 = 0x3c;
     #[repr(C)]
     #[derive(Default)]
@@ -553,44 +592,43 @@ pub fn channel_count(ifname: &str) -> Option<u32> {
         other_count: u32,
         combined_count: u32,
     }
-    #[repr(C)]
-    struct IfreqData {
-        name: [libc::c_char; libc::IFNAMSIZ],
-        data: *mut libc::c_void,
-        // struct ifreq is 40 bytes on 64-bit Linux: name plus a 24-byte union.
-        _pad: [u8; 16],
-    }
-    let bytes = ifname.as_bytes();
-    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
-        return None;
-    }
     let mut ch = EthtoolChannels {
         cmd: ETHTOOL_GCHANNELS,
         ..Default::default()
     };
-    let mut req = IfreqData {
-        name: [0; libc::IFNAMSIZ],
-        data: (&mut ch as *mut EthtoolChannels).cast(),
-        _pad: [0; 16],
-    };
-    for (d, b) in req.name.iter_mut().zip(bytes) {
-        *d = *b as libc::c_char;
-    }
-    // SAFETY: creating a datagram socket has no preconditions; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: `req` is a live ifreq whose data pointer refers to `ch`, a live
-    // ethtool_channels the kernel fills; both outlive the call.
-    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &mut req as *mut IfreqData) };
-    // SAFETY: closes the socket opened above, once.
-    unsafe { libc::close(fd) };
-    if rc != 0 {
+    // SAFETY: `ch` is a live ethtool_channels, the structure ETHTOOL_GCHANNELS fills.
+    if !unsafe { ethtool(ifname, (&mut ch as *mut EthtoolChannels).cast()) } {
         return None;
     }
     let n = ch.rx_count.saturating_add(ch.combined_count);
     (n > 0).then_some(n)
+}
+
+/// The interface's driver name (`ethtool -i`: "veth", "mlx5_core", ...), in the calling
+/// thread's network namespace. `None` when the ioctl fails.
+pub fn driver_name(ifname: &str) -> Option<String> {
+    const ETHTOOL_GDRVINFO: u32 = 0x3;
+    // struct ethtool_drvinfo: cmd, driver[32], version[32], fw_version[32], bus_info[32],
+    // erom_version[32], reserved2[12], then five u32 counts.
+    #[repr(C)]
+    struct EthtoolDrvinfo {
+        cmd: u32,
+        driver: [u8; 32],
+        rest: [u8; 32 * 4 + 12 + 4 * 5],
+    }
+    let mut info = EthtoolDrvinfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        rest: [0; 32 * 4 + 12 + 4 * 5],
+    };
+    // SAFETY: `info` is a live ethtool_drvinfo (196 bytes), the structure ETHTOOL_GDRVINFO
+    // fills.
+    if !unsafe { ethtool(ifname, (&mut info as *mut EthtoolDrvinfo).cast()) } {
+        return None;
+    }
+    let end = info.driver.iter().position(|b| *b == 0).unwrap_or(32);
+    let name = String::from_utf8_lossy(&info.driver[..end]).into_owned();
+    (!name.is_empty()).then_some(name)
 }
 
 /// Waits up to `timeout_ms` for any of `fds` to become readable; `Ok(true)` when one did.
