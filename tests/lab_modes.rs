@@ -9,12 +9,14 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use sluice::lab::{Lab, LabMode, LabOptions, exercise_vip, format_reports, http_get};
+use tui::api::{Client, Endpoint};
 
-fn start(scheduler: &str) -> Lab {
+fn start(scheduler: &str, flow_cache: Option<bool>) -> Lab {
     common::require_root();
     common::require_program("python3", "python3");
     let mut lab = Lab::build(LabOptions {
         scheduler: scheduler.into(),
+        flow_cache,
         ..LabOptions::default()
     })
     .unwrap_or_else(|e| panic!("lab: {e}"));
@@ -42,9 +44,20 @@ fn start(scheduler: &str) -> Lab {
     lab
 }
 
+/// With the XDP flow cache, the default: the kernel forwards what the engine decided.
 #[test]
 fn every_mode_and_family_forwards_http_and_udp() {
-    let mut lab = start("rr");
+    every_mode_and_family(None);
+}
+
+/// Pure AF_XDP: the engine forwards every frame.
+#[test]
+fn every_mode_and_family_forwards_http_and_udp_with_the_flow_cache_off() {
+    every_mode_and_family(Some(false));
+}
+
+fn every_mode_and_family(flow_cache: Option<bool>) {
+    let mut lab = start("rr", flow_cache);
     let stop = Arc::new(AtomicBool::new(false));
     let mut reports = Vec::new();
     for mode in LabMode::ALL {
@@ -80,6 +93,22 @@ fn every_mode_and_family_forwards_http_and_udp() {
             r.per_backend
         );
     }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let status = rt
+        .block_on(Client::new(Endpoint::Unix(lab.api_socket_at(0))).status())
+        .expect("status");
+    match (&status.flow_cache, flow_cache) {
+        (Some(c), None) => {
+            // Every mode's established frames (DR and NAT both ways) went through the kernel.
+            assert!(c.hits > 0, "the kernel forwarded nothing: {c:?}");
+            println!("MEASURE lab_modes flow cache: {c:?}");
+        }
+        (None, Some(false)) => {}
+        (c, _) => panic!("flow cache status {c:?} with flow_cache {flow_cache:?}"),
+    }
     assert!(
         lab.stop_appliance(),
         "sluice run did not exit cleanly on SIGTERM"
@@ -97,7 +126,7 @@ fn every_mode_and_family_forwards_http_and_udp() {
 
 #[test]
 fn maglev_spreads_and_icmp_echo_is_answered() {
-    let mut lab = start("maglev");
+    let mut lab = start("maglev", None);
     let stop = Arc::new(AtomicBool::new(false));
     let r = lab
         .from_client(move || exercise_vip(LabMode::Nat, false, 90, stop))

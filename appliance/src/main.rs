@@ -63,6 +63,9 @@ enum Command {
         /// quits (q).
         #[arg(long)]
         console: bool,
+        /// Run the appliances without the XDP flow cache (pure AF_XDP)
+        #[arg(long)]
+        no_flow_cache: bool,
     },
     /// Talk to the running appliance through its local API: status, VIPs, backends, drain,
     /// weights, reload, events.
@@ -199,6 +202,7 @@ fn main() -> ExitCode {
             appliances,
             no_bgp,
             console,
+            no_flow_cache,
         } => lab(sluice::lab::LabOptions {
             backends: usize::from(backends),
             requests,
@@ -206,6 +210,7 @@ fn main() -> ExitCode {
             appliances: Some(usize::from(appliances)),
             bgp: Some(!no_bgp),
             console,
+            flow_cache: no_flow_cache.then_some(false),
             ..Default::default()
         }),
         Command::Bench {

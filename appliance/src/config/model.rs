@@ -40,7 +40,7 @@ pub struct Appliance {
     /// Spin on the rings instead of sleeping in `poll` (burns a core per queue).
     pub busy_poll: bool,
     /// Forward established flows in the kernel from the XDP flow cache (the engine still
-    /// decides every flow); false is pure AF_XDP.
+    /// decides every flow); false is pure AF_XDP. On by default.
     pub flow_cache: bool,
     /// Pin worker threads to CPUs (worker i to CPU i modulo the CPU count).
     pub pin_workers: bool,

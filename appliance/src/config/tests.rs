@@ -641,14 +641,19 @@ fn bgp_bfd_and_graceful_restart_reach_the_speaker_config() {
 }
 
 #[test]
-fn flow_cache_is_off_by_default_and_switches_on() {
+fn flow_cache_is_on_by_default_and_switches_off() {
     let c = Config::from_toml_str(BASE).expect("base");
-    assert!(!c.appliance.flow_cache);
-    let on = BASE.replace(
+    assert!(c.appliance.flow_cache);
+    let off = BASE.replace(
         "interfaces = [\"eth0\"]",
-        "interfaces = [\"eth0\"]\nflow_cache = true",
+        "interfaces = [\"eth0\"]\nflow_cache = false",
     );
-    assert!(Config::from_toml_str(&on).expect("on").appliance.flow_cache);
+    assert!(
+        !Config::from_toml_str(&off)
+            .expect("off")
+            .appliance
+            .flow_cache
+    );
     let bad = BASE.replace(
         "interfaces = [\"eth0\"]",
         "interfaces = [\"eth0\"]\nflow_cache = \"yes\"",

@@ -148,7 +148,7 @@ fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Appliance> {
     let busy_poll = t.bool("busy_poll", errs).unwrap_or(false);
     // Off until the cache has run through the lab tests on real deployments: on is the
     // fast path, off is the engine alone, whose behaviour every test already pins down.
-    let flow_cache = t.bool("flow_cache", errs).unwrap_or(false);
+    let flow_cache = t.bool("flow_cache", errs).unwrap_or(true);
     let pin_workers = t.bool("pin_workers", errs).unwrap_or(false);
     let umem_frames = t.int("umem_frames", 256..=1 << 20, errs).unwrap_or(8192) as u32;
     let ring_size = t.int("ring_size", 64..=1 << 16, errs).unwrap_or(2048) as u32;

@@ -151,6 +151,8 @@ pub struct LabOptions {
     /// After the traffic report, open `sluice console` on lb1 (with light background
     /// traffic) and keep the lab up until the console quits.
     pub console: bool,
+    /// `[appliance] flow_cache` in every appliance's config; `None` leaves the default (on).
+    pub flow_cache: Option<bool>,
 }
 
 impl Default for LabOptions {
@@ -164,6 +166,7 @@ impl Default for LabOptions {
             appliances: None,
             bgp: None,
             console: false,
+            flow_cache: None,
         }
     }
 }
@@ -593,10 +596,14 @@ impl Lab {
     /// `[bgp]` section peering with the router from its LAN address.
     pub fn config_for(&self, k: usize, api_socket: &Path) -> String {
         let mut s = String::new();
+        let flow_cache = match self.options.flow_cache {
+            Some(on) => format!("flow_cache = {on}\n"),
+            None => String::new(),
+        };
         let _ = writeln!(
             s,
             "[appliance]\nname = \"lab-lb{}\"\ninterfaces = [\"eth0\"]\nxdp_mode = \"auto\"\n\
-             umem_frames = 4096\nring_size = 1024\nconntrack_capacity = 65536\n\n\
+             umem_frames = 4096\nring_size = 1024\nconntrack_capacity = 65536\n{flow_cache}\n\
              [api]\nsocket = \"{}\"\nmetrics = \"\"\n",
             k + 1,
             api_socket.display()
