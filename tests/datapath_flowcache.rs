@@ -32,6 +32,31 @@ fn enter(ns: &str) {
         .unwrap_or_else(|e| panic!("setns {ns}: {e}"));
 }
 
+/// A namespace holding the golden tables' egress interfaces: lo is index 1
+/// (golden::UPLINK) and a veth is made index 2 (golden::BACKENDS). The cache only installs
+/// entries toward interfaces it can send on, and its egress map only takes ones that exist.
+fn golden_netns(tag: &str) -> Netns {
+    let ns = Netns::new(tag);
+    ns.run(&[
+        "ip", "link", "add", "hxd2", "index", "2", "type", "veth", "peer", "name", "hxd3", "index",
+        "3",
+    ]);
+    ns.run(&["ip", "link", "set", "hxd2", "up"]);
+    ns
+}
+
+/// A flow cache sending on both golden interfaces (call it inside [`golden_netns`]).
+fn golden_cache() -> FlowCache {
+    let cache = FlowCache::create(1024).expect("flow cache maps (root?)");
+    cache
+        .add_egress(0, golden::UPLINK, Hairpin::XdpTx)
+        .expect("egress lo");
+    cache
+        .add_egress(1, golden::BACKENDS, Hairpin::XdpTx)
+        .expect("egress hxd2");
+    cache
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter()
         .map(|x| format!("{x:02x}"))
@@ -175,27 +200,17 @@ fn run_one(
 #[test]
 fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
     require_root();
-    // The cache's egress map only takes interfaces that exist: lo is 1 (golden::UPLINK) and
-    // a veth gets index 2 (golden::BACKENDS).
-    let ns = Netns::new("hx-p");
-    ns.run(&[
-        "ip", "link", "add", "hxd2", "index", "2", "type", "veth", "peer", "name", "hxd3", "index",
-        "3",
-    ]);
-    ns.run(&["ip", "link", "set", "hxd2", "up"]);
+    let ns = golden_netns("hx-p");
     let name = ns.name.clone();
     let tallies = thread::spawn(move || {
         enter(&name);
-        let cache = FlowCache::create(1024).expect("flow cache maps (root?)");
+        let cache = golden_cache();
         let steer = Steer::load_with_cache(Some(&cache)).expect("load with cache");
-        cache
-            .add_egress(golden::BACKENDS, Hairpin::XdpTx)
-            .expect("egress hxd2");
         // Hits that leave where they came in: XDP_TX (real NICs), then a redirect (veth).
         let mut tallies = Vec::new();
         for hairpin in [Hairpin::XdpTx, Hairpin::Redirect] {
             cache
-                .add_egress(golden::UPLINK, hairpin)
+                .add_egress(0, golden::UPLINK, hairpin)
                 .expect("egress lo");
             let hits_before = cache.counters().hits;
             let (t, mut ct, mut st) = golden::setup();
@@ -309,8 +324,11 @@ fn install_golden(cache: &FlowCache, t: &sluice::lb::Tables) -> usize {
 #[test]
 fn a_commit_evicts_exactly_the_flows_the_engine_would_move() {
     require_root();
-    let tally = thread::spawn(|| {
-        let cache = FlowCache::create(1024).expect("flow cache maps (root?)");
+    let ns = golden_netns("hx-c");
+    let name = ns.name.clone();
+    let tally = thread::spawn(move || {
+        enter(&name);
+        let cache = golden_cache();
         let c = golden::config();
         let t = golden_tables(&c, 1);
         let installed = install_golden(&cache, &t);
@@ -829,7 +847,18 @@ fn engine(
 #[test]
 fn workers_install_refresh_age_and_close_their_entries() {
     require_root();
-    let cache = std::sync::Arc::new(FlowCache::create(1024).expect("flow cache maps (root?)"));
+    let ns = golden_netns("hx-w");
+    let name = ns.name.clone();
+    thread::spawn(move || {
+        enter(&name);
+        workers_install_refresh_age_and_close(golden_cache());
+    })
+    .join()
+    .expect("worker thread");
+}
+
+fn workers_install_refresh_age_and_close(cache: FlowCache) {
+    let cache = std::sync::Arc::new(cache);
     let mut wc = flowcache::WorkerCache::new(std::sync::Arc::clone(&cache));
     let (t, mut ct, mut st) = golden::setup();
     let fx = golden::fixtures();
@@ -852,6 +881,15 @@ fn workers_install_refresh_age_and_close_their_entries() {
     assert_eq!(wc.installs, 1);
 
     assert_eq!(installed.last_seen, 0, "installed without a hit");
+    let nowhere = flowcache::CacheEntry {
+        ifindex: 4242,
+        ..installed
+    };
+    assert!(
+        cache.install(&d.key, &nowhere).is_err(),
+        "an entry toward an interface the cache cannot send on is refused"
+    );
+    assert_eq!(cache.get(&d.key), Some(installed), "and changes nothing");
 
     // The kernel forwards it (its hits move last_seen, the kernel's jiffies) for longer than
     // the UDP timeout: every walk that sees it moved keeps the flow alive in the table.

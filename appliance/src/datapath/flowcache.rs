@@ -19,7 +19,7 @@
 //! worker tick    -> a last_seen that moved refreshes the connection table (ageing)
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -47,6 +47,8 @@ pub const KEY6_LEN: usize = 40;
 pub const ENTRY_LEN: usize = 72;
 /// Offset of `cache_val.tx`: how a hit leaving through its ingress interface is sent.
 const TX_OFFSET: usize = 66;
+/// Offset of `cache_val.tx_port`: the egress interface's slot in `tx_ports`.
+const TX_PORT_OFFSET: usize = 67;
 /// `cache_val.tx`: send with a DEVMAP redirect instead of XDP_TX (see [`Hairpin`]).
 const TX_REDIRECT: u8 = 1;
 
@@ -349,8 +351,8 @@ pub struct FlowCache {
     counters: MapHandle,
     tx_ports: MapHandle,
     slots: Mutex<HashMap<BackendId, u32>>,
-    /// Egress interfaces whose hairpin hits are redirected ([`Hairpin::Redirect`]).
-    redirect_hairpin: RwLock<HashSet<u32>>,
+    /// Egress interfaces by ifindex: their slot in `tx_ports` and how hairpins are sent.
+    egress: RwLock<HashMap<u32, (u8, Hairpin)>>,
 }
 
 impl std::fmt::Debug for FlowCache {
@@ -392,14 +394,14 @@ impl FlowCache {
             stats: create(MapType::PercpuArray, MAP_STATS, 4, 16, STAT_SLOTS)?,
             counters: create(MapType::PercpuArray, MAP_COUNTERS, 4, 8, 3)?,
             tx_ports: create(
-                MapType::DevmapHash,
+                MapType::Devmap,
                 MAP_TX_PORTS,
                 4,
                 4,
                 super::steer::MAX_INTERFACES,
             )?,
             slots: Mutex::new(HashMap::new()),
-            redirect_hairpin: RwLock::new(HashSet::new()),
+            egress: RwLock::new(HashMap::new()),
         })
     }
 
@@ -419,27 +421,29 @@ impl FlowCache {
         }
     }
 
-    /// Lets hits leave through `ifindex` (a datapath interface); `hairpin` says how the
-    /// ones that arrived there too are sent.
-    pub fn add_egress(&self, ifindex: u32, hairpin: Hairpin) -> Result<(), DatapathError> {
-        {
-            let mut r = self
-                .redirect_hairpin
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
-            if hairpin == Hairpin::Redirect {
-                r.insert(ifindex);
-            } else {
-                r.remove(&ifindex);
-            }
-        }
+    /// Lets hits leave through `ifindex` (a datapath interface), the interface of `slot`
+    /// (below [`super::steer::MAX_INTERFACES`]); `hairpin` says how the ones that arrived
+    /// there too are sent.
+    pub fn add_egress(
+        &self,
+        slot: u32,
+        ifindex: u32,
+        hairpin: Hairpin,
+    ) -> Result<(), DatapathError> {
+        let port = u8::try_from(slot)
+            .ok()
+            .filter(|s| u32::from(*s) < super::steer::MAX_INTERFACES)
+            .ok_or_else(|| {
+                DatapathError::Bpf(format!("flow cache egress slot {slot} out of range"))
+            })?;
         self.tx_ports
-            .update(
-                &ifindex.to_ne_bytes(),
-                &ifindex.to_ne_bytes(),
-                MapFlags::ANY,
-            )
-            .map_err(|e| map_err("adding an egress interface to the flow cache", e))
+            .update(&slot.to_ne_bytes(), &ifindex.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| map_err("adding an egress interface to the flow cache", e))?;
+        self.egress
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ifindex, (port, hairpin));
+        Ok(())
     }
 
     /// The counter slot of (VIP name, backend address, port); slot 0 when all are taken.
@@ -463,14 +467,24 @@ impl FlowCache {
     }
 
     /// Installs (or replaces) the entry of the frames carrying `key`.
+    /// Refuses an entry whose egress was never added ([`FlowCache::add_egress`]): the
+    /// kernel could not send its hits.
     pub fn install(&self, key: &FlowKey, entry: &CacheEntry) -> Result<(), DatapathError> {
         let mut value = entry.bytes();
-        if self
-            .redirect_hairpin
+        let Some((port, hairpin)) = self
+            .egress
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&entry.ifindex)
-        {
+            .get(&entry.ifindex)
+            .copied()
+        else {
+            return Err(DatapathError::Bpf(format!(
+                "flow cache entry toward ifindex {}, not a datapath interface",
+                entry.ifindex
+            )));
+        };
+        value[TX_PORT_OFFSET] = port;
+        if hairpin == Hairpin::Redirect {
             value[TX_OFFSET] = TX_REDIRECT;
         }
         self.map(key.v6)

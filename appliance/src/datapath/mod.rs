@@ -304,11 +304,11 @@ impl Datapath {
 
         let mut steer = Steer::load_with_cache(cache.as_deref())?;
         if let Some(c) = &cache {
-            for (name, ifindex, _) in &ifaces {
+            for (slot, (name, ifindex, _)) in ifaces.iter().enumerate() {
                 let driver = xsk::driver_name(name);
                 let hairpin = flowcache::Hairpin::for_driver(driver.as_deref());
                 tracing::info!(interface = %name, driver = driver.as_deref().unwrap_or("?"), hairpin = ?hairpin, "flow cache egress");
-                c.add_egress(*ifindex, hairpin)?;
+                c.add_egress(slot as u32, *ifindex, hairpin)?;
             }
         }
         steer.set_host_addresses(&host_addresses())?;

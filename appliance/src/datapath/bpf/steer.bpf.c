@@ -284,7 +284,8 @@ struct cache_val {
 	__u8 action;
 	__u8 flags;
 	__u8 tx;
-	__u8 pad[5];
+	__u8 tx_port;  // the egress's slot in tx_ports
+	__u8 pad[4];
 };
 
 struct {
@@ -317,8 +318,9 @@ struct {
 	__type(value, struct cache_stat);
 } cache_stats SEC(".maps");
 
+// Egress interfaces by interface slot: an array, no hashing on the way out.
 struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
 	__uint(max_entries, MAX_INTERFACES);
 	__type(key, __u32);
 	__type(value, __u32);
@@ -380,22 +382,28 @@ static __always_inline __u64 not32(__u32 v)
 
 // The L4 checksum patch of L4Csum::patch_delta: an absent IPv4 UDP checksum stays absent and
 // a computed zero becomes 0xffff there.
+//
+// The arithmetic runs on the words as they sit in the frame, without byte swaps: a one's-
+// complement sum of byte-swapped words is the byte-swapped sum (RFC 1071, 2.(B)), so the
+// bytes written are the ones lb::process writes from host-order arithmetic (the golden
+// fixtures check it).
 static __always_inline void patch_l4(__be16 *csum, __u64 delta, int udp4)
 {
-	__u16 old = bpf_ntohs(*csum);
+	__u16 old = *csum;
 	if (udp4 && old == 0)
 		return;
 	__u16 c = ~fold64(not16(old) + delta);
 	if (udp4 && c == 0)
 		c = 0xffff;
-	*csum = bpf_htons(c);
+	*csum = c;
 }
 
+// Writes `new_port` over `port`; returns the checksum delta (as loaded, like patch_l4).
 static __always_inline __u64 swap_port(__be16 *port, __be16 new_port)
 {
-	__u16 old = bpf_ntohs(*port);
+	__u16 old = *port;
 	*port = new_port;
-	return not16(old) + bpf_ntohs(new_port);
+	return not16(old) + (__u16)new_port;
 }
 
 static __always_inline void count_stat(__u32 slot, __u64 bytes)
@@ -407,179 +415,38 @@ static __always_inline void count_stat(__u32 slot, __u64 bytes)
 	}
 }
 
-// Returns an XDP action when the cache forwards the frame, -1 to fall through.
-static __always_inline int cache_forward(struct xdp_md *ctx)
+// The L4 header of a cacheable frame with `avail` bytes after the IP header: its checksum
+// field, or NULL for what the cache leaves to the engine (not TCP/UDP, bad lengths, and TCP
+// SYN/FIN/RST: handshake and teardown move the engine's connection state).
+static __always_inline __be16 *l4_csum(__u8 *l4, void *end, __u8 proto, __u32 avail)
 {
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = (void *)(eth + 1);
-	struct ipv6hdr *ip6 = (void *)(eth + 1);
-	struct cache_val *v;
-	__be16 *ports;
-	__be16 *csum;
-	__u8 *ttl;
-	__u8 proto;
-	int v4, udp4 = 0;
-	__u32 avail;
-
-	if ((void *)(eth + 1) > end)
-		return -1;
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		v4 = 1;
-		if ((void *)(ip + 1) > end)
-			return -1;
-		if (ip->version != 4 || ip->ihl != 5)
-			return -1;
-		if (ip->frag_off & bpf_htons(0x3fff))
-			return -1;
-		__u32 tot = bpf_ntohs(ip->tot_len);
-		if (tot < 20 || (void *)ip + tot > end)
-			return -1;
-		// The engine drops a bad header checksum; leave that to it.
-		__u16 *w = (void *)ip;
-		__u64 sum = 0;
-#pragma unroll
-		for (int i = 0; i < 10; i++)
-			sum += bpf_ntohs(w[i]);
-		if (fold64(sum) != 0xffff)
-			return -1;
-		proto = ip->protocol;
-		ttl = &ip->ttl;
-		avail = tot - 20;
-		udp4 = proto == IPPROTO_UDP;
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		v4 = 0;
-		if ((void *)(ip6 + 1) > end)
-			return -1;
-		if (ip6->version != 6)
-			return -1;
-		avail = bpf_ntohs(ip6->payload_len);
-		if ((void *)(ip6 + 1) + avail > end)
-			return -1;
-		proto = ip6->nexthdr;
-		ttl = &ip6->hop_limit;
-	} else {
-		return -1;
-	}
-
-	void *l4 = data + sizeof(struct ethhdr) + (v4 ? 20 : 40);
 	if (proto == IPPROTO_TCP) {
-		__u8 *th = l4;
-		if (avail < 20 || (void *)(th + 20) > end)
-			return -1;
-		__u32 doff = (th[12] >> 4) * 4;
+		if (avail < 20 || (void *)(l4 + 20) > end)
+			return NULL;
+		__u32 doff = (l4[12] >> 4) * 4;
 		if (doff < 20 || doff > avail)
-			return -1;
-		// Handshake and teardown move the engine's connection state: its business.
-		if (th[13] & (TCP_SYN | TCP_FIN | TCP_RST))
-			return -1;
-		csum = (__be16 *)(th + 16);
-	} else if (proto == IPPROTO_UDP) {
-		__u8 *uh = l4;
-		if (avail < 8 || (void *)(uh + 8) > end)
-			return -1;
-		__u32 ulen = ((__u32)uh[4] << 8) | uh[5];
+			return NULL;
+		if (l4[13] & (TCP_SYN | TCP_FIN | TCP_RST))
+			return NULL;
+		return (__be16 *)(l4 + 16);
+	}
+	if (proto == IPPROTO_UDP) {
+		if (avail < 8 || (void *)(l4 + 8) > end)
+			return NULL;
+		__u32 ulen = ((__u32)l4[4] << 8) | l4[5];
 		if (ulen < 8 || ulen > avail)
-			return -1;
-		csum = (__be16 *)(uh + 6);
-	} else {
-		return -1;
+			return NULL;
+		return (__be16 *)(l4 + 6);
 	}
-	ports = l4;
+	return NULL;
+}
 
-	// Both headers were bounds-checked above, but the verifier keeps the shorter range of
-	// the two families here: check again (free, and the key copies need it).
-	if ((void *)(ip6 + 1) > end && !v4)
-		return -1;
-	if ((void *)(ip + 1) > end)
-		return -1;
-	if (v4) {
-		struct cache_key4 k = {
-			.src = ip->saddr,
-			.dst = ip->daddr,
-			.sport = ports[0],
-			.dport = ports[1],
-			.proto = proto,
-		};
-		v = bpf_map_lookup_elem(&flow_cache4, &k);
-	} else {
-		struct cache_key6 k;
-		__builtin_memset(&k, 0, sizeof(k));
-		__builtin_memcpy(k.src, &ip6->saddr, 16);
-		__builtin_memcpy(k.dst, &ip6->daddr, 16);
-		k.sport = ports[0];
-		k.dport = ports[1];
-		k.proto = proto;
-		v = bpf_map_lookup_elem(&flow_cache6, &k);
-	}
-	if (!v)
-		return -1;
-
-	if (v->action == ACT_NAT) {
-		if (*ttl <= 1)
-			return -1;
-		__u64 l4_acc = 0;
-		if (v4) {
-			__be16 *tw = (__be16 *)&ip->ttl; // TTL and protocol
-			__u16 old = bpf_ntohs(*tw);
-			__u16 nw = old - 0x100;
-			__u64 ip_acc = not16(old) + nw;
-			*tw = bpf_htons(nw);
-			if (v->flags & SET_SRC) {
-				__u32 o = bpf_ntohl(ip->saddr);
-				__u32 n;
-				__builtin_memcpy(&n, v->new_src, 4);
-				ip->saddr = n;
-				__u64 d = not32(o) + bpf_ntohl(n);
-				ip_acc += d;
-				l4_acc += d;
-			}
-			if (v->flags & SET_DST) {
-				__u32 o = bpf_ntohl(ip->daddr);
-				__u32 n;
-				__builtin_memcpy(&n, v->new_dst, 4);
-				ip->daddr = n;
-				__u64 d = not32(o) + bpf_ntohl(n);
-				ip_acc += d;
-				l4_acc += d;
-			}
-			__u16 c = bpf_ntohs(ip->check);
-			ip->check = bpf_htons((__u16)~fold64(not16(c) + ip_acc));
-		} else {
-			if ((void *)(ip6 + 1) > end)
-				return -1;
-			ip6->hop_limit -= 1;
-			if (v->flags & SET_SRC) {
-				__u32 *a = (__u32 *)&ip6->saddr;
-				__u32 *n = (__u32 *)v->new_src;
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					l4_acc += not32(bpf_ntohl(a[i])) + bpf_ntohl(n[i]);
-					a[i] = n[i];
-				}
-			}
-			if (v->flags & SET_DST) {
-				__u32 *a = (__u32 *)&ip6->daddr;
-				__u32 *n = (__u32 *)v->new_dst;
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					l4_acc += not32(bpf_ntohl(a[i])) + bpf_ntohl(n[i]);
-					a[i] = n[i];
-				}
-			}
-		}
-		if (v->flags & SET_SRC)
-			l4_acc += swap_port(&ports[0], v->new_sport);
-		if (v->flags & SET_DST)
-			l4_acc += swap_port(&ports[1], v->new_dport);
-		patch_l4(csum, l4_acc, udp4);
-	} else if (v->action != ACT_DR) {
-		return -1;
-	}
+// After the rewrite: MACs, activity, counters, and out.
+static __always_inline int cache_send(struct xdp_md *ctx, struct ethhdr *eth,
+				      struct cache_val *v, __u64 len)
+{
 	__builtin_memcpy(eth->h_dest, v->dst_mac, 6);
 	__builtin_memcpy(eth->h_source, v->src_mac, 6);
-
 	// Activity for the workers' ageing (flowcache.rs `WorkerCache::tick`): jiffies is a
 	// plain load (the verifier inlines the helper; bpf_ktime_get_coarse_ns is a call, 2 ns a
 	// hit), and a busy flow dirties its entry once a tick, not every frame.
@@ -587,15 +454,156 @@ static __always_inline int cache_forward(struct xdp_md *ctx)
 	if (v->last_seen != now)
 		v->last_seen = now;
 	// Hits are the sum of the slots' packets: one per-CPU counter per hit, not two.
-	count_stat(v->stat, (__u64)(end - data));
+	count_stat(v->stat, len);
 	if (v->ifindex == ctx->ingress_ifindex && v->tx == TX_XDP_TX)
 		return XDP_TX;
-	int act = bpf_redirect_map(&tx_ports, v->ifindex, 0);
+	int act = bpf_redirect_map(&tx_ports, v->tx_port, 0);
 	if (act != XDP_REDIRECT) {
 		cache_count(CC_NO_EGRESS);
 		return XDP_DROP;
 	}
 	return act;
+}
+
+// IPv4: returns an XDP action when the cache forwards the frame, -1 to fall through.
+static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *end)
+{
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+
+	if ((void *)(ip + 1) > end)
+		return -1;
+	// Version 4 without options (IHL 5): one byte, 0x45.
+	if (*(__u8 *)ip != 0x45)
+		return -1;
+	if (ip->frag_off & bpf_htons(0x3fff))
+		return -1;
+	__u32 tot = bpf_ntohs(ip->tot_len);
+	if (tot < 20 || (void *)ip + tot > end)
+		return -1;
+	// The engine drops a bad header checksum; leave that to it. One's-complement sums do
+	// not care about byte order, so the words are summed as loaded.
+	__u32 *w = (void *)ip;
+	if (fold64((__u64)w[0] + w[1] + w[2] + w[3] + w[4]) != 0xffff)
+		return -1;
+	__u8 proto = ip->protocol;
+	__u8 *l4 = (void *)(ip + 1);
+	__be16 *csum = l4_csum(l4, end, proto, tot - 20);
+	if (!csum)
+		return -1;
+	__be16 *ports = (__be16 *)l4;
+	if ((void *)(ports + 2) > end)
+		return -1;
+	struct cache_key4 k = {
+		.src = ip->saddr,
+		.dst = ip->daddr,
+		.sport = ports[0],
+		.dport = ports[1],
+		.proto = proto,
+	};
+	struct cache_val *v = bpf_map_lookup_elem(&flow_cache4, &k);
+	if (!v)
+		return -1;
+
+	if (v->action == ACT_NAT) {
+		if (ip->ttl <= 1)
+			return -1;
+		// Sums as loaded (see patch_l4). TTL is the first byte of its 16-bit word with the
+		// protocol: one less TTL is that word minus htons(0x100).
+		__u64 l4_acc = 0;
+		__u16 *tw = (__u16 *)&ip->ttl;
+		__u16 old = *tw;
+		__u16 nw = old - bpf_htons(0x100);
+		__u64 ip_acc = not16(old) + nw;
+		*tw = nw;
+		if (v->flags & SET_SRC) {
+			__u32 o = ip->saddr;
+			__u32 n;
+			__builtin_memcpy(&n, v->new_src, 4);
+			ip->saddr = n;
+			__u64 d = not32(o) + n;
+			ip_acc += d;
+			l4_acc += d + swap_port(&ports[0], v->new_sport);
+		}
+		if (v->flags & SET_DST) {
+			__u32 o = ip->daddr;
+			__u32 n;
+			__builtin_memcpy(&n, v->new_dst, 4);
+			ip->daddr = n;
+			__u64 d = not32(o) + n;
+			ip_acc += d;
+			l4_acc += d + swap_port(&ports[1], v->new_dport);
+		}
+		ip->check = (__u16)~fold64(not16(ip->check) + ip_acc);
+		patch_l4(csum, l4_acc, proto == IPPROTO_UDP);
+	} else if (v->action != ACT_DR) {
+		return -1;
+	}
+	return cache_send(ctx, eth, v, (__u64)(end - data));
+}
+
+// IPv6 (no extension headers): as cache_forward4.
+static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *end)
+{
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+	if ((void *)(ip6 + 1) > end)
+		return -1;
+	if (ip6->version != 6)
+		return -1;
+	__u32 avail = bpf_ntohs(ip6->payload_len);
+	if ((void *)(ip6 + 1) + avail > end)
+		return -1;
+	__u8 proto = ip6->nexthdr;
+	__u8 *l4 = (void *)(ip6 + 1);
+	__be16 *csum = l4_csum(l4, end, proto, avail);
+	if (!csum)
+		return -1;
+	__be16 *ports = (__be16 *)l4;
+	if ((void *)(ports + 2) > end)
+		return -1;
+	struct cache_key6 k;
+	__builtin_memset(&k, 0, sizeof(k));
+	__builtin_memcpy(k.src, &ip6->saddr, 16);
+	__builtin_memcpy(k.dst, &ip6->daddr, 16);
+	k.sport = ports[0];
+	k.dport = ports[1];
+	k.proto = proto;
+	struct cache_val *v = bpf_map_lookup_elem(&flow_cache6, &k);
+	if (!v)
+		return -1;
+
+	if (v->action == ACT_NAT) {
+		if (ip6->hop_limit <= 1)
+			return -1;
+		__u64 l4_acc = 0;
+		ip6->hop_limit -= 1;
+		if (v->flags & SET_SRC) {
+			__u32 *a = (__u32 *)&ip6->saddr;
+			__u32 *n = (__u32 *)v->new_src;
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				l4_acc += not32(a[i]) + n[i];
+				a[i] = n[i];
+			}
+			l4_acc += swap_port(&ports[0], v->new_sport);
+		}
+		if (v->flags & SET_DST) {
+			__u32 *a = (__u32 *)&ip6->daddr;
+			__u32 *n = (__u32 *)v->new_dst;
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				l4_acc += not32(a[i]) + n[i];
+				a[i] = n[i];
+			}
+			l4_acc += swap_port(&ports[1], v->new_dport);
+		}
+		patch_l4(csum, l4_acc, 0);
+	} else if (v->action != ACT_DR) {
+		return -1;
+	}
+	return cache_send(ctx, eth, v, (__u64)(end - data));
 }
 
 SEC("xdp")
@@ -606,7 +614,16 @@ int sluice_steer(struct xdp_md *ctx)
 	int owned = 0;
 
 	if (cache_on) {
-		int act = cache_forward(ctx);
+		void *data = (void *)(long)ctx->data;
+		void *end = (void *)(long)ctx->data_end;
+		struct ethhdr *eth = data;
+		int act = -1;
+		if ((void *)(eth + 1) <= end) {
+			if (eth->h_proto == bpf_htons(ETH_P_IP))
+				act = cache_forward4(ctx, data, end);
+			else if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+				act = cache_forward6(ctx, data, end);
+		}
 		if (act >= 0)
 			return act;
 	}
