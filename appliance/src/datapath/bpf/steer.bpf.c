@@ -406,6 +406,33 @@ static __always_inline __u64 swap_port(__be16 *port, __be16 new_port)
 	return not16(old) + (__u16)new_port;
 }
 
+// Writes a new IPv4 address and port over a frame's; adds the changes to the IP header's
+// and the L4 checksum's sums (as loaded, see patch_l4).
+static __always_inline void set_addr4(__be32 *addr, const __u8 *new_addr, __be16 *port,
+				      __be16 new_port, __u64 *ip_acc, __u64 *l4_acc)
+{
+	__u32 o = *addr;
+	__u32 n;
+	__builtin_memcpy(&n, new_addr, 4);
+	*addr = n;
+	__u64 d = not32(o) + n;
+	*ip_acc += d;
+	*l4_acc += d + swap_port(port, new_port);
+}
+
+// The same for an IPv6 address (no header checksum).
+static __always_inline void set_addr6(__u32 *addr, const __u8 *new_addr, __be16 *port,
+				      __be16 new_port, __u64 *l4_acc)
+{
+	const __u32 *n = (const __u32 *)new_addr;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		*l4_acc += not32(addr[i]) + n[i];
+		addr[i] = n[i];
+	}
+	*l4_acc += swap_port(port, new_port);
+}
+
 static __always_inline void count_stat(__u32 slot, __u64 bytes)
 {
 	struct cache_stat *st = bpf_map_lookup_elem(&cache_stats, &slot);
@@ -516,24 +543,10 @@ static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *
 		__u16 nw = old - bpf_htons(0x100);
 		__u64 ip_acc = not16(old) + nw;
 		*tw = nw;
-		if (v->flags & SET_SRC) {
-			__u32 o = ip->saddr;
-			__u32 n;
-			__builtin_memcpy(&n, v->new_src, 4);
-			ip->saddr = n;
-			__u64 d = not32(o) + n;
-			ip_acc += d;
-			l4_acc += d + swap_port(&ports[0], v->new_sport);
-		}
-		if (v->flags & SET_DST) {
-			__u32 o = ip->daddr;
-			__u32 n;
-			__builtin_memcpy(&n, v->new_dst, 4);
-			ip->daddr = n;
-			__u64 d = not32(o) + n;
-			ip_acc += d;
-			l4_acc += d + swap_port(&ports[1], v->new_dport);
-		}
+		if (v->flags & SET_SRC)
+			set_addr4(&ip->saddr, v->new_src, &ports[0], v->new_sport, &ip_acc, &l4_acc);
+		if (v->flags & SET_DST)
+			set_addr4(&ip->daddr, v->new_dst, &ports[1], v->new_dport, &ip_acc, &l4_acc);
 		ip->check = (__u16)~fold64(not16(ip->check) + ip_acc);
 		patch_l4(csum, l4_acc, proto == IPPROTO_UDP);
 	} else if (v->action != ACT_DR) {
@@ -579,26 +592,10 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 			return -1;
 		__u64 l4_acc = 0;
 		ip6->hop_limit -= 1;
-		if (v->flags & SET_SRC) {
-			__u32 *a = (__u32 *)&ip6->saddr;
-			__u32 *n = (__u32 *)v->new_src;
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				l4_acc += not32(a[i]) + n[i];
-				a[i] = n[i];
-			}
-			l4_acc += swap_port(&ports[0], v->new_sport);
-		}
-		if (v->flags & SET_DST) {
-			__u32 *a = (__u32 *)&ip6->daddr;
-			__u32 *n = (__u32 *)v->new_dst;
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				l4_acc += not32(a[i]) + n[i];
-				a[i] = n[i];
-			}
-			l4_acc += swap_port(&ports[1], v->new_dport);
-		}
+		if (v->flags & SET_SRC)
+			set_addr6((__u32 *)&ip6->saddr, v->new_src, &ports[0], v->new_sport, &l4_acc);
+		if (v->flags & SET_DST)
+			set_addr6((__u32 *)&ip6->daddr, v->new_dst, &ports[1], v->new_dport, &l4_acc);
 		patch_l4(csum, l4_acc, 0);
 	} else if (v->action != ACT_DR) {
 		return -1;
