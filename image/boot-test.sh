@@ -17,6 +17,8 @@
 # screen on the serial line (`sluice console`, replayed through a terminal emulator, pyte);
 # on any failure prints the console log. Removes the namespaces (and
 # with them the tap), qemu, BIRD and the backend on exit.
+# SLUICE_BOOT_APPEND adds kernel arguments, e.g. systemd.journald.forward_to_console=1 to
+# see why sluice.service failed (its log on the serial console).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -202,7 +204,7 @@ print(next(p["uuid"] for p in parts if p["type"].upper() == "4F68BCE3-E8CD-4DB1-
 credential=$(base64 -w0 "$work/sluice.toml")
 cmdline="root=PARTUUID=${root_uuid,,} rw console=tty1 console=ttyS0,115200 net.ifnames=0"
 cmdline+=" loglevel=4 systemd.show_status=true"
-cmdline+=" systemd.firstboot=off sluice.config=$credential"
+cmdline+=" systemd.firstboot=off sluice.config=$credential ${SLUICE_BOOT_APPEND:-}"
 
 echo "boot-test: booting under $accel (timeout ${boot_timeout}s)"
 start=$(date +%s.%N)
@@ -224,7 +226,7 @@ while :; do
     fi
     kill -0 "$qemu_pid" 2>/dev/null || { cat "$work/qemu.out" >&2; fail "qemu exited before sluice.service was ready"; }
     if [ -f "$console" ] && grep -aqE "Failed to start .{0,16}sluice\.service" "$console"; then
-        fail "sluice.service failed to start (see the console log)"
+        fail "sluice.service failed to start (see the console log; rerun with SLUICE_BOOT_APPEND=systemd.journald.forward_to_console=1 for its own log)"
     fi
     python3 -c "import sys; sys.exit(0 if $now - $start < $boot_timeout else 1)" ||
         fail "sluice.service not ready within ${boot_timeout}s"

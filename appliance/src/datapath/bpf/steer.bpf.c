@@ -506,6 +506,10 @@ static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *
 	if (ip->frag_off & bpf_htons(0x3fff))
 		return -1;
 	__u32 tot = bpf_ntohs(ip->tot_len);
+	// Older verifiers (6.12) lose a value's bounds through the byte swap, then refuse the
+	// pointer arithmetic below; the mask (kept by the barrier) gives them back.
+	barrier_var(tot);
+	tot &= 0xffff;
 	if (tot < 20 || (void *)ip + tot > end)
 		return -1;
 	// The engine drops a bad header checksum; leave that to it. One's-complement sums do
@@ -566,6 +570,8 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 	if (ip6->version != 6)
 		return -1;
 	__u32 avail = bpf_ntohs(ip6->payload_len);
+	barrier_var(avail); // as tot in cache_forward4
+	avail &= 0xffff;
 	if ((void *)(ip6 + 1) + avail > end)
 		return -1;
 	__u8 proto = ip6->nexthdr;
