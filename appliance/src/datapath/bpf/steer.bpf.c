@@ -356,18 +356,16 @@ static __always_inline void cache_count(__u32 idx)
 #define TCP_SYN 0x02
 #define TCP_RST 0x04
 
-// lb::process's fold64, step for step: a 64-bit one's-complement sum folded to 16 bits.
+// lb::process's fold64: a 64-bit one's-complement sum folded to 16 bits, the same value
+// without branches (each step adds the carry out of the previous one back in, which is
+// exactly the end-around carry of the 32- and 16-bit additions there).
 static __always_inline __u16 fold64(__u64 x)
 {
-	__u32 lo = (__u32)x;
-	__u32 s = lo + (__u32)(x >> 32);
-	if (s < lo)
-		s += 1;
-	__u16 l = (__u16)s;
-	__u16 t = l + (__u16)(s >> 16);
-	if (t < l)
-		t += 1;
-	return t;
+	x = (x & 0xffffffff) + (x >> 32);
+	x = (x & 0xffffffff) + (x >> 32);
+	x = (x & 0xffff) + (x >> 16);
+	x = (x & 0xffff) + (x >> 16);
+	return (__u16)x;
 }
 
 static __always_inline __u64 not16(__u16 v)
