@@ -467,6 +467,7 @@ impl FlowCache {
     }
 
     /// Installs (or replaces) the entry of the frames carrying `key`.
+    ///
     /// Refuses an entry whose egress was never added ([`FlowCache::add_egress`]): the
     /// kernel could not send its hits.
     pub fn install(&self, key: &FlowKey, entry: &CacheEntry) -> Result<(), DatapathError> {
@@ -660,10 +661,7 @@ impl WorkerCache {
             return;
         };
         if !cacheable(d) {
-            if self.entries.contains_key(&d.key) || self.flows.contains_key(&flow) {
-                self.forget_flow(&flow, true);
-            }
-            self.pending.retain(|p| p.flow != flow);
+            self.forget_flow(&flow, true);
             return;
         }
         let (Some(v), Some(b)) = (
