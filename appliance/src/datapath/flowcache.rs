@@ -126,9 +126,10 @@ pub enum Hairpin {
     XdpTx,
     /// A DEVMAP redirect back to the same interface. For veth: after an XDP_TX, veth only
     /// wakes its peer's NAPI when the peer runs an XDP program, not when NAPI is on for GRO
-    /// (Linux 6.18 `veth_xdp_flush`); the frames then sat in the peer's ring until the next
-    /// frame the kernel sent that way, 10-130 ms per HTTP request in the lab, or for good
-    /// once the ring filled. A redirect wakes it either way.
+    /// (`veth_xdp_flush` checks the peer queue's XDP program; seen on Linux 6.18); the
+    /// frames then sat in the peer's ring until the next frame the kernel sent that way,
+    /// 10-130 ms per HTTP request in the lab, or for good once the ring filled. A redirect
+    /// wakes it either way.
     Redirect,
 }
 
