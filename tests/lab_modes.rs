@@ -24,17 +24,10 @@ fn start(scheduler: &str, flow_cache: Option<bool>) -> Lab {
         .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
         .unwrap_or_else(|e| panic!("start appliance: {e}"));
     let ready = lab
-        .from_client(|| {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let addr = std::net::SocketAddr::new(LabMode::Nat.vip(false), 80);
-            while Instant::now() < deadline {
-                if http_get(addr, "/whoami", Duration::from_millis(500)).is_ok() {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            false
-        })
+        .wait_vip(
+            std::net::SocketAddr::new(LabMode::Nat.vip(false), 80),
+            Duration::from_secs(20),
+        )
         .expect("client thread");
     assert!(
         ready,

@@ -47,18 +47,7 @@ fn long_transfer_survives_drain_add_and_reloads() {
         .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
         .expect("start");
     let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
-    let ready = lab
-        .from_client(move || {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if http_get(vip, "/whoami", Duration::from_millis(500)).is_ok() {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            false
-        })
-        .expect("client");
+    let ready = lab.wait_vip(vip, Duration::from_secs(20)).expect("client");
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(ready, "VIP never answered:\n{}", log_text());
 

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice::lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
 use tui::api::{Client, Endpoint};
@@ -71,18 +71,7 @@ fn twenty_reloads(flow_cache: bool) {
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     let base = std::fs::read_to_string(lab.config_path()).expect("config");
     let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
-    let ready = lab
-        .from_client(move || {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if http_get(vip, "/whoami", Duration::from_millis(500)).is_ok() {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            false
-        })
-        .expect("client");
+    let ready = lab.wait_vip(vip, Duration::from_secs(20)).expect("client");
     assert!(ready, "VIP never answered:\n{}", log_text());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -962,6 +962,21 @@ impl Lab {
             detail: "the client thread panicked".into(),
         })
     }
+
+    /// Asks `addr` for `/whoami` from the client every 200 ms until it answers or `timeout`
+    /// passes; returns whether it answered.
+    pub fn wait_vip(&self, addr: SocketAddr, timeout: Duration) -> Result<bool> {
+        self.from_client(move || {
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline {
+                if http_get(addr, "/whoami", Duration::from_millis(500)).is_ok() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            false
+        })
+    }
 }
 
 /// File-name suffix of appliance `k`: none for the first (the single-appliance names stay
@@ -1310,17 +1325,10 @@ pub fn run_lab(options: LabOptions, stop: Arc<AtomicBool>) -> Result<bool> {
         }
     }
     let first = lab.options.modes.first().copied().unwrap_or(LabMode::Nat);
-    let ready = lab.from_client(move || {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let addr = SocketAddr::new(first.vip(false), 80);
-        while Instant::now() < deadline {
-            if http_get(addr, "/whoami", Duration::from_millis(500)).is_ok() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        false
-    })?;
+    let ready = lab.wait_vip(
+        SocketAddr::new(first.vip(false), 80),
+        Duration::from_secs(20),
+    )?;
     if !ready {
         return Err(LabError {
             command: "sluice run".into(),
