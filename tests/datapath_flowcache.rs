@@ -409,7 +409,7 @@ mod traffic {
     use sluice::datapath::flowcache::FlowCache;
     use sluice::datapath::{Datapath, DatapathConfig, Proto, ReturnKey, VipKey};
     use sluice::lb::{Neighbor, Tables};
-    use sluice::wire::MacAddr;
+    use wire::MacAddr;
 
     const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 72, 1, 2);
     const APP_C: Ipv4Addr = Ipv4Addr::new(10, 72, 1, 1);

@@ -1539,7 +1539,7 @@ fn cached_datapath(
     use crate::datapath::flowcache::{CACHE_ENTRIES, FlowCache};
     use crate::datapath::{Datapath, DatapathConfig, Proto, ReturnKey, VipKey};
     use crate::lb::{Neighbor, Tables};
-    use crate::wire::MacAddr;
+    use wire::MacAddr;
 
     let mut c = crate::config::Config::from_toml_str(config_text).map_err(|e| e.to_string())?;
     c.appliance.flow_cache = true;

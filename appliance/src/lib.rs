@@ -13,4 +13,3 @@ pub mod lab;
 pub mod lb;
 pub mod sockopt;
 pub mod trace;
-pub mod wire;

@@ -126,8 +126,8 @@ impl State {
 fn to_lb(n: &NetNeighbor) -> Neighbor {
     Neighbor {
         ifindex: n.ifindex,
-        src_mac: crate::wire::ethernet::MacAddr(n.src_mac),
-        dst_mac: crate::wire::ethernet::MacAddr(n.dst_mac),
+        src_mac: wire::ethernet::MacAddr(n.src_mac),
+        dst_mac: wire::ethernet::MacAddr(n.dst_mac),
     }
 }
 

@@ -807,7 +807,7 @@ impl WorkerCache {
 mod tests {
     use super::*;
     use crate::lb::Neighbor;
-    use crate::wire::MacAddr;
+    use wire::MacAddr;
 
     fn v4(a: [u8; 4]) -> u128 {
         0xffff_0000_0000 | u128::from(u32::from_be_bytes(a))

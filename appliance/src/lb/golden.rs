@@ -18,7 +18,7 @@ use crate::lb::hash::{FlowKey, addr_to_u128};
 use crate::lb::process::{DropReason, Verdict, WorkerStats, process, tunnel_source};
 use crate::lb::tables::{Neighbor, Tables};
 use crate::lb::{Frame, HEADROOM, WorkerState};
-use crate::wire::MacAddr;
+use wire::MacAddr;
 
 /// The fixed clock of every fixture.
 pub const NOW: u64 = 1_000_000_000_000;

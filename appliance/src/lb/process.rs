@@ -48,8 +48,8 @@ use crate::lb::frame::Frame;
 use crate::lb::hash::FlowKey;
 use crate::lb::sched::{self, PoolView, SchedState};
 use crate::lb::tables::{BackendEntry, FragmentVip, Neighbor, Tables, TunnelSource, VipEntry};
-use crate::wire::checksum;
-use crate::wire::{EthernetFrame, Ipv4Packet, Ipv6Packet, l3_offset, walk_ext_headers};
+use wire::checksum;
+use wire::{EthernetFrame, Ipv4Packet, Ipv6Packet, l3_offset, walk_ext_headers};
 
 /// Bytes the datapath reserves in front of every frame for encapsulation: outer IPv6 (40) +
 /// UDP (8) + VXLAN (8) + inner Ethernet (14) = 70 at most; 256 matches XDP's headroom.
@@ -153,9 +153,9 @@ impl DropReason {
     }
 }
 
-impl From<crate::wire::Error> for DropReason {
-    fn from(e: crate::wire::Error) -> Self {
-        use crate::wire::Error as E;
+impl From<wire::Error> for DropReason {
+    fn from(e: wire::Error) -> Self {
+        use wire::Error as E;
         match e {
             E::Truncated | E::NoSpace => DropReason::Truncated,
             E::Malformed | E::Unsupported => DropReason::Malformed,
@@ -1741,8 +1741,8 @@ mod tests {
     use super::*;
     use crate::config::{Backend, BackendState, Config, Protocol};
     use crate::lb::golden::{self, Pkt, tcp, udp};
-    use crate::wire::MacAddr;
     use proptest::prelude::*;
+    use wire::MacAddr;
 
     #[test]
     fn scheduler_state_survives_a_swap_that_leaves_the_pool_alone() {

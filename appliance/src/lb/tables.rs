@@ -19,7 +19,7 @@ use crate::config::{Backend, BackendState, Config, HashFields, Mode, Scheduler, 
 use crate::lb::hash::{addr_to_u128, backend_identity, mix64};
 use crate::lb::maglev::{MaglevBackend, MaglevError, Ring};
 use crate::lb::sched::lvs_bucket_table;
-use crate::wire::MacAddr;
+use wire::MacAddr;
 
 /// A small deterministic hasher for the in-memory lookup maps (SipHash would cost more
 /// than the rest of a VIP lookup).

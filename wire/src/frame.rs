@@ -296,8 +296,8 @@ impl<'a> FrameRepr<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::MacAddr;
-    use crate::wire::tcp::flags;
+    use crate::MacAddr;
+    use crate::tcp::flags;
     use proptest::prelude::*;
     use std::net::Ipv4Addr;
 

@@ -8,7 +8,10 @@
 //! `AsRef<[u8]>` buffer and setters only for `AsMut<[u8]>` buffers, so a read-only buffer
 //! cannot be rewritten by mistake. Slow paths (ICMP replies, test frames) use the owned `Repr`
 //! types, which `parse` a view and `emit` into a caller's buffer; [`frame`] builds a complete
-//! Ethernet/IP/L4 frame in one call. This module knows nothing about the rest of Sluice.
+//! Ethernet/IP/L4 frame in one call. This crate knows nothing about the rest of Sluice, so the
+//! bench and test-support crates can build frames without the appliance library.
+
+#![forbid(unsafe_code)]
 
 pub mod arp;
 pub mod checksum;
