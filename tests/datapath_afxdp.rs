@@ -19,8 +19,12 @@ use common::{Netns, require_program, require_root, veth};
 use sluice::config::model::XdpMode;
 use sluice::datapath::neigh::Resolver;
 use sluice::datapath::{
-    Action, Datapath, DatapathConfig, DatapathStats, Frame, FrameHandler, Proto, ReturnKey, VipKey,
+    Datapath, DatapathConfig, DatapathStats, Frame, FrameHandler, Proto, ReturnKey, VipKey,
 };
+use sluice::lb::{DropReason, Verdict};
+
+/// The forwarder's one drop: it has no reasons of its own to count.
+const DROP: Verdict = Verdict::Drop(DropReason::Malformed);
 
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 71, 1, 2);
 const APP_C: Ipv4Addr = Ipv4Addr::new(10, 71, 1, 1);
@@ -78,30 +82,30 @@ impl FrameHandler for Forwarder {
         TICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn handle(&mut self, frame: &mut Frame<'_>, _now: u64) -> Action {
+    fn handle(&mut self, frame: &mut Frame<'_>, _now: u64) -> Verdict {
         if self.shift > 0 {
             let len = frame.len();
             let Ok(d) = frame.push_front(self.shift) else {
-                return Action::Drop;
+                return DROP;
             };
             d.copy_within(self.shift.., 0);
             if frame.set_len(len).is_err() {
-                return Action::Drop;
+                return DROP;
             }
         }
         let d = frame.data_mut();
         if d.len() < 14 {
-            return Action::Drop;
+            return DROP;
         }
         let hop = match [d[12], d[13]] {
             [0x08, 0x00] => {
                 let ihl = usize::from(d.get(14).copied().unwrap_or(0) & 0x0f) * 4;
                 if ihl < 20 || d.len() < 14 + ihl || d[22] <= 1 {
-                    return Action::Drop;
+                    return DROP;
                 }
                 let dst = IpAddr::V4(Ipv4Addr::new(d[30], d[31], d[32], d[33]));
                 let Some(hop) = self.hops.iter().find(|h| h.dst == dst) else {
-                    return Action::Drop;
+                    return DROP;
                 };
                 d[22] -= 1;
                 d[24..26].copy_from_slice(&[0, 0]);
@@ -111,22 +115,22 @@ impl FrameHandler for Forwarder {
             }
             [0x86, 0xdd] => {
                 if d.len() < 54 || d[21] <= 1 {
-                    return Action::Drop;
+                    return DROP;
                 }
                 let mut a = [0u8; 16];
                 a.copy_from_slice(&d[38..54]);
                 let dst = IpAddr::V6(Ipv6Addr::from(a));
                 let Some(hop) = self.hops.iter().find(|h| h.dst == dst) else {
-                    return Action::Drop;
+                    return DROP;
                 };
                 d[21] -= 1;
                 *hop
             }
-            _ => return Action::Drop,
+            _ => return DROP,
         };
         d[0..6].copy_from_slice(&hop.dst_mac);
         d[6..12].copy_from_slice(&hop.src_mac);
-        Action::Tx {
+        Verdict::Tx {
             ifindex: hop.ifindex,
         }
     }
@@ -780,10 +784,10 @@ fn pktgen_flood_is_forwarded_or_counted() {
             break;
         }
     }
-    let sum = |s: &DatapathStats, f: fn(&sluice::datapath::WorkerStats) -> u64| -> u64 {
+    let sum = |s: &DatapathStats, f: fn(&sluice::datapath::RingStats) -> u64| -> u64 {
         s.workers.iter().map(f).sum()
     };
-    let delta = |f: fn(&sluice::datapath::WorkerStats) -> u64| sum(&after, f) - sum(&before, f);
+    let delta = |f: fn(&sluice::datapath::RingStats) -> u64| sum(&after, f) - sum(&before, f);
     let rx = delta(|w| w.rx);
     let tx = delta(|w| w.tx);
     let ring_full = delta(|w| w.tx_ring_full);

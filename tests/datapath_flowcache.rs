@@ -405,9 +405,9 @@ mod traffic {
     use super::enter;
     use sluice::config::{BackendState, Config};
     use sluice::control::cache::{after_commit, stats};
-    use sluice::control::{LbHandler, Published, Snapshot};
     use sluice::datapath::flowcache::FlowCache;
     use sluice::datapath::{Datapath, DatapathConfig, Proto, ReturnKey, VipKey};
+    use sluice::engine::{CounterSnapshot, LbHandler, Published};
     use sluice::lb::{Neighbor, Tables};
     use wire::MacAddr;
 
@@ -665,7 +665,7 @@ state = "{}"
                     4096,
                     w as u16,
                     n as u16,
-                    Arc::new(Mutex::new(Snapshot::default())),
+                    Arc::new(Mutex::new(CounterSnapshot::default())),
                     Arc::new(AtomicU64::new(0)),
                 );
                 Box::new(match &cache {

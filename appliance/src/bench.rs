@@ -1535,9 +1535,9 @@ fn cached_datapath(
     ready: &mpsc::Sender<Result<(), String>>,
     stop: &mpsc::Receiver<()>,
 ) -> Result<String, String> {
-    use crate::control::{LbHandler, Published, Snapshot};
     use crate::datapath::flowcache::{CACHE_ENTRIES, FlowCache};
     use crate::datapath::{Datapath, DatapathConfig, Proto, ReturnKey, VipKey};
+    use crate::engine::{CounterSnapshot, LbHandler, Published};
     use crate::lb::{Neighbor, Tables};
     use wire::MacAddr;
 
@@ -1574,7 +1574,7 @@ fn cached_datapath(
                     capacity,
                     w as u16,
                     n as u16,
-                    Arc::new(std::sync::Mutex::new(Snapshot::default())),
+                    Arc::new(std::sync::Mutex::new(CounterSnapshot::default())),
                     Arc::new(std::sync::atomic::AtomicU64::new(0)),
                 )
                 .with_flow_cache(Arc::clone(&cache)),

@@ -2,13 +2,15 @@
 //!
 //! The control plane computes tables; the data plane executes them (see DESIGN.md).
 //! `config` turns a TOML file into a validated model; `wire` and `lb` are the pure
-//! packet core; `datapath` and `control` are the I/O around it.
+//! packet core; `engine` runs it on the datapath's worker threads over the tables `control`
+//! publishes; `datapath` and `control` are the I/O around it.
 
 pub mod bench;
 pub mod config;
 pub mod control;
 pub mod ctl;
 pub mod datapath;
+pub mod engine;
 pub mod lab;
 pub mod lb;
 pub mod sockopt;

@@ -21,7 +21,7 @@ use crate::datapath::flowcache::{BackendId, CacheAction, CacheEntry, FlowCache};
 use crate::lb::Tables;
 use crate::lb::hash::FlowKey;
 
-use super::handler::{BackendTotals, VipTotals};
+use crate::engine::{BackendTotals, VipTotals};
 
 /// Evicts every entry `new` would not forward the same way (see the module docs); returns
 /// how many went. `old` is the version the entries were installed under; the decision only
@@ -122,9 +122,9 @@ pub struct CacheStats {
     /// Entries in the cache now.
     pub entries: usize,
     /// Per VIP name, what the kernel forwarded (`new_flows` stays 0: new flows are the
-    /// engine's). Add to `Snapshot::vip_totals` for a VIP's whole traffic.
+    /// engine's). Add to `CounterSnapshot::totals` for a VIP's whole traffic.
     pub vips: HashMap<String, VipTotals>,
-    /// Per backend, what the kernel forwarded. Add to `Snapshot::backend_totals`.
+    /// Per backend, what the kernel forwarded. Add to `CounterSnapshot::totals`.
     pub backends: HashMap<BackendId, BackendTotals>,
 }
 

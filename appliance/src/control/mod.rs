@@ -17,7 +17,6 @@ pub mod announce;
 pub mod api;
 pub mod cache;
 pub mod events;
-pub mod handler;
 pub mod metrics;
 pub mod shared;
 
@@ -40,9 +39,9 @@ use crate::datapath::{
     Datapath, DatapathConfig, DatapathStats, Proto, ReturnKey, VipKey,
     neigh::{Neighbor as NetNeighbor, Resolver},
 };
+use crate::engine::{CounterSnapshot, LbHandler, Published};
 use crate::lb::{DropReason, Neighbor, Tables};
 use events::{EventRing, Kind};
-pub use handler::{LbHandler, Published, Snapshot};
 use shared::{BackendOp, Command, HealthView, Override, Shared, Sync, View, WorkerView};
 
 /// Why `sluice run` could not start.
@@ -901,7 +900,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         let shared = Arc::clone(&shared);
         let flow_cache = shared.flow_cache.clone();
         move |worker: usize, workers: usize| -> Box<dyn crate::datapath::FrameHandler> {
-            let out = Arc::new(Mutex::new(Snapshot::default()));
+            let out = Arc::new(Mutex::new(CounterSnapshot::default()));
             let running = Arc::new(std::sync::atomic::AtomicU64::new(0));
             if let Ok(mut w) = shared.workers.lock() {
                 w.push(WorkerView {

@@ -16,15 +16,15 @@ use tokio::sync::{mpsc, oneshot};
 use tui::api;
 
 use super::events::EventRing;
-use super::handler::{BackendId, BackendTotals, Published, Snapshot, VipTotals};
 use crate::config::{self, BackendState, Config, Mode};
 use crate::datapath::{AttachMode, DatapathStats};
+use crate::engine::{BackendId, BackendTotals, CounterSnapshot, Published, VipTotals};
 use crate::lb::{DropReason, Tables, hash::addr_to_u128};
 
 /// One datapath worker as the control plane sees it.
 #[derive(Debug, Clone)]
 pub struct WorkerView {
-    pub snapshot: Arc<Mutex<Snapshot>>,
+    pub snapshot: Arc<Mutex<CounterSnapshot>>,
     /// The table version it runs (stored by the worker right after it adopts a version).
     pub running: Arc<AtomicU64>,
 }

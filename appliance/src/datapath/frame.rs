@@ -3,34 +3,25 @@
 //! Workers hand each received frame to a [`FrameHandler`] as the packet core's [`Frame`]: a
 //! view of the whole UMEM chunk with the packet somewhere inside it, so the handler can rewrite headers
 //! in place, grow the packet into the headroom (tunnel encapsulation) or into the tailroom,
-//! and answer with an [`Action`]. The handler never sees rings, sockets or addresses, which
-//! keeps it testable without privileges and keeps `lb` free of I/O.
+//! and answer with the packet core's [`Verdict`]. The handler never sees rings, sockets or
+//! addresses, which keeps it testable without privileges and keeps `lb` free of I/O.
+//!
+//! What the worker does with each verdict: `Tx { ifindex }` transmits the (possibly
+//! rewritten) frame out of that interface, the one it came in on (one-arm) or another
+//! datapath interface (two-arm); `Drop(_)` frees it (the handler has counted the reason);
+//! `Pass` means the frame belongs to the kernel, which AF_XDP cannot hand it back to, so the
+//! worker frees it and counts it as `unpassable` (the steering program keeps such frames out
+//! of the sockets, so that counter should stay near zero).
 
+use crate::lb::Verdict;
 pub use crate::lb::{Frame, HEADROOM};
 
-/// What the worker does with a frame after the handler has seen it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Transmit the (possibly rewritten) frame out of the interface with this ifindex; it
-    /// may be the interface it came in on (one-arm) or another datapath interface (two-arm).
-    Tx {
-        /// Egress interface.
-        ifindex: u32,
-    },
-    /// The frame belongs to the kernel (`lb::Verdict::Pass`). AF_XDP cannot hand a frame
-    /// back to the stack, so the worker drops it and counts it as `unpassable`; the steering
-    /// program keeps such frames out of the sockets, so the counter should stay near zero.
-    Pass,
-    /// Drop the frame; the handler has already counted why.
-    Drop,
-}
-
-/// Turns received frames into actions; one instance per worker thread, so it may keep
+/// Turns received frames into verdicts; one instance per worker thread, so it may keep
 /// mutable per-worker state (a connection table) without locks.
 pub trait FrameHandler: Send {
     /// Processes one frame (`frame.ifindex` is the interface it arrived on). `now_ns` is `CLOCK_MONOTONIC` in
     /// nanoseconds, read once per batch.
-    fn handle(&mut self, frame: &mut Frame<'_>, now_ns: u64) -> Action;
+    fn handle(&mut self, frame: &mut Frame<'_>, now_ns: u64) -> Verdict;
 
     /// Called after each pass's frames were handed to the kernel (the tx kick), before the
     /// next pass.

@@ -2,7 +2,7 @@
 //! run the packet core over them, plus neighbour and route resolution through rtnetlink.
 //!
 //! This is the edge where Sluice touches the kernel: the control plane calls
-//! [`Datapath::start`] with a [`FrameHandler`] factory (`control::LbHandler` runs `lb::process`), edits
+//! [`Datapath::start`] with a [`FrameHandler`] factory (`engine::LbHandler` runs `lb::process`), edits
 //! what is steered with [`Datapath::set_vips`] and [`Datapath::set_return_keys`], reads
 //! [`Datapath::stats`], and calls [`Datapath::stop`] (or drops it) to join the workers and
 //! detach XDP. See DESIGN.md "Packet path".
@@ -32,13 +32,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-pub use frame::{Action, Frame, FrameHandler, HEADROOM};
+pub use frame::{Frame, FrameHandler, HEADROOM};
 pub use steer::{AttachMode, Proto, ReturnKey, SteerCounters, VipKey};
 pub use worker::monotonic_ns;
 
 use crate::config::model::{Appliance, XdpMode};
 use steer::{MAX_INTERFACES, MAX_QUEUES, Steer};
-use worker::{Port, Worker, WorkerCounters};
+use worker::{Port, RingCounters, Worker};
 pub use xsk::KernelStats;
 use xsk::{Xsk, XskConfig, kernel_stats};
 
@@ -132,9 +132,9 @@ pub struct InterfaceStatus {
     pub kernel: KernelStats,
 }
 
-/// Counters of one worker.
+/// Ring counters of one worker: what it moved between the sockets' rings and the handler.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WorkerStats {
+pub struct RingStats {
     /// Frames received.
     pub rx: u64,
     /// Frames queued for transmission.
@@ -157,7 +157,7 @@ pub struct WorkerStats {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatapathStats {
     /// Per worker, in worker order.
-    pub workers: Vec<WorkerStats>,
+    pub workers: Vec<RingStats>,
     /// Per interface, in configuration order.
     pub interfaces: Vec<InterfaceStatus>,
     /// The steering program's counters.
@@ -171,7 +171,7 @@ pub struct Datapath {
     /// (index in `interfaces`, socket fd), valid until the workers stop.
     sockets: Vec<(usize, std::os::fd::RawFd)>,
     workers: Vec<JoinHandle<()>>,
-    counters: Vec<Arc<WorkerCounters>>,
+    counters: Vec<Arc<RingCounters>>,
     stop: Arc<AtomicBool>,
     stopped: bool,
 }
@@ -391,7 +391,7 @@ impl Datapath {
                         .map(|i| (*ix, i))
                 })
                 .collect();
-            let counters = Arc::new(WorkerCounters::default());
+            let counters = Arc::new(RingCounters::default());
             let worker = Worker {
                 ports,
                 egress,
@@ -448,7 +448,7 @@ impl Datapath {
         let workers = self
             .counters
             .iter()
-            .map(|c| WorkerStats {
+            .map(|c| RingStats {
                 rx: c.rx.load(Ordering::Relaxed),
                 tx: c.tx.load(Ordering::Relaxed),
                 dropped: c.dropped.load(Ordering::Relaxed),

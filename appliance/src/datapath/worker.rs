@@ -14,8 +14,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::frame::{Action, Frame, FrameHandler};
+use super::frame::{Frame, FrameHandler};
 use super::xsk::{Desc, FRAME_SIZE, Xsk, chunk_of, poll_readable};
+use crate::lb::Verdict;
 
 /// Frames taken off an rx ring per pass. Each pass ends with one tx kick per socket, so a
 /// larger batch means fewer `sendto`s per frame (measured on veth in copy mode: 64-frame
@@ -29,7 +30,7 @@ const TICK_NS: u64 = IDLE_POLL_MS as u64 * 1_000_000;
 
 /// Per-worker counters, written by the worker only and read by `Datapath::stats`.
 #[derive(Debug, Default)]
-pub struct WorkerCounters {
+pub struct RingCounters {
     /// Frames received.
     pub rx: AtomicU64,
     /// Frames queued for transmission.
@@ -65,7 +66,7 @@ pub struct Worker {
     /// The packet core.
     pub handler: Box<dyn FrameHandler>,
     /// Counters published to `Datapath::stats`.
-    pub counters: Arc<WorkerCounters>,
+    pub counters: Arc<RingCounters>,
     /// Set by `Datapath::stop`.
     pub stop: Arc<AtomicBool>,
     /// Spin instead of sleeping in `poll`.
@@ -85,7 +86,7 @@ struct Local {
 }
 
 impl Local {
-    fn publish(&mut self, c: &WorkerCounters) {
+    fn publish(&mut self, c: &RingCounters) {
         // Only this thread writes these counters, so a plain add through the atomic is exact.
         for (v, a) in [
             (&mut self.rx, &c.rx),
@@ -188,18 +189,18 @@ impl Worker {
             self.ports[i].xsk.release(chunk);
             return;
         };
-        let action = self.handler.handle(&mut frame, now);
+        let verdict = self.handler.handle(&mut frame, now);
         let (start, len) = (frame.start() as u64, frame.len() as u32);
-        match action {
-            Action::Drop => {
+        match verdict {
+            Verdict::Drop(_) => {
                 local.dropped += 1;
                 self.ports[i].xsk.release(chunk);
             }
-            Action::Pass => {
+            Verdict::Pass => {
                 local.unpassable += 1;
                 self.ports[i].xsk.release(chunk);
             }
-            Action::Tx { ifindex } if ifindex == rx_ifindex => {
+            Verdict::Tx { ifindex } if ifindex == rx_ifindex => {
                 if self.ports[i].xsk.send(Desc {
                     addr: chunk + start,
                     len,
@@ -210,7 +211,7 @@ impl Worker {
                     self.ports[i].xsk.release(chunk);
                 }
             }
-            Action::Tx { ifindex } => {
+            Verdict::Tx { ifindex } => {
                 let Some(&(_, j)) = self.egress.iter().find(|(ix, _)| *ix == ifindex) else {
                     local.bad_egress += 1;
                     self.ports[i].xsk.release(chunk);

@@ -1,0 +1,132 @@
+//! What a worker counts and publishes: its [`CounterSnapshot`] (per-slot counters of the
+//! table version it runs) and the totals per VIP and per backend that survive reloads.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::lb::{self, DropReason, Tables};
+
+/// Counters of one VIP, kept across table versions by its name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VipTotals {
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_flows: u64,
+}
+
+/// Counters of one backend of one VIP, kept across table versions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackendTotals {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// A backend's identity across table versions: VIP name, address (IPv4-mapped) and port
+/// (one type with the flow cache's, so its totals merge with the workers').
+pub use crate::datapath::flowcache::BackendId;
+
+/// A worker's counters as last published.
+///
+/// Per-slot counters restart with every table version (slots move when the config does), so
+/// the worker folds the old version's counters into `retired_*`, keyed by names that survive
+/// a reload, before it adopts a new version: a VIP's totals never go backwards.
+#[derive(Debug, Clone, Default)]
+pub struct CounterSnapshot {
+    /// Table version the worker runs.
+    pub version: u64,
+    /// The tables of `version`, to map the per-slot counters to names.
+    pub tables: Option<Arc<Tables>>,
+    pub drops: [u64; DropReason::COUNT],
+    pub stats: lb::process::WorkerStats,
+    /// Per VIP slot of `version`.
+    pub vip_packets: Vec<u64>,
+    pub vip_bytes: Vec<u64>,
+    pub vip_new_flows: Vec<u64>,
+    /// Per backend slot of `version`.
+    pub backend_packets: Vec<u64>,
+    pub backend_bytes: Vec<u64>,
+    /// Flows in the connection table per backend slot of `version` (active, inactive).
+    pub backend_flows: Vec<(u32, u32)>,
+    pub conntrack_len: usize,
+    pub conntrack_capacity: usize,
+    /// Counters of earlier versions.
+    pub retired_vips: HashMap<String, VipTotals>,
+    pub retired_backends: HashMap<BackendId, BackendTotals>,
+}
+
+impl std::ops::AddAssign for VipTotals {
+    fn add_assign(&mut self, o: VipTotals) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.new_flows += o.new_flows;
+    }
+}
+
+impl std::ops::AddAssign for BackendTotals {
+    fn add_assign(&mut self, o: BackendTotals) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+    }
+}
+
+/// Per-slot counters of one table version, borrowed from a worker's state or snapshot.
+pub(super) struct SlotCounters<'a> {
+    pub(super) vip_packets: &'a [u64],
+    pub(super) vip_bytes: &'a [u64],
+    pub(super) vip_new_flows: &'a [u64],
+    pub(super) backend_packets: &'a [u64],
+    pub(super) backend_bytes: &'a [u64],
+}
+
+impl SlotCounters<'_> {
+    /// Adds these counters of version `t` to totals keyed by VIP name and backend identity.
+    pub(super) fn fold_into(
+        &self,
+        t: &Tables,
+        vips: &mut HashMap<String, VipTotals>,
+        backends: &mut HashMap<BackendId, BackendTotals>,
+    ) {
+        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        for (i, v) in t.vips.iter().enumerate() {
+            *vips.entry(v.name.clone()).or_default() += VipTotals {
+                packets: at(self.vip_packets, i),
+                bytes: at(self.vip_bytes, i),
+                new_flows: at(self.vip_new_flows, i),
+            };
+        }
+        for (i, b) in t.backends.iter().enumerate() {
+            let Some(v) = t.vips.get(b.vip as usize) else {
+                continue;
+            };
+            *backends
+                .entry((v.name.clone(), b.address, b.port))
+                .or_default() += BackendTotals {
+                packets: at(self.backend_packets, i),
+                bytes: at(self.backend_bytes, i),
+            };
+        }
+    }
+}
+
+impl CounterSnapshot {
+    /// Totals per VIP name and per backend: retired versions plus the running one.
+    pub fn totals(
+        &self,
+    ) -> (
+        HashMap<String, VipTotals>,
+        HashMap<BackendId, BackendTotals>,
+    ) {
+        let (mut vips, mut backends) = (self.retired_vips.clone(), self.retired_backends.clone());
+        if let Some(t) = &self.tables {
+            SlotCounters {
+                vip_packets: &self.vip_packets,
+                vip_bytes: &self.vip_bytes,
+                vip_new_flows: &self.vip_new_flows,
+                backend_packets: &self.backend_packets,
+                backend_bytes: &self.backend_bytes,
+            }
+            .fold_into(t, &mut vips, &mut backends);
+        }
+        (vips, backends)
+    }
+}

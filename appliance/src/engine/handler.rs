@@ -1,0 +1,190 @@
+//! One worker's packet engine: [`LbHandler`] is the datapath's [`FrameHandler`]; it looks the
+//! published tables up, calls [`lb::process`], repeats established decisions into the XDP flow
+//! cache, and publishes its counters now and then.
+//!
+//! The hot path takes no lock: a new table set is noticed through one relaxed atomic load of
+//! the published version per frame, and only then is the `Arc<Tables>` fetched. Counters are
+//! copied out with `try_lock` when the worker is idle or every [`PUBLISH_EVERY`] frames, so a
+//! slow reader never stalls forwarding.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::counters::{BackendId, BackendTotals, CounterSnapshot, SlotCounters, VipTotals};
+use super::published::Published;
+use crate::datapath::FrameHandler;
+use crate::datapath::flowcache::{FlowCache, WorkerCache};
+use crate::lb::{self, ConnTable, Frame, Tables, Verdict, WorkerState};
+
+/// Frames between two counter publications on a busy worker.
+pub const PUBLISH_EVERY: u32 = 1 << 16;
+
+/// One worker's packet engine.
+pub struct LbHandler {
+    published: Arc<Published>,
+    tables: Arc<Tables>,
+    ct: ConnTable,
+    state: WorkerState,
+    out: Arc<Mutex<CounterSnapshot>>,
+    /// The version this worker runs, readable without the snapshot's lock.
+    running: Arc<AtomicU64>,
+    retired_vips: HashMap<String, VipTotals>,
+    retired_backends: HashMap<BackendId, BackendTotals>,
+    since_publish: u32,
+    /// The XDP flow cache, when `[appliance] flow_cache` is on.
+    flow_cache: Option<WorkerCache>,
+}
+
+impl LbHandler {
+    /// Worker `worker` of `workers`, with a connection table of `capacity` flows.
+    pub fn new(
+        published: Arc<Published>,
+        capacity: usize,
+        worker: u16,
+        workers: u16,
+        out: Arc<Mutex<CounterSnapshot>>,
+        running: Arc<AtomicU64>,
+    ) -> LbHandler {
+        let tables = published.current();
+        let ct = ConnTable::new(
+            capacity,
+            tables.timeouts,
+            tables.backends.len(),
+            worker,
+            workers,
+        );
+        running.store(tables.version, Ordering::Release);
+        LbHandler {
+            published,
+            tables,
+            ct,
+            state: WorkerState::new(),
+            out,
+            running,
+            retired_vips: HashMap::new(),
+            retired_backends: HashMap::new(),
+            since_publish: 0,
+            flow_cache: None,
+        }
+    }
+
+    /// Puts the XDP flow cache in front of this worker: after each decision the engine can
+    /// hand to the kernel, the worker installs the entry (see `datapath::flowcache`).
+    pub fn with_flow_cache(mut self, cache: Arc<FlowCache>) -> Self {
+        self.flow_cache = Some(WorkerCache::new(cache));
+        self
+    }
+
+    #[inline]
+    fn refresh(&mut self) {
+        if self.published.version() != self.tables.version {
+            self.swap();
+        }
+    }
+
+    /// Folds this version's per-slot counters into the retired totals and takes the newest
+    /// tables (the counters themselves restart when `lb::process` adopts them). Runs once
+    /// per swap, off the per-packet path.
+    #[cold]
+    fn swap(&mut self) {
+        if self.state.version() == Some(self.tables.version) {
+            let st = &self.state;
+            SlotCounters {
+                vip_packets: &st.vip_packets,
+                vip_bytes: &st.vip_bytes,
+                vip_new_flows: &st.vip_new_flows,
+                backend_packets: &st.backend_packets,
+                backend_bytes: &st.backend_bytes,
+            }
+            .fold_into(
+                &self.tables,
+                &mut self.retired_vips,
+                &mut self.retired_backends,
+            );
+        }
+        self.tables = self.published.current();
+        // Adopt now, so the per-slot counters and the retired totals never count a packet
+        // twice or not at all, whichever the snapshot shows.
+        self.state.adopt(&self.tables, &mut self.ct);
+        self.running.store(self.tables.version, Ordering::Release);
+        self.publish_counters();
+    }
+
+    fn publish_counters(&mut self) {
+        self.since_publish = 0;
+        let Ok(mut s) = self.out.try_lock() else {
+            return;
+        };
+        if s.version != self.tables.version || s.tables.is_none() {
+            s.version = self.tables.version;
+            s.tables = Some(Arc::clone(&self.tables));
+            s.retired_vips.clone_from(&self.retired_vips);
+            s.retired_backends.clone_from(&self.retired_backends);
+        }
+        s.drops = self.state.drops;
+        s.stats = self.state.stats;
+        s.vip_packets.clone_from(&self.state.vip_packets);
+        s.vip_bytes.clone_from(&self.state.vip_bytes);
+        s.vip_new_flows.clone_from(&self.state.vip_new_flows);
+        s.backend_packets.clone_from(&self.state.backend_packets);
+        s.backend_bytes.clone_from(&self.state.backend_bytes);
+        s.backend_flows.clear();
+        s.backend_flows.extend(
+            self.ct
+                .active_counts()
+                .iter()
+                .zip(self.ct.inactive_counts())
+                .map(|(a, i)| (*a, *i)),
+        );
+        s.conntrack_len = self.ct.len();
+        s.conntrack_capacity = self.ct.capacity();
+    }
+}
+
+impl FrameHandler for LbHandler {
+    #[inline]
+    fn handle(&mut self, frame: &mut Frame<'_>, now_ns: u64) -> Verdict {
+        self.refresh();
+        self.since_publish += 1;
+        if self.since_publish >= PUBLISH_EVERY {
+            self.publish_counters();
+        }
+        match &mut self.flow_cache {
+            None => lb::process(frame, &self.tables, &mut self.ct, &mut self.state, now_ns),
+            Some(fc) => {
+                let mut rec = None;
+                let v = lb::process::process_recorded(
+                    frame,
+                    &self.tables,
+                    &mut self.ct,
+                    &mut self.state,
+                    now_ns,
+                    &mut rec,
+                );
+                if let Some(d) = rec {
+                    fc.after_decision(&d, &self.tables);
+                }
+                v
+            }
+        }
+    }
+
+    fn after_tx(&mut self) {
+        if let Some(fc) = &mut self.flow_cache
+            && fc.has_pending()
+        {
+            let published = &self.published;
+            fc.install_pending(|version| published.version() == version);
+        }
+    }
+
+    fn tick(&mut self, now_ns: u64) {
+        self.refresh();
+        if let Some(fc) = &mut self.flow_cache {
+            fc.tick(&mut self.ct, now_ns);
+        }
+        self.ct.expire(now_ns, 256);
+        self.publish_counters();
+    }
+}

@@ -1,0 +1,17 @@
+//! The engine: the per-packet glue between the datapath and `lb`, on worker threads.
+//!
+//! ```text
+//! datapath worker --FrameHandler::handle--> LbHandler --lb::process(&Tables)--> Verdict
+//!                                              ^  \--decisions--> XDP flow cache
+//! control plane --Published::publish(Tables)---+  \--CounterSnapshot--> control (API, metrics)
+//! ```
+//! The datapath knows only the [`FrameHandler`](crate::datapath::FrameHandler) trait and
+//! `lb::Verdict`; the control plane only publishes tables here and reads the counters back.
+
+mod counters;
+mod handler;
+mod published;
+
+pub use counters::{BackendId, BackendTotals, CounterSnapshot, VipTotals};
+pub use handler::{LbHandler, PUBLISH_EVERY};
+pub use published::Published;

@@ -1,0 +1,43 @@
+//! The table set the control plane publishes and every worker runs: one atomic swap per
+//! commit, read on the hot path through one atomic load of the version per frame.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+
+use crate::lb::Tables;
+
+/// The table set every worker runs, swapped atomically by the control plane.
+#[derive(Debug)]
+pub struct Published {
+    version: AtomicU64,
+    tables: ArcSwap<Tables>,
+}
+
+impl Published {
+    /// Starts with `tables` as the running version.
+    pub fn new(tables: Tables) -> Published {
+        Published {
+            version: AtomicU64::new(tables.version),
+            tables: ArcSwap::from_pointee(tables),
+        }
+    }
+
+    /// Publishes a new table set; workers pick it up on their next frame or idle tick.
+    pub fn publish(&self, tables: Tables) {
+        let v = tables.version;
+        self.tables.store(Arc::new(tables));
+        self.version.store(v, Ordering::Release);
+    }
+
+    /// The current table set.
+    pub fn current(&self) -> Arc<Tables> {
+        self.tables.load_full()
+    }
+
+    /// The version of the newest published set.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+}
