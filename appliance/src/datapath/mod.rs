@@ -268,6 +268,128 @@ fn validate(cfg: &DatapathConfig) -> Result<(), DatapathError> {
     Ok(())
 }
 
+/// A configured datapath interface as found on the host.
+struct Interface {
+    name: String,
+    ifindex: u32,
+    /// Queues served, one socket each.
+    queues: u32,
+}
+
+/// Looks every configured interface up, with its queue count.
+fn lookup_interfaces(cfg: &DatapathConfig) -> Result<Vec<Interface>, DatapathError> {
+    cfg.interfaces
+        .iter()
+        .map(|name| {
+            let ifindex = nix::net::if_::if_nametoindex(name.as_str())
+                .map_err(|_| DatapathError::InterfaceMissing(name.clone()))?;
+            Ok(Interface {
+                name: name.clone(),
+                ifindex,
+                queues: queue_count(name).min(MAX_QUEUES),
+            })
+        })
+        .collect()
+}
+
+/// Makes every datapath interface a possible egress of the flow cache's hits, with the
+/// hairpin its driver needs.
+fn add_cache_egress(c: &flowcache::FlowCache, ifaces: &[Interface]) -> Result<(), DatapathError> {
+    for (slot, i) in ifaces.iter().enumerate() {
+        let driver = xsk::driver_name(&i.name);
+        let hairpin = flowcache::Hairpin::for_driver(driver.as_deref());
+        tracing::info!(interface = %i.name, driver = driver.as_deref().unwrap_or("?"), hairpin = ?hairpin, "flow cache egress");
+        c.add_egress(slot as u32, i.ifindex, hairpin)?;
+    }
+    Ok(())
+}
+
+/// The AF_XDP sockets of every interface queue, dealt out to the workers.
+struct Sockets {
+    /// Per worker, the sockets it serves.
+    ports: Vec<Vec<Port>>,
+    /// Per interface, whether every socket on it is bound zero-copy.
+    zero_copy: Vec<bool>,
+    /// (index in the interfaces, socket fd) of every socket.
+    fds: Vec<(usize, std::os::fd::RawFd)>,
+}
+
+/// Opens one socket per interface queue and enters it in the steering program's maps;
+/// queue `q` goes to worker `q % n_workers`.
+fn open_sockets(
+    steer: &Steer,
+    cfg: &DatapathConfig,
+    ifaces: &[Interface],
+    n_workers: usize,
+) -> Result<Sockets, DatapathError> {
+    let mut out = Sockets {
+        ports: (0..n_workers).map(|_| Vec::new()).collect(),
+        zero_copy: vec![true; ifaces.len()],
+        fds: Vec::new(),
+    };
+    for (slot, i) in ifaces.iter().enumerate() {
+        steer.set_interface_slot(i.ifindex, slot as u32)?;
+        for q in 0..i.queues {
+            let xsk = Xsk::new(&XskConfig {
+                ifname: i.name.clone(),
+                queue: q,
+                frames: cfg.umem_frames,
+                ring_size: cfg.ring_size,
+                headroom: HEADROOM as u32,
+                busy_poll: cfg.busy_poll,
+            })
+            .map_err(|e| socket_err(&i.name, q, e))?;
+            out.zero_copy[slot] &= xsk.zero_copy();
+            steer.set_socket(slot as u32, q, xsk.fd())?;
+            out.fds.push((slot, xsk.fd()));
+            out.ports[q as usize % n_workers].push(Port {
+                xsk,
+                ifindex: i.ifindex,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Attaches the steering program to every interface; on a failure, detaches the ones
+/// already attached and returns the error.
+fn attach_all(
+    steer: &Steer,
+    cfg: &DatapathConfig,
+    ifaces: &[Interface],
+    zero_copy: &[bool],
+) -> Result<Vec<InterfaceStatus>, DatapathError> {
+    let mut interfaces: Vec<InterfaceStatus> = Vec::new();
+    for (i, zero_copy) in ifaces.iter().zip(zero_copy) {
+        match steer.attach(&i.name, i.ifindex, cfg.xdp_mode) {
+            Ok(mode) => {
+                tracing::info!(
+                    interface = %i.name,
+                    xdp = mode.name(),
+                    af_xdp = if *zero_copy { "zero-copy" } else { "copy" },
+                    queues = i.queues,
+                    "datapath interface up"
+                );
+                interfaces.push(InterfaceStatus {
+                    name: i.name.clone(),
+                    ifindex: i.ifindex,
+                    queues: i.queues,
+                    xdp_mode: mode,
+                    zero_copy: *zero_copy,
+                    kernel: KernelStats::default(),
+                });
+            }
+            Err(e) => {
+                for up in interfaces {
+                    let _ = steer.detach(up.ifindex, up.xdp_mode);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(interfaces)
+}
+
 impl Datapath {
     /// Loads the steering program, opens one AF_XDP socket per interface queue, attaches
     /// the program and starts one worker per queue; `handler_factory(i, n)` builds the handler
@@ -291,104 +413,55 @@ impl Datapath {
         F: Fn(usize, usize) -> Box<dyn FrameHandler>,
     {
         validate(&cfg)?;
-        let mut ifaces = Vec::new();
-        for name in &cfg.interfaces {
-            let ifindex = nix::net::if_::if_nametoindex(name.as_str())
-                .map_err(|_| DatapathError::InterfaceMissing(name.clone()))?;
-            let queues = queue_count(name).min(MAX_QUEUES);
-            ifaces.push((name.clone(), ifindex, queues));
-        }
+        let ifaces = lookup_interfaces(&cfg)?;
         // Every worker needs a socket on every interface to send on, so there are as many
         // workers as the interface with the fewest queues has queues.
-        let n_workers = ifaces.iter().map(|i| i.2).min().unwrap_or(1).max(1) as usize;
+        let n_workers = ifaces.iter().map(|i| i.queues).min().unwrap_or(1).max(1) as usize;
 
         let mut steer = Steer::load_with_cache(cache.as_deref())?;
         if let Some(c) = &cache {
-            for (slot, (name, ifindex, _)) in ifaces.iter().enumerate() {
-                let driver = xsk::driver_name(name);
-                let hairpin = flowcache::Hairpin::for_driver(driver.as_deref());
-                tracing::info!(interface = %name, driver = driver.as_deref().unwrap_or("?"), hairpin = ?hairpin, "flow cache egress");
-                c.add_egress(slot as u32, *ifindex, hairpin)?;
-            }
+            add_cache_egress(c, &ifaces)?;
         }
         steer.set_host_addresses(&host_addresses())?;
-        let mut ports: Vec<Vec<Port>> = (0..n_workers).map(|_| Vec::new()).collect();
-        let mut zero_copy = vec![true; ifaces.len()];
-        let mut sockets = Vec::new();
-        for (slot, (name, ifindex, queues)) in ifaces.iter().enumerate() {
-            steer.set_interface_slot(*ifindex, slot as u32)?;
-            for q in 0..*queues {
-                let xsk = Xsk::new(&XskConfig {
-                    ifname: name.clone(),
-                    queue: q,
-                    frames: cfg.umem_frames,
-                    ring_size: cfg.ring_size,
-                    headroom: HEADROOM as u32,
-                    busy_poll: cfg.busy_poll,
-                })
-                .map_err(|e| socket_err(name, q, e))?;
-                zero_copy[slot] &= xsk.zero_copy();
-                steer.set_socket(slot as u32, q, xsk.fd())?;
-                sockets.push((slot, xsk.fd()));
-                ports[q as usize % n_workers].push(Port {
-                    xsk,
-                    ifindex: *ifindex,
-                });
-            }
-        }
-
-        let mut interfaces = Vec::new();
-        let mut attached: Vec<(u32, AttachMode)> = Vec::new();
-        for (slot, (name, ifindex, queues)) in ifaces.iter().enumerate() {
-            match steer.attach(name, *ifindex, cfg.xdp_mode) {
-                Ok(mode) => {
-                    tracing::info!(
-                        interface = %name,
-                        xdp = mode.name(),
-                        af_xdp = if zero_copy[slot] { "zero-copy" } else { "copy" },
-                        queues,
-                        "datapath interface up"
-                    );
-                    attached.push((*ifindex, mode));
-                    interfaces.push(InterfaceStatus {
-                        name: name.clone(),
-                        ifindex: *ifindex,
-                        queues: *queues,
-                        xdp_mode: mode,
-                        zero_copy: zero_copy[slot],
-                        kernel: KernelStats::default(),
-                    });
-                }
-                Err(e) => {
-                    for (ix, mode) in attached {
-                        let _ = steer.detach(ix, mode);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-
-        let stop = Arc::new(AtomicBool::new(false));
-        let ncpu = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let sockets = open_sockets(&steer, &cfg, &ifaces, n_workers)?;
+        let interfaces = attach_all(&steer, &cfg, &ifaces, &sockets.zero_copy)?;
         let mut dp = Datapath {
             steer: Mutex::new(steer),
             interfaces,
-            sockets,
+            sockets: sockets.fds,
             workers: Vec::new(),
             counters: Vec::new(),
-            stop: stop.clone(),
+            stop: Arc::new(AtomicBool::new(false)),
             stopped: false,
         };
+        dp.spawn_workers(&cfg, &ifaces, sockets.ports, handler_factory)?;
+        Ok(dp)
+    }
+
+    /// Starts one worker thread per entry of `ports`, each with the handler the factory
+    /// builds for it.
+    fn spawn_workers<F>(
+        &mut self,
+        cfg: &DatapathConfig,
+        ifaces: &[Interface],
+        ports: Vec<Vec<Port>>,
+        handler_factory: F,
+    ) -> Result<(), DatapathError>
+    where
+        F: Fn(usize, usize) -> Box<dyn FrameHandler>,
+    {
+        let n_workers = ports.len();
+        let ncpu = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         for (w, ports) in ports.into_iter().enumerate() {
             let egress = ifaces
                 .iter()
-                .filter_map(|(_, ix, _)| {
+                .filter_map(|i| {
                     ports
                         .iter()
-                        .position(|p| p.ifindex == *ix)
-                        .map(|i| (*ix, i))
+                        .position(|p| p.ifindex == i.ifindex)
+                        .map(|at| (i.ifindex, at))
                 })
                 .collect();
             let counters = Arc::new(RingCounters::default());
@@ -397,7 +470,7 @@ impl Datapath {
                 egress,
                 handler: handler_factory(w, n_workers),
                 counters: counters.clone(),
-                stop: stop.clone(),
+                stop: self.stop.clone(),
                 busy_poll: cfg.busy_poll,
             };
             let pin = cfg.pin_workers.then_some(w % ncpu);
@@ -410,10 +483,10 @@ impl Datapath {
                     worker.run();
                 })
                 .map_err(|e| DatapathError::Thread(e.to_string()))?;
-            dp.workers.push(handle);
-            dp.counters.push(counters);
+            self.workers.push(handle);
+            self.counters.push(counters);
         }
-        Ok(dp)
+        Ok(())
     }
 
     fn steer(&self) -> MutexGuard<'_, Steer> {
