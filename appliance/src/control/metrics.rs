@@ -344,3 +344,388 @@ pub fn render(s: &Shared) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    //! The exposition of one fixed control state, byte for byte: the families, their order,
+    //! labels and values are what dashboards and alerts are written against.
+
+    use std::collections::HashMap;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use arc_swap::ArcSwap;
+
+    use super::super::events::{EventRing, Kind};
+    use super::super::handler::{BackendTotals, Published, Snapshot};
+    use super::super::shared::{HealthView, Shared, Sync, View, WorkerView};
+    use super::render;
+    use crate::config::Config;
+    use crate::datapath::{DatapathStats, SteerCounters, WorkerStats};
+    use crate::lb::hash::addr_to_u128;
+    use crate::lb::Tables;
+
+    const CONFIG: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+maglev_table_size = 251
+
+[[health_check]]
+name = "web"
+kind = "tcp"
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+health_check = "web"
+
+[[vip.backend]]
+address = "10.1.0.11"
+
+[[vip.backend]]
+address = "10.1.0.12"
+weight = 50
+
+[[vip]]
+name = "dns"
+address = "192.0.2.53"
+port = 53
+protocol = "udp"
+
+[[vip.backend]]
+address = "10.1.0.21"
+"#;
+
+    fn peer(address: &str, state: bgp::State, bfd: Option<bgp::BfdStatus>) -> bgp::PeerStatus {
+        bgp::PeerStatus {
+            address: address.parse().unwrap(),
+            asn: 65000,
+            state,
+            established_since: None,
+            uptime: None,
+            prefixes_announced: 1,
+            prefixes_received: 0,
+            last_error: None,
+            messages_in: 10,
+            messages_out: 11,
+            decode_errors: 0,
+            treat_as_withdraw: 0,
+            flaps: 2,
+            unsendable_routes: 0,
+            bfd,
+        }
+    }
+
+    fn shared() -> Shared {
+        let config = Arc::new(Config::from_toml_str(CONFIG).expect("valid config"));
+        let web = &config.vips[0];
+        let tables = Arc::new(Tables::build(&config, &|_, _| true, 3).expect("tables"));
+        let mut snap = Snapshot {
+            version: 3,
+            tables: Some(Arc::clone(&tables)),
+            vip_packets: vec![100, 7],
+            vip_bytes: vec![64_000, 700],
+            vip_new_flows: vec![10, 3],
+            backend_packets: vec![60, 40, 7],
+            backend_bytes: vec![38_000, 26_000, 700],
+            backend_flows: vec![(4, 1), (2, 0), (1, 1)],
+            conntrack_len: 9,
+            conntrack_capacity: 1024,
+            ..Snapshot::default()
+        };
+        snap.drops[0] = 5;
+        snap.drops[2] = 1;
+        snap.stats.passed = 12;
+        snap.stats.conntrack_fallback = 1;
+        snap.stats.rechosen = 2;
+        snap.retired_backends.insert(
+            (web.name.clone(), addr_to_u128(web.backends[0].address), 80),
+            BackendTotals {
+                packets: 3,
+                bytes: 300,
+            },
+        );
+        let workers = vec![
+            WorkerView {
+                snapshot: Arc::new(Mutex::new(snap)),
+                running: Arc::new(AtomicU64::new(3)),
+            },
+            WorkerView {
+                snapshot: Arc::new(Mutex::new(Snapshot {
+                    conntrack_capacity: 1024,
+                    ..Snapshot::default()
+                })),
+                running: Arc::new(AtomicU64::new(2)),
+            },
+        ];
+        let mut health = HashMap::new();
+        for (i, state) in ["up", "down"].into_iter().enumerate() {
+            let b = &web.backends[i];
+            health.insert(
+                (web.name.clone(), b.address, b.port),
+                HealthView {
+                    state,
+                    reason: None,
+                },
+            );
+        }
+        let mut bfd = bgp::BfdStatus {
+            bgp_resets: 1,
+            ..bgp::BfdStatus::default()
+        };
+        bfd.discards.bad_ttl = 4;
+        let view = View {
+            health,
+            announced: [web.address].into_iter().collect(),
+            peers: vec![
+                peer("192.0.2.1", bgp::State::Established, Some(bfd)),
+                peer("192.0.2.2", bgp::State::Active, None),
+            ],
+            datapath: Some(DatapathStats {
+                workers: vec![
+                    WorkerStats {
+                        rx: 150,
+                        tx: 140,
+                        ..WorkerStats::default()
+                    },
+                    WorkerStats {
+                        rx: 5,
+                        tx: 4,
+                        ..WorkerStats::default()
+                    },
+                ],
+                interfaces: Vec::new(),
+                steer: SteerCounters::default(),
+            }),
+            config: Some(Arc::clone(&config)),
+            ..View::default()
+        };
+        let mut events = EventRing::default();
+        events.push(Kind::Reload, "one");
+        events.push(Kind::Reload, "two");
+        let published = Arc::new(Published::new(Arc::unwrap_or_clone(tables)));
+        Shared {
+            started: Instant::now(),
+            config_path: "/etc/sluice/sluice.toml".into(),
+            published,
+            workers: Mutex::new(workers),
+            view: ArcSwap::from_pointee(view),
+            events: Mutex::new(events),
+            sync: Mutex::new(Sync {
+                version: 3,
+                published_at: Instant::now(),
+                lag: Some(Duration::from_millis(1500)),
+            }),
+            commands: tokio::sync::mpsc::channel(1).0,
+            api_errors: AtomicU64::new(4),
+            reloads_rejected: AtomicU64::new(1),
+            flow_cache: None,
+        }
+    }
+
+    /// `render`, normalised where a fixed input cannot fix the text: the uptime and release
+    /// are masked, and the samples within each family are sorted (prometheus-client keeps a
+    /// family's samples in a `HashMap`, so their order differs from one scrape to the next).
+    /// Everything else (family order, HELP and TYPE lines, names, labels, values) is compared
+    /// byte for byte.
+    fn rendered() -> String {
+        let release = format!("release=\"{}\"", env!("CARGO_PKG_VERSION"));
+        let text = render(&shared()).replace(&release, "release=\"RELEASE\"");
+        let mut out = Vec::new();
+        let mut samples: Vec<String> = Vec::new();
+        for line in text.lines() {
+            if line.starts_with('#') {
+                samples.sort();
+                out.append(&mut samples);
+                out.push(line.to_string());
+            } else if line.starts_with("sluice_uptime_seconds ") {
+                samples.push("sluice_uptime_seconds UPTIME".to_string());
+            } else {
+                samples.push(line.to_string());
+            }
+        }
+        samples.sort();
+        out.append(&mut samples);
+        out.join("\n") + "\n"
+    }
+
+    #[test]
+    fn renders_a_fixed_state_byte_for_byte() {
+        let got = rendered();
+        if got != EXPECTED {
+            panic!("exposition differs; got:\n{got}");
+        }
+    }
+
+    /// The exposition of [`shared`]: what dashboards and alerts read, so a change here is a
+    /// change operators see.
+    const EXPECTED: &str = r##"# HELP sluice_info Appliance name and release (always 1).
+# TYPE sluice_info gauge
+sluice_info{appliance="lb1",release="RELEASE"} 1
+# HELP sluice_uptime_seconds Seconds since sluice run started.
+# TYPE sluice_uptime_seconds gauge
+sluice_uptime_seconds UPTIME
+# HELP sluice_config_version Table version the control plane published last.
+# TYPE sluice_config_version gauge
+sluice_config_version 3
+# HELP sluice_worker_config_version Table version each datapath worker runs.
+# TYPE sluice_worker_config_version gauge
+sluice_worker_config_version{worker="0"} 3
+sluice_worker_config_version{worker="1"} 2
+# HELP sluice_workers_unsynced Workers not yet running the latest table version.
+# TYPE sluice_workers_unsynced gauge
+sluice_workers_unsynced 1
+# HELP sluice_config_sync_lag_seconds Time the last commit took to reach every worker.
+# TYPE sluice_config_sync_lag_seconds gauge
+sluice_config_sync_lag_seconds 1.5
+# HELP sluice_config_reloads_rejected Reloads rejected (validation or table build); the running version stayed.
+# TYPE sluice_config_reloads_rejected counter
+sluice_config_reloads_rejected_total 1
+# HELP sluice_rx_packets Frames the workers received.
+# TYPE sluice_rx_packets counter
+sluice_rx_packets_total 155
+# HELP sluice_tx_packets Frames the workers transmitted.
+# TYPE sluice_tx_packets counter
+sluice_tx_packets_total 144
+# HELP sluice_passed_packets Frames handed to the kernel (not load-balanced).
+# TYPE sluice_passed_packets counter
+sluice_passed_packets_total 12
+# HELP sluice_dropped_packets Frames dropped, by reason.
+# TYPE sluice_dropped_packets counter
+sluice_dropped_packets_total{reason="bad_checksum"} 0
+sluice_dropped_packets_total{reason="bad_length"} 1
+sluice_dropped_packets_total{reason="family_mismatch"} 0
+sluice_dropped_packets_total{reason="fragment_ambiguous"} 0
+sluice_dropped_packets_total{reason="fragment_nat"} 0
+sluice_dropped_packets_total{reason="icmp_no_flow"} 0
+sluice_dropped_packets_total{reason="malformed"} 0
+sluice_dropped_packets_total{reason="no_backend"} 0
+sluice_dropped_packets_total{reason="no_flow"} 0
+sluice_dropped_packets_total{reason="no_neighbor"} 0
+sluice_dropped_packets_total{reason="no_room"} 0
+sluice_dropped_packets_total{reason="snat_exhausted"} 0
+sluice_dropped_packets_total{reason="too_many_headers"} 0
+sluice_dropped_packets_total{reason="truncated"} 5
+sluice_dropped_packets_total{reason="ttl_exceeded"} 0
+# HELP sluice_conntrack_entries Connection-table entries over all workers.
+# TYPE sluice_conntrack_entries gauge
+sluice_conntrack_entries 9
+# HELP sluice_conntrack_capacity_entries Connection-table capacity over all workers.
+# TYPE sluice_conntrack_capacity_entries gauge
+sluice_conntrack_capacity_entries 2048
+# HELP sluice_conntrack_fallbacks New flows answered from the Maglev ring because a connection table was full.
+# TYPE sluice_conntrack_fallbacks counter
+sluice_conntrack_fallbacks_total 1
+# HELP sluice_flows_rechosen Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
+# TYPE sluice_flows_rechosen counter
+sluice_flows_rechosen_total 2
+# HELP sluice_vip_packets Packets of a VIP (both directions).
+# TYPE sluice_vip_packets counter
+sluice_vip_packets_total{vip="dns"} 7
+sluice_vip_packets_total{vip="web"} 100
+# HELP sluice_vip_bytes Bytes of a VIP (both directions).
+# TYPE sluice_vip_bytes counter
+sluice_vip_bytes_total{vip="dns"} 700
+sluice_vip_bytes_total{vip="web"} 64000
+# HELP sluice_vip_new_flows New flows of a VIP.
+# TYPE sluice_vip_new_flows counter
+sluice_vip_new_flows_total{vip="dns"} 3
+sluice_vip_new_flows_total{vip="web"} 10
+# HELP sluice_vip_active_flows Connection-table entries of a VIP.
+# TYPE sluice_vip_active_flows gauge
+sluice_vip_active_flows{vip="dns"} 2
+sluice_vip_active_flows{vip="web"} 7
+# HELP sluice_vip_announced 1 while the VIP's address is announced over BGP.
+# TYPE sluice_vip_announced gauge
+sluice_vip_announced{vip="dns"} 0
+sluice_vip_announced{vip="web"} 1
+# HELP sluice_vip_backends_eligible Backends that may take new flows.
+# TYPE sluice_vip_backends_eligible gauge
+sluice_vip_backends_eligible{vip="dns"} 1
+sluice_vip_backends_eligible{vip="web"} 2
+# HELP sluice_vip_hash_imbalance_ratio Largest Maglev ring share of an eligible backend over its ideal (weighted) share.
+# TYPE sluice_vip_hash_imbalance_ratio gauge
+sluice_vip_hash_imbalance_ratio{vip="dns"} 1.0
+sluice_vip_hash_imbalance_ratio{vip="web"} 1.00398406374502
+# HELP sluice_backend_packets Packets to and from a backend.
+# TYPE sluice_backend_packets counter
+sluice_backend_packets_total{vip="dns",backend="10.1.0.21:53"} 7
+sluice_backend_packets_total{vip="web",backend="10.1.0.11:80"} 63
+sluice_backend_packets_total{vip="web",backend="10.1.0.12:80"} 40
+# HELP sluice_backend_bytes Bytes to and from a backend.
+# TYPE sluice_backend_bytes counter
+sluice_backend_bytes_total{vip="dns",backend="10.1.0.21:53"} 700
+sluice_backend_bytes_total{vip="web",backend="10.1.0.11:80"} 38300
+sluice_backend_bytes_total{vip="web",backend="10.1.0.12:80"} 26000
+# HELP sluice_backend_active_flows Connection-table entries pointing at a backend.
+# TYPE sluice_backend_active_flows gauge
+sluice_backend_active_flows{vip="dns",backend="10.1.0.21:53"} 2
+sluice_backend_active_flows{vip="web",backend="10.1.0.11:80"} 5
+sluice_backend_active_flows{vip="web",backend="10.1.0.12:80"} 2
+# HELP sluice_backend_healthy 1 when the prober finds the backend up (or it has no check), 0 otherwise.
+# TYPE sluice_backend_healthy gauge
+sluice_backend_healthy{vip="dns",backend="10.1.0.21:53"} 1
+sluice_backend_healthy{vip="web",backend="10.1.0.11:80"} 1
+sluice_backend_healthy{vip="web",backend="10.1.0.12:80"} 0
+# HELP sluice_backend_eligible 1 when the backend may take new flows (healthy, active, weight > 0).
+# TYPE sluice_backend_eligible gauge
+sluice_backend_eligible{vip="dns",backend="10.1.0.21:53"} 1
+sluice_backend_eligible{vip="web",backend="10.1.0.11:80"} 1
+sluice_backend_eligible{vip="web",backend="10.1.0.12:80"} 1
+# HELP sluice_backend_weight Effective weight of a backend.
+# TYPE sluice_backend_weight gauge
+sluice_backend_weight{vip="dns",backend="10.1.0.21:53"} 100
+sluice_backend_weight{vip="web",backend="10.1.0.11:80"} 100
+sluice_backend_weight{vip="web",backend="10.1.0.12:80"} 50
+# HELP sluice_backend_ring_share_ratio Share of the VIP's Maglev ring the backend holds.
+# TYPE sluice_backend_ring_share_ratio gauge
+sluice_backend_ring_share_ratio{vip="dns",backend="10.1.0.21:53"} 1.0
+sluice_backend_ring_share_ratio{vip="web",backend="10.1.0.11:80"} 0.6693227091633466
+sluice_backend_ring_share_ratio{vip="web",backend="10.1.0.12:80"} 0.33067729083665339
+# HELP sluice_bgp_session_established 1 while the BGP session with the peer is Established.
+# TYPE sluice_bgp_session_established gauge
+sluice_bgp_session_established{peer="192.0.2.1"} 1
+sluice_bgp_session_established{peer="192.0.2.2"} 0
+# HELP sluice_bgp_peer_prefixes_announced Prefixes advertised to the peer.
+# TYPE sluice_bgp_peer_prefixes_announced gauge
+sluice_bgp_peer_prefixes_announced{peer="192.0.2.1"} 1
+sluice_bgp_peer_prefixes_announced{peer="192.0.2.2"} 1
+# HELP sluice_bgp_session_flaps Times the session with the peer left Established.
+# TYPE sluice_bgp_session_flaps counter
+sluice_bgp_session_flaps_total{peer="192.0.2.1"} 2
+sluice_bgp_session_flaps_total{peer="192.0.2.2"} 2
+# HELP sluice_bgp_bfd_up 1 while the BFD session with the peer is Up (only peers with BFD).
+# TYPE sluice_bgp_bfd_up gauge
+sluice_bgp_bfd_up{peer="192.0.2.1"} 0
+# HELP sluice_bgp_bfd_session_resets BGP sessions BFD took down (Up to Down while Established).
+# TYPE sluice_bgp_bfd_session_resets counter
+sluice_bgp_bfd_session_resets_total{peer="192.0.2.1"} 1
+# HELP sluice_bgp_bfd_discarded_packets BFD control packets dropped, by reason.
+# TYPE sluice_bgp_bfd_discarded_packets counter
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="admin_down"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="auth_not_configured"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="bad_ttl"} 4
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="bad_version"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="length_exceeds_payload"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="length_too_small"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="multipoint"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="truncated"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="wrong_discriminator"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="zero_detect_mult"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="zero_my_discriminator"} 0
+sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="zero_your_discriminator"} 0
+# HELP sluice_bgp_announced_prefixes VIP prefixes the appliance announces.
+# TYPE sluice_bgp_announced_prefixes gauge
+sluice_bgp_announced_prefixes 1
+# HELP sluice_events Events recorded (see /v1/events).
+# TYPE sluice_events counter
+sluice_events_total 2
+# HELP sluice_api_errors API requests refused with a 4xx status.
+# TYPE sluice_api_errors counter
+sluice_api_errors_total 4
+# EOF
+"##;
+}
