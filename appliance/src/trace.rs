@@ -9,13 +9,14 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
 
 use crate::config::{Config, Mode, Protocol, Scheduler};
 use crate::lb::conntrack::ConnTable;
 use crate::lb::hash::{FlowKey, addr_to_u128};
 use crate::lb::process::{Choice, Load, choose_backend, tunnel_source};
 use crate::lb::sched::SchedState;
-use crate::lb::tables::{TableError, Tables};
+use crate::lb::tables::{TableError, Tables, VipEntry};
 
 /// Why a trace could not be produced.
 #[derive(Debug, thiserror::Error)]
@@ -169,54 +170,22 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
         &mut st,
         0,
     );
-    let counts = v.ring.counts(range.len());
-    let backends: Vec<TraceBackend> = range
-        .clone()
-        .enumerate()
-        .map(|(i, slot)| {
-            let b = &tables.backends[slot];
-            TraceBackend {
-                address: b.ip(),
-                port: b.port,
-                weight: b.weight,
-                state: b.state.name(),
-                eligible: tables.eligible[slot],
-                ring_slots: counts[i],
-            }
-        })
-        .collect();
+    let backends = trace_backends(&tables, v, range.clone());
     let ring_slot = v.ring.slot_of(hash);
     let ring_backend = v.ring.lookup(hash).map(|p| p as usize);
     let chosen = choice.map(|(slot, _)| slot as usize - range.start);
-    let reason = match choice {
-        None => {
-            "no backend is eligible (all drained, disabled or weight 0): new flows are dropped \
-                 as no_backend"
-                .to_string()
-        }
-        Some((_, Choice::Maglev { slot })) => format!(
-            "maglev: slot {slot} = hash {hash:#010x} mod {} holds this backend",
-            v.ring.len()
-        ),
-        Some((_, Choice::Scheduler(s))) => format!(
-            "{} on a fresh worker (no connections counted yet); with live traffic the choice \
-             follows the worker's connection counts. If the connection table is full the flow \
-             falls back to the maglev slot.",
-            s.name()
-        ),
-    };
-    let snat = match (v.mode, choice) {
-        (Mode::FullNat, Some((slot, _))) => {
-            let b = &tables.backends[slot as usize];
+    let reason = reason(choice, hash, v);
+    let picked = choice.map(|(slot, _)| &tables.backends[slot as usize]);
+    let snat = match (v.mode, picked) {
+        (Mode::FullNat, Some(b)) => {
             let mut ct = ConnTable::new(1, tables.timeouts, 0, 0, 1);
             ct.alloc_snat(proto, b.address, b.port, &v.snat, hash, 0)
                 .map(|(a, p)| SocketAddr::new(crate::lb::hash::u128_to_addr(a, v.v6), p))
         }
         _ => None,
     };
-    let tunnel_source = match (v.mode, choice) {
-        (Mode::Tunnel(_), Some((slot, _))) => {
-            let b = &tables.backends[slot as usize];
+    let tunnel_source = match (v.mode, picked) {
+        (Mode::Tunnel(_), Some(b)) => {
             let (a, p) = tunnel_source(&tables.tunnel_source, b.v6, hash);
             Some((crate::lb::hash::u128_to_addr(a, b.v6), p))
         }
@@ -241,6 +210,46 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
         snat,
         tunnel_source,
     })
+}
+
+/// The VIP's backends in pool order, with the ring slots each holds.
+fn trace_backends(tables: &Tables, v: &VipEntry, range: Range<usize>) -> Vec<TraceBackend> {
+    let counts = v.ring.counts(range.len());
+    range
+        .enumerate()
+        .map(|(i, slot)| {
+            let b = &tables.backends[slot];
+            TraceBackend {
+                address: b.ip(),
+                port: b.port,
+                weight: b.weight,
+                state: b.state.name(),
+                eligible: tables.eligible[slot],
+                ring_slots: counts[i],
+            }
+        })
+        .collect()
+}
+
+/// Why [`choose_backend`] answered `choice`, in the operator's words.
+fn reason(choice: Option<(u32, Choice)>, hash: u32, v: &VipEntry) -> String {
+    match choice {
+        None => {
+            "no backend is eligible (all drained, disabled or weight 0): new flows are dropped \
+                 as no_backend"
+                .to_string()
+        }
+        Some((_, Choice::Maglev { slot })) => format!(
+            "maglev: slot {slot} = hash {hash:#010x} mod {} holds this backend",
+            v.ring.len()
+        ),
+        Some((_, Choice::Scheduler(s))) => format!(
+            "{} on a fresh worker (no connections counted yet); with live traffic the choice \
+             follows the worker's connection counts. If the connection table is full the flow \
+             falls back to the maglev slot.",
+            s.name()
+        ),
+    }
 }
 
 impl fmt::Display for TraceReport {

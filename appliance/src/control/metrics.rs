@@ -363,8 +363,8 @@ mod tests {
     use super::render;
     use crate::config::Config;
     use crate::datapath::{DatapathStats, SteerCounters, WorkerStats};
-    use crate::lb::hash::addr_to_u128;
     use crate::lb::Tables;
+    use crate::lb::hash::addr_to_u128;
 
     const CONFIG: &str = r#"
 [appliance]
