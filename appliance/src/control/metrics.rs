@@ -16,9 +16,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::shared::{Shared, imbalance, ring_shares};
-use crate::lb::DropReason;
+use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
+use crate::config::{Backend, Config, Vip};
 use crate::lb::hash::addr_to_u128;
+use crate::lb::{DropReason, Tables};
 
 type Labels = Vec<(String, String)>;
 
@@ -86,8 +87,36 @@ pub fn render(s: &Shared) -> String {
     let view = s.view.load();
     let tables = s.published.current();
     let agg = s.aggregate();
-    let version = s.published.version();
+    info(&mut b, s, &view);
+    config_sync(&mut b, s, &agg);
+    datapath(&mut b, &view, &agg);
+    if let Some(cfg) = &view.config {
+        vips(&mut b, cfg, &view, &tables, &agg);
+    } else {
+        VipFamilies::register(&mut b);
+        BackendFamilies::register(&mut b);
+    }
+    bgp(&mut b, &view);
+    b.counter1(
+        "sluice_events",
+        "Events recorded (see /v1/events)",
+        s.events.lock().map(|e| e.total()).unwrap_or(0),
+    );
+    b.counter1(
+        "sluice_api_errors",
+        "API requests refused with a 4xx status",
+        s.api_errors.load(Ordering::Relaxed),
+    );
 
+    let mut out = String::new();
+    if let Err(e) = encode(&mut out, &b.reg) {
+        tracing::error!("metrics: encoding failed: {e}");
+    }
+    out
+}
+
+/// Who is answering and for how long.
+fn info(b: &mut Builder, s: &Shared, view: &View) {
     let info = b.gauge("sluice_info", "Appliance name and release (always 1)");
     let name = view
         .config
@@ -104,8 +133,11 @@ pub fn render(s: &Shared) -> String {
         "Seconds since sluice run started",
         s.started.elapsed().as_secs() as i64,
     );
+}
 
-    // Config versions and table sync.
+/// Config versions and table sync: whether every worker runs what was published.
+fn config_sync(b: &mut Builder, s: &Shared, agg: &Aggregate) {
+    let version = s.published.version();
     b.gauge1(
         "sluice_config_version",
         "Table version the control plane published last",
@@ -140,8 +172,10 @@ pub fn render(s: &Shared) -> String {
         "Reloads rejected (validation or table build); the running version stayed",
         s.reloads_rejected.load(Ordering::Relaxed),
     );
+}
 
-    // Datapath totals.
+/// Datapath totals: frames in, out, passed and dropped, and the connection tables.
+fn datapath(b: &mut Builder, view: &View, agg: &Aggregate) {
     let (rx, tx) = view.datapath.as_ref().map_or((0, 0), |d| {
         (
             d.workers.iter().map(|w| w.rx).sum(),
@@ -179,99 +213,152 @@ pub fn render(s: &Shared) -> String {
         "Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen",
         agg.stats.rechosen,
     );
+}
 
-    // Per VIP and backend.
-    let vp = b.counter("sluice_vip_packets", "Packets of a VIP (both directions)");
-    let vb = b.counter("sluice_vip_bytes", "Bytes of a VIP (both directions)");
-    let vn = b.counter("sluice_vip_new_flows", "New flows of a VIP");
-    let va = b.gauge(
-        "sluice_vip_active_flows",
-        "Connection-table entries of a VIP",
-    );
-    let vann = b.gauge(
-        "sluice_vip_announced",
-        "1 while the VIP's address is announced over BGP",
-    );
-    let velig = b.gauge(
-        "sluice_vip_backends_eligible",
-        "Backends that may take new flows",
-    );
-    let vimb = b.fgauge(
-        "sluice_vip_hash_imbalance_ratio",
-        "Largest Maglev ring share of an eligible backend over its ideal (weighted) share",
-    );
-    let bp = b.counter("sluice_backend_packets", "Packets to and from a backend");
-    let bb = b.counter("sluice_backend_bytes", "Bytes to and from a backend");
-    let ba = b.gauge(
-        "sluice_backend_active_flows",
-        "Connection-table entries pointing at a backend",
-    );
-    let bh = b.gauge(
-        "sluice_backend_healthy",
-        "1 when the prober finds the backend up (or it has no check), 0 otherwise",
-    );
-    let be = b.gauge(
-        "sluice_backend_eligible",
-        "1 when the backend may take new flows (healthy, active, weight > 0)",
-    );
-    let bw = b.gauge("sluice_backend_weight", "Effective weight of a backend");
-    let bs = b.fgauge(
-        "sluice_backend_ring_share_ratio",
-        "Share of the VIP's Maglev ring the backend holds",
-    );
-    if let Some(cfg) = &view.config {
-        for (slot, v) in cfg.vips.iter().enumerate() {
-            let vl = labels(&[("vip", &v.name)]);
-            let t = agg.vips.get(&v.name).copied().unwrap_or_default();
-            set(&vp, vl.clone(), t.packets);
-            set(&vb, vl.clone(), t.bytes);
-            set(&vn, vl.clone(), t.new_flows);
-            gset(
-                &va,
-                vl.clone(),
-                agg.vip_flows.get(&v.name).copied().unwrap_or(0) as i64,
-            );
-            gset(
-                &vann,
-                vl.clone(),
-                i64::from(view.announced.contains(&v.address)),
-            );
-            let shares = ring_shares(&tables, slot);
-            gset(
-                &velig,
-                vl.clone(),
-                shares.iter().filter(|s| s.2).count() as i64,
-            );
-            if let Some(r) = imbalance(&shares) {
-                vimb.get_or_create(&vl).set(r);
-            }
-            for (i, bk) in v.backends.iter().enumerate() {
-                let id = std::net::SocketAddr::new(bk.address, bk.port).to_string();
-                let l = labels(&[("vip", &v.name), ("backend", &id)]);
-                let key = (v.name.clone(), addr_to_u128(bk.address), bk.port);
-                let t = agg.backends.get(&key).copied().unwrap_or_default();
-                set(&bp, l.clone(), t.packets);
-                set(&bb, l.clone(), t.bytes);
-                gset(
-                    &ba,
-                    l.clone(),
-                    agg.backend_flows.get(&key).copied().unwrap_or(0) as i64,
-                );
-                let healthy = v.health_check.is_none()
-                    || view
-                        .health
-                        .get(&(v.name.clone(), bk.address, bk.port))
-                        .is_some_and(|h| h.state == "up");
-                gset(&bh, l.clone(), i64::from(healthy));
-                let (share, _, eligible) = shares.get(i).copied().unwrap_or((0.0, 0.0, false));
-                gset(&be, l.clone(), i64::from(eligible));
-                gset(&bw, l.clone(), i64::from(bk.weight));
-                bs.get_or_create(&l).set(share);
-            }
+/// The per-VIP families, labelled `vip`.
+struct VipFamilies {
+    packets: Family<Labels, Counter>,
+    bytes: Family<Labels, Counter>,
+    new_flows: Family<Labels, Counter>,
+    active_flows: Family<Labels, Gauge>,
+    announced: Family<Labels, Gauge>,
+    eligible: Family<Labels, Gauge>,
+    imbalance: Family<Labels, Gauge<f64, AtomicU64>>,
+}
+
+impl VipFamilies {
+    fn register(b: &mut Builder) -> VipFamilies {
+        VipFamilies {
+            packets: b.counter("sluice_vip_packets", "Packets of a VIP (both directions)"),
+            bytes: b.counter("sluice_vip_bytes", "Bytes of a VIP (both directions)"),
+            new_flows: b.counter("sluice_vip_new_flows", "New flows of a VIP"),
+            active_flows: b.gauge(
+                "sluice_vip_active_flows",
+                "Connection-table entries of a VIP",
+            ),
+            announced: b.gauge(
+                "sluice_vip_announced",
+                "1 while the VIP's address is announced over BGP",
+            ),
+            eligible: b.gauge(
+                "sluice_vip_backends_eligible",
+                "Backends that may take new flows",
+            ),
+            imbalance: b.fgauge(
+                "sluice_vip_hash_imbalance_ratio",
+                "Largest Maglev ring share of an eligible backend over its ideal (weighted) share",
+            ),
         }
     }
+}
 
-    // BGP.
+/// The per-backend families, labelled `vip` and `backend`.
+struct BackendFamilies {
+    packets: Family<Labels, Counter>,
+    bytes: Family<Labels, Counter>,
+    active_flows: Family<Labels, Gauge>,
+    healthy: Family<Labels, Gauge>,
+    eligible: Family<Labels, Gauge>,
+    weight: Family<Labels, Gauge>,
+    ring_share: Family<Labels, Gauge<f64, AtomicU64>>,
+}
+
+impl BackendFamilies {
+    fn register(b: &mut Builder) -> BackendFamilies {
+        BackendFamilies {
+            packets: b.counter("sluice_backend_packets", "Packets to and from a backend"),
+            bytes: b.counter("sluice_backend_bytes", "Bytes to and from a backend"),
+            active_flows: b.gauge(
+                "sluice_backend_active_flows",
+                "Connection-table entries pointing at a backend",
+            ),
+            healthy: b.gauge(
+                "sluice_backend_healthy",
+                "1 when the prober finds the backend up (or it has no check), 0 otherwise",
+            ),
+            eligible: b.gauge(
+                "sluice_backend_eligible",
+                "1 when the backend may take new flows (healthy, active, weight > 0)",
+            ),
+            weight: b.gauge("sluice_backend_weight", "Effective weight of a backend"),
+            ring_share: b.fgauge(
+                "sluice_backend_ring_share_ratio",
+                "Share of the VIP's Maglev ring the backend holds",
+            ),
+        }
+    }
+}
+
+/// Per VIP and backend of the running config: traffic, flows, health and ring shares.
+fn vips(b: &mut Builder, cfg: &Config, view: &View, tables: &Tables, agg: &Aggregate) {
+    let vf = VipFamilies::register(b);
+    let bf = BackendFamilies::register(b);
+    for (slot, v) in cfg.vips.iter().enumerate() {
+        let vl = labels(&[("vip", &v.name)]);
+        let t = agg.vips.get(&v.name).copied().unwrap_or_default();
+        set(&vf.packets, vl.clone(), t.packets);
+        set(&vf.bytes, vl.clone(), t.bytes);
+        set(&vf.new_flows, vl.clone(), t.new_flows);
+        gset(
+            &vf.active_flows,
+            vl.clone(),
+            agg.vip_flows.get(&v.name).copied().unwrap_or(0) as i64,
+        );
+        gset(
+            &vf.announced,
+            vl.clone(),
+            i64::from(view.announced.contains(&v.address)),
+        );
+        let shares = ring_shares(tables, slot);
+        gset(
+            &vf.eligible,
+            vl.clone(),
+            shares.iter().filter(|s| s.2).count() as i64,
+        );
+        if let Some(r) = imbalance(&shares) {
+            vf.imbalance.get_or_create(&vl).set(r);
+        }
+        for (i, bk) in v.backends.iter().enumerate() {
+            let share = shares.get(i).copied().unwrap_or((0.0, 0.0, false));
+            backend(&bf, v, bk, share, view, agg);
+        }
+    }
+}
+
+/// One backend's samples; `share` is its entry of [`ring_shares`].
+fn backend(
+    bf: &BackendFamilies,
+    v: &Vip,
+    bk: &Backend,
+    share: (f64, f64, bool),
+    view: &View,
+    agg: &Aggregate,
+) {
+    let id = std::net::SocketAddr::new(bk.address, bk.port).to_string();
+    let l = labels(&[("vip", &v.name), ("backend", &id)]);
+    let key = (v.name.clone(), addr_to_u128(bk.address), bk.port);
+    let t = agg.backends.get(&key).copied().unwrap_or_default();
+    set(&bf.packets, l.clone(), t.packets);
+    set(&bf.bytes, l.clone(), t.bytes);
+    gset(
+        &bf.active_flows,
+        l.clone(),
+        agg.backend_flows.get(&key).copied().unwrap_or(0) as i64,
+    );
+    let healthy = v.health_check.is_none()
+        || view
+            .health
+            .get(&(v.name.clone(), bk.address, bk.port))
+            .is_some_and(|h| h.state == "up");
+    gset(&bf.healthy, l.clone(), i64::from(healthy));
+    let (share, _, eligible) = share;
+    gset(&bf.eligible, l.clone(), i64::from(eligible));
+    gset(&bf.weight, l.clone(), i64::from(bk.weight));
+    bf.ring_share.get_or_create(&l).set(share);
+}
+
+/// BGP sessions and their BFD, per peer, and the prefixes announced.
+fn bgp(b: &mut Builder, view: &View) {
     let est = b.gauge(
         "sluice_bgp_session_established",
         "1 while the BGP session with the peer is Established",
@@ -326,23 +413,6 @@ pub fn render(s: &Shared) -> String {
         "VIP prefixes the appliance announces",
         view.announced.len() as i64,
     );
-
-    b.counter1(
-        "sluice_events",
-        "Events recorded (see /v1/events)",
-        s.events.lock().map(|e| e.total()).unwrap_or(0),
-    );
-    b.counter1(
-        "sluice_api_errors",
-        "API requests refused with a 4xx status",
-        s.api_errors.load(Ordering::Relaxed),
-    );
-
-    let mut out = String::new();
-    if let Err(e) = encode(&mut out, &b.reg) {
-        tracing::error!("metrics: encoding failed: {e}");
-    }
-    out
 }
 
 #[cfg(test)]
