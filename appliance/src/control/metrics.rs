@@ -428,11 +428,11 @@ mod tests {
     use arc_swap::ArcSwap;
 
     use super::super::events::{EventRing, Kind};
-    use super::super::handler::{BackendTotals, Published, Snapshot};
     use super::super::shared::{HealthView, Shared, Sync, View, WorkerView};
     use super::render;
     use crate::config::Config;
-    use crate::datapath::{DatapathStats, SteerCounters, WorkerStats};
+    use crate::datapath::{DatapathStats, RingStats, SteerCounters};
+    use crate::engine::{BackendTotals, CounterSnapshot, Published};
     use crate::lb::Tables;
     use crate::lb::hash::addr_to_u128;
 
@@ -493,7 +493,7 @@ address = "10.1.0.21"
         let config = Arc::new(Config::from_toml_str(CONFIG).expect("valid config"));
         let web = &config.vips[0];
         let tables = Arc::new(Tables::build(&config, &|_, _| true, 3).expect("tables"));
-        let mut snap = Snapshot {
+        let mut snap = CounterSnapshot {
             version: 3,
             tables: Some(Arc::clone(&tables)),
             vip_packets: vec![100, 7],
@@ -504,7 +504,7 @@ address = "10.1.0.21"
             backend_flows: vec![(4, 1), (2, 0), (1, 1)],
             conntrack_len: 9,
             conntrack_capacity: 1024,
-            ..Snapshot::default()
+            ..CounterSnapshot::default()
         };
         snap.drops[0] = 5;
         snap.drops[2] = 1;
@@ -524,9 +524,9 @@ address = "10.1.0.21"
                 running: Arc::new(AtomicU64::new(3)),
             },
             WorkerView {
-                snapshot: Arc::new(Mutex::new(Snapshot {
+                snapshot: Arc::new(Mutex::new(CounterSnapshot {
                     conntrack_capacity: 1024,
-                    ..Snapshot::default()
+                    ..CounterSnapshot::default()
                 })),
                 running: Arc::new(AtomicU64::new(2)),
             },
@@ -556,15 +556,15 @@ address = "10.1.0.21"
             ],
             datapath: Some(DatapathStats {
                 workers: vec![
-                    WorkerStats {
+                    RingStats {
                         rx: 150,
                         tx: 140,
-                        ..WorkerStats::default()
+                        ..RingStats::default()
                     },
-                    WorkerStats {
+                    RingStats {
                         rx: 5,
                         tx: 4,
-                        ..WorkerStats::default()
+                        ..RingStats::default()
                     },
                 ],
                 interfaces: Vec::new(),
