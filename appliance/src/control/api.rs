@@ -23,6 +23,7 @@ use axum::routing::{get, post, put};
 use tokio::sync::oneshot;
 use tui::api::{self, ApiError, BackendAction};
 
+use super::change::{Applied, ChangeError};
 use super::shared::{BackendOp, Command, Shared};
 
 /// How long a write waits for every worker to run the new version before it replies.
@@ -219,7 +220,7 @@ async fn openapi() -> Response {
 /// Sends a command to the control loop and turns its answer into a [`api::Commit`].
 async fn command(
     s: &Shared,
-    make: impl FnOnce(oneshot::Sender<Result<String, ApiError>>) -> Command,
+    make: impl FnOnce(oneshot::Sender<Result<Applied, ChangeError>>) -> Command,
     status_on_error: StatusCode,
 ) -> Result<Response, Error> {
     let (tx, rx) = oneshot::channel();
@@ -231,15 +232,19 @@ async fn command(
         ));
     }
     let message = match rx.await {
-        Ok(Ok(m)) => m,
+        Ok(Ok(applied)) => applied.to_string(),
         Ok(Err(e)) => {
-            let status = match e.field.as_deref() {
-                Some("vip") | Some("backend") if e.error.starts_with("no ") => {
-                    StatusCode::NOT_FOUND
-                }
-                _ => status_on_error,
+            let status = if e.is_not_found() {
+                StatusCode::NOT_FOUND
+            } else {
+                status_on_error
             };
-            return Err(Error(status, e));
+            let doc = ApiError {
+                error: e.to_string(),
+                field: e.field().map(str::to_string),
+                errors: e.errors(),
+            };
+            return Err(Error(status, doc));
         }
         Err(_) => {
             return Err(Error::new(

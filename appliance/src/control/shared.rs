@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::{mpsc, oneshot};
 use tui::api;
 
+use super::change::{Applied, ChangeError};
 use super::events::EventRing;
 use crate::config::{self, BackendState, Config, Mode};
 use crate::datapath::{AttachMode, DatapathStats};
@@ -78,15 +79,15 @@ pub enum Command {
         vip: String,
         backend: String,
         op: BackendOp,
-        reply: oneshot::Sender<Result<String, api::ApiError>>,
+        reply: oneshot::Sender<Result<Applied, ChangeError>>,
     },
     Announce {
         vip: String,
         announce: bool,
-        reply: oneshot::Sender<Result<String, api::ApiError>>,
+        reply: oneshot::Sender<Result<Applied, ChangeError>>,
     },
     Reload {
-        reply: oneshot::Sender<Result<String, api::ApiError>>,
+        reply: oneshot::Sender<Result<Applied, ChangeError>>,
     },
 }
 

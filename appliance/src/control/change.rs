@@ -1,0 +1,248 @@
+//! What an operator's change (API or SIGHUP) comes back with: [`Applied`] as data when it
+//! runs, [`ChangeError`] when it does not. The API renders both into its documents at the
+//! edge (`control/api.rs`); the sentences are their `Display`.
+
+use std::net::{IpAddr, SocketAddr};
+
+use super::prepare::{HealthKey, PrepareError};
+use super::shared::BackendOp;
+use crate::config::{self, Backend, Config};
+
+/// A change that is running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The config file is running as `version`; `deferred` lists sections whose change waits
+    /// for the next start.
+    Reloaded {
+        version: u64,
+        deferred: Vec<Deferred>,
+    },
+    /// An operator's change to one backend is running as `version`.
+    Backend {
+        op: BackendOp,
+        backend: SocketAddr,
+        vip: String,
+        version: u64,
+    },
+    /// An operator announced (or withdrew) a VIP.
+    Announce { vip: String, announce: bool },
+}
+
+/// A config section a reload changed that only a restart applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deferred {
+    /// `[appliance] flow_cache`: the XDP program is loaded with or without the cache.
+    FlowCache,
+    /// `[api]`: the listeners keep their sockets.
+    Api,
+}
+
+impl std::fmt::Display for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Deferred::FlowCache => "[appliance] flow_cache takes effect at the next start",
+            Deferred::Api => "[api] changes take effect at the next start",
+        })
+    }
+}
+
+/// The name of a backend change in messages: `drain`, `weight 7`.
+pub fn op_name(op: BackendOp) -> String {
+    match op {
+        BackendOp::Action(a) => a.name().to_string(),
+        BackendOp::Weight(w) => format!("weight {w}"),
+    }
+}
+
+/// ` ([appliance] flow_cache takes effect at the next start)` for each deferred section.
+pub fn deferred_note(deferred: &[Deferred]) -> String {
+    deferred.iter().map(|d| format!(" ({d})")).collect()
+}
+
+impl std::fmt::Display for Applied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Applied::Reloaded { version, deferred } => write!(
+                f,
+                "config reloaded: version {version}{}",
+                deferred_note(deferred)
+            ),
+            Applied::Backend {
+                op,
+                backend,
+                vip,
+                version,
+            } => write!(
+                f,
+                "{} {backend} of VIP {vip}: version {version}",
+                op_name(*op)
+            ),
+            Applied::Announce { vip, announce } => {
+                let what = if *announce { "announce" } else { "withdraw" };
+                write!(f, "{what} VIP {vip}")
+            }
+        }
+    }
+}
+
+/// Why a change was not applied; the running version stays.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("no VIP named {0:?}")]
+    NoVip(String),
+    #[error("backend {0:?} is not an address or address:port")]
+    BadBackend(String),
+    #[error("no backend {backend} in VIP {vip:?}")]
+    NoBackend { vip: String, backend: String },
+    #[error("VIP {vip:?} has several backends at {backend}: give address:port")]
+    AmbiguousBackend { vip: String, backend: String },
+    #[error("BGP is not running (no [bgp] section, or the speaker failed to start)")]
+    NoBgp,
+    /// The file does not load or validate.
+    #[error("config rejected, running version kept: {} error(s)", load_errors(.0).len())]
+    ConfigRejected(#[source] config::LoadError),
+    /// The file validates but its tables cannot be built.
+    #[error("config rejected, running version kept: {0}")]
+    TablesRejected(#[source] PrepareError),
+    /// An operator's change to a backend leaves tables that cannot be built.
+    #[error("cannot apply {}: {source}", op_name(*.op))]
+    NotApplied {
+        op: BackendOp,
+        #[source]
+        source: PrepareError,
+    },
+}
+
+fn load_errors(e: &config::LoadError) -> Vec<String> {
+    match e.errors() {
+        Some(list) => list.0.iter().map(|x| x.to_string()).collect(),
+        None => vec![e.to_string()],
+    }
+}
+
+impl ChangeError {
+    /// The request field the error is about, if one.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            ChangeError::NoVip(_) | ChangeError::NoBgp => Some("vip"),
+            ChangeError::BadBackend(_)
+            | ChangeError::NoBackend { .. }
+            | ChangeError::AmbiguousBackend { .. } => Some("backend"),
+            ChangeError::ConfigRejected(_) | ChangeError::TablesRejected(_) => Some("config"),
+            ChangeError::NotApplied { .. } => None,
+        }
+    }
+
+    /// True when the change names a VIP or backend that does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ChangeError::NoVip(_) | ChangeError::NoBackend { .. })
+    }
+
+    /// Every error behind this one, one line each.
+    pub fn errors(&self) -> Vec<String> {
+        match self {
+            ChangeError::ConfigRejected(e) => load_errors(e),
+            ChangeError::TablesRejected(e) | ChangeError::NotApplied { source: e, .. } => {
+                vec![e.to_string()]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// What the event log says after "rejected, running version kept: ".
+    pub fn summary(&self) -> String {
+        match self {
+            ChangeError::ConfigRejected(e) => format!("{} error(s)", load_errors(e).len()),
+            ChangeError::TablesRejected(e) => e.to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// The VIP and backend an API call names; `backend` is `address:port`, or the address alone
+/// when the VIP has one backend there.
+pub fn find_backend(cfg: &Config, vip: &str, backend: &str) -> Result<HealthKey, ChangeError> {
+    let Some(v) = cfg.vip(vip) else {
+        return Err(ChangeError::NoVip(vip.to_string()));
+    };
+    let matches: Vec<&Backend> = if let Ok(sa) = backend.parse::<SocketAddr>() {
+        v.backends
+            .iter()
+            .filter(|b| b.address == sa.ip() && b.port == sa.port())
+            .collect()
+    } else if let Ok(ip) = backend.parse::<IpAddr>() {
+        v.backends.iter().filter(|b| b.address == ip).collect()
+    } else {
+        return Err(ChangeError::BadBackend(backend.to_string()));
+    };
+    let named = || (vip.to_string(), backend.to_string());
+    match matches.as_slice() {
+        [b] => Ok((v.name.clone(), b.address, b.port)),
+        [] => {
+            let (vip, backend) = named();
+            Err(ChangeError::NoBackend { vip, backend })
+        }
+        _ => {
+            let (vip, backend) = named();
+            Err(ChangeError::AmbiguousBackend { vip, backend })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(a: &str, p: u16) -> HealthKey {
+        ("web".into(), a.parse().expect("literal"), p)
+    }
+
+    #[test]
+    fn backends_are_named_by_address_and_port_or_a_unique_address() {
+        let c = Config::from_toml_str(crate::control::prepare::tests::CFG)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            find_backend(&c, "web", "10.1.0.11").ok(),
+            Some(key("10.1.0.11", 8080))
+        );
+        assert_eq!(
+            find_backend(&c, "web", "10.1.0.12:8081").ok(),
+            Some(key("10.1.0.12", 8081))
+        );
+        let field = |vip: &str, b: &str| find_backend(&c, vip, b).err().and_then(|e| e.field());
+        assert_eq!(field("web", "10.1.0.12"), Some("backend"), "ambiguous");
+        assert_eq!(field("web", "10.1.0.99"), Some("backend"));
+        assert_eq!(field("web", "nonsense"), Some("backend"));
+        assert_eq!(field("api", "10.1.0.11"), Some("vip"));
+    }
+
+    #[test]
+    fn the_messages_are_the_ones_the_api_has_always_sent() {
+        let e = ChangeError::NoBackend {
+            vip: "web".into(),
+            backend: "10.1.0.99".into(),
+        };
+        assert_eq!(e.to_string(), "no backend 10.1.0.99 in VIP \"web\"");
+        assert!(e.is_not_found());
+        assert!(!ChangeError::NoBgp.is_not_found());
+        let a = Applied::Reloaded {
+            version: 4,
+            deferred: vec![Deferred::FlowCache, Deferred::Api],
+        };
+        assert_eq!(
+            a.to_string(),
+            "config reloaded: version 4 ([appliance] flow_cache takes effect at the next start) \
+             ([api] changes take effect at the next start)"
+        );
+        let b = Applied::Backend {
+            op: BackendOp::Weight(7),
+            backend: "10.1.0.11:8080".parse().expect("literal"),
+            vip: "web".into(),
+            version: 5,
+        };
+        assert_eq!(
+            b.to_string(),
+            "weight 7 10.1.0.11:8080 of VIP web: version 5"
+        );
+    }
+}

@@ -1,0 +1,201 @@
+//! The applying half of a change: a [`Prepared`] version becomes the running one. The
+//! running state takes what it was built from, the XDP program's steering maps and the
+//! prober's targets follow the new config, the workers get the tables in one atomic swap, the
+//! flow cache loses entries the new tables would not repeat, and BGP is brought in line
+//! (the speaker restarted when `[bgp]` changed).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use tracing::{error, info};
+
+use super::announce::{self, Announcer};
+use super::events::Kind;
+use super::prepare::{self, Health, HealthKey, Inputs, PrepareError, Prepared, Steering, Targets};
+use super::run::Control;
+use super::shared::{Override, Shared, Sync};
+use super::state::State;
+use super::{cache, view};
+use crate::config::{self, Vip};
+use crate::lb::Tables;
+
+impl Control {
+    /// Prepares the next version from the running state with `overrides` and commits it;
+    /// on failure the running version stays and the error is logged.
+    pub(super) async fn update(
+        &mut self,
+        overrides: &HashMap<HealthKey, Override>,
+        why: &str,
+    ) -> Result<u64, PrepareError> {
+        let now = Instant::now();
+        let version = self.st.next_version();
+        let st = &self.st;
+        let prepared = prepare::prepare(Inputs {
+            file: &st.file_config,
+            overrides,
+            health: Health::Verdicts(&st.health),
+            next_hops: &st.next_hops,
+            host_addresses: &crate::datapath::host_addresses(),
+            version,
+            now,
+            resettle: false,
+        });
+        match prepared {
+            Ok(p) => Ok(self.commit(p, why, now).await),
+            Err(e) => {
+                error!("{why}: cannot build tables, running version kept: {e}");
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes `p` the running version; returns its number.
+    pub(super) async fn commit(&mut self, p: Prepared, why: &str, now: Instant) -> u64 {
+        // Removed VIPs are withdrawn before their tables go away; the sync after the
+        // publication takes care of everything else.
+        if let Some(a) = self.announcer.as_mut() {
+            let vips = &p.config.vips;
+            a.withdraw_unless(|ip| vips.iter().any(|v| v.address == *ip), "VIP removed");
+        }
+        let bgp_changed = self.st.config.bgp != p.config.bgp;
+        let rest = self.st.adopt(p);
+        if rest.targets != self.targets {
+            self.targets = rest.targets;
+            set_probes(&self.prober, &self.targets);
+        }
+        if rest.steering != self.st.steering {
+            self.steer(rest.steering, why);
+        }
+        let version = publish(&self.shared, rest.tables, why);
+        if bgp_changed {
+            info!("reload: [bgp] changed, restarting the speaker");
+            if let Some(a) = self.announcer.take() {
+                a.shutdown().await;
+            }
+            self.announcer = start_speaker(self.st.config.bgp.as_ref()).await;
+        }
+        if let Some(t) = rest.settle_by {
+            self.settle_by = t;
+        }
+        self.sync_bgp(now);
+        self.view(None);
+        version
+    }
+
+    /// Replaces what the XDP program steers; on failure the old keys stay recorded, so the
+    /// next commit tries again.
+    fn steer(&mut self, steering: Steering, why: &str) {
+        match self
+            .dp
+            .set_vips(&steering.vips)
+            .and_then(|_| self.dp.set_return_keys(&steering.returns))
+        {
+            Ok(()) => self.st.steering = steering,
+            Err(e) => error!("{why}: steering maps: {e}"),
+        }
+    }
+
+    /// Brings the BGP announcements in line with the published tables (see
+    /// [`announcements`]).
+    pub(super) fn sync_bgp(&mut self, now: Instant) {
+        let Some(a) = self.announcer.as_mut() else {
+            return;
+        };
+        let settling = now < self.settle_by;
+        let status = if settling {
+            self.prober.status()
+        } else {
+            Vec::new()
+        };
+        let undecided = prepare::undecided(&status, &self.targets);
+        let tables = self.shared.published.current();
+        let (wanted, all_settled) = announcements(&self.st, &tables, &undecided, settling);
+        a.sync(&wanted);
+        if all_settled {
+            a.initial_routes_done();
+        }
+    }
+}
+
+/// The BGP decision for `tables`: a VIP is wanted once the tables can serve it and its
+/// health checks have decided (`undecided` holds the pairs still waiting while `settling`),
+/// and not while an operator withdrew it. Also whether every VIP has settled, which ends the
+/// speaker's initial wait.
+pub fn announcements(
+    st: &State,
+    tables: &Tables,
+    undecided: &HashSet<&HealthKey>,
+    settling: bool,
+) -> (BTreeMap<IpAddr, announce::Wanted>, bool) {
+    let settled = |v: &Vip| {
+        v.backends.iter().all(|b| {
+            b.state == config::BackendState::Disabled
+                || !undecided.contains(&(v.name.clone(), b.address, b.port))
+        })
+    };
+    let mut wanted = announce::wanted(&st.config, tables, &settled);
+    let all_settled = !settling || st.config.vips.iter().all(settled);
+    // An address stays wanted only while a VIP on it that no operator withdrew can serve.
+    wanted.retain(|addr, _| {
+        st.config.vips.iter().enumerate().any(|(slot, v)| {
+            v.address == *addr
+                && !st.withdrawn.contains(&v.name)
+                && tables
+                    .vips
+                    .get(slot)
+                    .is_some_and(|e| e.backends.clone().any(|b| tables.eligible[b as usize]))
+        })
+    });
+    (wanted, all_settled)
+}
+
+/// Starts the BGP speaker for `[bgp]`, if there is one; a speaker that cannot start leaves
+/// the appliance forwarding without announcements.
+pub(super) async fn start_speaker(bgp: Option<&config::Bgp>) -> Option<Announcer> {
+    match Announcer::start(bgp?).await {
+        Ok(a) => Some(a),
+        Err(e) => {
+            error!("bgp: {e}; running without announcements");
+            None
+        }
+    }
+}
+
+/// Gives the prober one probe per distinct target; probes that stay keep their state.
+pub(super) fn set_probes(prober: &health::Prober, targets: &Targets) {
+    prober.set_targets(targets.keys().map(|k| health::Target {
+        address: k.address,
+        port: k.port,
+        check: std::sync::Arc::clone(&k.check),
+    }));
+}
+
+/// Swaps `t` in for the workers, evicts the flow-cache entries it would not repeat, and
+/// restarts the sync-lag clock; returns its version.
+fn publish(shared: &Shared, t: Tables, why: &str) -> u64 {
+    let version = t.version;
+    let old = shared.published.current();
+    shared.published.publish(t);
+    // Strictly after the swap: a worker that decided with the old tables takes its own
+    // entry back when it sees the new version, and this walk removes the rest.
+    if let Some(c) = &shared.flow_cache {
+        let evicted = cache::after_commit(c, &old, &shared.published.current());
+        if evicted > 0 {
+            info!(
+                version,
+                evicted,
+                "flow cache: evicted entries the new tables would not forward the same way"
+            );
+        }
+    }
+    if let Ok(mut s) = shared.sync.lock() {
+        *s = Sync {
+            version,
+            published_at: Instant::now(),
+            lag: None,
+        };
+    }
+    view::event(shared, Kind::Commit, format!("version {version}: {why}"));
+    version
+}

@@ -1,0 +1,288 @@
+//! One handler per kind of event the control loop waits on: SIGHUP, an API command, a
+//! health transition, a kernel neighbour or route change, the one-second tick. Each turns
+//! its event into a change ([`super::prepare`] then [`super::commit`]) or into events and a
+//! fresh view for readers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tracing::{error, info, warn};
+use tui::api::BackendAction;
+
+use super::change::{self, Applied, ChangeError, Deferred};
+use super::events::Kind;
+use super::neighbours;
+use super::prepare::{self, Health, Inputs};
+use super::run::Control;
+use super::shared::{BackendOp, Command};
+use super::view::{self, event};
+use crate::config::{self, BackendState, Config};
+use crate::datapath::neigh::NetChange;
+
+/// Drops in one second that make an event.
+const DROP_SPIKE: u64 = 1000;
+
+impl Control {
+    /// SIGHUP: reloads the config file, logging every error of a rejected one.
+    pub(super) async fn on_hangup(&mut self) {
+        info!(path = %self.st.path.display(), "SIGHUP: reloading");
+        if let Err(e) = self.reload("SIGHUP reload").await {
+            error!("reload rejected, running version kept: {e}");
+            for x in e.errors() {
+                error!("  {x}");
+            }
+        }
+    }
+
+    /// A change the API asks for; the reply goes back to the waiting request.
+    pub(super) async fn on_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Backend {
+                vip,
+                backend,
+                op,
+                reply,
+            } => {
+                let _ = reply.send(self.backend(&vip, &backend, op).await);
+            }
+            Command::Announce {
+                vip,
+                announce,
+                reply,
+            } => {
+                let _ = reply.send(self.announce(&vip, announce));
+            }
+            Command::Reload { reply } => {
+                info!("API: reloading");
+                let r = self.reload("API reload").await;
+                if let Err(e) = &r {
+                    error!("reload rejected, running version kept: {e}");
+                }
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    /// A probe changed state: every VIP/backend pair it decides follows.
+    pub(super) async fn on_transition(&mut self, tr: health::Transition) {
+        let up = tr.to == health::Health::Up;
+        info!("health: {tr}");
+        if let Some(pairs) = self.targets.get(&tr.key) {
+            for p in pairs {
+                self.st.health.insert(p.clone(), up);
+                self.st.reasons.insert(p.clone(), tr.reason.to_string());
+            }
+        }
+        event(
+            &self.shared,
+            Kind::Health,
+            format!("{}: {} -> {} ({})", tr.key, tr.from, tr.to, tr.reason),
+        );
+        let overrides = self.st.overrides.clone();
+        if self.update(&overrides, "health change").await.is_err() {
+            // The reasons changed even if the tables could not follow.
+            self.sync_bgp(Instant::now());
+            self.view(None);
+        }
+    }
+
+    /// Whether a kernel notification makes the next tick resolve the next hops again.
+    pub(super) fn on_net_change(&self, change: &NetChange) -> bool {
+        neighbours::matters(change, &self.st.next_hops)
+    }
+
+    /// Once a second: BGP sync, neighbours, events for BGP and drops, the view.
+    pub(super) async fn on_tick(&mut self, ticks: u64, net_dirty: bool) {
+        self.sync_bgp(Instant::now());
+        let missing = neighbours::missing(&self.st.config, &self.st.next_hops);
+        if (missing || net_dirty || ticks.is_multiple_of(30))
+            && neighbours::resolve(&self.resolver, &self.st.config, &mut self.st.next_hops).await
+        {
+            let overrides = self.st.overrides.clone();
+            let _ = self.update(&overrides, "neighbours changed").await;
+        }
+        self.peer_events();
+        self.drop_events();
+        let dp = match self.dp.stats() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!("datapath stats: {e}");
+                None
+            }
+        };
+        self.view(dp);
+        if ticks.is_multiple_of(10) {
+            info!("stats: {}", view::summary(&self.shared));
+        }
+    }
+
+    /// An event for each BGP peer whose state changed since the last tick.
+    fn peer_events(&mut self) {
+        let Some(a) = &self.announcer else { return };
+        for p in a.peers() {
+            let before = self.peer_states.insert(p.address, p.state);
+            if before.is_some_and(|b| b != p.state)
+                || (before.is_none() && p.state == bgp::State::Established)
+            {
+                let mut m = format!(
+                    "peer {}: {:?} -> {:?}",
+                    p.address,
+                    before.unwrap_or(bgp::State::Idle),
+                    p.state
+                );
+                if p.state != bgp::State::Established
+                    && let Some(e) = &p.last_error
+                {
+                    m.push_str(&format!(" ({e})"));
+                }
+                event(&self.shared, Kind::Bgp, m);
+            }
+        }
+    }
+
+    /// An event when the workers dropped [`DROP_SPIKE`] frames or more in the last second,
+    /// at most one every ten seconds.
+    fn drop_events(&mut self) {
+        let drops: u64 = self.shared.aggregate().drops.iter().sum();
+        let delta = drops.saturating_sub(self.last_drops);
+        self.last_drops = drops;
+        if delta >= DROP_SPIKE
+            && self
+                .last_spike
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            self.last_spike = Some(Instant::now());
+            event(
+                &self.shared,
+                Kind::Drops,
+                format!(
+                    "{delta} frames dropped in the last second (see sluice_dropped_packets_total by reason)"
+                ),
+            );
+        }
+    }
+
+    /// Loads the config file and, when it is valid and its tables build, makes it the
+    /// running one; otherwise nothing changes and every error comes back.
+    async fn reload(&mut self, how: &str) -> Result<Applied, ChangeError> {
+        let r = self.try_reload(how).await;
+        if let Err(e) = &r {
+            self.shared.reloads_rejected.fetch_add(1, Ordering::Relaxed);
+            event(
+                &self.shared,
+                Kind::Reload,
+                format!("{how}: rejected, running version kept: {}", e.summary()),
+            );
+        }
+        r
+    }
+
+    async fn try_reload(&mut self, how: &str) -> Result<Applied, ChangeError> {
+        let file = Arc::new(config::load(&self.st.path).map_err(ChangeError::ConfigRejected)?);
+        neighbours::resolve(&self.resolver, &file, &mut self.st.next_hops).await;
+        let now = Instant::now();
+        let version = self.st.next_version();
+        let status = self.prober.status();
+        let prepared = prepare::prepare(Inputs {
+            file: &file,
+            overrides: &self.st.overrides,
+            health: Health::Prober(&status),
+            next_hops: &self.st.next_hops,
+            host_addresses: &crate::datapath::host_addresses(),
+            version,
+            now,
+            resettle: true,
+        })
+        .map_err(ChangeError::TablesRejected)?;
+        let deferred = deferred(&self.st.config, &prepared.config);
+        let version = self.commit(prepared, how, now).await;
+        for d in &deferred {
+            match d {
+                Deferred::FlowCache => warn!(
+                    "reload: [appliance] flow_cache changed; it takes effect at the next start"
+                ),
+                Deferred::Api => warn!(
+                    "reload: [api] changed; the API listeners keep their settings until restart"
+                ),
+            }
+        }
+        event(
+            &self.shared,
+            Kind::Reload,
+            format!(
+                "{how}: version {version} running{}",
+                change::deferred_note(&deferred)
+            ),
+        );
+        Ok(Applied::Reloaded { version, deferred })
+    }
+
+    /// Applies an operator's change to a backend as a new version.
+    async fn backend(
+        &mut self,
+        vip: &str,
+        backend: &str,
+        op: BackendOp,
+    ) -> Result<Applied, ChangeError> {
+        let key = change::find_backend(&self.st.config, vip, backend)?;
+        let mut overrides = self.st.overrides.clone();
+        let o = overrides.entry(key.clone()).or_default();
+        match op {
+            BackendOp::Action(BackendAction::Drain) => o.state = Some(BackendState::Drain),
+            BackendOp::Action(BackendAction::Undrain | BackendAction::Enable) => {
+                o.state = Some(BackendState::Active)
+            }
+            BackendOp::Action(BackendAction::Disable) => o.state = Some(BackendState::Disabled),
+            BackendOp::Weight(w) => o.weight = Some(w),
+        }
+        let id = std::net::SocketAddr::new(key.1, key.2);
+        let why = format!("operator: {} {id} of VIP {vip}", change::op_name(op));
+        let version = self
+            .update(&overrides, &why)
+            .await
+            .map_err(|source| ChangeError::NotApplied { op, source })?;
+        event(&self.shared, Kind::Operator, why);
+        Ok(Applied::Backend {
+            op,
+            backend: id,
+            vip: vip.to_string(),
+            version,
+        })
+    }
+
+    /// An operator announces or withdraws a VIP; the tables do not change.
+    fn announce(&mut self, vip: &str, announce: bool) -> Result<Applied, ChangeError> {
+        if self.st.config.vip(vip).is_none() {
+            return Err(ChangeError::NoVip(vip.to_string()));
+        }
+        if self.announcer.is_none() {
+            return Err(ChangeError::NoBgp);
+        }
+        if announce {
+            self.st.withdrawn.remove(vip);
+        } else {
+            self.st.withdrawn.insert(vip.to_string());
+        }
+        self.sync_bgp(Instant::now());
+        self.view(None);
+        let applied = Applied::Announce {
+            vip: vip.to_string(),
+            announce,
+        };
+        event(&self.shared, Kind::Operator, format!("operator: {applied}"));
+        Ok(applied)
+    }
+}
+
+/// The sections of `next` that differ from `running` but only apply at the next start.
+fn deferred(running: &Config, next: &Config) -> Vec<Deferred> {
+    let mut out = Vec::new();
+    if running.appliance.flow_cache != next.appliance.flow_cache {
+        out.push(Deferred::FlowCache);
+    }
+    if running.api != next.api {
+        out.push(Deferred::Api);
+    }
+    out
+}

@@ -1,0 +1,387 @@
+//! The pure half of a change: config, the operator's overrides, health verdicts and next hops
+//! in, the next table version out (with what the XDP program must steer and what the prober
+//! must probe), or why it cannot be built. Nothing here reads a file, a socket or the clock,
+//! and the running state is not touched: [`super::commit`] applies a [`Prepared`] or drops it.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::shared::Override;
+use crate::config::{self, Backend, Config, Mode, Protocol, Vip};
+use crate::datapath::{Proto, ReturnKey, VipKey};
+use crate::lb::{self, TableError, Tables};
+
+/// Health of one backend of one VIP, keyed by VIP name, backend address and port.
+pub type HealthKey = (String, IpAddr, u16);
+
+/// The prober's targets, with the VIP/backend pairs each one decides.
+pub type Targets = HashMap<health::ProbeKey, Vec<HealthKey>>;
+
+/// Why the next table version could not be prepared; the running version stays.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The config is valid, but its tables cannot be built (the error names the VIP).
+    #[error(transparent)]
+    Tables(#[from] TableError),
+}
+
+/// Next hops from the kernel (rtnetlink): per backend address, and the default gateways for
+/// return traffic to clients (`[v4, v6]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NextHops {
+    /// Per backend address.
+    pub backends: HashMap<IpAddr, lb::Neighbor>,
+    /// Default gateways, `[v4, v6]`.
+    pub gateways: [Option<lb::Neighbor>; 2],
+}
+
+/// What the XDP program steers to the workers: VIP keys and return-traffic keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Steering {
+    /// Traffic to a VIP.
+    pub vips: Vec<VipKey>,
+    /// Return traffic the engine owns (NAT backends, FullNAT local addresses).
+    pub returns: Vec<ReturnKey>,
+}
+
+/// The backends' health as a change sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum Health<'a> {
+    /// The verdicts the control loop holds (from the prober's transitions).
+    Verdicts(&'a HashMap<HealthKey, bool>),
+    /// The prober's status: for a reload, so that a pair the new config adds to a probe
+    /// already running gets that probe's state instead of waiting for a transition.
+    Prober(&'a [health::Status]),
+}
+
+/// Everything [`prepare`] builds from.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The config file as loaded.
+    pub file: &'a Arc<Config>,
+    /// The operator's changes to backends, layered over the file.
+    pub overrides: &'a HashMap<HealthKey, Override>,
+    pub health: Health<'a>,
+    pub next_hops: &'a NextHops,
+    /// This host's addresses: replies to its own traffic (health probes) are the kernel's.
+    pub host_addresses: &'a [IpAddr],
+    /// The version the tables get.
+    pub version: u64,
+    pub now: Instant,
+    /// A new config: BGP waits for the health checks to settle again.
+    pub resettle: bool,
+}
+
+/// The next version, built and not yet running.
+#[derive(Debug)]
+pub struct Prepared {
+    pub file_config: Arc<Config>,
+    /// `file_config` with the overrides: what the tables were built from.
+    pub config: Arc<Config>,
+    /// The overrides that still apply (equal or orphaned ones dropped).
+    pub overrides: HashMap<HealthKey, Override>,
+    pub health: HashMap<HealthKey, bool>,
+    pub tables: Tables,
+    pub steering: Steering,
+    pub targets: Targets,
+    /// When BGP stops waiting for health checks, when this change restarts the wait.
+    pub settle_by: Option<Instant>,
+}
+
+/// Builds the next version from `i`, or says why it cannot be built.
+pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
+    let mut overrides = i.overrides.clone();
+    let config = Arc::new(effective(i.file, &mut overrides));
+    let targets = health_targets(&config);
+    let health = match i.health {
+        Health::Verdicts(v) => v.clone(),
+        Health::Prober(status) => verdicts(status, &targets),
+    };
+    let healthy = |v: &Vip, b: &Backend| healthy(&config, &health, v, b);
+    let mut tables = Tables::build(&config, &healthy, i.version)?;
+    for slot in 0..tables.backends.len() {
+        let ip = tables.backends[slot].ip();
+        if let Some(n) = i.next_hops.backends.get(&ip) {
+            tables.set_neighbor(slot as u32, *n);
+        }
+    }
+    for (v6, g) in i.next_hops.gateways.iter().enumerate() {
+        if let Some(n) = g {
+            tables.set_gateway(v6 == 1, *n);
+        }
+    }
+    tables.set_local_addresses(i.host_addresses);
+    Ok(Prepared {
+        file_config: Arc::clone(i.file),
+        steering: steering(&config),
+        settle_by: i.resettle.then(|| i.now + settle_time(&config)),
+        config,
+        overrides,
+        health,
+        tables,
+        targets,
+    })
+}
+
+/// Whether a backend takes new flows as far as health goes: its check's verdict, or the
+/// check's initial state before one; a backend without a check is healthy.
+fn healthy(config: &Config, health: &HashMap<HealthKey, bool>, v: &Vip, b: &Backend) -> bool {
+    let Some(check) = v.health_check.as_ref().and_then(|n| config.health_check(n)) else {
+        return true;
+    };
+    health
+        .get(&(v.name.clone(), b.address, b.port))
+        .copied()
+        .unwrap_or(check.initial == config::InitialHealth::Up)
+}
+
+fn proto(p: Protocol) -> Proto {
+    match p {
+        Protocol::Tcp => Proto::Tcp,
+        Protocol::Udp => Proto::Udp,
+    }
+}
+
+/// What the XDP program must steer to the engine for `config`.
+pub fn steering(config: &Config) -> Steering {
+    let mut vips = Vec::new();
+    let mut ret = Vec::new();
+    for v in &config.vips {
+        vips.push(VipKey {
+            addr: v.address,
+            port: v.port,
+            proto: proto(v.protocol),
+        });
+        match v.mode {
+            Mode::Nat => {
+                for b in &v.backends {
+                    ret.push(ReturnKey::Backend {
+                        addr: b.address,
+                        port: b.port,
+                        proto: proto(v.protocol),
+                    });
+                }
+            }
+            Mode::FullNat => {
+                for a in &v.snat {
+                    ret.push(ReturnKey::Local {
+                        addr: *a,
+                        port: 0,
+                        proto: proto(v.protocol),
+                    });
+                }
+            }
+            Mode::Dr | Mode::Tunnel(_) => {}
+        }
+    }
+    ret.sort_by_key(|k| format!("{k:?}"));
+    ret.dedup();
+    Steering { vips, returns: ret }
+}
+
+/// Health targets for the prober, with the VIP/backend pairs each one decides.
+pub fn health_targets(config: &Config) -> Targets {
+    let mut out: Targets = HashMap::new();
+    let mut checks: HashMap<String, Arc<config::HealthCheck>> = HashMap::new();
+    for c in &config.health_checks {
+        checks.insert(c.name.clone(), Arc::new(c.clone()));
+    }
+    for v in &config.vips {
+        let Some(check) = v.health_check.as_ref().and_then(|n| checks.get(n)) else {
+            continue;
+        };
+        for b in &v.backends {
+            let target = health::Target {
+                address: b.address,
+                port: b.port,
+                check: Arc::clone(check),
+            };
+            out.entry(target.key())
+                .or_default()
+                .push((v.name.clone(), b.address, b.port));
+        }
+    }
+    out
+}
+
+/// The prober's current verdict for every VIP/backend pair of `targets`.
+fn verdicts(status: &[health::Status], targets: &Targets) -> HashMap<HealthKey, bool> {
+    let mut out = HashMap::new();
+    for s in status {
+        if let Some(pairs) = targets.get(&s.key) {
+            for p in pairs {
+                out.insert(p.clone(), s.state == health::Health::Up);
+            }
+        }
+    }
+    out
+}
+
+/// The pairs whose probes have not decided yet, while BGP still waits for them.
+pub fn undecided<'a>(status: &[health::Status], targets: &'a Targets) -> HashSet<&'a HealthKey> {
+    status
+        .iter()
+        .filter(|s| !s.decided)
+        .filter_map(|s| targets.get(&s.key))
+        .flatten()
+        .collect()
+}
+
+/// How long after a (re)start the announcer waits at most for health checks to decide:
+/// long enough for `rise` or `fall` results of the slowest check.
+pub fn settle_time(config: &Config) -> Duration {
+    config
+        .health_checks
+        .iter()
+        .map(|c| c.interval * (c.rise.max(c.fall) + 1) + c.timeout + c.jitter)
+        .max()
+        .unwrap_or_default()
+}
+
+/// The config the tables are built from: the file's, with the operator's overrides.
+/// Overrides of backends the file no longer has are dropped; an override equal to the
+/// file's value is dropped too, so `undrain` after `drain` leaves no trace.
+pub fn effective(file: &Config, overrides: &mut HashMap<HealthKey, Override>) -> Config {
+    let mut out = file.clone();
+    let mut seen = HashSet::new();
+    for v in &mut out.vips {
+        for b in &mut v.backends {
+            let key = (v.name.clone(), b.address, b.port);
+            if let Some(o) = overrides.get_mut(&key) {
+                if o.state == Some(b.state) {
+                    o.state = None;
+                }
+                if o.weight == Some(b.weight) {
+                    o.weight = None;
+                }
+                if let Some(s) = o.state {
+                    b.state = s;
+                }
+                if let Some(w) = o.weight {
+                    b.weight = w;
+                }
+                seen.insert(key);
+            }
+        }
+    }
+    overrides.retain(|k, o| seen.contains(k) && (o.state.is_some() || o.weight.is_some()));
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::BackendState;
+
+    pub(crate) const CFG: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+[[vip.backend]]
+address = "10.1.0.11"
+port = 8080
+[[vip.backend]]
+address = "10.1.0.12"
+port = 8080
+state = "drain"
+[[vip.backend]]
+address = "10.1.0.12"
+port = 8081
+"#;
+
+    fn cfg() -> Config {
+        Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn key(a: &str, p: u16) -> HealthKey {
+        ("web".into(), a.parse().expect("literal"), p)
+    }
+
+    #[test]
+    fn overrides_layer_over_the_file_and_vanish_when_equal_or_orphaned() {
+        let file = cfg();
+        let mut ov = HashMap::new();
+        ov.insert(
+            key("10.1.0.11", 8080),
+            Override {
+                state: Some(BackendState::Disabled),
+                weight: Some(7),
+            },
+        );
+        // Undrain of a backend the file drains: an override to active.
+        ov.insert(
+            key("10.1.0.12", 8080),
+            Override {
+                state: Some(BackendState::Active),
+                weight: None,
+            },
+        );
+        // Equal to the file: dropped.
+        ov.insert(
+            key("10.1.0.12", 8081),
+            Override {
+                state: Some(BackendState::Active),
+                weight: Some(100),
+            },
+        );
+        // A backend the file does not have: dropped.
+        ov.insert(
+            key("10.1.0.99", 80),
+            Override {
+                state: Some(BackendState::Drain),
+                weight: None,
+            },
+        );
+        let eff = effective(&file, &mut ov);
+        let b = &eff.vips[0].backends;
+        assert_eq!((b[0].state, b[0].weight), (BackendState::Disabled, 7));
+        assert_eq!(b[1].state, BackendState::Active);
+        assert_eq!((b[2].state, b[2].weight), (BackendState::Active, 100));
+        let mut keys: Vec<_> = ov.keys().cloned().collect();
+        keys.sort();
+        assert_eq!(keys, vec![key("10.1.0.11", 8080), key("10.1.0.12", 8080)]);
+    }
+
+    #[test]
+    fn prepare_builds_the_next_version_from_its_inputs_alone() {
+        let file = Arc::new(cfg());
+        let mut overrides = HashMap::new();
+        overrides.insert(
+            key("10.1.0.11", 8080),
+            Override {
+                state: Some(BackendState::Disabled),
+                weight: None,
+            },
+        );
+        let now = Instant::now();
+        let p = prepare(Inputs {
+            file: &file,
+            overrides: &overrides,
+            health: Health::Verdicts(&HashMap::new()),
+            next_hops: &NextHops::default(),
+            host_addresses: &[],
+            version: 7,
+            now,
+            resettle: true,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.tables.version, 7);
+        assert_eq!(p.config.vips[0].backends[0].state, BackendState::Disabled);
+        assert_eq!(p.overrides, overrides);
+        assert_eq!(p.steering.vips.len(), 1);
+        assert_eq!(
+            p.steering.returns.len(),
+            3,
+            "NAT: one return key per backend"
+        );
+        assert!(p.targets.is_empty(), "no health checks configured");
+        assert_eq!(p.settle_by, Some(now), "no checks: nothing to wait for");
+    }
+}

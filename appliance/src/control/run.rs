@@ -1,0 +1,272 @@
+//! `sluice run`: brings the datapath up with the first version, then waits on events and
+//! hands each to its handler (`handlers.rs`); on SIGTERM or SIGINT it withdraws (or, with
+//! graceful restart, abandons) the routes and detaches the datapath.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::announce::Announcer;
+use super::commit::{set_probes, start_speaker};
+use super::events::{EventRing, Kind};
+use super::prepare::{self, Health, Inputs, Targets};
+use super::shared::{Command, Shared, Sync, WorkerView};
+use super::state::State;
+use super::view::{self, event};
+use super::{RunError, api, neighbours};
+use crate::config;
+use crate::datapath::flowcache::{self, FlowCache};
+use crate::datapath::neigh::{self, Resolver};
+use crate::datapath::{Datapath, DatapathConfig, DatapathStats, FrameHandler};
+use crate::engine::{CounterSnapshot, LbHandler, Published};
+
+/// Everything the control loop owns.
+pub(super) struct Control {
+    pub(super) st: State,
+    pub(super) shared: Arc<Shared>,
+    pub(super) resolver: Resolver,
+    pub(super) dp: Datapath,
+    pub(super) prober: health::Prober,
+    pub(super) targets: Targets,
+    pub(super) announcer: Option<Announcer>,
+    /// Until when BGP waits for the health checks to decide.
+    pub(super) settle_by: Instant,
+    /// Peer states at the last tick, for BGP events.
+    pub(super) peer_states: HashMap<IpAddr, bgp::State>,
+    /// Drops at the last tick, and when the last spike was reported.
+    pub(super) last_drops: u64,
+    pub(super) last_spike: Option<Instant>,
+}
+
+impl Control {
+    /// Republishes the view readers see; `datapath` when fresh counters were read.
+    pub(super) fn view(&self, datapath: Option<DatapathStats>) {
+        view::publish(
+            &self.shared,
+            &self.st,
+            &self.prober.status(),
+            &self.targets,
+            self.announcer.as_ref(),
+            datapath,
+        );
+    }
+}
+
+/// `sluice run`: brings the datapath up with `path`'s config and runs until SIGTERM or
+/// SIGINT; SIGHUP (or the API) reloads the config.
+pub async fn run(path: &Path) -> Result<(), RunError> {
+    let file = config::load(path)?;
+    if !nix::unistd::geteuid().is_root() {
+        return Err(RunError::NotRoot);
+    }
+    let resolver = Resolver::new().map_err(RunError::Netlink)?;
+    let mut st = State::new(path.to_path_buf(), file);
+    let (published, targets) = first_version(&mut st, &resolver).await?;
+    let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(64);
+    let shared = Arc::new(shared(&st, path, &published, cmd_tx)?);
+    let dp = start_datapath(&st, &shared)?;
+    dp.set_vips(&st.steering.vips)?;
+    dp.set_return_keys(&st.steering.returns)?;
+    view::restart_sync_clock(&shared, Instant::now());
+    let api_tasks = api::start(Arc::clone(&shared), &st.config.api)
+        .await
+        .map_err(RunError::Api)?;
+    info!(
+        version = published.version(),
+        vips = st.config.vips.len(),
+        api = %st.config.api.socket.display(),
+        "sluice running (appliance {})",
+        st.config.appliance.name
+    );
+    let sync_task = tokio::spawn(view::watch_sync(Arc::clone(&shared)));
+    let (prober, transitions) = health::Prober::spawn();
+    set_probes(&prober, &targets);
+    let settle_by = Instant::now() + prepare::settle_time(&st.config);
+    // The speaker starts now that the datapath forwards; VIPs are announced as their health
+    // checks settle (every tick re-syncs).
+    let announcer = start_speaker(st.config.bgp.as_ref()).await;
+    let mut c = Control {
+        st,
+        shared: Arc::clone(&shared),
+        resolver,
+        dp,
+        prober,
+        targets,
+        announcer,
+        settle_by,
+        peer_states: HashMap::new(),
+        last_drops: 0,
+        last_spike: None,
+    };
+    c.sync_bgp(Instant::now());
+    c.view(c.dp.stats().ok());
+    let started = format!("version {}: started", published.version());
+    event(&shared, Kind::Commit, started);
+    c.event_loop(cmd_rx, transitions).await?;
+    for t in api_tasks {
+        t.abort();
+    }
+    sync_task.abort();
+    c.stop().await
+}
+
+/// The first version: next hops resolved, tables prepared from the file alone; the state
+/// takes it and the workers will start on it.
+async fn first_version(
+    st: &mut State,
+    resolver: &Resolver,
+) -> Result<(Arc<Published>, Targets), RunError> {
+    neighbours::resolve(resolver, &st.config, &mut st.next_hops).await;
+    let version = st.next_version();
+    let p = prepare::prepare(Inputs {
+        file: &st.file_config,
+        overrides: &st.overrides,
+        health: Health::Verdicts(&st.health),
+        next_hops: &st.next_hops,
+        host_addresses: &crate::datapath::host_addresses(),
+        version,
+        now: Instant::now(),
+        resettle: false,
+    })?;
+    let rest = st.adopt(p);
+    st.steering = rest.steering;
+    Ok((Arc::new(Published::new(rest.tables)), rest.targets))
+}
+
+/// What the loop shares with the API and metrics, before the workers exist.
+fn shared(
+    st: &State,
+    path: &Path,
+    published: &Arc<Published>,
+    commands: mpsc::Sender<Command>,
+) -> Result<Shared, RunError> {
+    let flow_cache = if st.config.appliance.flow_cache {
+        Some(Arc::new(FlowCache::create(flowcache::CACHE_ENTRIES)?))
+    } else {
+        None
+    };
+    Ok(Shared {
+        flow_cache,
+        started: Instant::now(),
+        config_path: path.to_path_buf(),
+        published: Arc::clone(published),
+        workers: Mutex::new(Vec::new()),
+        view: Default::default(),
+        events: Mutex::new(EventRing::default()),
+        sync: Mutex::new(Sync {
+            version: published.version(),
+            published_at: Instant::now(),
+            lag: None,
+        }),
+        commands,
+        api_errors: Default::default(),
+        reloads_rejected: Default::default(),
+    })
+}
+
+/// Starts the datapath with one engine per worker, each registered with `shared` so the
+/// API can read its counters and the version it runs.
+fn start_datapath(st: &State, shared: &Arc<Shared>) -> Result<Datapath, RunError> {
+    let capacity = st.config.appliance.conntrack_capacity as usize;
+    let factory = {
+        let shared = Arc::clone(shared);
+        move |worker: usize, workers: usize| -> Box<dyn FrameHandler> {
+            let out = Arc::new(Mutex::new(CounterSnapshot::default()));
+            let running = Arc::new(AtomicU64::new(0));
+            if let Ok(mut w) = shared.workers.lock() {
+                w.push(WorkerView {
+                    snapshot: Arc::clone(&out),
+                    running: Arc::clone(&running),
+                });
+            }
+            let h = LbHandler::new(
+                Arc::clone(&shared.published),
+                capacity,
+                worker as u16,
+                workers as u16,
+                out,
+                running,
+            );
+            match &shared.flow_cache {
+                Some(c) => Box::new(h.with_flow_cache(Arc::clone(c))),
+                None => Box::new(h),
+            }
+        }
+    };
+    let dp_cfg = DatapathConfig::from(&st.config.appliance);
+    Ok(Datapath::start_with_cache(
+        dp_cfg,
+        shared.flow_cache.clone(),
+        factory,
+    )?)
+}
+
+impl Control {
+    /// Routes each event to its handler until SIGTERM or SIGINT.
+    async fn event_loop(
+        &mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut transitions: mpsc::UnboundedReceiver<health::Transition>,
+    ) -> Result<(), RunError> {
+        // Neighbour and route changes mark the resolution stale; the next tick re-resolves,
+        // so a burst of kernel notifications costs one pass.
+        let mut net_changes = match neigh::watch() {
+            Ok(rx) => Some(rx),
+            Err(e) => {
+                warn!("cannot watch neighbour and route changes ({e}); re-resolving every 30 s");
+                None
+            }
+        };
+        let mut net_dirty = false;
+        let mut term = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
+        let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signal)?;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut ticks: u64 = 0;
+        loop {
+            tokio::select! {
+                _ = term.recv() => { info!("SIGTERM: stopping"); return Ok(()); }
+                _ = int.recv() => { info!("SIGINT: stopping"); return Ok(()); }
+                _ = hup.recv() => self.on_hangup().await,
+                Some(cmd) = commands.recv() => self.on_command(cmd).await,
+                Some(tr) = transitions.recv() => self.on_transition(tr).await,
+                Some(change) = async {
+                    match net_changes.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => net_dirty |= self.on_net_change(&change),
+                _ = tick.tick() => {
+                    ticks += 1;
+                    self.on_tick(ticks, std::mem::take(&mut net_dirty)).await;
+                }
+            }
+        }
+    }
+
+    /// Leaves BGP, then detaches the datapath.
+    async fn stop(mut self) -> Result<(), RunError> {
+        let _ = std::fs::remove_file(&self.st.config.api.socket);
+        // Routers move traffic away (GRACEFUL_SHUTDOWN, then withdraw) while we still
+        // forward; with graceful restart configured they keep the routes for the next
+        // process instead.
+        if let Some(a) = self.announcer.take() {
+            if a.graceful_restart() {
+                a.abandon();
+            } else {
+                a.shutdown().await;
+            }
+        }
+        self.dp.stop()?;
+        info!("final stats: {}", view::summary(&self.shared));
+        info!("datapath stopped, XDP detached");
+        Ok(())
+    }
+}

@@ -1,0 +1,119 @@
+//! What the control loop republishes for readers after every change (the API and metrics
+//! read [`super::shared::Shared`], never the loop): the [`View`], events, the sync lag, and
+//! the one-line totals for the log.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::announce::Announcer;
+use super::cache;
+use super::events::Kind;
+use super::prepare::Targets;
+use super::shared::{HealthView, Shared, View};
+use super::state::State;
+use crate::datapath::DatapathStats;
+use crate::lb::DropReason;
+
+/// Appends an event to the ring the API serves.
+pub fn event(shared: &Shared, kind: Kind, message: String) {
+    if let Ok(mut e) = shared.events.lock() {
+        e.push(kind, message);
+    }
+}
+
+/// Republishes what the API reads about the control state.
+pub fn publish(
+    shared: &Shared,
+    st: &State,
+    status: &[health::Status],
+    targets: &Targets,
+    announcer: Option<&Announcer>,
+    datapath: Option<DatapathStats>,
+) {
+    let mut health = HashMap::new();
+    for s in status {
+        let Some(pairs) = targets.get(&s.key) else {
+            continue;
+        };
+        let state = match (s.decided, s.state) {
+            (false, _) => "unknown",
+            (true, health::Health::Up) => "up",
+            (true, health::Health::Down) => "down",
+        };
+        for p in pairs {
+            let reason = st
+                .reasons
+                .get(p)
+                .cloned()
+                .or_else(|| s.last_failure.as_ref().map(|f| f.to_string()));
+            health.insert(p.clone(), HealthView { state, reason });
+        }
+    }
+    let old = shared.view.load();
+    shared.view.store(Arc::new(View {
+        config: Some(Arc::clone(&st.config)),
+        health,
+        overrides: st.overrides.clone(),
+        withdrawn: st.withdrawn.clone(),
+        announced: announcer
+            .map(|a| a.announced().copied().collect())
+            .unwrap_or_default(),
+        peers: announcer.map(|a| a.peers()).unwrap_or_default(),
+        cache: match (&datapath, &shared.flow_cache) {
+            (Some(_), Some(c)) => Some(cache::stats(c)),
+            _ => old.cache.clone(),
+        },
+        datapath: datapath.or_else(|| old.datapath.clone()),
+    }));
+}
+
+/// One line of totals for the log.
+pub fn summary(shared: &Shared) -> String {
+    let agg = shared.aggregate();
+    let mut line = format!(
+        "version {} tx {} flows {} conntrack_fallback {}",
+        shared.published.version(),
+        agg.stats.tx,
+        agg.conntrack_entries,
+        agg.stats.conntrack_fallback
+    );
+    for (r, n) in DropReason::ALL.iter().zip(agg.drops) {
+        if n > 0 {
+            line.push_str(&format!(" drop_{} {n}", r.name()));
+        }
+    }
+    let mut vips: Vec<_> = agg.vips.iter().filter(|(_, t)| t.packets > 0).collect();
+    vips.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, t) in vips {
+        line.push_str(&format!(" vip[{name}] {}", t.packets));
+    }
+    line
+}
+
+/// Watches the workers after each commit and records how long it took them all to run it.
+pub async fn watch_sync(shared: Arc<Shared>) {
+    let mut iv = tokio::time::interval(Duration::from_millis(5));
+    loop {
+        iv.tick().await;
+        let Ok(s) = shared.sync.lock().map(|s| *s) else {
+            return;
+        };
+        if s.lag.is_none() && shared.synced_to(s.version) {
+            let lag = s.published_at.elapsed();
+            if let Ok(mut cur) = shared.sync.lock()
+                && cur.version == s.version
+            {
+                cur.lag = Some(lag);
+            }
+        }
+    }
+}
+
+/// Restarts the sync-lag clock of the running version (the first one counts from the
+/// moment the workers exist).
+pub fn restart_sync_clock(shared: &Shared, now: Instant) {
+    if let Ok(mut s) = shared.sync.lock() {
+        s.published_at = now;
+    }
+}
