@@ -15,6 +15,7 @@ use std::thread;
 use common::{Netns, require_root};
 use sluice::datapath::flowcache::{self, FlowCache, Hairpin};
 use sluice::datapath::steer::Steer;
+use sluice::engine::BackendId;
 use sluice::lb::process::{Decision, Verdict, process_recorded};
 use sluice::lb::{Frame, HEADROOM, golden};
 
@@ -131,7 +132,7 @@ fn run_one(
     let installed = rec.filter(flowcache::cacheable).and_then(|d| {
         let v = &t.vips[d.vip as usize];
         let b = &t.backends[d.backend as usize];
-        let slot = cache.stat_slot(&v.name, b.address, b.port);
+        let slot = cache.stat_slot(&BackendId::new(&v.name, b.ip(), b.port));
         let e = flowcache::entry_for(&d, slot)?;
         cache.install(&d.key, &e).expect("install");
         Some((d, e))
@@ -311,7 +312,7 @@ fn install_golden(cache: &FlowCache, t: &sluice::lb::Tables) -> usize {
             if let Some(d) = rec.filter(flowcache::cacheable) {
                 let v = &t.vips[d.vip as usize];
                 let b = &t.backends[d.backend as usize];
-                let slot = cache.stat_slot(&v.name, b.address, b.port);
+                let slot = cache.stat_slot(&BackendId::new(&v.name, b.ip(), b.port));
                 if let Some(e) = flowcache::entry_for(&d, slot) {
                     cache.install(&d.key, &e).expect("install");
                 }
@@ -337,7 +338,12 @@ fn a_commit_evicts_exactly_the_flows_the_engine_would_move() {
             cache
                 .entries()
                 .into_iter()
-                .filter(|(_, e)| cache.slot_ids().get(&e.stat).is_some_and(|id| id.0 == name))
+                .filter(|(_, e)| {
+                    cache
+                        .slot_ids()
+                        .get(&e.stat)
+                        .is_some_and(|id| id.vip == name)
+                })
                 .count()
         };
         let nat4 = backend_of("nat4");

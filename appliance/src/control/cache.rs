@@ -17,11 +17,11 @@
 
 use std::collections::HashMap;
 
-use crate::datapath::flowcache::{BackendId, CacheAction, CacheEntry, FlowCache};
+use crate::datapath::flowcache::{CacheAction, CacheEntry, FlowCache};
 use crate::lb::Tables;
-use crate::lb::hash::FlowKey;
+use crate::lb::hash::{FlowKey, addr_to_u128};
 
-use crate::engine::{BackendTotals, VipTotals};
+use crate::engine::{BackendId, BackendTotals, VipTotals};
 
 /// Evicts every entry `new` would not forward the same way (see the module docs); returns
 /// how many went. `old` is the version the entries were installed under; the decision only
@@ -45,7 +45,7 @@ pub fn after_commit(cache: &FlowCache, old: &Tables, new: &Tables) -> usize {
 /// Whether `t` forwards the frames of `key` exactly as entry `e` (counted for backend `id`)
 /// does.
 pub fn still_forwarded(t: &Tables, id: &BackendId, key: &FlowKey, e: &CacheEntry) -> bool {
-    let (vip_name, baddr, bport) = (id.0.as_str(), id.1, id.2);
+    let (vip_name, baddr, bport) = (id.vip.as_str(), addr_to_u128(id.address), id.port);
     // Client → VIP: the key's destination is the VIP.
     if let Some(vi) = t.vip_lookup(key.dst, key.dport, key.proto) {
         let v = &t.vips[vi as usize];
@@ -139,7 +139,7 @@ pub fn stats(cache: &FlowCache) -> CacheStats {
             packets: t.packets,
             bytes: t.bytes,
         };
-        *vips.entry(id.0.clone()).or_default() += VipTotals {
+        *vips.entry(id.vip.clone()).or_default() += VipTotals {
             packets: t.packets,
             bytes: t.bytes,
             new_flows: 0,

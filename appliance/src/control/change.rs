@@ -4,9 +4,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::prepare::{HealthKey, PrepareError};
+use super::prepare::PrepareError;
 use super::shared::BackendOp;
 use crate::config::{self, Backend, Config};
+use crate::engine::BackendId;
 
 /// A change that is running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,7 +162,7 @@ impl ChangeError {
 
 /// The VIP and backend an API call names; `backend` is `address:port`, or the address alone
 /// when the VIP has one backend there.
-pub fn find_backend(cfg: &Config, vip: &str, backend: &str) -> Result<HealthKey, ChangeError> {
+pub fn find_backend(cfg: &Config, vip: &str, backend: &str) -> Result<BackendId, ChangeError> {
     let Some(v) = cfg.vip(vip) else {
         return Err(ChangeError::NoVip(vip.to_string()));
     };
@@ -177,7 +178,7 @@ pub fn find_backend(cfg: &Config, vip: &str, backend: &str) -> Result<HealthKey,
     };
     let named = || (vip.to_string(), backend.to_string());
     match matches.as_slice() {
-        [b] => Ok((v.name.clone(), b.address, b.port)),
+        [b] => Ok(BackendId::of(v, b)),
         [] => {
             let (vip, backend) = named();
             Err(ChangeError::NoBackend { vip, backend })
@@ -193,8 +194,8 @@ pub fn find_backend(cfg: &Config, vip: &str, backend: &str) -> Result<HealthKey,
 mod tests {
     use super::*;
 
-    fn key(a: &str, p: u16) -> HealthKey {
-        ("web".into(), a.parse().expect("literal"), p)
+    fn key(a: &str, p: u16) -> BackendId {
+        BackendId::new("web", a.parse().expect("literal"), p)
     }
 
     #[test]

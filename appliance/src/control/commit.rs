@@ -12,12 +12,13 @@ use tracing::{error, info};
 
 use super::announce::{self, Announcer};
 use super::events::Kind;
-use super::prepare::{self, Health, HealthKey, Inputs, PrepareError, Prepared, Steering, Targets};
+use super::prepare::{self, Health, Inputs, PrepareError, Prepared, Steering, Targets};
 use super::run::Control;
 use super::shared::{Override, Shared, Sync};
 use super::state::State;
 use super::{cache, view};
 use crate::config::{self, Vip};
+use crate::engine::BackendId;
 use crate::lb::Tables;
 
 impl Control {
@@ -25,7 +26,7 @@ impl Control {
     /// on failure the running version stays and the error is logged.
     pub(super) async fn update(
         &mut self,
-        overrides: &HashMap<HealthKey, Override>,
+        overrides: &HashMap<BackendId, Override>,
         why: &str,
     ) -> Result<u64, PrepareError> {
         let now = Instant::now();
@@ -125,13 +126,12 @@ impl Control {
 pub fn announcements(
     st: &State,
     tables: &Tables,
-    undecided: &HashSet<&HealthKey>,
+    undecided: &HashSet<&BackendId>,
     settling: bool,
 ) -> (BTreeMap<IpAddr, announce::Wanted>, bool) {
     let settled = |v: &Vip| {
         v.backends.iter().all(|b| {
-            b.state == config::BackendState::Disabled
-                || !undecided.contains(&(v.name.clone(), b.address, b.port))
+            b.state == config::BackendState::Disabled || !undecided.contains(&BackendId::of(v, b))
         })
     };
     let mut wanted = announce::wanted(&st.config, tables, &settled);

@@ -236,7 +236,7 @@ impl Control {
             BackendOp::Action(BackendAction::Disable) => o.state = Some(BackendState::Disabled),
             BackendOp::Weight(w) => o.weight = Some(w),
         }
-        let id = std::net::SocketAddr::new(key.1, key.2);
+        let id = key.socket_addr();
         let why = format!("operator: {} {id} of VIP {vip}", change::op_name(op));
         let version = self
             .update(&overrides, &why)

@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 
 use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
 use crate::config::{Backend, Config, Vip};
-use crate::lb::hash::addr_to_u128;
+use crate::engine::BackendId;
 use crate::lb::{DropReason, Tables};
 
 type Labels = Vec<(String, String)>;
@@ -336,7 +336,7 @@ fn backend(
 ) {
     let id = std::net::SocketAddr::new(bk.address, bk.port).to_string();
     let l = labels(&[("vip", &v.name), ("backend", &id)]);
-    let key = (v.name.clone(), addr_to_u128(bk.address), bk.port);
+    let key = BackendId::of(v, bk);
     let t = agg.backends.get(&key).copied().unwrap_or_default();
     set(&bf.packets, l.clone(), t.packets);
     set(&bf.bytes, l.clone(), t.bytes);
@@ -345,11 +345,8 @@ fn backend(
         l.clone(),
         agg.backend_flows.get(&key).copied().unwrap_or(0) as i64,
     );
-    let healthy = v.health_check.is_none()
-        || view
-            .health
-            .get(&(v.name.clone(), bk.address, bk.port))
-            .is_some_and(|h| h.state == "up");
+    let healthy =
+        v.health_check.is_none() || view.health.get(&key).is_some_and(|h| h.state == "up");
     gset(&bf.healthy, l.clone(), i64::from(healthy));
     let (share, _, eligible) = share;
     gset(&bf.eligible, l.clone(), i64::from(eligible));
@@ -432,9 +429,9 @@ mod tests {
     use super::render;
     use crate::config::Config;
     use crate::datapath::{DatapathStats, RingStats, SteerCounters};
+    use crate::engine::BackendId;
     use crate::engine::{BackendTotals, CounterSnapshot, Published};
     use crate::lb::Tables;
-    use crate::lb::hash::addr_to_u128;
 
     const CONFIG: &str = r#"
 [appliance]
@@ -512,7 +509,7 @@ address = "10.1.0.21"
         snap.stats.conntrack_fallback = 1;
         snap.stats.rechosen = 2;
         snap.retired_backends.insert(
-            (web.name.clone(), addr_to_u128(web.backends[0].address), 80),
+            BackendId::new(&web.name, web.backends[0].address, 80),
             BackendTotals {
                 packets: 3,
                 bytes: 300,
@@ -535,7 +532,7 @@ address = "10.1.0.21"
         for (i, state) in ["up", "down"].into_iter().enumerate() {
             let b = &web.backends[i];
             health.insert(
-                (web.name.clone(), b.address, b.port),
+                BackendId::of(web, b),
                 HealthView {
                     state,
                     reason: None,

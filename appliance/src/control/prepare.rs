@@ -11,13 +11,11 @@ use std::time::{Duration, Instant};
 use super::shared::Override;
 use crate::config::{self, Backend, Config, Mode, Protocol, Vip};
 use crate::datapath::{Proto, ReturnKey, VipKey};
+use crate::engine::BackendId;
 use crate::lb::{self, TableError, Tables};
 
-/// Health of one backend of one VIP, keyed by VIP name, backend address and port.
-pub type HealthKey = (String, IpAddr, u16);
-
 /// The prober's targets, with the VIP/backend pairs each one decides.
-pub type Targets = HashMap<health::ProbeKey, Vec<HealthKey>>;
+pub type Targets = HashMap<health::ProbeKey, Vec<BackendId>>;
 
 /// Why the next table version could not be prepared; the running version stays.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +48,7 @@ pub struct Steering {
 #[derive(Debug, Clone, Copy)]
 pub enum Health<'a> {
     /// The verdicts the control loop holds (from the prober's transitions).
-    Verdicts(&'a HashMap<HealthKey, bool>),
+    Verdicts(&'a HashMap<BackendId, bool>),
     /// The prober's status: for a reload, so that a pair the new config adds to a probe
     /// already running gets that probe's state instead of waiting for a transition.
     Prober(&'a [health::Status]),
@@ -62,7 +60,7 @@ pub struct Inputs<'a> {
     /// The config file as loaded.
     pub file: &'a Arc<Config>,
     /// The operator's changes to backends, layered over the file.
-    pub overrides: &'a HashMap<HealthKey, Override>,
+    pub overrides: &'a HashMap<BackendId, Override>,
     pub health: Health<'a>,
     pub next_hops: &'a NextHops,
     /// This host's addresses: replies to its own traffic (health probes) are the kernel's.
@@ -81,8 +79,8 @@ pub struct Prepared {
     /// `file_config` with the overrides: what the tables were built from.
     pub config: Arc<Config>,
     /// The overrides that still apply (equal or orphaned ones dropped).
-    pub overrides: HashMap<HealthKey, Override>,
-    pub health: HashMap<HealthKey, bool>,
+    pub overrides: HashMap<BackendId, Override>,
+    pub health: HashMap<BackendId, bool>,
     pub tables: Tables,
     pub steering: Steering,
     pub targets: Targets,
@@ -127,12 +125,12 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
 
 /// Whether a backend takes new flows as far as health goes: its check's verdict, or the
 /// check's initial state before one; a backend without a check is healthy.
-fn healthy(config: &Config, health: &HashMap<HealthKey, bool>, v: &Vip, b: &Backend) -> bool {
+fn healthy(config: &Config, health: &HashMap<BackendId, bool>, v: &Vip, b: &Backend) -> bool {
     let Some(check) = v.health_check.as_ref().and_then(|n| config.health_check(n)) else {
         return true;
     };
     health
-        .get(&(v.name.clone(), b.address, b.port))
+        .get(&BackendId::of(v, b))
         .copied()
         .unwrap_or(check.initial == config::InitialHealth::Up)
 }
@@ -200,14 +198,14 @@ pub fn health_targets(config: &Config) -> Targets {
             };
             out.entry(target.key())
                 .or_default()
-                .push((v.name.clone(), b.address, b.port));
+                .push(BackendId::of(v, b));
         }
     }
     out
 }
 
 /// The prober's current verdict for every VIP/backend pair of `targets`.
-fn verdicts(status: &[health::Status], targets: &Targets) -> HashMap<HealthKey, bool> {
+fn verdicts(status: &[health::Status], targets: &Targets) -> HashMap<BackendId, bool> {
     let mut out = HashMap::new();
     for s in status {
         if let Some(pairs) = targets.get(&s.key) {
@@ -220,7 +218,7 @@ fn verdicts(status: &[health::Status], targets: &Targets) -> HashMap<HealthKey, 
 }
 
 /// The pairs whose probes have not decided yet, while BGP still waits for them.
-pub fn undecided<'a>(status: &[health::Status], targets: &'a Targets) -> HashSet<&'a HealthKey> {
+pub fn undecided<'a>(status: &[health::Status], targets: &'a Targets) -> HashSet<&'a BackendId> {
     status
         .iter()
         .filter(|s| !s.decided)
@@ -243,12 +241,12 @@ pub fn settle_time(config: &Config) -> Duration {
 /// The config the tables are built from: the file's, with the operator's overrides.
 /// Overrides of backends the file no longer has are dropped; an override equal to the
 /// file's value is dropped too, so `undrain` after `drain` leaves no trace.
-pub fn effective(file: &Config, overrides: &mut HashMap<HealthKey, Override>) -> Config {
+pub fn effective(file: &Config, overrides: &mut HashMap<BackendId, Override>) -> Config {
     let mut out = file.clone();
     let mut seen = HashSet::new();
     for v in &mut out.vips {
         for b in &mut v.backends {
-            let key = (v.name.clone(), b.address, b.port);
+            let key = BackendId::new(&v.name, b.address, b.port);
             if let Some(o) = overrides.get_mut(&key) {
                 if o.state == Some(b.state) {
                     o.state = None;
@@ -300,8 +298,8 @@ port = 8081
         Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn key(a: &str, p: u16) -> HealthKey {
-        ("web".into(), a.parse().expect("literal"), p)
+    fn key(a: &str, p: u16) -> BackendId {
+        BackendId::new("web", a.parse().expect("literal"), p)
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::events::EventRing;
 use crate::config::{self, BackendState, Config, Mode};
 use crate::datapath::{AttachMode, DatapathStats};
 use crate::engine::{BackendId, BackendTotals, CounterSnapshot, Published, VipTotals};
-use crate::lb::{DropReason, Tables, hash::addr_to_u128};
+use crate::lb::{DropReason, Tables};
 
 /// One datapath worker as the control plane sees it.
 #[derive(Debug, Clone)]
@@ -52,8 +52,8 @@ pub struct View {
     /// The config the tables are built from (file plus overrides).
     pub config: Option<Arc<Config>>,
     /// Keyed by (VIP name, backend address, port).
-    pub health: HashMap<(String, IpAddr, u16), HealthView>,
-    pub overrides: HashMap<(String, IpAddr, u16), Override>,
+    pub health: HashMap<BackendId, HealthView>,
+    pub overrides: HashMap<BackendId, Override>,
     /// VIPs an operator withdrew.
     pub withdrawn: BTreeSet<String>,
     /// Addresses the speaker announces now.
@@ -180,15 +180,15 @@ impl Shared {
             }
             if let Some(t) = &s.tables {
                 for (slot, (act, inact)) in s.backend_flows.iter().enumerate() {
-                    let Some(b) = t.backends.get(slot) else { break };
-                    let Some(v) = t.vips.get(b.vip as usize) else {
+                    if slot >= t.backends.len() {
+                        break;
+                    }
+                    let Some(id) = BackendId::of_slot(t, slot) else {
                         continue;
                     };
                     let n = u64::from(*act) + u64::from(*inact);
-                    *a.backend_flows
-                        .entry((v.name.clone(), b.address, b.port))
-                        .or_default() += n;
-                    *a.vip_flows.entry(v.name.clone()).or_default() += n;
+                    *a.vip_flows.entry(id.vip.clone()).or_default() += n;
+                    *a.backend_flows.entry(id).or_default() += n;
                 }
             }
             for (d, n) in a.drops.iter_mut().zip(s.drops.iter()) {
@@ -324,8 +324,8 @@ impl Shared {
                 .iter()
                 .enumerate()
                 .map(|(i, b)| {
-                    let key = (v.name.clone(), b.address, b.port);
-                    let id = (v.name.clone(), addr_to_u128(b.address), b.port);
+                    let key = BackendId::of(v, b);
+                    let id = key.clone();
                     let ov = view.overrides.get(&key).copied().unwrap_or_default();
                     let health = if v.health_check.is_none() {
                         HealthView {
@@ -453,7 +453,7 @@ fn vip_doc(
             v.health_check.is_none()
                 || view
                     .health
-                    .get(&(v.name.clone(), b.address, b.port))
+                    .get(&BackendId::of(v, b))
                     .is_some_and(|h| h.state == "up")
         })
         .count();

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::prepare::{HealthKey, NextHops, Prepared, Steering, Targets};
+use super::prepare::{NextHops, Prepared, Steering, Targets};
 use super::shared::Override;
 use crate::config::Config;
+use crate::engine::BackendId;
 use crate::lb::Tables;
 
 /// What the control plane knows besides the tables.
@@ -22,11 +23,11 @@ pub struct State {
     /// The newest version number handed out (a change that failed to prepare used one).
     pub version: u64,
     /// Prober verdicts; a backend missing here has no check, or no verdict yet.
-    pub health: HashMap<HealthKey, bool>,
+    pub health: HashMap<BackendId, bool>,
     /// The reason of each backend's last health transition.
-    pub reasons: HashMap<HealthKey, String>,
+    pub reasons: HashMap<BackendId, String>,
     /// Operator changes to backends (API), layered over the file.
-    pub overrides: HashMap<HealthKey, Override>,
+    pub overrides: HashMap<BackendId, Override>,
     /// VIPs an operator withdrew from BGP.
     pub withdrawn: BTreeSet<String>,
     pub next_hops: NextHops,

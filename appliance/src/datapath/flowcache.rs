@@ -20,6 +20,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -27,6 +28,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
 use super::DatapathError;
 use crate::config::Mode;
+use crate::engine::BackendId;
 use crate::lb::conntrack::tcp_flags;
 use crate::lb::hash::FlowKey;
 use crate::lb::process::Decision;
@@ -66,10 +68,6 @@ pub(crate) const MAP_CACHE6: &str = "flow_cache6";
 pub(crate) const MAP_STATS: &str = "cache_stats";
 pub(crate) const MAP_COUNTERS: &str = "cache_counters";
 pub(crate) const MAP_TX_PORTS: &str = "tx_ports";
-
-/// A backend's identity across table versions: VIP name, address (IPv4-mapped) and port.
-/// The control plane's per-backend totals use it too, so the cache's counters merge.
-pub type BackendId = (String, u128, u16);
 
 /// The map key of a frame: its 5-tuple as carried, laid out for its family's map
 /// ([`KEY4_LEN`] or [`KEY6_LEN`] bytes).
@@ -448,16 +446,16 @@ impl FlowCache {
     }
 
     /// The counter slot of (VIP name, backend address, port); slot 0 when all are taken.
-    pub fn stat_slot(&self, vip: &str, addr: u128, port: u16) -> u32 {
+    pub fn stat_slot(&self, id: &BackendId) -> u32 {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = slots.get(&(vip.to_string(), addr, port)) {
+        if let Some(s) = slots.get(id) {
             return *s;
         }
         let next = slots.len() as u32 + 1;
         if next >= STAT_SLOTS {
             return 0;
         }
-        slots.insert((vip.to_string(), addr, port), next);
+        slots.insert(id.clone(), next);
         next
     }
 
@@ -565,10 +563,10 @@ impl FlowCache {
             s.iter().map(|(k, v)| (k.clone(), *v)).collect()
         };
         let mut out = HashMap::new();
-        for (id, slot) in slots
-            .into_iter()
-            .chain(std::iter::once(((String::new(), 0, 0), 0)))
-        {
+        for (id, slot) in slots.into_iter().chain(std::iter::once((
+            BackendId::new("", IpAddr::from([0, 0, 0, 0]), 0),
+            0,
+        ))) {
             let [packets, bytes] = Self::percpu_sum(&self.stats, slot, 2);
             if packets != 0 || slot != 0 {
                 out.insert(id, SlotTotals { packets, bytes });
@@ -665,13 +663,10 @@ impl WorkerCache {
             self.forget_flow(&flow, true);
             return;
         }
-        let (Some(v), Some(b)) = (
-            tables.vips.get(d.vip as usize),
-            tables.backends.get(d.backend as usize),
-        ) else {
+        let Some(id) = BackendId::of_slot(tables, d.backend as usize) else {
             return;
         };
-        let slot = self.cache.stat_slot(&v.name, b.address, b.port);
+        let slot = self.cache.stat_slot(&id);
         let Some(entry) = entry_for(d, slot) else {
             return;
         };

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::BackendId;
 use crate::lb::{self, DropReason, Tables};
 
 /// Counters of one VIP, kept across table versions by its name.
@@ -20,10 +21,6 @@ pub struct BackendTotals {
     pub packets: u64,
     pub bytes: u64,
 }
-
-/// A backend's identity across table versions: VIP name, address (IPv4-mapped) and port
-/// (one type with the flow cache's, so its totals merge with the workers').
-pub use crate::datapath::flowcache::BackendId;
 
 /// A worker's counters as last published.
 ///
@@ -94,13 +91,11 @@ impl SlotCounters<'_> {
                 new_flows: at(self.vip_new_flows, i),
             };
         }
-        for (i, b) in t.backends.iter().enumerate() {
-            let Some(v) = t.vips.get(b.vip as usize) else {
+        for i in 0..t.backends.len() {
+            let Some(id) = BackendId::of_slot(t, i) else {
                 continue;
             };
-            *backends
-                .entry((v.name.clone(), b.address, b.port))
-                .or_default() += BackendTotals {
+            *backends.entry(id).or_default() += BackendTotals {
                 packets: at(self.backend_packets, i),
                 bytes: at(self.backend_bytes, i),
             };

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::counters::{BackendId, BackendTotals, CounterSnapshot, SlotCounters, VipTotals};
+use super::BackendId;
+use super::counters::{BackendTotals, CounterSnapshot, SlotCounters, VipTotals};
 use super::published::Published;
 use crate::datapath::FrameHandler;
 use crate::datapath::flowcache::{FlowCache, WorkerCache};
