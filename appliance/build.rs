@@ -1,6 +1,5 @@
-//! Compiles the datapath's BPF programs (src/datapath/bpf/*.bpf.c: the XDP steering program
-//! with its flow cache, the benchmark traffic generator and the benchmark's XDP_REDIRECT
-//! ceiling and sink) with clang through libbpf-cargo's SkeletonBuilder,
+//! Compiles the datapath's BPF program (src/datapath/bpf/steer.bpf.c: the XDP steering
+//! program with its flow cache) with clang through libbpf-cargo's SkeletonBuilder,
 //! so the objects the datapath embeds and loads with libbpf-rs are always built from the
 //! sources next to them.
 
@@ -9,7 +8,7 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: [&str; 4] = ["steer", "pktgen", "ceiling", "sink"];
+const PROGRAMS: [&str; 1] = ["steer"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

@@ -3,16 +3,14 @@
 //! validated against docs/api/openapi.json, the Prometheus scrape parsed by the Prometheus
 //! project's own Python parser, and `sluice ctl` over the same socket. Needs root.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
+use lab::{Lab, LabMode, LabOptions, http_get};
 use serde_json::Value;
-use sluice::lab::{Lab, LabMode, LabOptions, http_get};
 use tui::api::{BackendAction, Client, Endpoint};
 
 const DOC: &str = include_str!("../docs/api/openapi.json");
@@ -155,7 +153,7 @@ fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
 /// Parses an exposition with prometheus_client's OpenMetrics parser (python3); returns
 /// `name{labels} value` lines of every sample.
 fn parse_metrics(text: &str) -> Vec<String> {
-    common::require_program("/usr/bin/python3", "python3");
+    lab::netns::require_program("/usr/bin/python3", "python3");
     let script = r#"
 import sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -203,7 +201,7 @@ fn sample(lines: &[String], prefix: &str) -> f64 {
 
 #[test]
 fn every_route_against_a_running_appliance() {
-    common::require_root();
+    lab::netns::require_root();
     let mut lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
         ..LabOptions::default()
@@ -724,7 +722,7 @@ fn every_route_against_a_running_appliance() {
 /// Runs the README's API examples, with the lab's socket, VIP and backends substituted for
 /// the example config's: each must exit 0, and each curl must print JSON (or metrics).
 fn readme_examples_work(socket: &Path) {
-    common::require_program("curl", "curl");
+    lab::netns::require_program("curl", "curl");
     let readme = include_str!("../README.md");
     let start = readme
         .find("<!-- api-examples")
@@ -775,9 +773,9 @@ fn readme_examples_work(socket: &Path) {
 
 #[test]
 fn withdraw_and_announce_with_a_router() {
-    common::require_root();
-    common::require_program("bird", "bird2");
-    common::require_program("birdc", "bird2");
+    lab::netns::require_root();
+    lab::netns::require_program("bird", "bird2");
+    lab::netns::require_program("birdc", "bird2");
     let mut lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
         appliances: Some(1),
@@ -871,8 +869,8 @@ fn withdraw_and_announce_with_a_router() {
 
 #[test]
 fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
-    common::require_root();
-    common::require_program("curl", "curl");
+    lab::netns::require_root();
+    lab::netns::require_program("curl", "curl");
     let mut lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
         health_checks: false,
@@ -900,7 +898,7 @@ fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
         let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
         let out = lab
             .lb
-            .sh(&format!(
+            .try_sh(&format!(
                 "curl -s -o /dev/stderr -w '%{{http_code}}' {}; true",
                 quoted.join(" ")
             ))
@@ -930,7 +928,7 @@ fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
     assert_eq!(s.appliance, "lab-lb1");
     let out = lab
         .lb
-        .run(&[
+        .try_run(&[
             &sluice().to_string_lossy(),
             "ctl",
             "--url",

@@ -11,10 +11,9 @@
 
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
-mod common;
 
 use bgp_common::{Bird, Frr, SpeakerProc, kernel_route, poll_until, wait_for};
-use common::{Netns, require_root, veth};
+use lab::netns::{Netns, require_root, veth};
 use std::time::Duration;
 
 const SPEAKER: &str = env!("CARGO_BIN_EXE_sluice-bgp-speaker");

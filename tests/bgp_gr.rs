@@ -10,10 +10,9 @@
 
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
-mod common;
 
 use bgp_common::{Bird, SpeakerProc, poll_until, wait_for};
-use common::{Netns, require_root, veth};
+use lab::netns::{Netns, require_root, veth};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -6,11 +6,10 @@
 
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
-mod common;
 
 use bgp::{PeerConfig, RouteAttrs, SpeakerConfig, State};
 use bgp_common::{Bird, Daemon, NsSpeaker, TempDir, stdout, wait_for};
-use common::{Netns, require_program, require_root, veth};
+use lab::netns::{Netns, require_program, require_root, veth};
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};

@@ -10,7 +10,6 @@
 
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
-mod common;
 
 #[allow(dead_code)]
 #[path = "../appliance/src/sockopt.rs"]
@@ -18,7 +17,7 @@ mod sockopt;
 
 use bgp::{Md5Key, PeerConfig, RouteAttrs, SpeakerConfig, State};
 use bgp_common::{Bird, Cmd, NsSpeaker, stdout, wait_for};
-use common::{Netns, require_program, require_root, veth};
+use lab::netns::{Netns, require_program, require_root, veth};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

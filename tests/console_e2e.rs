@@ -5,14 +5,12 @@
 //! (the console must say it reconnected), and quits with `q` (the terminal must be given
 //! back: no alternate screen, exit status 0). Needs root and tmux.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sluice::lab::{Lab, LabMode, LabOptions, http_get};
+use lab::{Lab, LabMode, LabOptions, http_get};
 
 fn sluice() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
@@ -194,8 +192,8 @@ fn is_colour(p: u32) -> bool {
 
 #[test]
 fn console_drains_a_backend_with_keystrokes() {
-    common::require_root();
-    common::require_program("tmux", "tmux");
+    lab::netns::require_root();
+    lab::netns::require_program("tmux", "tmux");
     let mut lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
         ..LabOptions::default()
@@ -358,7 +356,7 @@ fn console_drains_a_backend_with_keystrokes() {
     // SIGTERM (systemd stopping the console's tty): it gives the terminal back too.
     // The pane runs a shell around the console: signal the shell's child.
     let shell = plain.pane("#{pane_pid}");
-    common::run(&["pkill", "-TERM", "-P", &shell]);
+    lab::netns::run(&["pkill", "-TERM", "-P", &shell]);
     plain.wait_dead();
     assert_eq!(
         plain.pane("#{alternate_on}"),

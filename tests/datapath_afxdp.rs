@@ -7,15 +7,13 @@
 //! frame out of the other interface. ARP and pings to the appliance's own addresses must
 //! still reach its kernel.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use common::{Netns, require_program, require_root, veth};
+use lab::netns::{Netns, require_program, require_root, veth};
 use sluice::config::model::XdpMode;
 use sluice::datapath::neigh::Resolver;
 use sluice::datapath::{
@@ -154,8 +152,8 @@ fn lab_with_queues(queues: u32) -> Lab {
         veth(&client, "c0", &app, "a0");
         veth(&app, "a1", &server, "s0");
     } else {
-        common::veth_mq(&client, "c0", &app, "a0", queues);
-        common::veth_mq(&app, "a1", &server, "s0", queues);
+        lab::netns::veth_mq(&client, "c0", &app, "a0", queues);
+        lab::netns::veth_mq(&app, "a1", &server, "s0", queues);
     }
     client.run(&["ip", "addr", "add", &format!("{CLIENT}/24"), "dev", "c0"]);
     client.run(&["ip", "route", "add", "default", "via", &APP_C.to_string()]);
@@ -601,7 +599,7 @@ fn one_arm_generic_mode_small_umem_carries_16_mb_without_leaking_frames() {
     let app = Netns::new("dpa");
     let server = Netns::new("dps");
     let sw = Netns::new("dpw");
-    common::bridge(&sw, "br0");
+    lab::netns::bridge(&sw, "br0");
     veth(&client, "c0", &sw, "pc");
     veth(&app, "a0", &sw, "pa");
     veth(&server, "s0", &sw, "ps");
@@ -756,8 +754,8 @@ fn pktgen_flood_is_forwarded_or_counted() {
     let elapsed = thread::spawn(move || {
         enter(&ns);
         let ifindex = nix::net::if_::if_nametoindex("c0").expect("c0");
-        let generator = sluice::datapath::pktgen::Pktgen::load().expect("load generator");
-        let frame = sluice::datapath::pktgen::udp4_frame(
+        let generator = bench::pktgen::Pktgen::load().expect("load generator");
+        let frame = bench::pktgen::udp4_frame(
             [2, 0, 0, 0, 0, 9],
             a0_mac,
             CLIENT,
@@ -836,7 +834,7 @@ fn a_foreign_xdp_program_is_left_alone_and_named() {
     let b = Netns::new("dpg");
     veth(&a, "a0", &b, "b0");
     // Any program that is not the steering program will do: the generator's object.
-    let obj = concat!(env!("OUT_DIR"), "/pktgen.bpf.o");
+    let obj = bench::pktgen::OBJECT_PATH;
     a.run(&[
         "ip",
         "link",

@@ -8,11 +8,9 @@
 //! kernel. Fixtures that open a TCP flow (SYN) are also replayed as their established
 //! continuation (flags ACK), so every mode and family is compared on an established frame.
 
-mod common;
-
 use std::thread;
 
-use common::{Netns, require_root};
+use lab::netns::{Netns, require_root};
 use sluice::datapath::flowcache::{self, FlowCache, Hairpin};
 use sluice::datapath::steer::Steer;
 use sluice::engine::BackendId;
@@ -407,8 +405,8 @@ mod traffic {
     use std::thread;
     use std::time::Duration;
 
-    use super::common::{Netns, require_program, require_root, veth};
     use super::enter;
+    use lab::netns::{Netns, require_program, require_root, veth};
     use sluice::config::{BackendState, Config};
     use sluice::control::cache::{after_commit, stats};
     use sluice::datapath::flowcache::FlowCache;

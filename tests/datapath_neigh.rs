@@ -3,12 +3,10 @@
 //! gateway resolves to the gateway's MAC, a silent next hop and a missing route fail with
 //! their own errors, and neighbour and route changes arrive on the watch channel.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use common::{Netns, require_program, require_root, veth};
+use lab::netns::{Netns, require_program, require_root, veth};
 use sluice::datapath::neigh::{NeighError, NetChange, Resolver, watch};
 
 fn enter(ns: &str) {

@@ -3,11 +3,9 @@
 //! VLAN tags, IPv6 extension headers and fragments) and which it leaves to the kernel.
 //! Needs root to load BPF; no namespaces.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use common::require_root;
+use lab::netns::require_root;
 use sluice::datapath::steer::Steer;
 use sluice::datapath::{Proto, ReturnKey, VipKey};
 

@@ -6,8 +6,6 @@
 //! transitions (which probe number flipped the state, and why) and timing bounds counted
 //! in rounds of the check interval, never tight wall-clock thresholds.
 
-mod common;
-
 use std::fs::File;
 use std::future::Future;
 use std::net::IpAddr;
@@ -16,11 +14,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Netns, require_program, require_root, veth};
 use health::{
     CheckKind, Failure, Health, HealthCheck, HttpCheck, HttpMethod, InitialHealth, Prober, Reason,
     Status, Target, Transition,
 };
+use lab::netns::{Netns, require_program, require_root, veth};
 use nix::sched::{CloneFlags, setns};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};

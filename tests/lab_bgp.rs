@@ -4,15 +4,13 @@
 //! return), and RFC 8326 graceful shutdown on SIGTERM. Prints `MEASURE` lines with the
 //! convergence times. Needs root, bird2, nftables and python3.
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sluice::lab::{Lab, LabMode, LabOptions, appliance_addr, blob, slow_download, wait_for_routes};
+use lab::{Lab, LabMode, LabOptions, appliance_addr, blob, slow_download, wait_for_routes};
 
 /// Two-appliance labs are heavy for a 2-core machine: run this file's tests one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -28,11 +26,11 @@ fn sluice() -> &'static Path {
 /// Builds a two-appliance BGP lab, starts both appliances and waits until the router has
 /// every VIP through every appliance serving it; returns the lab and how long that took.
 fn start(modes: Vec<LabMode>) -> (Lab, Duration) {
-    common::require_root();
-    common::require_program("python3", "python3");
-    common::require_program("bird", "bird2");
-    common::require_program("birdc", "bird2");
-    common::require_program("nft", "nftables");
+    lab::netns::require_root();
+    lab::netns::require_program("python3", "python3");
+    lab::netns::require_program("bird", "bird2");
+    lab::netns::require_program("birdc", "bird2");
+    lab::netns::require_program("nft", "nftables");
     let mut lab = Lab::build(LabOptions {
         modes,
         appliances: Some(2),
@@ -178,7 +176,7 @@ fn silent_appliance_loss_waits_for_hold_time() {
 fn appliance_loss(mut lab: Lab, loss: Loss) {
     // Small receive buffers and a slow reader keep each 1 MB download in flight for ~13 s.
     lab.client
-        .sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
+        .try_sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
         .expect("sysctl");
     let flows = 8;
     let pace = Duration::from_millis(100);
@@ -233,13 +231,13 @@ fn appliance_loss(mut lab: Lab, loss: Loss) {
     let killed = Instant::now();
     if loss == Loss::Silent {
         lab.appliance_ns(1)
-            .run(&["ip", "link", "set", "eth0", "down"])
+            .try_run(&["ip", "link", "set", "eth0", "down"])
             .expect("cut lb2's link");
     }
     assert!(lab.kill_appliance_at(1), "SIGKILL lb2 (pid {pid})");
     let link = lab
         .appliance_ns(1)
-        .run(&["ip", "-d", "link", "show", "eth0"])
+        .try_run(&["ip", "-d", "link", "show", "eth0"])
         .expect("ip link");
     let link = String::from_utf8_lossy(&link.stdout).into_owned();
     println!(

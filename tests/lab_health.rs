@@ -1,13 +1,11 @@
 //! Health checks wired into the pools: a backend whose server stops leaves the VIP's pool
 //! within `fall * interval + timeout`, and comes back after `rise` successes. Needs root.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use sluice::lab::{Lab, LabMode, LabOptions, http_get};
+use lab::{Lab, LabMode, LabOptions, http_get};
 
 /// The lab's check: interval 500 ms, timeout 300 ms, rise 2, fall 2.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -52,7 +50,7 @@ fn settle_to(lab: &Lab, vip: SocketAddr, want: &[(&str, usize)]) {
 
 #[test]
 fn stopped_backend_leaves_and_rejoins_the_pool() {
-    common::require_root();
+    lab::netns::require_root();
     let mut lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
         scheduler: "rr".into(),

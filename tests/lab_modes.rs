@@ -2,18 +2,16 @@
 //! network namespaces) with `sluice run` forwarding real HTTP and UDP through one VIP per mode
 //! (NAT, FullNAT, DR, VXLAN tunnel) and family. Needs root.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use sluice::lab::{Lab, LabMode, LabOptions, exercise_vip, format_reports, http_get};
+use lab::{Lab, LabMode, LabOptions, exercise_vip, format_reports, http_get};
 use tui::api::{Client, Endpoint};
 
 fn start(scheduler: &str, flow_cache: Option<bool>) -> Lab {
-    common::require_root();
-    common::require_program("python3", "python3");
+    lab::netns::require_root();
+    lab::netns::require_program("python3", "python3");
     let mut lab = Lab::build(LabOptions {
         scheduler: scheduler.into(),
         flow_cache,
@@ -108,7 +106,7 @@ fn every_mode_and_family(flow_cache: Option<bool>) {
     );
     let attached = lab
         .lb
-        .run(&["ip", "-d", "link", "show", "eth0"])
+        .try_run(&["ip", "-d", "link", "show", "eth0"])
         .expect("ip link");
     let text = String::from_utf8_lossy(&attached.stdout);
     assert!(
@@ -141,7 +139,7 @@ fn maglev_spreads_and_icmp_echo_is_answered() {
     // The appliance itself answers ICMP echo to a VIP (the backends do not hold NAT VIPs).
     for v6 in [false, true] {
         let vip = LabMode::Nat.vip(v6).to_string();
-        let out = lab.client.run(&["ping", "-c", "2", "-W", "2", &vip]);
+        let out = lab.client.try_run(&["ping", "-c", "2", "-W", "2", &vip]);
         assert!(out.is_ok(), "ping {vip}: {:?}", out.err());
     }
     assert!(

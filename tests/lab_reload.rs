@@ -2,13 +2,11 @@
 //! that backend is drained, another is added and the config is reloaded (SIGHUP), and a
 //! broken config leaves the running version in place. Needs root.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use sluice::lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
+use lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
 
 /// The NAT IPv4 TCP VIP's block of the generated config, with its backends' `lines`.
 fn with_nat4_backends(config: &str, backends: &[(&str, &str)]) -> String {
@@ -33,7 +31,7 @@ fn backend_ip(name: &str) -> String {
 
 #[test]
 fn long_transfer_survives_drain_add_and_reloads() {
-    common::require_root();
+    lab::netns::require_root();
     let mut lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
         ..LabOptions::default()
@@ -53,7 +51,7 @@ fn long_transfer_survives_drain_add_and_reloads() {
 
     // Receive buffer small enough that the 1 MB download lasts seconds.
     lab.client
-        .sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
+        .try_sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
         .expect("sysctl");
     let (tx, rx) = mpsc::channel();
     let download = lab
@@ -131,7 +129,7 @@ fn long_transfer_survives_drain_add_and_reloads() {
     );
     lab.write_config(&extra).expect("config");
     lab.router
-        .run(&["ip", "route", "add", "192.0.2.50", "via", "10.0.0.10"])
+        .try_run(&["ip", "route", "add", "192.0.2.50", "via", "10.0.0.10"])
         .expect("route");
     assert!(lab.reload(), "SIGHUP");
     let extra_vip = SocketAddr::new("192.0.2.50".parse().expect("literal"), 80);

@@ -3,8 +3,6 @@
 //! the router (BIRD) keeps the VIP route through the whole restart. Without it, SIGTERM
 //! withdraws (RFC 8326 graceful shutdown) and the route goes. Needs root and bird2.
 
-mod common;
-
 use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
@@ -12,16 +10,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice::lab::{Lab, LabMode, LabOptions};
+use lab::{Lab, LabMode, LabOptions};
 
 fn sluice() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_sluice"))
 }
 
 fn lab(graceful_restart: bool) -> Lab {
-    common::require_root();
-    common::require_program("bird", "bird2");
-    common::require_program("birdc", "bird2");
+    lab::netns::require_root();
+    lab::netns::require_program("bird", "bird2");
+    lab::netns::require_program("birdc", "bird2");
     let lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
         appliances: Some(1),

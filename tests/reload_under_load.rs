@@ -3,15 +3,13 @@
 //! time changing this VIP's weights and other VIPs' pools. Zero failed requests, the
 //! download intact, every reload a new version that every worker runs. Needs root.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use sluice::lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
+use lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
 use tui::api::{Client, Endpoint};
 
 /// Rewrites the `[[vip.backend]]` blocks of VIP `name` with `weights` (one per backend,
@@ -52,7 +50,7 @@ fn twenty_reloads_under_traffic_lose_nothing_with_the_flow_cache_off() {
 }
 
 fn twenty_reloads(flow_cache: bool) {
-    common::require_root();
+    lab::netns::require_root();
     let mut lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
         flow_cache: Some(flow_cache),
@@ -82,7 +80,7 @@ fn twenty_reloads(flow_cache: bool) {
 
     // The long transfer: a slow reader makes the 1 MB download last across the reloads.
     lab.client
-        .sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
+        .try_sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
         .expect("sysctl");
     let (tx, rx) = mpsc::channel();
     let download = lab

@@ -1,8 +1,6 @@
 //! `sluice run` refuses clearly what it cannot do: a missing interface, a bad config, and
 //! no privileges, each with a one-line reason and a non-zero exit, nothing left attached.
 
-mod common;
-
 use std::process::Command;
 
 fn write_config(dir: &std::path::Path, interfaces: &str) -> std::path::PathBuf {
@@ -21,15 +19,15 @@ fn write_config(dir: &std::path::Path, interfaces: &str) -> std::path::PathBuf {
 }
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-{tag}-{}", common::unique("r")));
+    let d = std::env::temp_dir().join(format!("sluice-{tag}-{}", lab::netns::unique("r")));
     std::fs::create_dir_all(&d).expect("temp dir");
     d
 }
 
 #[test]
 fn missing_interface_is_named() {
-    common::require_root();
-    let ns = common::Netns::new("rerr");
+    lab::netns::require_root();
+    let ns = lab::netns::Netns::new("rerr");
     let dir = temp_dir("noif");
     let cfg = write_config(&dir, "\"nosuch0\"");
     let out = ns
@@ -68,8 +66,8 @@ fn invalid_config_is_refused_before_touching_anything() {
 
 #[test]
 fn not_root_is_said_plainly() {
-    common::require_root();
-    common::require_program("setpriv", "util-linux");
+    lab::netns::require_root();
+    lab::netns::require_program("setpriv", "util-linux");
     let dir = temp_dir("noroot");
     let cfg = write_config(&dir, "\"lo\"");
     // nobody (65534) cannot attach XDP or open AF_XDP sockets.

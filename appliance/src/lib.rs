@@ -5,13 +5,11 @@
 //! packet core; `engine` runs it on the datapath's worker threads over the tables `control`
 //! publishes; `datapath` and `control` are the I/O around it.
 
-pub mod bench;
 pub mod config;
 pub mod control;
 pub mod ctl;
 pub mod datapath;
 pub mod engine;
-pub mod lab;
 pub mod lb;
 pub mod sockopt;
 pub mod trace;

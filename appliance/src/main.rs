@@ -203,7 +203,7 @@ fn main() -> ExitCode {
             no_bgp,
             console,
             no_flow_cache,
-        } => lab(sluice::lab::LabOptions {
+        } => run_lab(lab::LabOptions {
             backends: usize::from(backends),
             requests,
             scheduler,
@@ -218,8 +218,8 @@ fn main() -> ExitCode {
             rounds,
             busy_poll,
             json,
-        } => bench(
-            sluice::bench::BenchOptions {
+        } => run_bench(
+            bench::BenchOptions {
                 seconds,
                 sluice: PathBuf::new(),
                 busy_poll,
@@ -323,7 +323,7 @@ fn console(api: &ApiArgs, no_color: bool, refresh: std::time::Duration) -> ExitC
     }
 }
 
-fn bench(mut options: sluice::bench::BenchOptions, json: bool) -> ExitCode {
+fn run_bench(mut options: bench::BenchOptions, json: bool) -> ExitCode {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if let Err(e) = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop)) {
@@ -338,7 +338,7 @@ fn bench(mut options: sluice::bench::BenchOptions, json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match sluice::bench::run(&options, stop) {
+    match bench::run(&options, stop) {
         Ok(report) if json => match serde_json::to_string_pretty(&report) {
             Ok(text) => {
                 println!("{text}");
@@ -415,7 +415,7 @@ fn run(path: &std::path::Path) -> ExitCode {
     }
 }
 
-fn lab(options: sluice::lab::LabOptions) -> ExitCode {
+fn run_lab(options: lab::LabOptions) -> ExitCode {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // SIGHUP too: a closed terminal must tear the namespaces down like Ctrl-C does.
     for sig in [
@@ -428,7 +428,14 @@ fn lab(options: sluice::lab::LabOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    match sluice::lab::run_lab(options, stop) {
+    let sluice = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("sluice lab: cannot find the sluice binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match lab::run_lab(options, &sluice, stop) {
         Ok(true) => {
             println!("lab: every VIP answered correctly");
             ExitCode::SUCCESS
@@ -521,4 +528,37 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    /// The config `sluice bench` starts `sluice run` with (runs A and A2) is one the
+    /// appliance accepts: one NAT VIP, two-arm, the flow cache as asked.
+    #[test]
+    fn bench_config_is_valid_and_two_arm() {
+        for flow_cache in [false, true] {
+            let dir = std::env::temp_dir().join(format!(
+                "sluice-bench-test-{}-{flow_cache}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).expect("tmp dir");
+            let path = dir.join("sluice.toml");
+            let text = bench::appliance_config(&dir.join("api.sock"), true, flow_cache);
+            std::fs::write(&path, text).expect("write");
+            let cfg = sluice::config::load_with_env(&path, Vec::new());
+            let _ = std::fs::remove_dir_all(&dir);
+            let cfg = cfg.expect("the bench config validates");
+            assert_eq!(cfg.appliance.interfaces, ["eth0", "eth1"]);
+            assert_eq!(cfg.vips.len(), 1);
+            let v = &cfg.vips[0];
+            assert_eq!(v.address, std::net::IpAddr::V4(bench::VIP));
+            assert_eq!(v.port, bench::PORT);
+            assert_eq!(v.mode, sluice::config::Mode::Nat);
+            assert_eq!(v.backends.len(), 1);
+            assert_eq!(v.backends[0].address, std::net::IpAddr::V4(bench::BACKEND));
+            assert_eq!(cfg.api.metrics, None, "no metrics listener in the bench");
+            assert!(cfg.appliance.busy_poll);
+            assert_eq!(cfg.appliance.flow_cache, flow_cache);
+        }
+    }
 }

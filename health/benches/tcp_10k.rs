@@ -37,9 +37,6 @@
 //! checked, and the veth drop counters. Server-side accept work runs on a thread pinned
 //! to CPU 1 and is reported, not counted.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -47,8 +44,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Netns, require_program, require_root, veth};
 use health::{CheckKind, HealthCheck, InitialHealth, Prober, Target};
+use lab::netns::{Netns, require_program, require_root, veth};
 use nix::sched::{CloneFlags, CpuSet, sched_setaffinity, setns};
 use nix::sys::resource::{Resource, UsageWho, getrlimit, getrusage, setrlimit};
 use nix::sys::socket::{setsockopt, sockopt};
@@ -204,7 +201,7 @@ impl NapiThread {
         // queues behind whatever else the (shared, busy) machine runs, and every
         // handshake waits milliseconds for it.
         require_program("chrt", "util-linux");
-        common::run(&["chrt", "--fifo", "--pid", "50", &pid.to_string()]);
+        lab::netns::run(&["chrt", "--fifo", "--pid", "50", &pid.to_string()]);
         NapiThread { pid }
     }
 

@@ -2,8 +2,8 @@
 //! instances with their own config and control socket, and bounded waits.
 #![allow(dead_code)]
 
-use super::common::{Netns, require_program};
 use bgp::{IpNet, PeerStatus, RouteAttrs, Speaker, SpeakerConfig};
+use lab::netns::{Netns, require_program};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::Child;
@@ -156,7 +156,7 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("{}-{}", tag, super::common::unique("d")));
+        let p = std::env::temp_dir().join(format!("{}-{}", tag, lab::netns::unique("d")));
         std::fs::create_dir_all(&p).expect("temp dir");
         TempDir(p)
     }

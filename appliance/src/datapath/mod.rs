@@ -22,7 +22,6 @@
 pub mod flowcache;
 pub mod frame;
 pub mod neigh;
-pub mod pktgen;
 pub mod steer;
 mod worker;
 mod xsk;

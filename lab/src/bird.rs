@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use super::netns::{LabError, Netns, Result};
+use crate::netns::{LabError, Netns, Result};
 
 /// The router's autonomous system.
 pub const ROUTER_ASN: u32 = 65000;
@@ -77,8 +77,8 @@ impl Bird {
     /// Writes `config` to `dir/bird.conf`, starts BIRD in `router` with its control socket and
     /// pid file in `dir`, and waits until it answers on the socket.
     pub fn start(router: &Netns, dir: &Path, config: &str) -> Result<Bird> {
-        super::netns::require("bird", "bird2")?;
-        super::netns::require("birdc", "bird2")?;
+        crate::netns::require("bird", "bird2")?;
+        crate::netns::require("birdc", "bird2")?;
         let conf = dir.join("bird.conf");
         std::fs::write(&conf, config).map_err(|e| LabError {
             command: format!("write {}", conf.display()),
@@ -87,7 +87,7 @@ impl Bird {
         let socket = dir.join("bird.ctl");
         let pid = dir.join("bird.pid");
         let out = std::fs::File::create(dir.join("bird.out")).ok();
-        let child = router.spawn(
+        let child = router.try_spawn(
             &[
                 "bird",
                 "-f",
@@ -128,7 +128,7 @@ impl Bird {
         let sock = self.socket.to_string_lossy().into_owned();
         let mut full = vec!["birdc", "-s", &sock];
         full.extend_from_slice(args);
-        let out = router.run(&full)?;
+        let out = router.try_run(&full)?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }

@@ -3,7 +3,7 @@
 //! Userspace generators cannot saturate an AF_XDP datapath on a small machine; the kernel's
 //! `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` can: it turns one template frame
 //! into `count` real frames and runs bpf/pktgen.bpf.c on each, which transmits them out of
-//! the chosen interface with `XDP_TX` (several million frames per second on this kernel).
+//! the chosen interface with `XDP_TX`, with no userspace copy per frame.
 //! The far end of the link must run a native XDP program (the steering program does) or
 //! have GRO on, or veth drops XDP-transmitted frames.
 
@@ -12,14 +12,37 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::{Object, ObjectBuilder, ProgramInput};
 
-use super::DatapathError;
-
+/// Where build.rs put the object clang built from bpf/pktgen.bpf.c (tests attach it as
+/// "some other XDP program").
+pub const OBJECT_PATH: &str = concat!(env!("OUT_DIR"), "/pktgen.bpf.o");
 static PKTGEN_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/pktgen.bpf.o"));
 const PROG_NAME: &str = "sluice_pktgen";
 /// `BPF_F_TEST_XDP_LIVE_FRAMES` from <linux/bpf.h>.
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 /// The kernel caps `repeat` per call; larger counts are split into runs of this size.
 const MAX_PER_RUN: u32 = 1 << 24;
+
+/// Why the generator could not send.
+#[derive(Debug, thiserror::Error)]
+pub enum PktgenError {
+    /// The kernel refused the program.
+    #[error("loading the traffic generator bpf/pktgen.bpf.c (needs root or CAP_BPF): {0}")]
+    Load(#[source] libbpf_rs::Error),
+    /// The object lacks the program (built from another source).
+    #[error("the generator object has no program {PROG_NAME}: rebuild the bench crate")]
+    NoProgram,
+    /// A template the kernel cannot turn into frames.
+    #[error("generator frame of {0} bytes: must hold an Ethernet header and fit a page")]
+    Frame(usize),
+    /// A live-frame test run failed.
+    #[error("live-frame test run on ifindex {ifindex}: {source}")]
+    Send {
+        /// The interface the frames were to leave by.
+        ifindex: u32,
+        #[source]
+        source: libbpf_rs::Error,
+    },
+}
 
 /// The loaded generator program.
 pub struct Pktgen {
@@ -34,30 +57,25 @@ impl std::fmt::Debug for Pktgen {
 
 impl Pktgen {
     /// Loads the generator (needs CAP_BPF / root).
-    pub fn load() -> Result<Pktgen, DatapathError> {
+    pub fn load() -> Result<Pktgen, PktgenError> {
         let obj = ObjectBuilder::default()
             .open_memory(PKTGEN_OBJ)
             .and_then(|o| o.load())
-            .map_err(|e| DatapathError::Bpf(format!("loading the traffic generator: {e}")))?;
+            .map_err(PktgenError::Load)?;
         Ok(Pktgen { obj })
     }
 
     /// Transmits `count` copies of `frame` out of interface `ifindex` (which must be in the
     /// calling thread's network namespace) and returns how long the kernel took.
-    pub fn send(&self, ifindex: u32, frame: &[u8], count: u32) -> Result<Duration, DatapathError> {
+    pub fn send(&self, ifindex: u32, frame: &[u8], count: u32) -> Result<Duration, PktgenError> {
         if frame.len() < 14 || frame.len() > 3000 {
-            return Err(DatapathError::Config(format!(
-                "generator frame of {} bytes: must hold an Ethernet header and fit a page",
-                frame.len()
-            )));
+            return Err(PktgenError::Frame(frame.len()));
         }
         let prog = self
             .obj
             .progs_mut()
             .find(|p| p.name() == std::ffi::OsStr::new(PROG_NAME))
-            .ok_or_else(|| {
-                DatapathError::Bpf(format!("generator object has no program {PROG_NAME}"))
-            })?;
+            .ok_or(PktgenError::NoProgram)?;
         let started = Instant::now();
         let mut left = count;
         while left > 0 {
@@ -74,9 +92,8 @@ impl Pktgen {
                 repeat: n,
                 ..Default::default()
             };
-            prog.test_run(input).map_err(|e| {
-                DatapathError::Bpf(format!("live-frame test run on ifindex {ifindex}: {e}"))
-            })?;
+            prog.test_run(input)
+                .map_err(|source| PktgenError::Send { ifindex, source })?;
             left -= n;
         }
         Ok(started.elapsed())

@@ -1,0 +1,317 @@
+//! The bench's traffic generator: bpf/generator.bpf.c run through live-frame BPF test runs
+//! (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES`) from a thread inside the gen
+//! namespace, in calls sized so the run ends near its deadline and notices Ctrl-C.
+//!
+//! The program is not bpf/pktgen.bpf.c (see [`crate::pktgen`]): live-frame test runs recycle
+//! their pages without copying the template in again, and the kernel's forwarding path
+//! (run B) rewrites every frame in place (destination MAC, TTL, DNAT) before the page comes
+//! back. With a plain `XDP_TX` program the recycled frames then carry the sink's MAC and the
+//! lb's kernel drops them as "other host", so run B would measure nothing. This program
+//! stores the whole template into each frame before transmitting it, so every repetition
+//! sends the same bytes whatever the consumer did to the page.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lab::netns::Netns;
+
+use crate::{BenchError, FRAME_LEN, GEN_ADDR, GEN_SPORT, PORT, VIP};
+
+/// Frames in the first generator call of a flood. Every live-frame test run has a fixed
+/// cost during which nothing is sent, so calls must be long; [`next_chunk`] sizes the
+/// following ones from the rate seen. The same fixed cost is why the generator cannot be
+/// paced to a chosen rate.
+const FIRST_CHUNK: u32 = 250_000;
+/// Target length of one generator call: long enough that the fixed cost is a small part
+/// of the offer, short enough that the run ends close to its deadline and notices Ctrl-C
+/// within a second.
+const CALL_TARGET: Duration = Duration::from_millis(500);
+
+/// The object clang built from bpf/generator.bpf.c (see build.rs).
+static GENERATOR_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/generator.bpf.o"));
+/// Name of the program inside it.
+const GEN_PROG: &str = "sluice_bench_gen";
+/// The longest template: bpf/generator.bpf.c's `GEN_WORDS_MAX` words of 8 bytes.
+const TEMPLATE_MAX: usize = 256;
+/// `BPF_F_TEST_XDP_LIVE_FRAMES` from <linux/bpf.h>.
+const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+
+/// The loaded generator program, its template set.
+struct GenProgram {
+    obj: libbpf_rs::Object,
+}
+
+impl GenProgram {
+    /// Loads bpf/generator.bpf.c with `template` (a multiple of 8 bytes, at most
+    /// [`TEMPLATE_MAX`]) in its read-only `struct gen_cfg`.
+    fn load(template: &[u8]) -> Result<GenProgram, String> {
+        if template.is_empty() || !template.len().is_multiple_of(8) || template.len() > TEMPLATE_MAX
+        {
+            return Err(format!(
+                "template of {} bytes: need a multiple of 8, at most {TEMPLATE_MAX}",
+                template.len()
+            ));
+        }
+        let mut open = libbpf_rs::ObjectBuilder::default()
+            .open_memory(GENERATOR_OBJ)
+            .map_err(|e| format!("opening the generator program: {e}"))?;
+        let mut configured = false;
+        for mut m in open.maps_mut() {
+            if m.name().to_string_lossy().ends_with(".rodata")
+                && let Some(v) = m.initial_value_mut()
+                && v.len() >= 8 + TEMPLATE_MAX
+            {
+                // struct gen_cfg: words (u32), pad (u32), the template as 8-byte words.
+                let words = (template.len() / 8) as u32;
+                v[0..4].copy_from_slice(&words.to_ne_bytes());
+                v[8..8 + template.len()].copy_from_slice(template);
+                configured = true;
+            }
+        }
+        if !configured {
+            return Err(format!(
+                "the generator program has no {}-byte .rodata for its gen_cfg",
+                8 + TEMPLATE_MAX
+            ));
+        }
+        let obj = open
+            .load()
+            .map_err(|e| format!("loading the generator program: {e}"))?;
+        Ok(GenProgram { obj })
+    }
+
+    fn prog(&self) -> Result<libbpf_rs::ProgramMut<'_>, String> {
+        self.obj
+            .progs_mut()
+            .find(|p| p.name() == std::ffi::OsStr::new(GEN_PROG))
+            .ok_or_else(|| format!("generator object has no program {GEN_PROG}"))
+    }
+
+    /// Transmits `count` frames out of `ifindex` (in the calling thread's namespace).
+    fn send(&mut self, ifindex: u32, frame: &[u8], count: u32) -> Result<(), String> {
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex (all u32): the frame starts at 0 and arrives on queue 0.
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+        ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        let input = libbpf_rs::ProgramInput {
+            context_in: Some(&mut ctx),
+            data_in: Some(frame),
+            flags: BPF_F_TEST_XDP_LIVE_FRAMES,
+            repeat: count,
+            ..Default::default()
+        };
+        self.prog()?
+            .test_run(input)
+            .map(|_| ())
+            .map_err(|e| format!("live-frame test run on ifindex {ifindex}: {e}"))
+    }
+
+    /// Runs `frame` through the program once (not live: nothing is sent) and returns its
+    /// XDP action and the frame as the program left it.
+    #[cfg(test)]
+    fn test_run(&self, frame: &[u8]) -> Result<(u32, Vec<u8>), String> {
+        let mut out = vec![0u8; frame.len()];
+        let input = libbpf_rs::ProgramInput {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ..Default::default()
+        };
+        let action = self
+            .prog()?
+            .test_run(input)
+            .map(|o| o.return_value)
+            .map_err(|e| format!("test-running the generator program: {e}"))?;
+        Ok((action, out))
+    }
+}
+
+/// Commands to the generator thread, which lives in the gen namespace.
+pub(crate) enum GenCmd {
+    /// Send this many frames now (readiness probes).
+    Burst(u32),
+    /// Send for this long, as fast as the generator goes, until done or stopped.
+    Flood(Duration),
+}
+
+/// What one flood did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Flood {
+    pub(crate) offered: u64,
+    pub(crate) elapsed: Duration,
+    pub(crate) cpu: Duration,
+}
+
+/// The generator thread: loads the generator once, then serves bursts and floods.
+pub(crate) struct Generator {
+    cmds: Option<mpsc::Sender<GenCmd>>,
+    results: mpsc::Receiver<Result<Flood, String>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Generator {
+    pub(crate) fn start(
+        gen_ns: &Netns,
+        src_mac: [u8; 6],
+        dst_mac: [u8; 6],
+        stop: Arc<AtomicBool>,
+    ) -> Result<Self, BenchError> {
+        let (cmd_tx, cmd_rx) = mpsc::channel::<GenCmd>();
+        let (res_tx, res_rx) = mpsc::channel();
+        let thread = gen_ns.in_thread(move || {
+            let setup = (|| {
+                let ifindex = nix::net::if_::if_nametoindex("g0")
+                    .map_err(|e| format!("g0 in the gen namespace: {e}"))?;
+                let frame = crate::pktgen::udp4_frame(
+                    src_mac, dst_mac, GEN_ADDR, VIP, GEN_SPORT, PORT, FRAME_LEN,
+                );
+                let generator = GenProgram::load(&frame)?;
+                Ok::<_, String>((ifindex, generator, frame))
+            })();
+            let (ifindex, mut generator, frame) = match setup {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = res_tx.send(Err(e));
+                    return;
+                }
+            };
+            for cmd in cmd_rx {
+                let res = match cmd {
+                    GenCmd::Burst(n) => generator.send(ifindex, &frame, n).map(|()| Flood {
+                        offered: u64::from(n),
+                        elapsed: Duration::ZERO,
+                        cpu: Duration::ZERO,
+                    }),
+                    GenCmd::Flood(d) => flood(&mut generator, ifindex, &frame, d, &stop),
+                };
+                if res_tx.send(res).is_err() {
+                    return;
+                }
+            }
+        })?;
+        Ok(Generator {
+            cmds: Some(cmd_tx),
+            results: res_rx,
+            thread: Some(thread),
+        })
+    }
+
+    pub(crate) fn call(&self, cmd: GenCmd) -> Result<Flood, BenchError> {
+        let dead = || BenchError::Generator("the generator thread ended".into());
+        self.cmds
+            .as_ref()
+            .ok_or_else(dead)?
+            .send(cmd)
+            .map_err(|_| dead())?;
+        match self.results.recv() {
+            Ok(r) => r.map_err(BenchError::Generator),
+            Err(_) => Err(dead()),
+        }
+    }
+}
+
+impl Drop for Generator {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop.
+        self.cmds.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Frames for the next generator call: what the last one (`sent` frames in `took`) says
+/// the generator does in [`CALL_TARGET`], or in the `left` time if that is shorter; at
+/// least 65536 (a shorter call is mostly fixed cost) and at most 16 Mi (the kernel's cap).
+pub fn next_chunk(sent: u32, took: Duration, left: Duration) -> u32 {
+    let rate = f64::from(sent) / took.as_secs_f64().max(1e-3);
+    let want = rate * left.min(CALL_TARGET).as_secs_f64();
+    want.clamp(65_536.0, f64::from(1u32 << 24)) as u32
+}
+
+/// The calling thread's CPU time (the generator's work is kernel time in its own context).
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or(Duration::ZERO)
+}
+
+fn flood(
+    generator: &mut GenProgram,
+    ifindex: u32,
+    frame: &[u8],
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<Flood, String> {
+    let cpu0 = thread_cpu();
+    let t0 = Instant::now();
+    let mut offered = 0u64;
+    let mut chunk = FIRST_CHUNK;
+    while t0.elapsed() < duration {
+        if stop.load(Ordering::Relaxed) {
+            return Err("interrupted".into());
+        }
+        let t = Instant::now();
+        generator.send(ifindex, frame, chunk)?;
+        offered += u64::from(chunk);
+        chunk = next_chunk(chunk, t.elapsed(), duration.saturating_sub(t0.elapsed()));
+    }
+    Ok(Flood {
+        offered,
+        elapsed: t0.elapsed(),
+        cpu: thread_cpu().saturating_sub(cpu0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// bpf/generator.bpf.c through BPF_PROG_TEST_RUN: whatever the frame holds, the program
+    /// writes the template back into it and transmits it; a frame shorter than the
+    /// template is dropped untouched.
+    #[test]
+    fn generator_program_stores_the_template_then_transmits() {
+        use libbpf_rs::libbpf_sys::{XDP_DROP, XDP_TX};
+
+        assert!(
+            lab::netns::is_root(),
+            "this test loads bpf/generator.bpf.c into the kernel: run it as root"
+        );
+        let template: Vec<u8> = (0..64u8).map(|b| b.wrapping_mul(37)).collect();
+        let generator = GenProgram::load(&template).expect("the generator program loads");
+        // A page the forwarder rewrote: other bytes everywhere.
+        let rewritten = vec![0xa5u8; template.len()];
+        let (action, out) = generator.test_run(&rewritten).expect("test run");
+        assert_eq!(action, XDP_TX, "full frames go out");
+        assert_eq!(out, template, "the stores write back exactly the template");
+        let short = vec![0xa5u8; template.len() - 8];
+        let (action, out) = generator.test_run(&short).expect("test run");
+        assert_eq!(action, XDP_DROP, "short frames are dropped");
+        assert_eq!(out, short, "and left as they were");
+        // The longest template fits too.
+        assert!(GenProgram::load(&[7u8; TEMPLATE_MAX]).is_ok());
+    }
+
+    #[test]
+    fn templates_must_be_whole_words_and_fit() {
+        for bad in [0, 12, TEMPLATE_MAX + 8] {
+            let err = GenProgram::load(&vec![0u8; bad]).err().expect("refused");
+            assert!(err.contains("multiple of 8"), "{bad} bytes: {err}");
+        }
+    }
+
+    #[test]
+    fn generator_calls_last_about_half_a_second() {
+        let ms = Duration::from_millis;
+        // 1 M frames in 250 ms is 4 Mpps: 2 M frames make the next half second.
+        assert_eq!(next_chunk(1_000_000, ms(250), ms(4000)), 2_000_000);
+        // Near the deadline, only what fits the time left.
+        assert_eq!(next_chunk(1_000_000, ms(250), ms(100)), 400_000);
+        // Never below the floor (mostly fixed cost) nor above the kernel's cap.
+        assert_eq!(next_chunk(1_000_000, ms(250), ms(0)), 65_536);
+        assert_eq!(next_chunk(u32::MAX, ms(0), ms(4000)), 1 << 24);
+    }
+}

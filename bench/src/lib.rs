@@ -1,0 +1,165 @@
+//! `sluice bench`: the datapath packet-rate benchmark, Sluice against the kernel.
+//!
+//! A packet rate means little on its own (it depends on the machine, the kernel and whatever
+//! else runs), so the benchmark measures a peer in the same run on the same topology and
+//! reports the ratio. It builds three namespaces, two-arm:
+//!
+//! ```text
+//!  gen ── g0 ═══ eth0 ── lb ── eth1 ═══ s0 ── sink
+//!  10.80.1.2    10.80.1.1      10.80.2.1    10.80.2.2 (the backend; XDP on s0 counts
+//!  generator: 64-byte UDP to 192.0.2.10:5001              and drops: bpf/sink.bpf.c)
+//! ```
+//! Run A starts the real `sluice run` in `lb` (AF_XDP, copy mode on veth) with a NAT VIP;
+//! run A2 starts it again with the XDP flow cache on (the first frame goes to the engine,
+//! the rest are forwarded by the XDP program); run C attaches a trivial XDP program that
+//! rewrites the destination and redirects every VIP frame from eth0 to eth1
+//! (bpf/ceiling.bpf.c, the ceiling of any XDP forwarder here); run B lets the kernel forward
+//! instead (`ip_forward` and an nftables DNAT rule). Every run gets the same generator load
+//! for the same time from a kernel-side generator (live-frame BPF test runs of
+//! bpf/generator.bpf.c: see [`generator`]), and each counts the frames that reach the sink
+//! rewritten to the backend, and the CPU the whole machine spent meanwhile.
+//!
+//! Generator, forwarder and sink all run on one CPU (the generator thread's softirq), so
+//! the sink's cost per frame is part of every rate. On real hardware the sink would be
+//! another machine whose cost nobody counts: here it is measuring apparatus, so it is an
+//! XDP program on s0 that counts and drops every UDP frame (bpf/sink.bpf.c), the same for
+//! every run; frames XDP forwarded never become an skb.
+//!
+//! The bench knows the appliance only as the `sluice` binary it starts and the API it asks.
+#![forbid(unsafe_code)]
+
+mod ceiling;
+pub mod counters;
+pub mod generator;
+pub mod pktgen;
+pub mod report;
+mod runs;
+mod sink;
+mod topology;
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use lab::netns::LabError;
+
+use counters::mac_of;
+use generator::Generator;
+pub use report::{BenchReport, Round, RunResult};
+pub use runs::appliance_config;
+use topology::Bench;
+
+/// The VIP the generator floods.
+pub const VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+/// The VIP's (and the backend's) UDP port.
+pub const PORT: u16 = 5001;
+/// The backend: the sink namespace's address.
+pub const BACKEND: Ipv4Addr = Ipv4Addr::new(10, 80, 2, 2);
+pub(crate) const GEN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 80, 1, 2);
+pub(crate) const LB_UPLINK: &str = "10.80.1.1/24";
+pub(crate) const LB_DOWNLINK: &str = "10.80.2.1/24";
+pub(crate) const GEN_SPORT: u16 = 40000;
+/// Ethernet frame length without FCS, as the generator builds it.
+pub const FRAME_LEN: usize = 64;
+/// How long a run may take to start forwarding before the bench gives up.
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What `sluice bench` measures.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Generator time per run.
+    pub seconds: u64,
+    /// The `sluice` binary to start in run A (normally `std::env::current_exe()`).
+    pub sluice: PathBuf,
+    /// Run the appliance with `busy_poll = true` (its workers spin instead of sleeping).
+    pub busy_poll: bool,
+    /// Rounds of (run A, run B): alternating spreads slow changes in the machine's other
+    /// load over both sides; the report gives each side's median round.
+    pub rounds: usize,
+}
+
+/// Why the benchmark could not produce numbers.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A setup or measurement command failed.
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    /// Ctrl-C or SIGTERM arrived; everything was torn down.
+    #[error("interrupted; namespaces removed")]
+    Interrupted,
+    /// A run never delivered a probe frame to the sink.
+    #[error("{run}: {detail}")]
+    NotForwarding {
+        /// Which run.
+        run: String,
+        /// What was seen (and the appliance log for run A).
+        detail: String,
+    },
+    /// The traffic generator failed.
+    #[error("traffic generator: {0}")]
+    Generator(String),
+    /// A counter could not be read or parsed.
+    #[error("reading {what}: {detail}")]
+    Counter {
+        /// The counter.
+        what: String,
+        /// Why it could not be read.
+        detail: String,
+    },
+}
+
+/// Runs the rounds and returns the report; progress goes to stderr. Every namespace is
+/// removed before it returns, also on error and when `stop` is set (Ctrl-C).
+pub fn run(options: &BenchOptions, stop: Arc<AtomicBool>) -> Result<BenchReport, BenchError> {
+    let options = BenchOptions {
+        seconds: options.seconds.max(1),
+        rounds: options.rounds.max(1),
+        ..options.clone()
+    };
+    let mut bench = Bench::build()?;
+    eprintln!(
+        "bench: namespaces {} -- {} -- {} up",
+        bench.gen_ns.name, bench.lb.name, bench.sink.name
+    );
+    let gen_mac = mac_of(&bench.gen_ns, "g0")?;
+    let lb_mac = mac_of(&bench.lb, "eth0")?;
+    bench.generator = Some(Generator::start(
+        &bench.gen_ns,
+        gen_mac,
+        lb_mac,
+        Arc::clone(&stop),
+    )?);
+    let mut rounds = Vec::new();
+    let mut datapath = Vec::new();
+    let mut forwarders = Vec::new();
+    for round in 1..=options.rounds {
+        eprintln!("bench: round {round} of {}", options.rounds);
+        let sluice = bench.run_sluice(&options, false, &stop)?;
+        datapath = sluice.datapath;
+        let cache = bench.run_sluice(&options, true, &stop)?;
+        let (ceiling, ceiling_line) = bench.run_ceiling(options.seconds, &stop)?;
+        forwarders = cache.cache.into_iter().chain([ceiling_line]).collect();
+        let nftables = bench.run_kernel(options.seconds, &stop)?;
+        rounds.push(Round {
+            sluice: sluice.result,
+            nftables,
+            cache: Some(cache.result),
+            ceiling: Some(ceiling),
+        });
+    }
+    drop(bench);
+    let mut report = BenchReport::new(options.seconds, rounds);
+    report.busy_poll = options.busy_poll;
+    report
+        .notes
+        .extend(datapath.iter().map(|l| format!("appliance log: {l}")));
+    report.notes.extend(forwarders);
+    Ok(report)
+}
+
+/// The index of interface `name` in the calling thread's namespace.
+pub(crate) fn ifindex(name: &str) -> Result<u32, String> {
+    nix::net::if_::if_nametoindex(name).map_err(|e| format!("interface {name}: {e}"))
+}

@@ -1,0 +1,278 @@
+//! The bench's runs, each measured the same way on the same namespaces: A, `sluice run`
+//! (pure AF_XDP); A2, `sluice run` with the XDP flow cache; C, the XDP_REDIRECT ceiling;
+//! B, the kernel's forwarding with an nftables DNAT rule.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+
+use lab::netns::Netns;
+
+use crate::counters::background_busy;
+use crate::report::RunResult;
+use crate::topology::Bench;
+use crate::{BACKEND, BenchError, BenchOptions, PORT, READY_TIMEOUT, VIP};
+
+/// Names of the sides.
+const RUN_A: &str = "sluice (AF_XDP, NAT)";
+const RUN_B: &str = "kernel + nftables DNAT";
+const RUN_CACHE: &str = "sluice + XDP flow cache (NAT)";
+const RUN_CEILING: &str = "XDP_REDIRECT ceiling";
+
+/// The `sluice run` configuration of runs A and A2: one NAT VIP, two-arm on eth0 (uplink)
+/// and eth1, the XDP flow cache on (A2) or off (A: pure AF_XDP, whatever the default).
+pub fn appliance_config(api_socket: &Path, busy_poll: bool, flow_cache: bool) -> String {
+    format!(
+        "[appliance]\nname = \"bench-lb\"\ninterfaces = [\"eth0\", \"eth1\"]\nxdp_mode = \"auto\"\n\
+         busy_poll = {busy_poll}\nflow_cache = {flow_cache}\n\
+         umem_frames = 4096\nring_size = 2048\nconntrack_capacity = 65536\n\n\
+         [api]\nsocket = \"{}\"\nmetrics = \"\"\n\n\
+         [[vip]]\nname = \"bench\"\naddress = \"{VIP}\"\nport = {PORT}\nprotocol = \"udp\"\n\
+         scheduler = \"maglev\"\nmode = \"nat\"\n\
+         [[vip.backend]]\naddress = \"{BACKEND}\"\nport = {PORT}\n",
+        api_socket.display()
+    )
+}
+
+/// What one `sluice run` run measured and what it said about itself.
+pub(crate) struct ApplianceRun {
+    pub(crate) result: RunResult,
+    /// The appliance's "datapath interface up" log lines (XDP and AF_XDP bind modes).
+    pub(crate) datapath: Vec<String>,
+    /// The flow cache's counters at the end of the run, from the API (A2 only).
+    pub(crate) cache: Option<String>,
+}
+
+impl Bench {
+    /// Run A (`flow_cache` off) or A2 (on): `sluice run` forwards.
+    pub(crate) fn run_sluice(
+        &mut self,
+        options: &BenchOptions,
+        flow_cache: bool,
+        stop: &AtomicBool,
+    ) -> Result<ApplianceRun, BenchError> {
+        let run = if flow_cache { "A2" } else { "A" };
+        self.start_appliance(&options.sluice, options.busy_poll, flow_cache)?;
+        eprintln!(
+            "bench: run {run}: started sluice run in {}{}; waiting until it forwards",
+            self.lb.name,
+            if flow_cache {
+                " with the flow cache"
+            } else {
+                ""
+            }
+        );
+        let label = if flow_cache { RUN_CACHE } else { RUN_A };
+        self.wait_forwarding(label, stop)?;
+        let datapath = self.datapath_lines();
+        let name = if flow_cache || datapath.is_empty() {
+            label.to_string()
+        } else if !datapath.iter().any(|l| l.contains("zero-copy")) {
+            "sluice (AF_XDP copy, NAT)".to_string()
+        } else {
+            "sluice (AF_XDP zero-copy, NAT)".to_string()
+        };
+        let background = background_busy()?;
+        eprintln!("bench: run {run}: flooding for {} s", options.seconds);
+        let raw = self.measure(stop, options.seconds)?;
+        let cache = if flow_cache {
+            Some(cache_line(&self.api_socket())?)
+        } else {
+            None
+        };
+        if !self.stop_appliance() {
+            eprintln!(
+                "bench: warning: sluice run did not exit cleanly; log:\n{}",
+                self.log_tail()
+            );
+        }
+        let mut result = RunResult::compute(&name, &raw);
+        result.background_busy_cpus = background;
+        Ok(ApplianceRun {
+            result,
+            datapath,
+            cache,
+        })
+    }
+
+    /// Run B: the kernel forwards (Sluice must be stopped); undoes its setup afterwards so
+    /// the next round's run A finds the namespace as run A left it.
+    pub(crate) fn run_kernel(
+        &mut self,
+        seconds: u64,
+        stop: &AtomicBool,
+    ) -> Result<RunResult, BenchError> {
+        eprintln!(
+            "bench: run B: sluice stopped; ip_forward=1, nftables DNAT, GRO on on {}'s eth0 \
+             (so XDP_TX'd generator frames are accepted without an XDP program)",
+            self.lb.name
+        );
+        let lb = &self.lb;
+        lb.try_run(&["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        lb.try_run(&["ethtool", "-K", "eth0", "gro", "on"])?;
+        lb.try_run(&["nft", "add", "table", "ip", "sluicebench"])?;
+        lb.try_run(&[
+            "nft",
+            "add",
+            "chain",
+            "ip",
+            "sluicebench",
+            "prerouting",
+            "{ type nat hook prerouting priority dstnat; policy accept; }",
+        ])?;
+        lb.try_run(&[
+            "nft",
+            "add",
+            "rule",
+            "ip",
+            "sluicebench",
+            "prerouting",
+            "ip",
+            "daddr",
+            &VIP.to_string(),
+            "udp",
+            "dport",
+            &PORT.to_string(),
+            "dnat",
+            "to",
+            &format!("{BACKEND}:{PORT}"),
+        ])?;
+        self.wait_forwarding(RUN_B, stop)?;
+        let background = background_busy()?;
+        eprintln!("bench: run B: flooding for {seconds} s");
+        let raw = self.measure(stop, seconds)?;
+        let lb = &self.lb;
+        lb.try_run(&["nft", "delete", "table", "ip", "sluicebench"])?;
+        lb.try_run(&["sysctl", "-qw", "net.ipv4.ip_forward=0"])?;
+        lb.try_run(&["ethtool", "-K", "eth0", "gro", "off"])?;
+        let mut r = RunResult::compute(RUN_B, &raw);
+        r.background_busy_cpus = background;
+        Ok(r)
+    }
+
+    /// Measures whatever `task` forwards; returns the result and the task's report line.
+    fn run_task(
+        &mut self,
+        name: &str,
+        task: LbTask,
+        seconds: u64,
+        stop: &AtomicBool,
+    ) -> Result<(RunResult, String), BenchError> {
+        let measured = self.wait_forwarding(name, stop).and_then(|()| {
+            let background = background_busy()?;
+            eprintln!("bench: {name}: flooding for {seconds} s");
+            Ok((background, self.measure(stop, seconds)?))
+        });
+        let line = task.finish().map_err(|detail| BenchError::NotForwarding {
+            run: name.to_string(),
+            detail,
+        })?;
+        let (background, raw) = measured?;
+        let mut r = RunResult::compute(name, &raw);
+        r.background_busy_cpus = background;
+        Ok((r, line))
+    }
+
+    /// Run C: the XDP_REDIRECT ceiling.
+    pub(crate) fn run_ceiling(
+        &mut self,
+        seconds: u64,
+        stop: &AtomicBool,
+    ) -> Result<(RunResult, String), BenchError> {
+        let macs = self.macs()?;
+        eprintln!(
+            "bench: run C: XDP_REDIRECT ceiling on {}'s eth0",
+            self.lb.name
+        );
+        let task = LbTask::start(&self.lb, RUN_CEILING, move |ready, stop_rx| {
+            let r = crate::ceiling::ceiling(macs, &ready, &stop_rx);
+            if let Err(e) = &r {
+                let _ = ready.send(Err(e.clone()));
+            }
+            r
+        })?;
+        self.run_task(RUN_CEILING, task, seconds, stop)
+    }
+}
+
+/// The flow cache run's line for the report: XDP modes, cache counters and the frames the
+/// engine saw, from the appliance's API.
+fn cache_line(api_socket: &Path) -> Result<String, BenchError> {
+    let failed = |detail: String| BenchError::Counter {
+        what: format!("the appliance's status from {}", api_socket.display()),
+        detail,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let client = tui::api::Client::new(tui::api::Endpoint::Unix(api_socket.to_path_buf()));
+    let status = rt
+        .block_on(client.status())
+        .map_err(|e| failed(e.to_string()))?;
+    let modes: Vec<String> = status
+        .interfaces
+        .iter()
+        .map(|i| format!("{} {}", i.name, i.xdp_mode))
+        .collect();
+    let cache = status
+        .flow_cache
+        .ok_or_else(|| failed("the flow cache is off".into()))?;
+    Ok(format!(
+        "flow cache run: XDP {}; cache hits {}, misses {}, entries {}; frames the engine \
+         saw {}",
+        modes.join(", "),
+        cache.hits,
+        cache.misses,
+        cache.entries,
+        status.totals.rx_packets
+    ))
+}
+
+/// Something that forwards from a thread inside lb's namespace until told to stop.
+pub(crate) struct LbTask {
+    stop: mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<Result<String, String>>,
+}
+
+impl LbTask {
+    /// Starts `f` in `ns` and waits until it says it is ready (or failed). `f` gets the
+    /// ready sender and the stop receiver, and returns a line for the report.
+    fn start(
+        ns: &Netns,
+        run: &str,
+        f: impl FnOnce(mpsc::Sender<Result<(), String>>, mpsc::Receiver<()>) -> Result<String, String>
+        + Send
+        + 'static,
+    ) -> Result<LbTask, BenchError> {
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let handle = ns.in_thread(move || f(ready_tx, stop_rx))?;
+        let not = |detail: String| BenchError::NotForwarding {
+            run: run.to_string(),
+            detail,
+        };
+        match ready_rx.recv_timeout(READY_TIMEOUT) {
+            Ok(Ok(())) => Ok(LbTask {
+                stop: stop_tx,
+                handle,
+            }),
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                Err(not(e))
+            }
+            Err(_) => {
+                let _ = stop_tx.send(());
+                let r = handle.join();
+                Err(not(format!("did not start: {r:?}")))
+            }
+        }
+    }
+
+    fn finish(self) -> Result<String, String> {
+        let _ = self.stop.send(());
+        self.handle
+            .join()
+            .unwrap_or_else(|_| Err("the forwarding thread panicked".into()))
+    }
+}

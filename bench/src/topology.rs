@@ -1,0 +1,341 @@
+//! The bench's namespaces and what it does to them: gen -- lb -- sink on two veth pairs,
+//! the sink program on s0, the generator thread in gen, `sluice run` in lb, and the samples
+//! of every counter a run compares before and after its flood.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use lab::netns::{self, LabError, Netns, try_veth};
+
+use crate::counters::{RawRun, Sample, cpu_times, link_stats, mac_of, mac_text, parse_pid_stat};
+use crate::generator::{GenCmd, Generator};
+use crate::runs::appliance_config;
+use crate::sink::{SinkCounts, SinkProgram};
+use crate::{BACKEND, BenchError, GEN_ADDR, LB_DOWNLINK, LB_UPLINK, PORT, READY_TIMEOUT};
+
+/// MACs the in-namespace forwarders need.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Macs {
+    /// lb's eth1, towards the sink.
+    pub(crate) down: [u8; 6],
+    /// The sink's s0.
+    pub(crate) sink: [u8; 6],
+}
+
+/// The namespaces, files and the appliance process of one benchmark. Dropping it stops the
+/// appliance, then the namespaces go (each killing whatever is left inside).
+pub(crate) struct Bench {
+    pub(crate) dir: PathBuf,
+    appliance: Option<Child>,
+    pub(crate) generator: Option<Generator>,
+    // Field order is drop order: the generator thread leaves gen before gen is deleted, and
+    // the sink program leaves s0 before the sink namespace is deleted.
+    sink_prog: Option<SinkProgram>,
+    pub(crate) gen_ns: Netns,
+    pub(crate) lb: Netns,
+    pub(crate) sink: Netns,
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        self.stop_appliance();
+        self.generator.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Bench {
+    pub(crate) fn build() -> Result<Bench, BenchError> {
+        if !netns::is_root() {
+            return Err(LabError {
+                command: "sluice bench".into(),
+                detail: "needs root (network namespaces, XDP, BPF test runs)".into(),
+            }
+            .into());
+        }
+        netns::require("ip", "iproute2")?;
+        netns::require("nft", "nftables")?;
+        netns::require("ethtool", "ethtool")?;
+        static BENCHES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let id = format!(
+            "{}{}",
+            std::process::id() % 100_000,
+            BENCHES.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(format!("sluice-bench-{id}"));
+        std::fs::create_dir_all(&dir).map_err(|e| LabError {
+            command: format!("mkdir {}", dir.display()),
+            detail: e.to_string(),
+        })?;
+        let ns = |role: &str| Netns::create(&format!("sb{id}{role}"));
+        let mut bench = Bench {
+            dir,
+            appliance: None,
+            generator: None,
+            sink_prog: None,
+            gen_ns: ns("gen")?,
+            lb: ns("lb")?,
+            sink: ns("sink")?,
+        };
+        bench.wire()?;
+        bench.sink_prog = Some(bench.attach_sink()?);
+        Ok(bench)
+    }
+
+    fn wire(&self) -> Result<(), BenchError> {
+        let (g, lb, s) = (&self.gen_ns, &self.lb, &self.sink);
+        try_veth(g, "g0", lb, "eth0")?;
+        try_veth(lb, "eth1", s, "s0")?;
+        g.try_run(&["ip", "addr", "add", &format!("{GEN_ADDR}/24"), "dev", "g0"])?;
+        lb.try_run(&["ip", "addr", "add", LB_UPLINK, "dev", "eth0"])?;
+        lb.try_run(&["ip", "addr", "add", LB_DOWNLINK, "dev", "eth1"])?;
+        s.try_run(&["ip", "addr", "add", &format!("{BACKEND}/24"), "dev", "s0"])?;
+        // A permanent neighbour: no run waits for ARP or for a neighbour refresh.
+        let sink_mac = mac_text(mac_of(s, "s0")?);
+        lb.try_run(&[
+            "ip",
+            "neigh",
+            "replace",
+            &BACKEND.to_string(),
+            "lladdr",
+            &sink_mac,
+            "dev",
+            "eth1",
+            "nud",
+            "permanent",
+        ])?;
+        lb.try_run(&["sysctl", "-qw", "net.ipv4.ip_forward=0"])?;
+        // s0 keeps veth's default GRO off: XDP_REDIRECT into eth1 (flow cache, ceiling) is
+        // dropped unless its peer s0 has NAPI, which GRO or an XDP program enables, and the
+        // sink's program (attach_sink) is on s0 for the whole bench. GRO would only add work
+        // for the skbs of run B, which the program drops before GRO anyway.
+        Ok(())
+    }
+
+    /// Loads bpf/sink.bpf.c for the backend and attaches it to s0 (native XDP) from a thread
+    /// inside the sink namespace; the returned program stays attached until it is dropped.
+    fn attach_sink(&self) -> Result<SinkProgram, BenchError> {
+        let failed = |detail: String| LabError {
+            command: format!("attach bpf/sink.bpf.c to s0 in {}", self.sink.name),
+            detail,
+        };
+        self.sink
+            .in_thread(|| {
+                let mut sink = SinkProgram::load(BACKEND, PORT)?;
+                sink.attach("s0")?;
+                Ok::<_, String>(sink)
+            })?
+            .join()
+            .map_err(|_| failed("the thread entering the namespace panicked".into()))?
+            .map_err(|e| failed(e).into())
+    }
+
+    fn sink_counts(&self) -> Result<SinkCounts, BenchError> {
+        let counter = |detail: String| BenchError::Counter {
+            what: "the sink's XDP counters".into(),
+            detail,
+        };
+        self.sink_prog
+            .as_ref()
+            .ok_or_else(|| counter("the sink program is not attached".into()))?
+            .counts()
+            .map_err(counter)
+    }
+
+    fn delivered(&self) -> Result<u64, BenchError> {
+        Ok(self.sink_counts()?.delivered)
+    }
+
+    fn sample(&mut self) -> Result<Sample, BenchError> {
+        let lb_process = match &self.appliance {
+            Some(c) => Some(
+                std::fs::read_to_string(format!("/proc/{}/stat", c.id()))
+                    .ok()
+                    .and_then(|t| parse_pid_stat(&t))
+                    .ok_or_else(|| BenchError::Counter {
+                        what: "the sluice process's CPU time".into(),
+                        detail: format!("/proc/{}/stat unreadable (did it exit?)", c.id()),
+                    })?,
+            ),
+            None => None,
+        };
+        let sink = self.sink_counts()?;
+        Ok(Sample {
+            delivered: sink.delivered,
+            stray: sink.stray,
+            cpu: cpu_times()?,
+            cpu_at: Some(Instant::now()),
+            lb_process,
+            lb_ingress: link_stats(&self.lb, "eth0")?,
+            generator_link: link_stats(&self.gen_ns, "g0")?,
+        })
+    }
+
+    fn generator(&self) -> Result<&Generator, BenchError> {
+        self.generator
+            .as_ref()
+            .ok_or_else(|| BenchError::Generator("not started".into()))
+    }
+
+    /// Sends small bursts until one reaches the sink.
+    pub(crate) fn wait_forwarding(
+        &mut self,
+        run: &str,
+        stop: &AtomicBool,
+    ) -> Result<(), BenchError> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if stop.load(Ordering::Relaxed) {
+                return Err(BenchError::Interrupted);
+            }
+            if let Some(c) = self.appliance.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                return Err(BenchError::NotForwarding {
+                    run: run.into(),
+                    detail: format!("sluice run exited ({status}); log:\n{}", self.log_tail()),
+                });
+            }
+            let before = self.delivered()?;
+            self.generator()?.call(GenCmd::Burst(64))?;
+            std::thread::sleep(Duration::from_millis(100));
+            if self.delivered()? > before {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let log = if self.appliance.is_some() {
+            format!("; log:\n{}", self.log_tail())
+        } else {
+            String::new()
+        };
+        Err(BenchError::NotForwarding {
+            run: run.into(),
+            detail: format!(
+                "no probe frame reached the sink within {} s{log}",
+                READY_TIMEOUT.as_secs()
+            ),
+        })
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("sluice.log")
+    }
+
+    /// The API socket of the `sluice run` the bench starts.
+    pub(crate) fn api_socket(&self) -> PathBuf {
+        self.dir.join("api.sock")
+    }
+
+    /// The appliance's "datapath interface up" log lines (XDP attach mode, AF_XDP bind mode).
+    pub(crate) fn datapath_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.log_path())
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("datapath interface up"))
+            .map(|l| l.trim().to_string())
+            .collect()
+    }
+
+    pub(crate) fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Starts `sluice run` in lb with the bench config; its output goes to the log.
+    pub(crate) fn start_appliance(
+        &mut self,
+        sluice: &Path,
+        busy_poll: bool,
+        flow_cache: bool,
+    ) -> Result<(), BenchError> {
+        let cfg = self.dir.join("sluice.toml");
+        std::fs::write(
+            &cfg,
+            appliance_config(&self.api_socket(), busy_poll, flow_cache),
+        )
+        .map_err(|e| LabError {
+            command: format!("write {}", cfg.display()),
+            detail: e.to_string(),
+        })?;
+        let log = std::fs::File::create(self.log_path()).ok();
+        let child = self.lb.try_spawn(
+            &[
+                &sluice.to_string_lossy(),
+                "run",
+                "--config",
+                &cfg.to_string_lossy(),
+            ],
+            log,
+        )?;
+        self.appliance = Some(child);
+        Ok(())
+    }
+
+    /// SIGTERM, so the appliance detaches its XDP program itself; SIGKILL after 15 s.
+    /// Returns whether it exited cleanly.
+    pub(crate) fn stop_appliance(&mut self) -> bool {
+        let Some(mut child) = self.appliance.take() else {
+            return false;
+        };
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return status.success(),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// One measured run: counters, flood, drain, counters.
+    pub(crate) fn measure(
+        &mut self,
+        stop: &AtomicBool,
+        seconds: u64,
+    ) -> Result<RawRun, BenchError> {
+        if stop.load(Ordering::Relaxed) {
+            return Err(BenchError::Interrupted);
+        }
+        let start = self.sample()?;
+        let flood = self
+            .generator()?
+            .call(GenCmd::Flood(Duration::from_secs(seconds)))
+            .map_err(|e| match e {
+                BenchError::Generator(m) if m == "interrupted" => BenchError::Interrupted,
+                e => e,
+            })?;
+        // Let the rings and backlogs drain so every delivered frame is counted.
+        std::thread::sleep(Duration::from_millis(200));
+        let end = self.sample()?;
+        Ok(RawRun {
+            start,
+            end,
+            offered: flood.offered,
+            elapsed: flood.elapsed,
+            generator_cpu: flood.cpu,
+        })
+    }
+}
+
+impl Bench {
+    /// The MACs the in-namespace forwarders write into frames.
+    pub(crate) fn macs(&self) -> Result<Macs, BenchError> {
+        Ok(Macs {
+            down: mac_of(&self.lb, "eth1")?,
+            sink: mac_of(&self.sink, "s0")?,
+        })
+    }
+}
