@@ -11,6 +11,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{Object, ObjectBuilder, ProgramInput};
+use wire::{EtherType, EthernetRepr, FrameRepr, IpProtocol, Ipv4Repr, L4Repr, MacAddr, UdpRepr};
 
 /// Where build.rs put the object clang built from bpf/pktgen.bpf.c (tests attach it as
 /// "some other XDP program").
@@ -101,7 +102,8 @@ impl Pktgen {
 }
 
 /// A UDP/IPv4 frame of exactly `len` bytes (at least 42) with valid IPv4 and UDP checksums,
-/// for generator templates.
+/// for generator templates: TTL 64, DF, payload bytes counting up from 0. Built with wire's
+/// frame builder, which derives lengths and checksums from the layers.
 pub fn udp4_frame(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
@@ -112,47 +114,26 @@ pub fn udp4_frame(
     len: usize,
 ) -> Vec<u8> {
     let len = len.max(42);
-    let mut f = vec![0u8; len];
-    f[0..6].copy_from_slice(&dst_mac);
-    f[6..12].copy_from_slice(&src_mac);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip_len = (len - 14) as u16;
-    let udp_len = ip_len - 20;
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
-    f[20..22].copy_from_slice(&0x4000u16.to_be_bytes()); // DF
-    f[22] = 64;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&src.octets());
-    f[30..34].copy_from_slice(&dst.octets());
-    let c = fold(sum(&f[14..34]));
-    f[24..26].copy_from_slice(&c.to_be_bytes());
-    f[34..36].copy_from_slice(&sport.to_be_bytes());
-    f[36..38].copy_from_slice(&dport.to_be_bytes());
-    f[38..40].copy_from_slice(&udp_len.to_be_bytes());
-    for (i, b) in f[42..].iter_mut().enumerate() {
-        *b = i as u8;
-    }
-    let pseudo = sum(&src.octets()) + sum(&dst.octets()) + 17 + u32::from(udp_len);
-    let c = match fold(pseudo + sum(&f[34..])) {
-        0 => 0xffff,
-        c => c,
+    let payload: Vec<u8> = (0..len - 42).map(|i| i as u8).collect();
+    let frame = FrameRepr {
+        ethernet: EthernetRepr {
+            src: MacAddr(src_mac),
+            dst: MacAddr(dst_mac),
+            vlan_tci: None,
+            ethertype: EtherType::Ipv4,
+        },
+        ip: Ipv4Repr::new(src, dst, IpProtocol::Udp, 0).into(),
+        l4: L4Repr::Udp(UdpRepr {
+            src_port: sport,
+            dst_port: dport,
+            payload: &payload,
+        }),
     };
-    f[40..42].copy_from_slice(&c.to_be_bytes());
+    let mut f = vec![0u8; len];
+    frame
+        .emit(&mut f, true)
+        .expect("the buffer is exactly the frame's length");
     f
-}
-
-fn sum(b: &[u8]) -> u32 {
-    b.chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
-        .sum()
-}
-
-fn fold(mut s: u32) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
 }
 
 #[cfg(test)]
@@ -171,10 +152,7 @@ mod tests {
             64,
         );
         assert_eq!(f.len(), 64);
-        // A correct header sums (with its checksum) to all ones, which folds to zero.
-        assert_eq!(fold(sum(&f[14..34])), 0, "IPv4 header checksum");
-        let pseudo = sum(&f[26..34]) + 17 + u32::from(u16::from_be_bytes([f[38], f[39]]));
-        assert_eq!(fold(pseudo + sum(&f[34..])), 0, "UDP checksum");
+        FrameRepr::parse(&f, true).expect("lengths and both checksums verify");
         assert_eq!(u16::from_be_bytes([f[16], f[17]]), 50);
         assert_eq!(
             udp4_frame(
@@ -188,6 +166,26 @@ mod tests {
             )
             .len(),
             42
+        );
+    }
+
+    /// The bench's own template, byte for byte as the generator has always sent it.
+    #[test]
+    fn the_bench_template_is_unchanged() {
+        let f = udp4_frame(
+            [2, 0, 0, 0, 0, 9],
+            [2, 0, 0, 0, 0, 1],
+            Ipv4Addr::new(10, 80, 1, 2),
+            Ipv4Addr::new(192, 0, 2, 10),
+            40000,
+            5001,
+            64,
+        );
+        let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "0200000000010200000000090800450000320000400040116d5f0a500102c000020a9c40138900\
+             1e1413000102030405060708090a0b0c0d0e0f101112131415"
         );
     }
 }
