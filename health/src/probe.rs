@@ -36,8 +36,8 @@ const MAX_HEADERS: usize = 64;
 /// and reused by every probe.
 #[derive(Debug, Default)]
 pub struct ProbeContext {
-    tls_verify: OnceLock<Result<Arc<ClientConfig>, String>>,
-    tls_insecure: OnceLock<Result<Arc<ClientConfig>, String>>,
+    tls_verify: OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>,
+    tls_insecure: OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>,
     icmp: Mutex<Vec<IcmpClient>>,
     icmp_seq: AtomicU16,
 }
@@ -102,7 +102,7 @@ impl ProbeContext {
         };
         cell.get_or_init(|| build_tls(verify).map(Arc::new))
             .clone()
-            .map_err(Failure::Tls)
+            .map_err(|e| Failure::Tls(e.to_string()))
     }
 
     async fn icmp(&self, key: &ProbeKey) -> Outcome {
@@ -367,13 +367,21 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn build_tls(verify: bool) -> Result<ClientConfig, String> {
+/// Why the TLS client configuration could not be built; kept, like the configuration, for
+/// every later https probe.
+#[derive(Debug, Clone, thiserror::Error)]
+enum TlsSetupError {
+    /// rustls refused the protocol versions for the crypto provider.
+    #[error("TLS client setup: {0}")]
+    Protocols(#[from] rustls::Error),
+}
+
+fn build_tls(verify: bool) -> Result<ClientConfig, TlsSetupError> {
     let provider = provider();
     // The explicit provider avoids depending on a process-wide default, which is
     // ambiguous (and panics) when another crate in the binary enables aws-lc-rs too.
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS client setup: {e}"))?;
+        .with_safe_default_protocol_versions()?;
     let mut config = if verify {
         let mut roots = RootCertStore::empty();
         let found = rustls_native_certs::load_native_certs();
@@ -480,14 +488,35 @@ async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let mut buf = Vec::with_capacity(4096);
     // On the heap: a buffer in the future itself would be copied on every spawn.
     let mut chunk = vec![0u8; 8192];
-    let head = loop {
-        match parse_head(&buf)? {
+    let head = read_head(&mut s, &mut buf, &mut chunk).await?;
+    let (lo, hi) = http.expect_status;
+    if head.status < lo || head.status > hi {
+        return Err(Failure::Status(head.status));
+    }
+    let Some(expect) = &http.expect_body else {
+        return Ok(Pass::Status(head.status));
+    };
+    if http.method == HttpMethod::Head || head.status == 204 || head.status == 304 {
+        return Err(Failure::BodyMismatch(expect.clone()));
+    }
+    let raw = buf.split_off(head.len);
+    find_in_body(&mut s, &head, raw, &mut chunk, expect).await
+}
+
+/// Reads until `buf` holds a final (non-1xx) response head; interim responses
+/// (100 Continue, 103 Early Hints) are dropped from `buf`, the head stays at its start.
+async fn read_head<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut Vec<u8>,
+    chunk: &mut [u8],
+) -> Result<Head, Failure> {
+    loop {
+        match parse_head(buf)? {
             Some(head) if (100..200).contains(&head.status) => {
-                // Interim responses (100 Continue, 103 Early Hints) precede the real one.
                 buf.drain(..head.len);
                 continue;
             }
-            Some(head) => break head,
+            Some(head) => return Ok(head),
             None => {}
         }
         if buf.len() > MAX_HEAD {
@@ -495,7 +524,7 @@ async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 "response head over {MAX_HEAD} bytes"
             )));
         }
-        let n = read_some(&mut s, &mut chunk).await?;
+        let n = read_some(s, chunk).await?;
         if n == 0 {
             return Err(if buf.is_empty() {
                 Failure::NoReply
@@ -504,19 +533,19 @@ async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
             });
         }
         buf.extend_from_slice(&chunk[..n]);
-    };
-    let (lo, hi) = http.expect_status;
-    if head.status < lo || head.status > hi {
-        return Err(Failure::Status(head.status));
     }
-    let Some(expect) = &http.expect_body else {
-        return Ok(Pass::Status(head.status));
-    };
-    let mismatch = || Failure::BodyMismatch(expect.clone());
-    if http.method == HttpMethod::Head || head.status == 204 || head.status == 304 {
-        return Err(mismatch());
-    }
-    let mut raw = buf.split_off(head.len);
+}
+
+/// Reads the body (starting with `raw`, what came after the head) until it contains
+/// `expect`, ends, or reaches [`MAX_BODY`].
+async fn find_in_body<S: AsyncRead + Unpin>(
+    s: &mut S,
+    head: &Head,
+    mut raw: Vec<u8>,
+    chunk: &mut [u8],
+    expect: &str,
+) -> Outcome {
+    let mismatch = || Failure::BodyMismatch(expect.to_string());
     loop {
         let (body, complete) = match head.framing {
             Framing::Chunked => dechunk(&raw)?,
@@ -532,7 +561,7 @@ async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
         if complete || raw.len() >= MAX_BODY {
             return Err(mismatch());
         }
-        let n = read_some(&mut s, &mut chunk).await?;
+        let n = read_some(s, chunk).await?;
         if n == 0 {
             return match head.framing {
                 Framing::Eof => Err(mismatch()),

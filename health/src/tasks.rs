@@ -36,7 +36,7 @@ use crate::connect::{Connects, Finished};
 use crate::outcome::{Failure, Outcome};
 use crate::probe::ProbeContext;
 use crate::scheduler::{
-    Counters, IdHash, ProbeId, Reload, Scheduler, Status, Transition, sort_status,
+    Counters, Dispatch, IdHash, ProbeId, Reload, Scheduler, Status, Transition, sort_status,
 };
 
 /// The shortest sleep between dispatch rounds: the most a probe starts late.
@@ -120,6 +120,9 @@ fn lock(s: &Mutex<Scheduler>) -> MutexGuard<'_, Scheduler> {
     s.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Probes running as tasks, by task id: which probe and sequence number each answers.
+type Running = HashMap<tokio::task::Id, (ProbeId, u64), IdHash>;
+
 async fn run(
     scheduler: Arc<Mutex<Scheduler>>,
     wake: Arc<Notify>,
@@ -137,7 +140,7 @@ async fn run(
         }
     };
     let mut probes: JoinSet<Outcome> = JoinSet::new();
-    let mut running: HashMap<tokio::task::Id, (ProbeId, u64), IdHash> = HashMap::default();
+    let mut running = Running::default();
     let mut finished: Vec<Finished> = Vec::new();
     let sleep = tokio::time::sleep_until(far_future());
     tokio::pin!(sleep);
@@ -146,57 +149,22 @@ async fn run(
             c.reap(&mut finished);
             c.expire(Instant::now(), &mut finished);
         }
-        let now = Instant::now();
-        let (due, next) = {
-            let mut s = lock(&scheduler);
-            for (id, seq, outcome) in finished.drain(..) {
-                if let Some(t) = s.on_result(id, seq, outcome, now) {
-                    log_transition(&t);
-                    // A dropped receiver means nobody listens; probing still feeds
-                    // the status snapshot.
-                    let _ = tx.send(t);
-                }
-            }
-            (s.poll(now), s.next_wakeup())
-        };
+        let (due, next) = record_and_poll(&scheduler, &mut finished, &tx);
         for d in due {
-            if let Some(c) = connects.as_mut()
-                && let CheckKind::Tcp {
-                    send: None,
-                    expect: None,
-                } = &d.key.check.kind
-            {
-                let addr = SocketAddr::new(d.key.address, d.key.port);
-                let (source, timeout) = (d.key.check.source, d.key.check.timeout);
-                if let Some(outcome) = c.start(d.id, d.seq, addr, source, timeout, d.deadline) {
-                    finished.push((d.id, d.seq, outcome));
-                }
-                continue;
-            }
-            let ctx = Arc::clone(&ctx);
-            let handle = probes.spawn(async move {
-                let deadline = tokio::time::Instant::from_std(d.deadline);
-                match tokio::time::timeout_at(deadline, ctx.probe(&d.key)).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => Err(Failure::Timeout),
-                }
-            });
-            running.insert(handle.id(), (d.id, d.seq));
+            start(
+                d,
+                connects.as_mut(),
+                &mut probes,
+                &mut running,
+                &mut finished,
+                &ctx,
+            );
         }
         if !finished.is_empty() {
             // Probes that could not even start: record them before sleeping.
             continue;
         }
-        // Probes due within one tick of each other start together: at 10,000 probes a
-        // second, waking for each one would cost more than the probes themselves.
-        // Deadlines are not rounded: a timeout is reported when it happens.
-        let dispatch = next.map(|t| t.max(Instant::now() + TICK));
-        let deadline = connects.as_mut().and_then(Connects::next_deadline);
-        let target = match (dispatch, deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-        .map_or(far_future(), tokio::time::Instant::from_std);
+        let target = wake_at(next, connects.as_mut());
         // One timer entry, moved only when the next wake-up changes: re-creating it on
         // every loop turn cost more than the scheduling it serves.
         if sleep.deadline() != target {
@@ -216,6 +184,75 @@ async fn run(
     }
 }
 
+/// Feeds the finished probes to the scheduler, sends the transitions they cause, and
+/// returns the probes due now and when the next one is.
+fn record_and_poll(
+    scheduler: &Mutex<Scheduler>,
+    finished: &mut Vec<Finished>,
+    tx: &mpsc::UnboundedSender<Transition>,
+) -> (Vec<Dispatch>, Option<Instant>) {
+    let now = Instant::now();
+    let mut s = lock(scheduler);
+    for (id, seq, outcome) in finished.drain(..) {
+        if let Some(t) = s.on_result(id, seq, outcome, now) {
+            log_transition(&t);
+            // A dropped receiver means nobody listens; probing still feeds
+            // the status snapshot.
+            let _ = tx.send(t);
+        }
+    }
+    (s.poll(now), s.next_wakeup())
+}
+
+/// Starts one due probe: a plain TCP connect in the connect set when there is one (an
+/// outcome known at once goes to `finished`), any other check as a task.
+fn start(
+    d: Dispatch,
+    connects: Option<&mut Connects>,
+    probes: &mut JoinSet<Outcome>,
+    running: &mut Running,
+    finished: &mut Vec<Finished>,
+    ctx: &Arc<ProbeContext>,
+) {
+    if let Some(c) = connects
+        && let CheckKind::Tcp {
+            send: None,
+            expect: None,
+        } = &d.key.check.kind
+    {
+        let addr = SocketAddr::new(d.key.address, d.key.port);
+        let (source, timeout) = (d.key.check.source, d.key.check.timeout);
+        if let Some(outcome) = c.start(d.id, d.seq, addr, source, timeout, d.deadline) {
+            finished.push((d.id, d.seq, outcome));
+        }
+        return;
+    }
+    let ctx = Arc::clone(ctx);
+    let (id, seq) = (d.id, d.seq);
+    let handle = probes.spawn(async move {
+        let deadline = tokio::time::Instant::from_std(d.deadline);
+        match tokio::time::timeout_at(deadline, ctx.probe(&d.key)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Failure::Timeout),
+        }
+    });
+    running.insert(handle.id(), (id, seq));
+}
+
+/// When the loop must wake next: the next dispatch or the connect set's next deadline.
+fn wake_at(next: Option<Instant>, connects: Option<&mut Connects>) -> tokio::time::Instant {
+    // Probes due within one tick of each other start together: at 10,000 probes a
+    // second, waking for each one would cost more than the probes themselves.
+    // Deadlines are not rounded: a timeout is reported when it happens.
+    let dispatch = next.map(|t| t.max(Instant::now() + TICK));
+    let deadline = connects.and_then(|c| c.next_deadline());
+    match (dispatch, deadline) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+    .map_or(far_future(), tokio::time::Instant::from_std)
+}
+
 /// Resolves when the connect set may have finished probes; never without one.
 async fn readable(connects: Option<&Connects>) {
     match connects {
@@ -231,7 +268,7 @@ fn far_future() -> tokio::time::Instant {
 
 fn collect(
     joined: Result<(tokio::task::Id, Outcome), tokio::task::JoinError>,
-    running: &mut HashMap<tokio::task::Id, (ProbeId, u64), IdHash>,
+    running: &mut Running,
     finished: &mut Vec<Finished>,
 ) {
     let (task, outcome) = match joined {
