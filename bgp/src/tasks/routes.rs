@@ -30,12 +30,7 @@ enum Unsendable {
 
 impl PeerTask {
     /// Path attributes for `prefix` on this session, or why it cannot be sent.
-    fn build(
-        &self,
-        up: &Up,
-        prefix: &IpNet,
-        a: &RouteAttrs,
-    ) -> Result<Update, Unsendable> {
+    fn build(&self, up: &Up, prefix: &IpNet, a: &RouteAttrs) -> Result<Update, Unsendable> {
         let ibgp = self.cfg.asn == self.local_asn;
         let afi = if prefix.addr().is_ipv4() {
             AFI_IPV4
