@@ -64,11 +64,7 @@ impl Md5Key {
     pub fn new(key: impl Into<Vec<u8>>) -> Result<Md5Key, SpeakerError> {
         let key = key.into();
         if key.is_empty() || key.len() > Md5Key::MAX_LEN {
-            return Err(SpeakerError::Config(format!(
-                "TCP MD5 key is {} bytes; it must be 1 to {}",
-                key.len(),
-                Md5Key::MAX_LEN
-            )));
+            return Err(SpeakerConfigError::Md5KeyLength { len: key.len() }.into());
         }
         Ok(Md5Key(key))
     }
@@ -342,7 +338,7 @@ pub struct PeerStatus {
 pub enum SpeakerError {
     /// Configuration that cannot work.
     #[error("bgp config: {0}")]
-    Config(String),
+    Config(#[from] SpeakerConfigError),
     /// The listener could not be bound.
     #[error("bgp: cannot listen on {addr}: {source}")]
     Listen {
@@ -366,6 +362,91 @@ pub enum SpeakerError {
     Stopped,
 }
 
+/// What is wrong with a [`SpeakerConfig`] (or a key given to it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpeakerConfigError {
+    /// The local ASN is 0.
+    #[error("asn 0 is reserved (RFC 7607)")]
+    ReservedAsn,
+    /// The router id is 0.0.0.0.
+    #[error("router_id 0.0.0.0 is not a valid BGP identifier")]
+    UnspecifiedRouterId,
+    /// Two peers with one address.
+    #[error("peer {peer} listed twice")]
+    PeerTwice {
+        /// The address.
+        peer: IpAddr,
+    },
+    /// A peer's ASN is 0.
+    #[error("peer {peer}: asn 0 is reserved")]
+    PeerReservedAsn {
+        /// The peer.
+        peer: IpAddr,
+    },
+    /// A hold time BGP cannot carry (RFC 4271: 0 or 3 to 65535 whole seconds).
+    #[error("peer {peer}: hold time {hold_time:?} must be 0 or whole seconds from 3 to 65535")]
+    HoldTime {
+        /// The peer.
+        peer: IpAddr,
+        /// What was asked for.
+        hold_time: Duration,
+    },
+    /// Neither address family is enabled.
+    #[error("peer {peer}: enable ipv4_unicast or ipv6_unicast")]
+    NoFamily {
+        /// The peer.
+        peer: IpAddr,
+    },
+    /// A zero connect-retry interval.
+    #[error("peer {peer}: connect_retry must be positive")]
+    ConnectRetry {
+        /// The peer.
+        peer: IpAddr,
+    },
+    /// A graceful-restart time over the capability's 12 bits.
+    #[error("peer {peer}: graceful_restart {restart_time:?} exceeds 4095 s")]
+    RestartTime {
+        /// The peer.
+        peer: IpAddr,
+        /// What was asked for.
+        restart_time: Duration,
+    },
+    /// A BFD detect multiplier of 0.
+    #[error("peer {peer}: bfd multiplier must be 1 to 255")]
+    BfdMultiplier {
+        /// The peer.
+        peer: IpAddr,
+    },
+    /// A BFD interval outside what the packet's microsecond field carries.
+    #[error("peer {peer}: bfd interval {interval:?} must be 1 ms to about 71 minutes")]
+    BfdInterval {
+        /// The peer.
+        peer: IpAddr,
+        /// What was asked for.
+        interval: Duration,
+    },
+    /// TCP MD5 or GTSM asked for without the socket options to set them.
+    #[error("peer {peer}: md5_key and ttl_security need SpeakerConfig::socket_options")]
+    NoSocketOptions {
+        /// The peer.
+        peer: IpAddr,
+    },
+    /// A local address of the other family than the peer's.
+    #[error("peer {peer}: local_address {local} is not of the same family")]
+    LocalAddressFamily {
+        /// The peer.
+        peer: IpAddr,
+        /// The local address.
+        local: IpAddr,
+    },
+    /// A TCP MD5 key of the wrong length.
+    #[error("TCP MD5 key is {len} bytes; it must be 1 to {max}", max = Md5Key::MAX_LEN)]
+    Md5KeyLength {
+        /// Its length.
+        len: usize,
+    },
+}
+
 /// A running speaker. Dropping it aborts every task (sessions die without NOTIFICATION);
 /// call [`Speaker::graceful_shutdown`] for an orderly exit.
 #[derive(Debug)]
@@ -379,70 +460,69 @@ pub struct Speaker {
     message: String,
 }
 
-fn validate(cfg: &SpeakerConfig) -> Result<(), SpeakerError> {
-    let err = |m: String| Err(SpeakerError::Config(m));
+fn validate(cfg: &SpeakerConfig) -> Result<(), SpeakerConfigError> {
+    use SpeakerConfigError as E;
     if cfg.asn == 0 {
-        return err("asn 0 is reserved (RFC 7607)".into());
+        return Err(E::ReservedAsn);
     }
     if cfg.router_id.is_unspecified() {
-        return err("router_id 0.0.0.0 is not a valid BGP identifier".into());
+        return Err(E::UnspecifiedRouterId);
     }
     let mut seen = HashSet::new();
     for p in &cfg.peers {
-        let a = p.address;
-        if !seen.insert(a) {
-            return err(format!("peer {a} listed twice"));
+        let peer = p.address;
+        if !seen.insert(peer) {
+            return Err(E::PeerTwice { peer });
         }
-        if p.asn == 0 {
-            return err(format!("peer {a}: asn 0 is reserved"));
+        validate_peer(cfg, p)?;
+    }
+    Ok(())
+}
+
+fn validate_peer(cfg: &SpeakerConfig, p: &PeerConfig) -> Result<(), SpeakerConfigError> {
+    use SpeakerConfigError as E;
+    let peer = p.address;
+    if p.asn == 0 {
+        return Err(E::PeerReservedAsn { peer });
+    }
+    let h = p.hold_time;
+    if h.subsec_nanos() != 0 || h.as_secs() > u64::from(u16::MAX) || matches!(h.as_secs(), 1 | 2) {
+        return Err(E::HoldTime { peer, hold_time: h });
+    }
+    if !p.ipv4_unicast && !p.ipv6_unicast {
+        return Err(E::NoFamily { peer });
+    }
+    if p.connect_retry.is_zero() {
+        return Err(E::ConnectRetry { peer });
+    }
+    if let Some(gr) = p.graceful_restart
+        && gr.as_secs() > 4095
+    {
+        return Err(E::RestartTime {
+            peer,
+            restart_time: gr,
+        });
+    }
+    if let Some(b) = p.bfd {
+        if b.multiplier == 0 {
+            return Err(E::BfdMultiplier { peer });
         }
-        let h = p.hold_time;
-        if h.subsec_nanos() != 0
-            || h.as_secs() > u64::from(u16::MAX)
-            || matches!(h.as_secs(), 1 | 2)
-        {
-            return err(format!(
-                "peer {a}: hold time {h:?} must be 0 or whole seconds from 3 to 65535"
-            ));
+        if b.interval < Duration::from_millis(1) || b.interval.as_micros() > u128::from(u32::MAX) {
+            return Err(E::BfdInterval {
+                peer,
+                interval: b.interval,
+            });
         }
-        if !p.ipv4_unicast && !p.ipv6_unicast {
-            return err(format!("peer {a}: enable ipv4_unicast or ipv6_unicast"));
-        }
-        if p.connect_retry.is_zero() {
-            return err(format!("peer {a}: connect_retry must be positive"));
-        }
-        if let Some(gr) = p.graceful_restart
-            && gr.as_secs() > 4095
-        {
-            return err(format!("peer {a}: graceful_restart {gr:?} exceeds 4095 s"));
-        }
-        if let Some(b) = p.bfd {
-            if b.multiplier == 0 {
-                return err(format!("peer {a}: bfd multiplier must be 1 to 255"));
-            }
-            if b.interval < Duration::from_millis(1)
-                || b.interval.as_micros() > u128::from(u32::MAX)
-            {
-                return err(format!(
-                    "peer {a}: bfd interval {:?} must be 1 ms to about 71 minutes",
-                    b.interval
-                ));
-            }
-        }
-        if (p.md5_key.is_some() || p.ttl_security) && cfg.socket_options.is_none() {
-            // Signing or checking nothing while the operator asked for it would leave the
-            // session open to exactly what the option is meant to stop.
-            return err(format!(
-                "peer {a}: md5_key and ttl_security need SpeakerConfig::socket_options"
-            ));
-        }
-        if let Some(l) = p.local_address
-            && l.is_ipv4() != a.is_ipv4()
-        {
-            return err(format!(
-                "peer {a}: local_address {l} is not of the same family"
-            ));
-        }
+    }
+    if (p.md5_key.is_some() || p.ttl_security) && cfg.socket_options.is_none() {
+        // Signing or checking nothing while the operator asked for it would leave the
+        // session open to exactly what the option is meant to stop.
+        return Err(E::NoSocketOptions { peer });
+    }
+    if let Some(local) = p.local_address
+        && local.is_ipv4() != peer.is_ipv4()
+    {
+        return Err(E::LocalAddressFamily { peer, local });
     }
     Ok(())
 }
@@ -589,6 +669,38 @@ impl Drop for Speaker {
         }
         if let Some(b) = &self.bfd {
             b.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operator reads these through the appliance's log and `sluice run` errors.
+    #[test]
+    fn config_errors_read_as_before() {
+        let peer: IpAddr = "192.0.2.1".parse().expect("addr");
+        let cases = [
+            (
+                SpeakerError::from(SpeakerConfigError::PeerTwice { peer }),
+                "bgp config: peer 192.0.2.1 listed twice",
+            ),
+            (
+                SpeakerConfigError::HoldTime {
+                    peer,
+                    hold_time: Duration::from_secs(2),
+                }
+                .into(),
+                "bgp config: peer 192.0.2.1: hold time 2s must be 0 or whole seconds from 3 to 65535",
+            ),
+            (
+                Md5Key::new(Vec::new()).expect_err("empty key"),
+                "bgp config: TCP MD5 key is 0 bytes; it must be 1 to 80",
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.to_string(), want);
         }
     }
 }
