@@ -280,8 +280,8 @@ fn golden_tables(c: &sluice::config::Config, version: u64) -> sluice::lb::Tables
     let (base, _, _) = golden::setup();
     let mut t = sluice::lb::Tables::build(c, &|_, _| true, version).expect("tables");
     for slot in 0..t.backends.len() as u32 {
-        if let Some(n) = base.neighbor(slot) {
-            t.set_neighbor(slot, *n);
+        if let Some(n) = base.next_hop(slot) {
+            t.set_next_hop(slot, *n);
         }
     }
     for v6 in [false, true] {
@@ -412,7 +412,7 @@ mod traffic {
     use sluice::datapath::flowcache::FlowCache;
     use sluice::datapath::{Datapath, DatapathConfig, Proto, ReturnKey, VipKey};
     use sluice::engine::{CounterSnapshot, LbHandler, Published};
-    use sluice::lb::{Neighbor, Tables};
+    use sluice::lb::{NextHop, Tables};
     use wire::MacAddr;
 
     const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 72, 1, 2);
@@ -554,9 +554,9 @@ state = "{}"
                 .position(|b| t.backends[slot as usize].ip() == std::net::IpAddr::V4(*b))
                 .expect("backend");
             let (ifindex, src) = lab.app_ifs[i + 1];
-            t.set_neighbor(
+            t.set_next_hop(
                 slot,
-                Neighbor {
+                NextHop {
                     ifindex,
                     src_mac: MacAddr(src),
                     dst_mac: MacAddr(lab.server_macs[i]),
@@ -566,7 +566,7 @@ state = "{}"
         let (ifindex, src) = lab.app_ifs[0];
         t.set_gateway(
             false,
-            Neighbor {
+            NextHop {
                 ifindex,
                 src_mac: MacAddr(src),
                 dst_mac: MacAddr(lab.client_mac),

@@ -3,8 +3,11 @@
 //! NAT and full-NAT rewrite addresses and ports on every packet; recomputing the TCP checksum
 //! over a whole segment per packet would cost more than the rest of the rewrite, so the hot
 //! path patches checksums incrementally with [`update16`], [`update32`], [`update_addr_v4`]
-//! and [`update_addr_v6`]. The full [`sum`]/[`checksum`] pair serves `verify`/`fill` methods
-//! and tests.
+//! and [`update_addr_v6`], or sums several RFC 1624 deltas ([`delta16`], [`addr_delta_v4`],
+//! [`addr_delta_v6`]) and applies them once ([`apply_delta`], [`L4Csum::patch_delta`]). The
+//! full [`sum`]/[`checksum`] pair serves `verify`/`fill` methods, the frames the appliance
+//! originates ([`v4_header_checksum`], [`l4_checksum_full`]) and tests. All of Sluice's
+//! checksum arithmetic lives here.
 //!
 //! Conventions: a "sum" is a `u32` partial one's-complement sum that may still carry; it is
 //! turned into a 16-bit value with [`fold`] and into the transmitted checksum with [`finish`].
@@ -13,6 +16,8 @@
 //! section 8.1). The `udp_*` variants implement both rules.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::{IpProtocol, read_u16, write_u16};
 
 /// Adds `data` as big-endian 16-bit words to the partial sum `initial` (RFC 1071 section 4.1).
 ///
@@ -166,6 +171,163 @@ pub fn udp_update_addr_v4(old_csum: u16, old: Ipv4Addr, new: Ipv4Addr) -> u16 {
 #[inline]
 pub fn udp_update_addr_v6(old_csum: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
     udp_rules(old_csum, update_addr_v6(old_csum, old, new))
+}
+
+/// [`update_addr_v4`] or [`update_addr_v6`] for an address in the packet path's `u128` form
+/// (an IPv4 address in the low 32 bits): patches a checksum whose covered data (IPv4 header,
+/// TCP/UDP/ICMPv6 pseudo-header) holds the address.
+#[inline(always)]
+pub fn update_addr(csum: u16, old: u128, new: u128, v6: bool) -> u16 {
+    if v6 {
+        update_addr_v6(csum, old.into(), new.into())
+    } else {
+        update32(csum, old as u32, new as u32)
+    }
+}
+
+/// Folds a 64-bit one's-complement accumulator to 16 bits with end-around carries. Each
+/// step keeps the value congruent modulo 0xffff (2^16 and 2^32 are both 1 there) and only a
+/// zero input gives zero, so the result is exactly what [`fold`] gives on the 16-bit-word
+/// sum of the same terms.
+#[inline(always)]
+pub fn fold64(x: u64) -> u16 {
+    let (s, c) = (x as u32).overflowing_add((x >> 32) as u32);
+    let x = s + u32::from(c);
+    let (s, c) = (x as u16).overflowing_add((x >> 16) as u16);
+    s + u16::from(c)
+}
+
+/// `~old + new` over a 16-bit field change (RFC 1624, eqn. 3 terms), to be summed with other
+/// deltas and applied once with [`fold64`].
+#[inline(always)]
+pub fn delta16(old: u16, new: u16) -> u64 {
+    u64::from(!old) + u64::from(new)
+}
+
+/// `~old + new` over an IPv4 address change, in 32-bit chunks (RFC 1624, eqn. 3 terms):
+/// congruent to the 16-bit-word sum, without splitting into words per packet.
+#[inline(always)]
+pub fn addr_delta_v4(old: u32, new: u32) -> u64 {
+    u64::from(!old) + u64::from(new)
+}
+
+/// [`addr_delta_v4`] for an IPv6 address: four 32-bit chunks each side.
+#[inline(always)]
+pub fn addr_delta_v6(old: u128, new: u128) -> u64 {
+    let chunks = |a: u128| {
+        let hi = (a >> 64) as u64;
+        let lo = a as u64;
+        (hi >> 32) + (hi & 0xffff_ffff) + (lo >> 32) + (lo & 0xffff_ffff)
+    };
+    chunks(!old) + chunks(new)
+}
+
+/// Applies a summed RFC 1624 delta to a checksum: `~fold(~csum + delta)`.
+#[inline(always)]
+pub fn apply_delta(csum: u16, delta: u64) -> u16 {
+    !fold64(u64::from(!csum) + delta)
+}
+
+/// A TCP or UDP checksum field at byte offset `off` of a frame. UDP over IPv4 may carry no
+/// checksum (0), which must stay 0 through a rewrite, and a UDP result of 0 is sent as 0xffff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L4Csum {
+    /// Offset of the 16-bit checksum field in the frame.
+    pub off: usize,
+    /// The UDP-over-IPv4 rules apply (a zero field means "no checksum").
+    pub udp: bool,
+}
+
+impl L4Csum {
+    /// Replaces the field with `f(old)`, keeping the UDP rules.
+    #[inline(always)]
+    pub fn patch(&self, b: &mut [u8], f: impl FnOnce(u16) -> u16) {
+        let old = read_u16(b, self.off);
+        if self.udp && old == 0 {
+            return;
+        }
+        let mut new = f(old);
+        if self.udp && new == 0 {
+            new = 0xffff;
+        }
+        write_u16(b, self.off, new);
+    }
+
+    /// [`L4Csum::patch`] with a summed RFC 1624 delta (`~old + new` terms, any grouping,
+    /// see [`delta16`] and [`addr_delta_v4`]) instead of a closure, so the per-packet NAT
+    /// rewrite stays one straight-line function.
+    #[inline(always)]
+    pub fn patch_delta(&self, b: &mut [u8], delta: u64) {
+        let old = read_u16(b, self.off);
+        if self.udp && old == 0 {
+            return;
+        }
+        let mut new = apply_delta(old, delta);
+        if self.udp && new == 0 {
+            new = 0xffff;
+        }
+        write_u16(b, self.off, new);
+    }
+}
+
+/// The header checksum of an option-less IPv4 header with identification 0, summed from the
+/// field values: a fresh header (a tunnel's outer one) gets its checksum without reading
+/// back the bytes just stored.
+#[inline(always)]
+pub fn v4_fresh_header(
+    tos: u8,
+    total_len: u16,
+    flags: u16,
+    ttl: u8,
+    proto: u8,
+    src: u32,
+    dst: u32,
+) -> u16 {
+    let sum = (0x4500u32 | u32::from(tos))
+        + u32::from(total_len)
+        + u32::from(flags)
+        + ((u32::from(ttl) << 8) | u32::from(proto))
+        + (src >> 16)
+        + (src & 0xffff)
+        + (dst >> 16)
+        + (dst & 0xffff);
+    finish(sum)
+}
+
+/// Recomputes the IPv4 header checksum of the `hl`-byte header at `d[l3..]`.
+#[inline]
+pub fn v4_header_checksum(d: &mut [u8], l3: usize, hl: usize) {
+    write_u16(d, l3 + 10, 0);
+    let c = checksum(&d[l3..l3 + hl]);
+    write_u16(d, l3 + 10, c);
+}
+
+/// Full TCP/UDP/ICMPv6 checksum over `d[l4..end]` with the pseudo-header of the IP packet at
+/// `l3`; `csum_off` is the field's offset from `l4`. A UDP result of 0 is sent as 0xffff.
+#[allow(clippy::too_many_arguments)]
+pub fn l4_checksum_full(
+    d: &mut [u8],
+    l3: usize,
+    v6: bool,
+    l4: usize,
+    end: usize,
+    proto: u8,
+    csum_off: usize,
+) {
+    write_u16(d, l4 + csum_off, 0);
+    let len = end - l4;
+    let ph = if v6 {
+        let s = sum(&d[l3 + 8..l3 + 40], 0);
+        s + (len as u32 >> 16) + (len as u32 & 0xffff) + u32::from(proto)
+    } else {
+        let s = sum(&d[l3 + 12..l3 + 20], 0);
+        s + len as u32 + u32::from(proto)
+    };
+    let mut c = finish(sum(&d[l4..end], ph));
+    if proto == IpProtocol::UDP && c == 0 {
+        c = 0xffff;
+    }
+    write_u16(d, l4 + csum_off, c);
 }
 
 #[cfg(test)]

@@ -294,6 +294,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         write_u16(self.buffer.as_mut(), field::IDENT, value);
     }
 
+    /// Sets the whole flags and fragment offset word in one store (a fresh header: `0x4000`
+    /// is DF alone).
+    #[inline]
+    pub fn set_flags_frag_word(&mut self, value: u16) {
+        write_u16(self.buffer.as_mut(), field::FLG_OFF, value);
+    }
+
+    #[inline]
     fn set_flg_off(&mut self, mask: u16, bits: u16) {
         let old = read_u16(self.buffer.as_ref(), field::FLG_OFF);
         write_u16(

@@ -190,8 +190,9 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    /// Sets version, traffic class and flow label in one store (a fresh header).
     #[inline]
-    fn set_first_word(&mut self, value: u32) {
+    pub fn set_first_word(&mut self, value: u32) {
         write_u32(self.buffer.as_mut(), field::VER_TC_FLOW, value);
     }
 

@@ -153,6 +153,21 @@ pub enum IpProtocol {
     Unknown(u8),
 }
 
+impl IpProtocol {
+    /// 1: ICMP for IPv4, as the views' raw `protocol()` returns it.
+    pub const ICMP: u8 = 1;
+    /// 4: IPv4-in-IP encapsulation.
+    pub const IPIP: u8 = 4;
+    /// 6: TCP.
+    pub const TCP: u8 = 6;
+    /// 17: UDP.
+    pub const UDP: u8 = 17;
+    /// 41: IPv6 encapsulation.
+    pub const IPV6: u8 = 41;
+    /// 58: ICMP for IPv6.
+    pub const ICMPV6: u8 = 58;
+}
+
 impl From<u8> for IpProtocol {
     fn from(value: u8) -> Self {
         match value {

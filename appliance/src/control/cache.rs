@@ -59,7 +59,7 @@ pub fn still_forwarded(t: &Tables, id: &BackendId, key: &FlowKey, e: &CacheEntry
         if !b.keeps_flows() || b.v6 != key.v6 {
             return false;
         }
-        let Some(n) = t.neighbor(slot) else {
+        let Some(n) = t.next_hop(slot) else {
             return false;
         };
         if (n.dst_mac.0, n.src_mac.0, n.ifindex) != (e.dst_mac, e.src_mac, e.ifindex) {

@@ -10,8 +10,8 @@ use crate::config::Config;
 use crate::datapath::neigh::{self, Resolver};
 use crate::lb;
 
-fn next_hop(n: &neigh::Neighbor) -> lb::Neighbor {
-    lb::Neighbor {
+fn next_hop(n: &neigh::Neighbor) -> lb::NextHop {
+    lb::NextHop {
         ifindex: n.ifindex,
         src_mac: wire::ethernet::MacAddr(n.src_mac),
         dst_mac: wire::ethernet::MacAddr(n.dst_mac),

@@ -30,9 +30,9 @@ pub enum PrepareError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NextHops {
     /// Per backend address.
-    pub backends: HashMap<IpAddr, lb::Neighbor>,
+    pub backends: HashMap<IpAddr, lb::NextHop>,
     /// Default gateways, `[v4, v6]`.
-    pub gateways: [Option<lb::Neighbor>; 2],
+    pub gateways: [Option<lb::NextHop>; 2],
 }
 
 /// What the XDP program steers to the workers: VIP keys and return-traffic keys.
@@ -102,7 +102,7 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
     for slot in 0..tables.backends.len() {
         let ip = tables.backends[slot].ip();
         if let Some(n) = i.next_hops.backends.get(&ip) {
-            tables.set_neighbor(slot as u32, *n);
+            tables.set_next_hop(slot as u32, *n);
         }
     }
     for (v6, g) in i.next_hops.gateways.iter().enumerate() {

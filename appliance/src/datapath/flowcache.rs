@@ -292,9 +292,9 @@ pub fn entry_for(d: &Decision, stat: u32) -> Option<CacheEntry> {
     Some(CacheEntry {
         action,
         v6: d.key.v6,
-        dst_mac: d.neighbor.dst_mac.0,
-        src_mac: d.neighbor.src_mac.0,
-        ifindex: d.neighbor.ifindex,
+        dst_mac: d.next_hop.dst_mac.0,
+        src_mac: d.next_hop.src_mac.0,
+        ifindex: d.next_hop.ifindex,
         stat,
         last_seen: 0,
     })
@@ -801,7 +801,7 @@ impl WorkerCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lb::Neighbor;
+    use crate::lb::NextHop;
     use wire::MacAddr;
 
     fn v4(a: [u8; 4]) -> u128 {
@@ -825,7 +825,7 @@ mod tests {
             backend: 0,
             src: None,
             dst: Some((v4([10, 0, 0, 1]), 8080)),
-            neighbor: Neighbor {
+            next_hop: NextHop {
                 ifindex: 2,
                 src_mac: MacAddr([2, 0, 0, 0, 0, 0xaa]),
                 dst_mac: MacAddr([2, 0, 0, 0, 1, 1]),

@@ -16,7 +16,7 @@ use crate::config::{
 use crate::lb::conntrack::ConnTable;
 use crate::lb::hash::{FlowKey, addr_to_u128};
 use crate::lb::process::{DropReason, Verdict, WorkerStats, process, tunnel_source};
-use crate::lb::tables::{Neighbor, Tables};
+use crate::lb::tables::{NextHop, Tables};
 use crate::lb::{Frame, HEADROOM, WorkerState};
 use wire::MacAddr;
 
@@ -570,16 +570,16 @@ pub fn setup() -> (Tables, ConnTable, WorkerState) {
         if t.vips[t.backends[slot as usize].vip as usize].name == "noneigh" {
             continue;
         }
-        t.set_neighbor(
+        t.set_next_hop(
             slot,
-            Neighbor {
+            NextHop {
                 ifindex: BACKENDS,
                 src_mac: MacAddr(OUR_MAC),
                 dst_mac: MacAddr(backend_mac(slot as u8 + 1)),
             },
         );
     }
-    let gw = Neighbor {
+    let gw = NextHop {
         ifindex: UPLINK,
         src_mac: MacAddr(OUR_MAC),
         dst_mac: MacAddr(ROUTER_MAC),

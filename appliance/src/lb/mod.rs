@@ -20,4 +20,4 @@ pub use frame::{Frame, FrameError};
 pub use hash::FlowKey;
 pub use maglev::Ring;
 pub use process::{DropReason, HEADROOM, Verdict, WorkerState, process};
-pub use tables::{Neighbor, TableError, Tables, TunnelSource};
+pub use tables::{NextHop, TableError, Tables, TunnelSource};

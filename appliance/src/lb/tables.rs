@@ -138,7 +138,7 @@ impl TupleIndex {
 /// Where a frame leaves and with which MAC addresses: filled by the datapath from
 /// rtnetlink (egress interface, our MAC on it, the next hop's MAC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Neighbor {
+pub struct NextHop {
     /// Egress interface index.
     pub ifindex: u32,
     /// Our MAC on that interface.
@@ -294,9 +294,9 @@ pub struct Tables {
     nat_reverse: TupleIndex,
     snat_addresses: TupleIndex,
     backend_ids: FastMap<(u32, u128, u16), u32>,
-    neighbors: Vec<Option<Neighbor>>,
-    gateway_v4: Option<Neighbor>,
-    gateway_v6: Option<Neighbor>,
+    next_hops: Vec<Option<NextHop>>,
+    gateway_v4: Option<NextHop>,
+    gateway_v6: Option<NextHop>,
     local_addresses: TupleIndex,
     /// Tunnel outer source addresses.
     pub tunnel_source: TunnelSource,
@@ -340,7 +340,7 @@ impl Tables {
             nat_reverse: TupleIndex::with_capacity(16),
             snat_addresses: TupleIndex::with_capacity(16),
             backend_ids: FastMap::default(),
-            neighbors: Vec::new(),
+            next_hops: Vec::new(),
             gateway_v4: None,
             gateway_v6: None,
             local_addresses: TupleIndex::with_capacity(4),
@@ -435,7 +435,7 @@ impl Tables {
                 snat,
             });
         }
-        t.neighbors = vec![None; t.backends.len()];
+        t.next_hops = vec![None; t.backends.len()];
         Ok(t)
     }
 
@@ -479,8 +479,8 @@ impl Tables {
     }
 
     /// Sets the L2 next hop of a backend slot (the control plane, before publishing).
-    pub fn set_neighbor(&mut self, backend: u32, n: Neighbor) {
-        if let Some(slot) = self.neighbors.get_mut(backend as usize) {
+    pub fn set_next_hop(&mut self, backend: u32, n: NextHop) {
+        if let Some(slot) = self.next_hops.get_mut(backend as usize) {
             *slot = Some(n);
         }
     }
@@ -502,7 +502,7 @@ impl Tables {
     }
 
     /// Sets the default gateway toward clients for one family.
-    pub fn set_gateway(&mut self, v6: bool, n: Neighbor) {
+    pub fn set_gateway(&mut self, v6: bool, n: NextHop) {
         if v6 {
             self.gateway_v6 = Some(n);
         } else {
@@ -512,15 +512,15 @@ impl Tables {
 
     /// The L2 next hop of a backend slot, if resolved.
     #[inline]
-    pub fn neighbor(&self, backend: u32) -> Option<&Neighbor> {
-        self.neighbors
+    pub fn next_hop(&self, backend: u32) -> Option<&NextHop> {
+        self.next_hops
             .get(backend as usize)
             .and_then(|n| n.as_ref())
     }
 
     /// The gateway toward clients of a family, if resolved.
     #[inline]
-    pub fn gateway(&self, v6: bool) -> Option<&Neighbor> {
+    pub fn gateway(&self, v6: bool) -> Option<&NextHop> {
         if v6 {
             self.gateway_v6.as_ref()
         } else {
@@ -640,7 +640,7 @@ pub(crate) mod tests {
         assert_eq!(t.nat_backend(b, 8080, 6), Some(0));
         assert_eq!(t.backend_slot(1, b, 0), Some(2));
         assert_eq!(t.fragment_vip(a, 6), Some(FragmentVip::Unique(0)));
-        assert!(t.neighbor(0).is_none());
+        assert!(t.next_hop(0).is_none());
     }
 
     #[test]

@@ -1,0 +1,202 @@
+//! Flow lookup: which backend a client → VIP packet goes to.
+//!
+//! An established flow keeps its backend while that backend keeps flows (active, or
+//! draining); otherwise, and for a new flow, the VIP's scheduler chooses ([`choose_backend`]:
+//! Maglev or an LVS scheduler over this worker's connection counts) and the flow is inserted.
+//! When the connection table is full the answer comes from the VIP's Maglev ring, without
+//! state, so consistent hashing keeps the flow on one backend anyway (FullNAT, which cannot
+//! map its return traffic without an entry, drops instead).
+
+use super::{DropReason, NONE, WorkerState, fullnat};
+use crate::config::{Mode, Scheduler};
+use crate::lb::conntrack::{
+    ConnTable, Flow, FlowState, InsertError, initial_tcp_state, next_tcp_state,
+};
+use crate::lb::hash::FlowKey;
+use crate::lb::sched::{self, PoolView, SchedState};
+use crate::lb::tables::Tables;
+use wire::IpProtocol;
+
+/// How a new flow's backend was decided (shared with `trace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Maglev ring slot `slot` holds the backend.
+    Maglev {
+        /// Ring slot (`hash % M`).
+        slot: usize,
+    },
+    /// An LVS scheduler chose it.
+    Scheduler(Scheduler),
+}
+
+/// A worker's connection counts for all backend slots (see [`ConnTable::active_counts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Load<'a> {
+    /// Established connections per backend slot.
+    pub active: &'a [u32],
+    /// Other connections per backend slot.
+    pub inactive: &'a [u32],
+}
+
+/// Chooses a backend slot for a new flow of `vip`.
+pub fn choose_backend(
+    tables: &Tables,
+    vip: u32,
+    key: &FlowKey,
+    hash: u32,
+    load: Load<'_>,
+    st: &mut SchedState,
+    now: u64,
+) -> Option<(u32, Choice)> {
+    let Load { active, inactive } = load;
+    let v = &tables.vips[vip as usize];
+    let r = tables.pool_range(vip);
+    if v.scheduler == Scheduler::Maglev {
+        let slot = v.ring.slot_of(hash)?;
+        let pos = v.ring.slots()[slot];
+        return Some((r.start as u32 + pos, Choice::Maglev { slot }));
+    }
+    let counts =
+        |c: &[u32]| -> Option<std::ops::Range<usize>> { (r.end <= c.len()).then_some(r.clone()) };
+    let zeros = [0u32; 0];
+    let (a, i) = match (counts(active), counts(inactive)) {
+        (Some(x), Some(y)) => (&active[x], &inactive[y]),
+        _ => (&zeros[..], &zeros[..]),
+    };
+    if a.len() != r.len() {
+        return None;
+    }
+    let pool = PoolView {
+        weight: &tables.weights[r.clone()],
+        eligible: &tables.eligible[r.clone()],
+        active: a,
+        inactive: i,
+    };
+    let pos = sched::pick(v.scheduler, v.hash, &pool, &v.buckets, st, key, now)?;
+    Some((r.start as u32 + pos as u32, Choice::Scheduler(v.scheduler)))
+}
+
+/// What [`flow_for`] found or created.
+pub(super) struct FlowHit {
+    pub(super) backend: u32,
+    pub(super) hash: u32,
+    /// FullNAT local address and port.
+    pub(super) snat: Option<(u128, u16)>,
+}
+
+/// Finds or creates the flow for a client → VIP packet.
+pub(super) fn flow_for(
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    vip: u32,
+    key: &FlowKey,
+    flags: u8,
+    now: u64,
+) -> Result<FlowHit, DropReason> {
+    let tcp = key.proto == IpProtocol::TCP;
+    if let Some(id) = ct.lookup(key, now) {
+        let (backend, state, hash, snat) = {
+            let f = ct.flow(id);
+            (f.backend, f.state, f.hash, f.snat)
+        };
+        let ok = backend != NONE
+            && tables
+                .backends
+                .get(backend as usize)
+                .is_some_and(|b| b.keeps_flows());
+        if ok {
+            let st = if tcp {
+                next_tcp_state(state, flags)
+            } else {
+                FlowState::Udp
+            };
+            ct.touch(id, now, st);
+            return Ok(FlowHit {
+                backend,
+                hash,
+                snat,
+            });
+        }
+        worker.stats.rechosen += 1;
+        ct.remove(id);
+    }
+    new_flow(tables, ct, worker, vip, key, flags, now)
+}
+
+/// The new-flow half of [`flow_for`]: ageing, scheduling, FullNAT port allocation and the
+/// insert. Kept out of line so the established path, inlined into [`forward`], does not
+/// carry this code's stack frame and register spills on every packet.
+#[inline(never)]
+fn new_flow(
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    vip: u32,
+    key: &FlowKey,
+    flags: u8,
+    now: u64,
+) -> Result<FlowHit, DropReason> {
+    let v = &tables.vips[vip as usize];
+    let tcp = key.proto == IpProtocol::TCP;
+    // New flows pay for a little ageing so expired flows leave the LVS connection counts
+    // even when nothing else sweeps the table.
+    ct.expire(now, 2);
+    let hash = key.hash(v.hash);
+    let sched = &mut worker.sched[vip as usize];
+    let (backend, _) = choose_backend(
+        tables,
+        vip,
+        key,
+        hash,
+        Load {
+            active: ct.active_counts(),
+            inactive: ct.inactive_counts(),
+        },
+        sched,
+        now,
+    )
+    .ok_or(DropReason::NoBackend)?;
+    worker.vip_new_flows[vip as usize] += 1;
+    let b = tables.backends[backend as usize];
+    let snat = fullnat::snat_for(ct, v, key, &b, hash, now)?;
+    let state = if tcp {
+        initial_tcp_state(flags)
+    } else {
+        FlowState::Udp
+    };
+    let flow = Flow {
+        key: *key,
+        vip,
+        backend,
+        backend_addr: b.address,
+        backend_port: b.port,
+        version: tables.version,
+        state,
+        last_seen: now,
+        hash,
+        snat,
+        reverse: matches!(v.mode, Mode::Nat | Mode::FullNat),
+    };
+    match ct.insert(flow, now) {
+        Ok(_) => Ok(FlowHit {
+            backend,
+            hash,
+            snat,
+        }),
+        Err(InsertError::Full) => {
+            worker.stats.conntrack_fallback += 1;
+            if v.mode == Mode::FullNat {
+                // Without an entry the return traffic could not be mapped back.
+                return Err(DropReason::NoFlow);
+            }
+            // The stateless answer: the VIP's Maglev ring, whatever its scheduler.
+            let pos = v.ring.lookup(hash).ok_or(DropReason::NoBackend)?;
+            Ok(FlowHit {
+                backend: v.backends.start + pos,
+                hash,
+                snat: None,
+            })
+        }
+    }
+}
