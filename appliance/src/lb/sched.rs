@@ -337,44 +337,10 @@ pub fn lblcr(pool: &PoolView<'_>, st: &mut SchedState, dst: u128, now: u64) -> O
             k += 1;
         }
     }
-    let members = &e.set[..e.len as usize];
-    // ip_vs_dest_set_min: least loaded usable member.
-    let min = {
-        let mut best: Option<(usize, u64)> = None;
-        for &m in members {
-            let i = m as usize;
-            if !pool.eligible[i] {
-                continue;
-            }
-            let doh = pool.overhead(i);
-            match best {
-                None => best = Some((i, doh)),
-                Some((l, loh)) => {
-                    if u128::from(loh) * u128::from(pool.weight[i])
-                        > u128::from(doh) * u128::from(pool.weight[l])
-                    {
-                        best = Some((i, doh));
-                    }
-                }
-            }
-        }
-        best.map(|(i, _)| i)
-    };
+    let min = dest_set_min(pool, &e.set[..e.len as usize]);
     // More than one member and the set unchanged for `expiration`: shed the most loaded.
     if e.len > 1 && now.saturating_sub(e.last_mod) > exp {
-        let mut most = 0usize;
-        for k in 1..e.len as usize {
-            let (a, b) = (e.set[most] as usize, e.set[k] as usize);
-            // Weight 0 counts as infinitely loaded.
-            let lhs = u128::from(pool.overhead(a)) * u128::from(pool.weight[b]);
-            let rhs = u128::from(pool.overhead(b)) * u128::from(pool.weight[a]);
-            if pool.weight[b] == 0 || (pool.weight[a] != 0 && lhs < rhs) {
-                most = k;
-            }
-        }
-        e.set[most] = e.set[e.len as usize - 1];
-        e.len -= 1;
-        e.last_mod = now;
+        shed_most_loaded(pool, e, now);
     }
     if let Some(d) = min
         && e.set[..e.len as usize].contains(&(d as u16))
@@ -384,22 +350,66 @@ pub fn lblcr(pool: &PoolView<'_>, st: &mut SchedState, dst: u128, now: u64) -> O
     }
     let d = wlc(pool)?;
     if !e.set[..e.len as usize].contains(&(d as u16)) {
-        if (e.len as usize) < LBLCR_SET_MAX {
-            e.set[e.len as usize] = d as u16;
-            e.len += 1;
-        } else {
-            // Full set: replace the member with the highest overhead.
-            let mut most = 0usize;
-            for k in 1..LBLCR_SET_MAX {
-                if pool.overhead(e.set[k] as usize) > pool.overhead(e.set[most] as usize) {
-                    most = k;
-                }
-            }
-            e.set[most] = d as u16;
-        }
-        e.last_mod = now;
+        add_member(pool, e, d, now);
     }
     Some(d)
+}
+
+/// `ip_vs_dest_set_min`: the least loaded usable member of a replication set.
+fn dest_set_min(pool: &PoolView<'_>, members: &[u16]) -> Option<usize> {
+    let mut best: Option<(usize, u64)> = None;
+    for &m in members {
+        let i = m as usize;
+        if !pool.eligible[i] {
+            continue;
+        }
+        let doh = pool.overhead(i);
+        match best {
+            None => best = Some((i, doh)),
+            Some((l, loh)) => {
+                if u128::from(loh) * u128::from(pool.weight[i])
+                    > u128::from(doh) * u128::from(pool.weight[l])
+                {
+                    best = Some((i, doh));
+                }
+            }
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// `ip_vs_dest_set_max` and its removal: drops the most loaded member of a set of two or more.
+fn shed_most_loaded(pool: &PoolView<'_>, e: &mut LocalityEntry, now: u64) {
+    let mut most = 0usize;
+    for k in 1..e.len as usize {
+        let (a, b) = (e.set[most] as usize, e.set[k] as usize);
+        // Weight 0 counts as infinitely loaded.
+        let lhs = u128::from(pool.overhead(a)) * u128::from(pool.weight[b]);
+        let rhs = u128::from(pool.overhead(b)) * u128::from(pool.weight[a]);
+        if pool.weight[b] == 0 || (pool.weight[a] != 0 && lhs < rhs) {
+            most = k;
+        }
+    }
+    e.set[most] = e.set[e.len as usize - 1];
+    e.len -= 1;
+    e.last_mod = now;
+}
+
+/// Adds backend `d` to the set; a full set gives up its member with the highest overhead.
+fn add_member(pool: &PoolView<'_>, e: &mut LocalityEntry, d: usize, now: u64) {
+    if (e.len as usize) < LBLCR_SET_MAX {
+        e.set[e.len as usize] = d as u16;
+        e.len += 1;
+    } else {
+        let mut most = 0usize;
+        for k in 1..LBLCR_SET_MAX {
+            if pool.overhead(e.set[k] as usize) > pool.overhead(e.set[most] as usize) {
+                most = k;
+            }
+        }
+        e.set[most] = d as u16;
+    }
+    e.last_mod = now;
 }
 
 /// Runs `scheduler` (not Maglev) for a new flow. `buckets` is the VIP's `sh`/`dh` table.

@@ -327,7 +327,6 @@ impl Tables {
         healthy: &dyn Fn(&Vip, &Backend) -> bool,
         version: u64,
     ) -> Result<Tables, TableError> {
-        let m = config.appliance.maglev_table_size;
         let mut t = Tables {
             version,
             vips: Vec::with_capacity(config.vips.len()),
@@ -346,97 +345,124 @@ impl Tables {
             local_addresses: TupleIndex::with_capacity(4),
             tunnel_source: TunnelSource::default(),
             timeouts: config.appliance.timeouts,
-            maglev_size: m,
+            maglev_size: config.appliance.maglev_table_size,
         };
         for v in &config.vips {
-            let vslot = t.vips.len() as u32;
-            if v.backends.len() > usize::from(u16::MAX) {
-                return Err(TableError::TooManyBackends {
-                    vip: v.name.clone(),
-                    count: v.backends.len(),
-                });
-            }
-            let address = addr_to_u128(v.address);
-            let proto = v.protocol.number();
-            if let Some(other) = t.vip_index.get(&(address, v.port, proto)) {
-                return Err(TableError::DuplicateVip {
-                    vip: v.name.clone(),
-                    other: t.vips[other as usize].name.clone(),
-                    addr: v.address,
-                    port: v.port,
-                });
-            }
-            let first = t.backends.len() as u32;
-            for b in &v.backends {
-                let e = vip_backend_entry(vslot, v, b, healthy(v, b));
-                let slot = t.backends.len() as u32;
-                t.backend_ids.insert((vslot, e.address, e.port), slot);
-                if v.mode == Mode::Nat {
-                    t.nat_reverse.insert_first((e.address, e.port, proto), slot);
-                }
-                t.weights.push(e.weight);
-                t.eligible.push(e.eligible());
-                t.backends.push(e);
-            }
-            let range = first..t.backends.len() as u32;
-            let ids: Vec<[u8; 18]> = v
-                .backends
-                .iter()
-                .map(|b| backend_identity(b.address, b.port))
-                .collect();
-            let mb: Vec<MaglevBackend<'_>> = ids
-                .iter()
-                .zip(range.clone())
-                .map(|(id, s)| MaglevBackend {
-                    id,
-                    weight: if t.eligible[s as usize] {
-                        t.weights[s as usize]
-                    } else {
-                        0
-                    },
-                })
-                .collect();
-            let ring = Ring::build(&mb, m).map_err(|source| TableError::Maglev {
-                vip: v.name.clone(),
-                source,
-            })?;
-            let pool = range.start as usize..range.end as usize;
-            let buckets = match v.scheduler {
-                Scheduler::Sh => {
-                    lvs_bucket_table(&t.weights[pool.clone()], &t.eligible[pool], true)
-                }
-                Scheduler::Dh => {
-                    lvs_bucket_table(&t.weights[pool.clone()], &t.eligible[pool], false)
-                }
-                _ => Vec::new(),
-            };
-            let snat: Vec<u128> = v.snat.iter().map(|a| addr_to_u128(*a)).collect();
-            for &a in &snat {
-                t.snat_addresses.insert_first((a, 0, 0), vslot);
-            }
-            t.vip_index.insert_first((address, v.port, proto), vslot);
-            t.vip_addresses.insert_first((address, 0, 0), vslot);
-            t.fragment_vips
-                .entry((address, proto))
-                .and_modify(|f| *f = FragmentVip::Ambiguous)
-                .or_insert(FragmentVip::Unique(vslot));
-            t.vips.push(VipEntry {
-                name: v.name.clone(),
-                address,
-                v6: v.address.is_ipv6(),
-                port: v.port,
-                proto,
-                mode: v.mode,
-                scheduler: v.scheduler,
-                hash: v.hash,
-                backends: range,
-                ring,
-                buckets,
-                snat,
-            });
+            t.add_vip(v, healthy)?;
         }
         t.next_hops = vec![None; t.backends.len()];
         Ok(t)
+    }
+
+    /// Adds one VIP: its backends, Maglev ring, bucket table and indexes.
+    fn add_vip(
+        &mut self,
+        v: &Vip,
+        healthy: &dyn Fn(&Vip, &Backend) -> bool,
+    ) -> Result<(), TableError> {
+        let vslot = self.vips.len() as u32;
+        if v.backends.len() > usize::from(u16::MAX) {
+            return Err(TableError::TooManyBackends {
+                vip: v.name.clone(),
+                count: v.backends.len(),
+            });
+        }
+        let address = addr_to_u128(v.address);
+        let proto = v.protocol.number();
+        if let Some(other) = self.vip_index.get(&(address, v.port, proto)) {
+            return Err(TableError::DuplicateVip {
+                vip: v.name.clone(),
+                other: self.vips[other as usize].name.clone(),
+                addr: v.address,
+                port: v.port,
+            });
+        }
+        let range = self.add_backends(vslot, v, proto, healthy);
+        let ring = self.ring(v, range.clone())?;
+        let pool = range.start as usize..range.end as usize;
+        let buckets = match v.scheduler {
+            Scheduler::Sh => {
+                lvs_bucket_table(&self.weights[pool.clone()], &self.eligible[pool], true)
+            }
+            Scheduler::Dh => {
+                lvs_bucket_table(&self.weights[pool.clone()], &self.eligible[pool], false)
+            }
+            _ => Vec::new(),
+        };
+        let snat: Vec<u128> = v.snat.iter().map(|a| addr_to_u128(*a)).collect();
+        for &a in &snat {
+            self.snat_addresses.insert_first((a, 0, 0), vslot);
+        }
+        self.vip_index.insert_first((address, v.port, proto), vslot);
+        self.vip_addresses.insert_first((address, 0, 0), vslot);
+        self.fragment_vips
+            .entry((address, proto))
+            .and_modify(|f| *f = FragmentVip::Ambiguous)
+            .or_insert(FragmentVip::Unique(vslot));
+        self.vips.push(VipEntry {
+            name: v.name.clone(),
+            address,
+            v6: v.address.is_ipv6(),
+            port: v.port,
+            proto,
+            mode: v.mode,
+            scheduler: v.scheduler,
+            hash: v.hash,
+            backends: range,
+            ring,
+            buckets,
+            snat,
+        });
+        Ok(())
+    }
+
+    /// Appends VIP `vslot`'s backends and returns their slot range.
+    fn add_backends(
+        &mut self,
+        vslot: u32,
+        v: &Vip,
+        proto: u8,
+        healthy: &dyn Fn(&Vip, &Backend) -> bool,
+    ) -> Range<u32> {
+        let first = self.backends.len() as u32;
+        for b in &v.backends {
+            let e = vip_backend_entry(vslot, v, b, healthy(v, b));
+            let slot = self.backends.len() as u32;
+            self.backend_ids.insert((vslot, e.address, e.port), slot);
+            if v.mode == Mode::Nat {
+                self.nat_reverse
+                    .insert_first((e.address, e.port, proto), slot);
+            }
+            self.weights.push(e.weight);
+            self.eligible.push(e.eligible());
+            self.backends.push(e);
+        }
+        first..self.backends.len() as u32
+    }
+
+    /// The Maglev ring of a VIP whose backends hold slots `range` (ineligible ones weigh 0).
+    fn ring(&self, v: &Vip, range: Range<u32>) -> Result<Ring, TableError> {
+        let ids: Vec<[u8; 18]> = v
+            .backends
+            .iter()
+            .map(|b| backend_identity(b.address, b.port))
+            .collect();
+        let mb: Vec<MaglevBackend<'_>> = ids
+            .iter()
+            .zip(range)
+            .map(|(id, s)| MaglevBackend {
+                id,
+                weight: if self.eligible[s as usize] {
+                    self.weights[s as usize]
+                } else {
+                    0
+                },
+            })
+            .collect();
+        Ring::build(&mb, self.maglev_size).map_err(|source| TableError::Maglev {
+            vip: v.name.clone(),
+            source,
+        })
     }
 
     /// The VIP serving `addr:port` over `proto`: an exact port first, then a port-0 VIP.
