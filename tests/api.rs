@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use api::{BackendAction, Client, Endpoint};
 use hyper::{Method, StatusCode};
 use lab::{Lab, LabMode, LabOptions, http_get};
 use serde_json::Value;
-use tui::api::{BackendAction, Client, Endpoint};
 
 const DOC: &str = include_str!("../docs/api/openapi.json");
 
@@ -689,7 +689,7 @@ fn every_route_against_a_running_appliance() {
     assert!(out.contains("running on every worker"), "{out}");
     let (code, out, _) = ctl(&socket, &["--json", "backends", "nat4-tcp"]);
     assert_eq!(code, 0);
-    let parsed: Vec<tui::api::Backend> = serde_json::from_str(&out).expect("--json parses");
+    let parsed: Vec<api::Backend> = serde_json::from_str(&out).expect("--json parses");
     assert_eq!(parsed[2].state, "drain");
     let (code, _, err) = ctl(&socket, &["weight", "nat4-tcp", "10.0.0.99:8080", "3"]);
     assert_eq!(code, 1, "an API error exits 1");
@@ -924,7 +924,7 @@ fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
     let auth = format!("Authorization: Bearer {token}");
     let (code, body) = curl(&["-H", &auth, "http://127.0.0.1:9400/v1/status"]);
     assert_eq!(code, "200", "{body}");
-    let s: tui::api::Status = serde_json::from_str(&body).expect("status");
+    let s: api::Status = serde_json::from_str(&body).expect("status");
     assert_eq!(s.appliance, "lab-lb1");
     let out = lab
         .lb

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use api::{Client, Endpoint};
 use lab::{Lab, LabMode, LabOptions, exercise_vip, format_reports, http_get};
-use tui::api::{Client, Endpoint};
 
 fn start(scheduler: &str, flow_cache: Option<bool>) -> Lab {
     lab::netns::require_root();

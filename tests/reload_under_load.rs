@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use api::{Client, Endpoint};
 use lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
-use tui::api::{Client, Endpoint};
 
 /// Rewrites the `[[vip.backend]]` blocks of VIP `name` with `weights` (one per backend,
 /// `None` leaves that backend out).

@@ -1,12 +1,15 @@
 //! `sluice ctl`: the command line over the local API, like `ipvsadm -L -n` but readable.
-//! Human tables by default, the API's JSON with `--json` for scripts.
+//! Human tables by default, the API's JSON with `--json` for scripts. The documents, the
+//! write calls and the spelling of numbers, durations and addresses are the `api` crate's,
+//! shared with the console; this file is the command line's tables around them.
 
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tui::api::{self, BackendAction, Client, ClientError};
+use api::fmt::{bytes, duration, mode, percent, ratio, si, vip_addr};
+use api::{ApiError, Client, ClientError};
 
-/// One `sluice ctl` command.
+/// One `sluice ctl` command: a read, or a change the API makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CtlCommand {
     Status,
@@ -14,55 +17,55 @@ pub enum CtlCommand {
     Backends {
         vip: String,
     },
-    Backend {
-        vip: String,
-        backend: String,
-        action: BackendAction,
-    },
-    Weight {
-        vip: String,
-        backend: String,
-        weight: u32,
-    },
-    Announce {
-        vip: String,
-        announce: bool,
-    },
-    Reload,
     Events {
         since: u64,
     },
     Bgp,
     Metrics,
+    /// Drain, undrain, disable, enable, weight, withdraw, announce, reload.
+    Send(api::Command),
 }
 
-/// What went wrong, and the exit code for it.
-#[derive(Debug)]
-pub struct CtlError {
-    pub message: String,
+/// What went wrong; [`CtlError::code`] is the exit code for it.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// The API refused the request.
+    #[error("{}", refusal(*.status, .error))]
+    Refused { status: u16, error: ApiError },
+    /// The appliance could not be reached, or answered garbage.
+    #[error(transparent)]
+    Client(ClientError),
+}
+
+impl CtlError {
     /// 1: the API refused; 2: the appliance could not be reached or answered garbage.
-    pub code: u8,
+    pub fn code(&self) -> u8 {
+        match self {
+            CtlError::Refused { .. } => 1,
+            CtlError::Client(_) => 2,
+        }
+    }
 }
 
 impl From<ClientError> for CtlError {
     fn from(e: ClientError) -> CtlError {
         match e {
-            ClientError::Api { status, error } => {
-                let mut message = format!("error ({status}): {}", error.error);
-                if let Some(f) = &error.field {
-                    let _ = write!(message, " [field: {f}]");
-                }
-                for x in &error.errors {
-                    let _ = write!(message, "\n  {x}");
-                }
-                CtlError { message, code: 1 }
-            }
-            other => CtlError {
-                message: other.to_string(),
-                code: 2,
-            },
+            ClientError::Api { status, error } => CtlError::Refused { status, error },
+            other => CtlError::Client(other),
         }
     }
+}
+
+/// `error (404): no VIP named "x" [field: vip]`, then every error of a rejected config.
+fn refusal(status: u16, error: &ApiError) -> String {
+    let mut message = format!("error ({status}): {}", error.error);
+    if let Some(f) = &error.field {
+        let _ = write!(message, " [field: {f}]");
+    }
+    for x in &error.errors {
+        let _ = write!(message, "\n  {x}");
+    }
+    message
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> String {
@@ -88,28 +91,8 @@ pub async fn run(client: &Client, cmd: CtlCommand, json: bool) -> Result<String,
                 format_backends(&vip, &b)
             }
         }
-        CtlCommand::Backend {
-            vip,
-            backend,
-            action,
-        } => {
-            let c = client.backend_action(&vip, &backend, action).await?;
-            if json { to_json(&c) } else { format_commit(&c) }
-        }
-        CtlCommand::Weight {
-            vip,
-            backend,
-            weight,
-        } => {
-            let c = client.set_weight(&vip, &backend, weight).await?;
-            if json { to_json(&c) } else { format_commit(&c) }
-        }
-        CtlCommand::Announce { vip, announce } => {
-            let c = client.vip_announce(&vip, announce).await?;
-            if json { to_json(&c) } else { format_commit(&c) }
-        }
-        CtlCommand::Reload => {
-            let c = client.reload().await?;
+        CtlCommand::Send(command) => {
+            let c = client.send(&command).await?;
             if json { to_json(&c) } else { format_commit(&c) }
         }
         CtlCommand::Events { since } => {
@@ -154,37 +137,15 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn si(n: u64) -> String {
-    match n {
-        0..1_000 => n.to_string(),
-        1_000..1_000_000 => format!("{:.1}k", n as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1}M", n as f64 / 1e6),
-        _ => format!("{:.1}G", n as f64 / 1e9),
-    }
-}
-
-fn bytes(n: u64) -> String {
-    match n {
-        0..1024 => format!("{n}B"),
-        1024..1_048_576 => format!("{:.1}KiB", n as f64 / 1024.0),
-        1_048_576..1_073_741_824 => format!("{:.1}MiB", n as f64 / 1_048_576.0),
-        _ => format!("{:.1}GiB", n as f64 / 1_073_741_824.0),
-    }
-}
-
-fn uptime(s: u64) -> String {
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{:02}h", s / 86400, (s % 86400) / 3600),
-    }
+/// A count, short: `950`, `12.3k`, `4.56M`.
+fn count(n: u64) -> String {
+    si(Some(n as f64))
 }
 
 pub fn format_status(s: &api::Status) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "appliance   {} (sluice {})", s.appliance, s.release);
-    let _ = writeln!(o, "uptime      {}", uptime(s.uptime_seconds));
+    let _ = writeln!(o, "uptime      {}", duration(s.uptime_seconds));
     let _ = writeln!(o, "config      {}", s.config_path);
     let sync = if s.synced {
         match s.sync_lag_ms {
@@ -217,10 +178,10 @@ pub fn format_status(s: &api::Status) -> String {
     let _ = writeln!(
         o,
         "packets     rx {} tx {} passed {} dropped {}",
-        si(t.rx_packets),
-        si(t.tx_packets),
-        si(t.passed_packets),
-        si(t.dropped_packets)
+        count(t.rx_packets),
+        count(t.tx_packets),
+        count(t.passed_packets),
+        count(t.dropped_packets)
     );
     let _ = writeln!(
         o,
@@ -244,19 +205,6 @@ pub fn format_status(s: &api::Status) -> String {
     o
 }
 
-fn vip_addr(v: &api::Vip) -> String {
-    let host = if v.address.contains(':') {
-        format!("[{}]", v.address)
-    } else {
-        v.address.clone()
-    };
-    if v.port == 0 {
-        format!("{host}:*/{}", v.protocol)
-    } else {
-        format!("{host}:{}/{}", v.port, v.protocol)
-    }
-}
-
 pub fn format_vips(vips: &[api::Vip]) -> String {
     let rows: Vec<Vec<String>> = vips
         .iter()
@@ -264,10 +212,7 @@ pub fn format_vips(vips: &[api::Vip]) -> String {
             vec![
                 v.name.clone(),
                 vip_addr(v),
-                match &v.encap {
-                    Some(e) => format!("{}/{e}", v.mode),
-                    None => v.mode.clone(),
-                },
+                mode(v),
                 v.scheduler.clone(),
                 if v.withdrawn_by_operator {
                     "withdrawn (operator)".into()
@@ -277,13 +222,11 @@ pub fn format_vips(vips: &[api::Vip]) -> String {
                     "-".into()
                 },
                 format!("{}/{}", v.backends_eligible, v.backends_total),
-                si(v.packets),
+                count(v.packets),
                 bytes(v.bytes),
-                si(v.new_flows),
+                count(v.new_flows),
                 v.active_flows.to_string(),
-                v.hash_imbalance
-                    .map(|r| format!("{r:.3}"))
-                    .unwrap_or_else(|| "-".into()),
+                ratio(v.hash_imbalance),
             ]
         })
         .collect();
@@ -317,10 +260,10 @@ pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
                 state,
                 health,
                 weight,
-                format!("{:.2}%", b.ring_share * 100.0),
-                format!("{:.2}%", b.ideal_share * 100.0),
+                percent(b.ring_share),
+                percent(b.ideal_share),
                 b.active_flows.to_string(),
-                si(b.packets),
+                count(b.packets),
                 bytes(b.bytes),
             ]
         })
@@ -361,7 +304,7 @@ pub fn format_events(e: &[api::Event]) -> String {
         .map(|e| {
             vec![
                 e.seq.to_string(),
-                format!("{} ago", uptime(now.saturating_sub(e.time_ms) / 1000)),
+                format!("{} ago", duration(now.saturating_sub(e.time_ms) / 1000)),
                 e.kind.clone(),
                 e.message.clone(),
             ]
@@ -392,7 +335,7 @@ pub fn format_bgp(b: &api::Bgp) -> String {
                 p.address.clone(),
                 p.asn.to_string(),
                 p.state.clone(),
-                p.uptime_seconds.map(uptime).unwrap_or_else(|| "-".into()),
+                p.uptime_seconds.map(duration).unwrap_or_else(|| "-".into()),
                 p.prefixes_announced.to_string(),
                 p.bfd.clone().unwrap_or_else(|| "-".into()),
                 p.flaps.to_string(),
@@ -433,11 +376,31 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_short() {
-        assert_eq!(si(999), "999");
-        assert_eq!(si(1_500), "1.5k");
-        assert_eq!(si(2_500_000), "2.5M");
+    fn numbers_are_spelled_as_in_the_console() {
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_500), "1.50k");
+        assert_eq!(count(2_500_000), "2.50M");
         assert_eq!(bytes(2048), "2.0KiB");
-        assert_eq!(uptime(3725), "1h02m");
+        assert_eq!(duration(3725), "1h 02m");
+        assert_eq!(duration(303), "5m 03s");
+    }
+
+    #[test]
+    fn refusals_name_the_field_and_every_error() {
+        let e = CtlError::from(ClientError::Api {
+            status: 422,
+            error: ApiError {
+                error: "config rejected".into(),
+                field: Some("config".into()),
+                errors: vec!["vips[0].port: 0".into()],
+            },
+        });
+        assert_eq!(e.code(), 1);
+        assert_eq!(
+            e.to_string(),
+            "error (422): config rejected [field: config]\n  vips[0].port: 0"
+        );
+        let e = CtlError::from(ClientError::Timeout(std::time::Duration::from_secs(1)));
+        assert_eq!(e.code(), 2);
     }
 }

@@ -122,19 +122,27 @@ struct ApiArgs {
     token_file: Option<PathBuf>,
 }
 
+/// The bearer token for `--url` could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("--token-file {}: {source}", .path.display())]
+struct TokenFileError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
 impl ApiArgs {
-    fn endpoint(&self) -> Result<tui::api::Endpoint, String> {
+    fn endpoint(&self) -> Result<api::Endpoint, TokenFileError> {
         match &self.url {
-            None => Ok(tui::api::Endpoint::Unix(self.socket.clone())),
+            None => Ok(api::Endpoint::Unix(self.socket.clone())),
             Some(url) => {
                 let path = self.token_file.clone().unwrap_or_default();
                 let token = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+                    .map_err(|source| TokenFileError { path, source })?;
                 let addr = url
                     .trim_start_matches("http://")
                     .trim_end_matches('/')
                     .to_string();
-                Ok(tui::api::Endpoint::Tcp {
+                Ok(api::Endpoint::Tcp {
                     addr,
                     token: token.trim().to_string(),
                 })
@@ -231,8 +239,9 @@ fn main() -> ExitCode {
 }
 
 fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
+    use api::BackendAction as A;
+    use api::Command as W;
     use sluice::ctl::CtlCommand as C;
-    use tui::api::BackendAction as A;
     let endpoint = match api.endpoint() {
         Ok(e) => e,
         Err(e) => {
@@ -240,10 +249,12 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let b = |vip: String, backend: String, action| C::Backend {
-        vip,
-        backend,
-        action,
+    let b = |vip: String, backend: String, action| {
+        C::Send(W::Backend {
+            vip,
+            backend,
+            action,
+        })
     };
     let cmd = match command {
         CtlCmd::Status => C::Status,
@@ -257,20 +268,20 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             vip,
             backend,
             weight,
-        } => C::Weight {
+        } => C::Send(W::Weight {
             vip,
             backend,
             weight,
-        },
-        CtlCmd::Withdraw { vip } => C::Announce {
+        }),
+        CtlCmd::Withdraw { vip } => C::Send(W::Announce {
             vip,
             announce: false,
-        },
-        CtlCmd::Announce { vip } => C::Announce {
+        }),
+        CtlCmd::Announce { vip } => C::Send(W::Announce {
             vip,
             announce: true,
-        },
-        CtlCmd::Reload => C::Reload,
+        }),
+        CtlCmd::Reload => C::Send(W::Reload),
         CtlCmd::Events { since } => C::Events { since },
         CtlCmd::Bgp => C::Bgp,
         CtlCmd::Metrics => C::Metrics,
@@ -285,7 +296,7 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let client = tui::api::Client::new(endpoint);
+    let client = api::Client::new(endpoint);
     match rt.block_on(sluice::ctl::run(&client, cmd, json)) {
         Ok(out) => {
             print!("{out}");
@@ -295,8 +306,8 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("sluice ctl: {}", e.message);
-            ExitCode::from(e.code)
+            eprintln!("sluice ctl: {e}");
+            ExitCode::from(e.code())
         }
     }
 }
@@ -310,7 +321,7 @@ fn console(api: &ApiArgs, no_color: bool, refresh: std::time::Duration) -> ExitC
         }
     };
     let no_color = no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    match tui::console::run(tui::console::ConsoleOptions {
+    match tui::run(tui::ConsoleOptions {
         endpoint,
         no_color,
         refresh,

@@ -206,7 +206,7 @@ fn cache_line(api_socket: &Path) -> Result<String, BenchError> {
         .enable_all()
         .build()
         .map_err(|e| failed(e.to_string()))?;
-    let client = tui::api::Client::new(tui::api::Endpoint::Unix(api_socket.to_path_buf()));
+    let client = api::Client::new(api::Endpoint::Unix(api_socket.to_path_buf()));
     let status = rt
         .block_on(client.status())
         .map_err(|e| failed(e.to_string()))?;

@@ -6,10 +6,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use api::{BackendAction, Command, Commit};
 use common::*;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use tui::api::{BackendAction, Commit};
-use tui::console::app::{
+use tui::app::{
     App, Conn, Effect, Failure, HISTORY, Msg, Prompt, StatusLine, Tab, VipSort, update,
 };
 
@@ -223,11 +223,11 @@ fn drain_y_sends_it_and_shows_the_result() {
     let effects = ch(&mut app, 'y');
     assert_eq!(
         effects,
-        [Effect::Backend {
+        [Effect::Send(Command::Backend {
             vip: "web".into(),
             backend: "10.0.0.12:80".into(),
             action: BackendAction::Drain
-        }]
+        })]
     );
     assert_eq!(status(&app).text, "drain backend 10.0.0.12:80 of VIP web…");
     let effects = update(
@@ -267,11 +267,11 @@ fn disable_asks_first_esc_cancels_y_sends() {
     ch(&mut app, 'x');
     assert_eq!(
         ch(&mut app, 'Y'),
-        [Effect::Backend {
+        [Effect::Send(Command::Backend {
             vip: "web".into(),
             backend: "10.0.0.11:80".into(),
             action: BackendAction::Disable
-        }]
+        })]
     );
 }
 
@@ -283,11 +283,11 @@ fn undrain_and_enable_need_no_confirmation() {
     for (c, action) in [('u', BackendAction::Undrain), ('e', BackendAction::Enable)] {
         assert_eq!(
             ch(&mut app, c),
-            [Effect::Backend {
+            [Effect::Send(Command::Backend {
                 vip: "web".into(),
                 backend: "10.0.0.13:80".into(),
                 action
-            }]
+            })]
         );
         assert_eq!(app.prompt, None);
     }
@@ -326,11 +326,11 @@ fn weight_entry_takes_digits_and_enter() {
     let effects = key(&mut app, KeyCode::Enter);
     assert_eq!(
         effects,
-        [Effect::Weight {
+        [Effect::Send(Command::Weight {
             vip: "web".into(),
             backend: "10.0.0.14:80".into(),
             weight: 120
-        }]
+        })]
     );
     assert_eq!(
         status(&app).text,
@@ -367,18 +367,18 @@ fn withdraw_asks_first_and_announce_does_not() {
     ch(&mut app, 'W');
     assert_eq!(
         ch(&mut app, 'y'),
-        [Effect::Announce {
+        [Effect::Send(Command::Announce {
             vip: "web".into(),
             announce: false
-        }]
+        })]
     );
     ch(&mut app, 'g');
     assert_eq!(
         ch(&mut app, 'a'),
-        [Effect::Announce {
+        [Effect::Send(Command::Announce {
             vip: "api".into(),
             announce: true
-        }]
+        })]
     );
     goto(&mut app, Tab::Events);
     assert!(ch(&mut app, 'W').is_empty());
@@ -400,7 +400,7 @@ fn reload_asks_first_and_shows_every_error_of_a_rejected_file() {
     }
     assert!(ch(&mut app, 'n').is_empty());
     ch(&mut app, 'R');
-    assert_eq!(ch(&mut app, 'y'), [Effect::Reload]);
+    assert_eq!(ch(&mut app, 'y'), [Effect::Send(Command::Reload)]);
     update(
         &mut app,
         Msg::Done {

@@ -5,14 +5,14 @@
 
 mod common;
 
+use api::{Backend, Bgp, Event, Status, Vip};
 use common::*;
 use crossterm::event::KeyCode;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier};
-use tui::api::{Backend, Bgp, Event, Status, Vip};
-use tui::console::app::{App, Conn, Failure, Msg, Tab, update};
-use tui::console::view::{render_footer, render_status_line, render_tab};
+use tui::app::{App, Conn, Failure, Msg, Tab, update};
+use tui::view::{render_footer, render_status_line, render_tab};
 
 const VIEWS: [(Tab, &str); 5] = [
     (Tab::Overview, "overview"),

@@ -1,6 +1,6 @@
 //! The local API: HTTP/1.1 + JSON on the unix socket from `[api] socket` (mode 0600, so
 //! root only), optionally on `[api] listen` behind a bearer token, and the Prometheus
-//! exposition on `[api] metrics`. The documents are [`tui::api`]'s; `docs/api/openapi.json`
+//! exposition on `[api] metrics`. The documents are the `api` crate's; `docs/api/openapi.json`
 //! describes every route and a test checks it against the real responses.
 //!
 //! Reads are served from [`Shared`] without involving the control loop; writes become
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use api::{ApiError, BackendAction};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, Query, Request, State};
@@ -21,7 +22,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use tokio::sync::oneshot;
-use tui::api::{self, ApiError, BackendAction};
 
 use super::change::{Applied, ChangeError};
 use super::shared::{BackendOp, Command, Shared};
@@ -196,7 +196,11 @@ async fn events(
             )
         })?,
     };
-    let ev = s.events.lock().map(|e| e.since(since)).unwrap_or_default();
+    let ev: Vec<api::Event> = s
+        .events
+        .lock()
+        .map(|e| e.since(since).iter().map(|e| e.document()).collect())
+        .unwrap_or_default();
     Ok(json(&ev))
 }
 

@@ -33,11 +33,34 @@ impl Kind {
     }
 }
 
+/// One thing that happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Increases by one per event, from 1.
+    pub seq: u64,
+    /// Unix time, milliseconds.
+    pub time_ms: u64,
+    pub kind: Kind,
+    pub message: String,
+}
+
+impl Event {
+    /// The API's document of it.
+    pub fn document(&self) -> api::Event {
+        api::Event {
+            seq: self.seq,
+            time_ms: self.time_ms,
+            kind: self.kind.name().to_string(),
+            message: self.message.clone(),
+        }
+    }
+}
+
 /// A bounded, sequence-numbered ring of events.
 #[derive(Debug, Default)]
 pub struct EventRing {
     next_seq: u64,
-    events: VecDeque<tui::api::Event>,
+    events: VecDeque<Event>,
 }
 
 impl EventRing {
@@ -53,16 +76,16 @@ impl EventRing {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        self.events.push_back(tui::api::Event {
+        self.events.push_back(Event {
             seq: self.next_seq,
             time_ms,
-            kind: kind.name().to_string(),
+            kind,
             message,
         });
     }
 
     /// Events with `seq > since`, oldest first.
-    pub fn since(&self, since: u64) -> Vec<tui::api::Event> {
+    pub fn since(&self, since: u64) -> Vec<Event> {
         self.events
             .iter()
             .filter(|e| e.seq > since)
@@ -92,6 +115,7 @@ mod tests {
         assert_eq!(all.last().map(|e| e.seq), Some((CAPACITY + 10) as u64));
         assert_eq!(r.since((CAPACITY + 8) as u64).len(), 2);
         assert_eq!(r.total(), (CAPACITY + 10) as u64);
-        assert_eq!(all[0].kind, "commit");
+        assert_eq!(all[0].kind, Kind::Commit);
+        assert_eq!(all[0].document().kind, "commit");
     }
 }

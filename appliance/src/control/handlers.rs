@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use ::api::BackendAction;
 use tracing::{error, info, warn};
-use tui::api::BackendAction;
 
 use super::change::{self, Applied, ChangeError, Deferred};
 use super::events::Kind;

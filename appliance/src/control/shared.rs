@@ -2,7 +2,7 @@
 //! the workers' counters, and a [`View`] of the control state the loop republishes after
 //! every change. Readers never wait on the loop (it may be resolving neighbours or starting
 //! the speaker): they read atomics, short mutexes and an `ArcSwap`, and build the API
-//! documents ([`tui::api`]) here.
+//! documents ([`api`]) here.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tokio::sync::{mpsc, oneshot};
-use tui::api;
 
 use super::change::{Applied, ChangeError};
 use super::events::EventRing;

@@ -5,14 +5,14 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use api::{Backend, Bgp, Event, Status, Vip};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use serde::de::DeserializeOwned;
-use tui::api::{Backend, Bgp, Event, Status, Vip};
-use tui::console::app::{App, Effect, Msg, Snapshot, Tab, update};
-use tui::console::view::view;
+use tui::app::{App, Effect, Msg, Snapshot, Tab, update};
+use tui::view::view;
 
 pub const ENDPOINT: &str = "/run/sluice/api.sock";
 

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use crate::api::{Backend, Totals, Vip};
+use api::{Backend, Totals, Vip};
 
 /// Running totals read at one poll, in the order each rate type knows.
 #[derive(Debug, Clone, PartialEq, Eq)]

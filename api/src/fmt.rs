@@ -1,5 +1,8 @@
-//! Numbers, durations and times as the console prints them: short enough for an 80-column
-//! serial console, with the unit in the column header.
+//! Numbers, durations, times and addresses as `sluice ctl` and the console print them: short
+//! enough for an 80-column serial console, the unit in the column header where there is one.
+//! One spelling per kind of value, so an operator reads the same `5m 03s` or `4.56M` in both.
+
+use crate::model::Vip;
 
 /// `950`, `12.3k`, `4.56M`, `1.20G`; `-` when there is no value (yet).
 pub fn si(v: Option<f64>) -> String {
@@ -75,22 +78,6 @@ pub fn percent(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
 }
 
-/// The last `width` values as one line of block characters, scaled so `max` is a full
-/// block (callers pass one `max` for a whole table so rows compare); all zero is a flat
-/// baseline.
-pub fn sparkline(values: impl IntoIterator<Item = u64>, width: usize, max: u64) -> String {
-    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-    let values: Vec<u64> = values.into_iter().collect();
-    let shown = &values[values.len().saturating_sub(width)..];
-    shown
-        .iter()
-        .map(|v| match (v.min(&max) * 7 + max / 2).checked_div(max) {
-            Some(level) => BARS[level as usize],
-            None => BARS[0],
-        })
-        .collect()
-}
-
 /// A share (0..1) as a percentage without the sign, one decimal below 100: `12.5`, `100`.
 pub fn share(v: f64) -> String {
     if v >= 0.9995 {
@@ -98,6 +85,52 @@ pub fn share(v: f64) -> String {
     } else {
         format!("{:.1}", v * 100.0)
     }
+}
+
+/// Bytes in binary units: `512B`, `2.0KiB`, `3.4MiB`, `1.2GiB`.
+pub fn bytes(n: u64) -> String {
+    match n {
+        0..1024 => format!("{n}B"),
+        1024..1_048_576 => format!("{:.1}KiB", n as f64 / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1}MiB", n as f64 / 1_048_576.0),
+        _ => format!("{:.1}GiB", n as f64 / 1_073_741_824.0),
+    }
+}
+
+/// A ratio such as a VIP's hash imbalance: `1.02`; `-` when there is none.
+pub fn ratio(v: Option<f64>) -> String {
+    match v {
+        Some(x) => format!("{x:.2}"),
+        None => "-".to_string(),
+    }
+}
+
+/// A VIP's forwarding mode with its tunnel encapsulation: `nat`, `tunnel/gue`.
+pub fn mode(v: &Vip) -> String {
+    match &v.encap {
+        Some(e) => format!("{}/{e}", v.mode),
+        None => v.mode.clone(),
+    }
+}
+
+/// An address and port: `192.0.2.10:80`, `[2001:db8::1]:80`; port 0 (every port) is `*`.
+pub fn addr_port(address: &str, port: u16) -> String {
+    let port = if port == 0 {
+        "*".to_string()
+    } else {
+        port.to_string()
+    };
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
+/// A VIP's address, port and protocol: `192.0.2.10:80/tcp`, `[2001:db8::10]:443/tcp`,
+/// `192.0.2.10:*/udp`.
+pub fn vip_addr(v: &Vip) -> String {
+    format!("{}/{}", addr_port(&v.address, v.port), v.protocol)
 }
 
 #[cfg(test)]
@@ -128,20 +161,20 @@ mod tests {
     }
 
     #[test]
-    fn sparkline_and_shares() {
-        assert_eq!(sparkline([0, 0, 0], 10, 0), "▁▁▁");
-        assert_eq!(sparkline([0, 50, 100], 10, 100), "▁▅█");
-        assert_eq!(
-            sparkline([100, 0, 7], 2, 7),
-            "▁█",
-            "only the last `width` values"
-        );
-        assert_eq!(
-            sparkline([5, 200], 10, 100),
-            "▁█",
-            "one scale for the whole table"
-        );
+    fn shares_ratios_and_bytes() {
         assert_eq!(share(0.5017), "50.2");
         assert_eq!(share(1.0), "100");
+        assert_eq!(ratio(Some(1.0234)), "1.02");
+        assert_eq!(ratio(None), "-");
+        assert_eq!(bytes(512), "512B");
+        assert_eq!(bytes(2048), "2.0KiB");
+        assert_eq!(bytes(3 * 1_048_576 + 400_000), "3.4MiB");
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(addr_port("192.0.2.10", 80), "192.0.2.10:80");
+        assert_eq!(addr_port("2001:db8::1", 80), "[2001:db8::1]:80");
+        assert_eq!(addr_port("192.0.2.10", 0), "192.0.2.10:*");
     }
 }

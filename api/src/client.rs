@@ -12,7 +12,8 @@ use hyper_util::rt::TokioIo;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
 
-use super::model::{ApiError, Backend, BackendAction, Bgp, Commit, Event, SetWeight, Status, Vip};
+use crate::command::Command;
+use crate::model::{ApiError, Backend, BackendAction, Bgp, Commit, Event, SetWeight, Status, Vip};
 
 /// Everything but RFC 3986 unreserved characters is escaped in path segments.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -241,6 +242,24 @@ impl Client {
             None,
         )
         .await
+    }
+
+    /// Makes one write call; a refused one comes back as [`ClientError::Api`].
+    pub async fn send(&self, command: &Command) -> Result<Commit, ClientError> {
+        match command {
+            Command::Backend {
+                vip,
+                backend,
+                action,
+            } => self.backend_action(vip, backend, *action).await,
+            Command::Weight {
+                vip,
+                backend,
+                weight,
+            } => self.set_weight(vip, backend, *weight).await,
+            Command::Announce { vip, announce } => self.vip_announce(vip, *announce).await,
+            Command::Reload => self.reload().await,
+        }
     }
 
     /// Reloads the config file; a rejected file comes back as [`ClientError::Api`] with

@@ -17,10 +17,10 @@ use crossterm::event::{Event as TermEvent, EventStream, KeyEventKind};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use super::app::{App, Effect, Failure, Msg, Snapshot, update};
-use super::view::view;
-use super::{ConsoleError, ConsoleOptions};
-use crate::api::{Client, ClientError};
+use crate::app::{App, Effect, Failure, Msg, Snapshot, update};
+use crate::view::view;
+use crate::{ConsoleError, ConsoleOptions};
+use api::{Client, ClientError};
 
 /// Restores the terminal when dropped: on quit, on error, and while a panic unwinds.
 /// (`ratatui::try_init` also installs a panic hook that restores it before the message
@@ -129,28 +129,10 @@ async fn execute(client: Client, effect: Effect, tx: mpsc::UnboundedSender<Msg>)
                 result: result.map(Box::new),
             }
         }
-        effect => {
-            let what = effect.describe();
-            let result = match effect {
-                Effect::Backend {
-                    vip,
-                    backend,
-                    action,
-                } => client.backend_action(&vip, &backend, action).await,
-                Effect::Weight {
-                    vip,
-                    backend,
-                    weight,
-                } => client.set_weight(&vip, &backend, weight).await,
-                Effect::Announce { vip, announce } => client.vip_announce(&vip, announce).await,
-                Effect::Reload => client.reload().await,
-                Effect::Poll { .. } => unreachable!("handled above"),
-            };
-            Msg::Done {
-                what,
-                result: result.map_err(failure),
-            }
-        }
+        Effect::Send(command) => Msg::Done {
+            what: command.describe(),
+            result: client.send(&command).await.map_err(failure),
+        },
     };
     // The loop has ended when the send fails: nothing to report to.
     let _ = tx.send(msg);
@@ -206,7 +188,7 @@ pub(super) fn failure(e: ClientError) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ApiError;
+    use api::ApiError;
 
     #[test]
     fn api_errors_keep_the_apis_words_and_every_reload_error() {

@@ -1,0 +1,270 @@
+//! The backends of the selected VIP (3): state, health, weight, ring share against the
+//! ideal, flows and traffic with a sparkline per backend, a big one for the selected
+//! backend on a tall screen, and its details below.
+
+use api::Backend;
+use api::fmt::{percent, share, si, vip_addr};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Sparkline, Table, TableState};
+
+use super::WIDE;
+use super::widgets::{Theme, put, put_stateful, right, sparkline, width_of};
+use crate::app::App;
+
+/// Up is good, down is bad, anything undecided is a warning.
+fn health_style(t: Theme, b: &Backend) -> Style {
+    match b.health.as_str() {
+        "up" | "unchecked" => t.good(),
+        "down" => t.bad(),
+        _ => t.warn(),
+    }
+}
+
+/// Draining is a warning, disabled is bad.
+fn state_style(t: Theme, b: &Backend) -> Style {
+    match b.state.as_str() {
+        "active" => Style::new(),
+        "drain" => t.warn(),
+        _ => t.bad(),
+    }
+}
+
+pub(super) fn backends(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
+    let Some(vip) = app.selected_vip() else {
+        put(
+            buf,
+            Paragraph::new(" no VIP selected: pick one in the VIPs view (2) and press Enter"),
+            area,
+        );
+        return;
+    };
+    let list = app.shown_backends();
+    // A tall screen shows the selected backend's traffic as a big sparkline.
+    let graph_h = if area.height >= 18 { 7 } else { 0 };
+    let [title, table, graph, detail] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(0),
+        Constraint::Length(graph_h),
+        Constraint::Length(2),
+    ])
+    .areas(area);
+
+    let eligible = list.iter().filter(|b| b.eligible).count();
+    put(
+        buf,
+        Paragraph::new(Line::styled(
+            format!(
+                " Backends of VIP {} ({}) · {eligible} of {} take new flows",
+                vip.name,
+                vip_addr(vip),
+                list.len()
+            ),
+            t.header(),
+        )),
+        title,
+    );
+    if list.is_empty() {
+        put(buf, Paragraph::new(" loading…").style(t.dim()), table);
+        return;
+    }
+
+    backend_table(app, t, list, area.width, table, buf);
+    let Some(b) = app.selected_backend() else {
+        return;
+    };
+    if graph_h > 0 {
+        backend_graph(app, t, b, graph, buf);
+    }
+    put(buf, Paragraph::new(backend_details(t, b)), detail);
+}
+
+/// One row per backend; the sparkline column takes whatever width the others leave.
+fn backend_table(app: &App, t: Theme, list: &[Backend], width: u16, area: Rect, buf: &mut Buffer) {
+    let wide = width >= WIDE;
+    let (header, widths) = columns(list, wide);
+    let fixed: u16 = widths
+        .iter()
+        .map(|c| match c {
+            Constraint::Length(n) => n + 1,
+            _ => 1,
+        })
+        .sum();
+    let spark_w = width.saturating_sub(fixed).max(6) as usize;
+    let spark_max = list
+        .iter()
+        .filter_map(|b| app.history.get(&b.id))
+        .flat_map(|h| h.iter().rev().take(spark_w))
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let rows = list
+        .iter()
+        .map(|b| row(app, t, b, wide, spark_w, spark_max));
+    let mut state = TableState::default().with_selected(Some(app.backend_sel));
+    put_stateful(
+        buf,
+        Table::new(rows, widths)
+            .header(Row::new(header).style(t.header().add_modifier(Modifier::UNDERLINED)))
+            .row_highlight_style(t.selected())
+            .column_spacing(1),
+        area,
+        &mut state,
+    );
+}
+
+/// The header cells and the column widths (more columns on a wide screen).
+fn columns(list: &[Backend], wide: bool) -> (Vec<Cell<'static>>, Vec<Constraint>) {
+    let id_w = width_of(list.iter().map(|b| b.id.as_str()), "Backend", 24);
+    let mut header = vec![
+        Cell::from("Backend"),
+        Cell::from("State"),
+        Cell::from("Health"),
+    ];
+    let mut widths = vec![
+        Constraint::Length(id_w),
+        Constraint::Length(9),
+        Constraint::Length(8),
+    ];
+    if wide {
+        header.push(Cell::from("Reason"));
+        widths.push(Constraint::Length(14));
+    }
+    header.extend([
+        right("Weight".into()),
+        right("Ring/ideal".into()),
+        right("flows".into()),
+        right("pps".into()),
+    ]);
+    widths.extend([
+        Constraint::Length(6),
+        Constraint::Length(10),
+        Constraint::Length(6),
+        Constraint::Length(6),
+    ]);
+    if wide {
+        header.push(right("bps".into()));
+        widths.push(Constraint::Length(7));
+    }
+    header.push(Cell::from("Traffic"));
+    widths.push(Constraint::Min(6));
+    (header, widths)
+}
+
+fn row(
+    app: &App,
+    t: Theme,
+    b: &Backend,
+    wide: bool,
+    spark_w: usize,
+    spark_max: u64,
+) -> Row<'static> {
+    let r = app.backend_rates.get(&b.id).copied().unwrap_or_default();
+    let over = |o: bool| if o { "*" } else { "" };
+    let mut cells = vec![
+        Cell::from(b.id.clone()),
+        Cell::from(format!("{}{}", b.state, over(b.state_overridden))).style(state_style(t, b)),
+        Cell::from(if b.health == "unchecked" {
+            "no check".to_string()
+        } else {
+            b.health.clone()
+        })
+        .style(health_style(t, b)),
+    ];
+    if wide {
+        cells.push(Cell::from(b.health_reason.clone().unwrap_or_default()));
+    }
+    let share_style = if b.eligible && (b.ring_share - b.ideal_share).abs() > 0.05 {
+        t.warn()
+    } else {
+        Style::new()
+    };
+    cells.extend([
+        right(format!("{}{}", b.weight, over(b.weight_overridden))),
+        right(format!("{}/{}%", share(b.ring_share), share(b.ideal_share))).style(share_style),
+        right(si(Some(b.active_flows as f64))),
+        right(si(r.pps)),
+    ]);
+    if wide {
+        cells.push(right(si(r.bps)));
+    }
+    let history = app.history.get(&b.id);
+    cells.push(
+        Cell::from(sparkline(
+            history.into_iter().flatten().copied(),
+            spark_w,
+            spark_max,
+        ))
+        .style(t.good()),
+    );
+    Row::new(cells)
+}
+
+/// The selected backend's packet rate over the kept history.
+fn backend_graph(app: &App, t: Theme, b: &Backend, area: Rect, buf: &mut Buffer) {
+    let data: Vec<u64> = app
+        .history
+        .get(&b.id)
+        .map(|h| h.iter().copied().collect())
+        .unwrap_or_default();
+    let max = data.iter().copied().max().unwrap_or(0);
+    put(
+        buf,
+        Sparkline::default()
+            .block(
+                Block::new()
+                    .borders(Borders::ALL)
+                    .border_style(t.dim())
+                    .title(format!(
+                        " packets/s of {} · last {} samples · max {} ",
+                        b.id,
+                        data.len(),
+                        si(Some(max as f64))
+                    )),
+            )
+            .data(&data)
+            .style(t.good()),
+        area,
+    );
+}
+
+/// The selected backend in two lines: health, state and weight with where they come from.
+fn backend_details(t: Theme, b: &Backend) -> Vec<Line<'static>> {
+    let reason = b
+        .health_reason
+        .as_ref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    let who = |o: bool| {
+        if o {
+            " (set by an operator)"
+        } else {
+            " (config)"
+        }
+    };
+    vec![
+        Line::from(vec![
+            Span::styled(format!(" {} ", b.id), t.header()),
+            Span::styled(format!("health {}{reason}", b.health), health_style(t, b)),
+            Span::raw(" · "),
+            Span::styled(
+                format!("state {}{}", b.state, who(b.state_overridden)),
+                state_style(t, b),
+            ),
+        ]),
+        Line::raw(format!(
+            " weight {}{} · {} · ring share {} of ideal {}",
+            b.weight,
+            who(b.weight_overridden),
+            if b.eligible {
+                "takes new flows"
+            } else {
+                "takes no new flows"
+            },
+            percent(b.ring_share),
+            percent(b.ideal_share),
+        )),
+    ]
+}

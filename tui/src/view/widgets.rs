@@ -1,0 +1,158 @@
+//! The pieces every view draws with: the [`Theme`] (styles with or without colour), table
+//! cells and column widths, the overview's `label  value` line and the text sparkline.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Alignment, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, StatefulWidget, Widget};
+
+/// Styles, with or without colour.
+#[derive(Debug, Clone, Copy)]
+pub struct Theme {
+    color: bool,
+}
+
+impl Theme {
+    pub fn new(no_color: bool) -> Theme {
+        Theme { color: !no_color }
+    }
+
+    fn fg(self, c: Color) -> Style {
+        if self.color {
+            Style::new().fg(c)
+        } else {
+            Style::new()
+        }
+    }
+
+    /// The selected row and the current tab.
+    pub fn selected(self) -> Style {
+        Style::new().add_modifier(Modifier::REVERSED)
+    }
+
+    pub fn header(self) -> Style {
+        Style::new().add_modifier(Modifier::BOLD)
+    }
+
+    pub fn label(self) -> Style {
+        self.fg(Color::Cyan)
+    }
+
+    pub fn good(self) -> Style {
+        self.fg(Color::Green)
+    }
+
+    /// Something wrong: red, or bold without colour.
+    pub fn bad(self) -> Style {
+        if self.color {
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+        } else {
+            Style::new().add_modifier(Modifier::BOLD)
+        }
+    }
+
+    pub fn warn(self) -> Style {
+        if self.color {
+            Style::new().fg(Color::Yellow)
+        } else {
+            Style::new().add_modifier(Modifier::BOLD)
+        }
+    }
+
+    pub fn dim(self) -> Style {
+        self.fg(Color::DarkGray)
+    }
+
+    pub fn key(self) -> Style {
+        if self.color {
+            Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)
+        } else {
+            Style::new().add_modifier(Modifier::BOLD)
+        }
+    }
+
+    /// The unreachable banner and confirmation questions.
+    pub fn alert(self) -> Style {
+        if self.color {
+            Style::new()
+                .fg(Color::White)
+                .bg(Color::Red)
+                .add_modifier(Modifier::BOLD)
+        } else {
+            Style::new().add_modifier(Modifier::REVERSED | Modifier::BOLD)
+        }
+    }
+}
+
+pub(super) fn put(buf: &mut Buffer, w: impl Widget, area: Rect) {
+    w.render(area, buf);
+}
+
+pub(super) fn put_stateful<W: StatefulWidget>(
+    buf: &mut Buffer,
+    w: W,
+    area: Rect,
+    state: &mut W::State,
+) {
+    w.render(area, buf, state);
+}
+
+/// A `label  value` line of the overview.
+pub(super) fn field<'a>(t: Theme, label: &'a str, value: Vec<Span<'a>>) -> Line<'a> {
+    let mut spans = vec![Span::styled(format!(" {label:<11} "), t.label())];
+    spans.extend(value);
+    Line::from(spans)
+}
+
+/// A right-aligned table cell (numbers).
+pub(super) fn right(s: String) -> Cell<'static> {
+    Cell::from(Line::from(s).alignment(Alignment::Right))
+}
+
+/// A column as wide as its widest item or header, at most `max`.
+pub(super) fn width_of<'a>(items: impl Iterator<Item = &'a str>, header: &str, max: usize) -> u16 {
+    items
+        .map(|s| s.chars().count())
+        .chain([header.chars().count()])
+        .max()
+        .unwrap_or(0)
+        .min(max) as u16
+}
+
+/// The last `width` values as one line of block characters, scaled so `max` is a full
+/// block (callers pass one `max` for a whole table so rows compare); all zero is a flat
+/// baseline.
+pub(super) fn sparkline(values: impl IntoIterator<Item = u64>, width: usize, max: u64) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let values: Vec<u64> = values.into_iter().collect();
+    let shown = &values[values.len().saturating_sub(width)..];
+    shown
+        .iter()
+        .map(|v| match (v.min(&max) * 7 + max / 2).checked_div(max) {
+            Some(level) => BARS[level as usize],
+            None => BARS[0],
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparklines() {
+        assert_eq!(sparkline([0, 0, 0], 10, 0), "▁▁▁");
+        assert_eq!(sparkline([0, 50, 100], 10, 100), "▁▅█");
+        assert_eq!(
+            sparkline([100, 0, 7], 2, 7),
+            "▁█",
+            "only the last `width` values"
+        );
+        assert_eq!(
+            sparkline([5, 200], 10, 100),
+            "▁█",
+            "one scale for the whole table"
+        );
+    }
+}
