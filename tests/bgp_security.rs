@@ -3,23 +3,20 @@
 //! kernel's own drop counters (`nstat`). BIRD runs in a router namespace, the speaker on a
 //! thread inside a speaker namespace, linked by a veth pair.
 //!
-//! The speaker gets its socket options from the appliance's `sockopt.rs`, compiled in here
-//! with `#[path]` so the test runs the code the appliance ships without a dependency cycle.
+//! The speaker gets its socket options from `sys::sockopt`, the implementation the appliance
+//! ships.
 //!
 //! Run as root: `cargo test -p bgp --test bgp_security -- --nocapture`.
 
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
 
-#[allow(dead_code)]
-#[path = "../appliance/src/sockopt.rs"]
-mod sockopt;
-
 use bgp::{Md5Key, PeerConfig, RouteAttrs, SpeakerConfig, State};
 use bgp_common::{Bird, Cmd, NsSpeaker, stdout, wait_for};
 use lab::netns::{Netns, require_program, require_root, veth};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use sys::sockopt;
 
 /// The status of the speaker's one peer.
 fn only_peer(sp: &NsSpeaker) -> bgp::PeerStatus {

@@ -3,7 +3,9 @@
 //! The control plane computes tables; the data plane executes them (see DESIGN.md).
 //! `config` turns a TOML file into a validated model; `wire` and `lb` are the pure
 //! packet core; `engine` runs it on the datapath's worker threads over the tables `control`
-//! publishes; `datapath` and `control` are the I/O around it.
+//! publishes; `datapath` and `control` are the I/O around it. The kernel interfaces that
+//! need `unsafe` live in the `sys` crate, so this one forbids it.
+#![forbid(unsafe_code)]
 
 pub mod config;
 pub mod control;
@@ -11,5 +13,4 @@ pub mod ctl;
 pub mod datapath;
 pub mod engine;
 pub mod lb;
-pub mod sockopt;
 pub mod trace;

@@ -2,7 +2,8 @@
 //! `TCP_MD5SIG` (RFC 2385 signatures) and `IP_MINTTL`/`IPV6_MINHOPCOUNT` (the receive check
 //! of GTSM, RFC 5082). `socket2`, `nix` and `rustix` expose neither, and the `bgp` crate
 //! forbids `unsafe`, so it asks for them through [`bgp::SocketOptions`] and this module
-//! answers with `setsockopt(2)`. The unsafe surface is two calls that pass a pointer to a
+//! answers with `setsockopt(2)` ([`KernelSocketOptions`], which the appliance and the BGP
+//! tests hand the speaker). The unsafe surface is two calls that pass a pointer to a
 //! plain `repr(C)` value and its size; every address and key is laid out in safe code.
 #![allow(unsafe_code)]
 

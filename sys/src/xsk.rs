@@ -1,10 +1,11 @@
-//! AF_XDP sockets, their UMEM and their four rings: the one place in Sluice with `unsafe`.
+//! AF_XDP sockets, their UMEM and their four rings, and the ethtool queries and `poll` the
+//! datapath makes on them.
 //!
 //! Each [`Xsk`] owns one socket bound to one interface queue and a private UMEM (so no other
 //! thread ever touches its rings or frames) and tracks which frames userspace owns in a free
 //! stack. A frame is always in exactly one place: the free stack, the fill ring, the rx ring,
 //! the tx ring or the completion ring; the worker moves it along and never forgets one, so a
-//! long run cannot leak frames. Everything above this module is safe Rust.
+//! long run cannot leak frames. The datapath above this module is safe Rust.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
@@ -12,7 +13,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 
-use libxdp_sys as sys;
+use libxdp_sys as xdp;
 
 /// Size of a UMEM chunk: one page, which holds a 1500-byte frame plus both headrooms.
 pub const FRAME_SIZE: u32 = 4096;
@@ -51,12 +52,12 @@ pub struct XskConfig {
 pub struct Xsk {
     // The rings are boxed because libxdp keeps pointers to them (the fill/comp pair between
     // UMEM and socket creation, rx/tx until the socket is deleted): they must not move.
-    fill: Box<sys::xsk_ring_prod>,
-    comp: Box<sys::xsk_ring_cons>,
-    rx: Box<sys::xsk_ring_cons>,
-    tx: Box<sys::xsk_ring_prod>,
-    socket: Option<NonNull<sys::xsk_socket>>,
-    umem: Option<NonNull<sys::xsk_umem>>,
+    fill: Box<xdp::xsk_ring_prod>,
+    comp: Box<xdp::xsk_ring_cons>,
+    rx: Box<xdp::xsk_ring_cons>,
+    tx: Box<xdp::xsk_ring_prod>,
+    socket: Option<NonNull<xdp::xsk_socket>>,
+    umem: Option<NonNull<xdp::xsk_umem>>,
     area: NonNull<u8>,
     area_len: usize,
     fd: RawFd,
@@ -93,27 +94,25 @@ impl Xsk {
     }
 
     fn create(cfg: &XskConfig, zero_copy: bool) -> io::Result<Xsk> {
-        let frames = cfg.frames as usize;
-        let area_len = frames
-            .checked_mul(FRAME_SIZE as usize)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "UMEM too large"))?;
-        // SAFETY: an anonymous private mapping with no address hint has no preconditions;
-        // the result is checked against MAP_FAILED before use.
-        let mem = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                area_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if mem == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+        let (area, area_len) = map_area(cfg.frames)?;
+        // From here on the mapping belongs to `xsk`: an error below unmaps it in Drop.
+        let mut xsk = Xsk::unbound(cfg, zero_copy, area, area_len);
+        let umem = xsk.create_umem(cfg)?;
+        xsk.create_socket(cfg, umem)?;
+        if cfg.busy_poll {
+            xsk.set_busy_poll()?;
         }
-        let area = NonNull::new(mem.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
-        let mut xsk = Xsk {
+        if !zero_copy {
+            xsk.raise_tx_budget();
+        }
+        xsk.refill();
+        Ok(xsk)
+    }
+
+    /// The value around a fresh UMEM area: every frame free, rings not yet mapped.
+    fn unbound(cfg: &XskConfig, zero_copy: bool, area: NonNull<u8>, area_len: usize) -> Xsk {
+        let frames = cfg.frames as usize;
+        Xsk {
             // SAFETY: the ring structs are plain C data (integers and pointers) for which
             // all-zero is the "not yet mapped" state libxdp expects to fill in.
             fill: Box::new(unsafe { std::mem::zeroed() }),
@@ -136,8 +135,12 @@ impl Xsk {
             tx_pending: 0,
             ring_size: cfg.ring_size,
             tx_budget: COPY_TX_BATCH,
-        };
-        let ucfg = sys::xsk_umem_config {
+        }
+    }
+
+    /// Registers the area as a UMEM with its fill and completion rings.
+    fn create_umem(&mut self, cfg: &XskConfig) -> io::Result<NonNull<xdp::xsk_umem>> {
+        let ucfg = xdp::xsk_umem_config {
             fill_size: cfg.ring_size,
             comp_size: cfg.ring_size,
             frame_size: FRAME_SIZE,
@@ -148,34 +151,36 @@ impl Xsk {
         // SAFETY: `area` is a live mapping of `area_len` bytes that outlives the UMEM (it is
         // unmapped in Drop after xsk_umem__delete); the ring pointers are boxed and stable.
         let rc = unsafe {
-            sys::xsk_umem__create(
+            xdp::xsk_umem__create(
                 &mut umem,
-                area.as_ptr().cast(),
-                area_len as u64,
-                &mut *xsk.fill,
-                &mut *xsk.comp,
+                self.area.as_ptr().cast(),
+                self.area_len as u64,
+                &mut *self.fill,
+                &mut *self.comp,
                 &ucfg,
             )
         };
         if rc != 0 {
             return Err(io::Error::from_raw_os_error(-rc));
         }
-        xsk.umem = NonNull::new(umem);
-        let umem = xsk
-            .umem
-            .ok_or_else(|| io::Error::other("xsk_umem__create returned null"))?;
+        self.umem = NonNull::new(umem);
+        self.umem
+            .ok_or_else(|| io::Error::other("xsk_umem__create returned null"))
+    }
 
-        let bind = sys::XDP_USE_NEED_WAKEUP
-            | if zero_copy {
-                sys::XDP_ZEROCOPY
+    /// Creates the socket on `umem`, bound to the configured queue with its rx and tx rings.
+    fn create_socket(&mut self, cfg: &XskConfig, umem: NonNull<xdp::xsk_umem>) -> io::Result<()> {
+        let bind = xdp::XDP_USE_NEED_WAKEUP
+            | if self.zero_copy {
+                xdp::XDP_ZEROCOPY
             } else {
-                sys::XDP_COPY
+                xdp::XDP_COPY
             };
-        let scfg = sys::xsk_socket_config {
+        let scfg = xdp::xsk_socket_config {
             rx_size: cfg.ring_size,
             tx_size: cfg.ring_size,
-            __bindgen_anon_1: sys::xsk_socket_config__bindgen_ty_1 {
-                libxdp_flags: sys::XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD,
+            __bindgen_anon_1: xdp::xsk_socket_config__bindgen_ty_1 {
+                libxdp_flags: xdp::XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD,
             },
             xdp_flags: 0,
             bind_flags: bind as u16,
@@ -186,43 +191,36 @@ impl Xsk {
         // SAFETY: `umem` is the live UMEM created above; the name is a valid C string; the
         // rx/tx ring structs are boxed, so libxdp's pointers to them stay valid until Drop.
         let rc = unsafe {
-            sys::xsk_socket__create(
+            xdp::xsk_socket__create(
                 &mut socket,
                 ifname.as_ptr(),
                 cfg.queue,
                 umem.as_ptr(),
-                &mut *xsk.rx,
-                &mut *xsk.tx,
+                &mut *self.rx,
+                &mut *self.tx,
                 &scfg,
             )
         };
         if rc != 0 {
             return Err(io::Error::from_raw_os_error(-rc));
         }
-        xsk.socket = NonNull::new(socket);
-        let socket = xsk
+        self.socket = NonNull::new(socket);
+        let socket = self
             .socket
             .ok_or_else(|| io::Error::other("xsk_socket__create returned null"))?;
         // SAFETY: `socket` is the live socket created above.
-        xsk.fd = unsafe { sys::xsk_socket__fd(socket.as_ptr()) };
-        if xsk.fd < 0 {
+        self.fd = unsafe { xdp::xsk_socket__fd(socket.as_ptr()) };
+        if self.fd < 0 {
             return Err(io::Error::other("AF_XDP socket has no file descriptor"));
         }
-        if cfg.busy_poll {
-            xsk.set_busy_poll()?;
-        }
-        if !zero_copy {
-            xsk.raise_tx_budget();
-        }
-        xsk.refill();
-        Ok(xsk)
+        Ok(())
     }
 
     /// Lets one copy-mode kick transmit a whole tx ring instead of 32 frames
-    /// (`XDP_MAX_TX_SKB_BUDGET`, Linux 6.17+): measured on veth, the 32-frame budget made
-    /// every other `sendto` of a busy worker return EAGAIN and cost a second syscall.
+    /// (`XDP_MAX_TX_SKB_BUDGET`, Linux 6.17+): with the 32-frame budget a busy worker's
+    /// `sendto` returns EAGAIN every other time on veth and costs a second syscall.
     /// Older kernels refuse the option; the socket then keeps the default and `flush`
-    /// kicks once per 32 frames as before.
+    /// kicks once per 32 frames.
     fn raise_tx_budget(&mut self) {
         const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
         let budget: u32 = self.ring_size;
@@ -290,34 +288,34 @@ impl Xsk {
             return;
         }
         // SAFETY: the fill ring was mapped by xsk_umem__create and only this value uses it.
-        let room = unsafe { sys::xsk_prod_nb_free(&mut *self.fill, spare) }.min(spare);
+        let room = unsafe { xdp::xsk_prod_nb_free(&mut *self.fill, spare) }.min(spare);
         if room == 0 {
             return;
         }
         let mut idx = 0;
         // SAFETY: as above; `room` slots are free, so the reservation succeeds whole.
-        let n = unsafe { sys::xsk_ring_prod__reserve(&mut *self.fill, room, &mut idx) };
+        let n = unsafe { xdp::xsk_ring_prod__reserve(&mut *self.fill, room, &mut idx) };
         if n == 0 {
             return;
         }
         for i in 0..n {
             let Some(addr) = self.free.pop() else { break };
             // SAFETY: `idx + i` is inside the `n` slots reserved above.
-            unsafe { *sys::xsk_ring_prod__fill_addr(&mut *self.fill, idx.wrapping_add(i)) = addr };
+            unsafe { *xdp::xsk_ring_prod__fill_addr(&mut *self.fill, idx.wrapping_add(i)) = addr };
         }
         // SAFETY: publishes exactly the `n` slots reserved and written above.
-        unsafe { sys::xsk_ring_prod__submit(&mut *self.fill, n) };
+        unsafe { xdp::xsk_ring_prod__submit(&mut *self.fill, n) };
     }
 
     /// Takes up to `out.len()` received frames off the rx ring.
     pub fn recv(&mut self, out: &mut [Desc]) -> usize {
         let mut idx = 0;
         // SAFETY: the rx ring was mapped by xsk_socket__create and only this value uses it.
-        let n = unsafe { sys::xsk_ring_cons__peek(&mut *self.rx, out.len() as u32, &mut idx) };
+        let n = unsafe { xdp::xsk_ring_cons__peek(&mut *self.rx, out.len() as u32, &mut idx) };
         for (i, d) in out.iter_mut().take(n as usize).enumerate() {
             // SAFETY: `idx + i` is inside the `n` entries peeked above.
             let desc =
-                unsafe { &*sys::xsk_ring_cons__rx_desc(&*self.rx, idx.wrapping_add(i as u32)) };
+                unsafe { &*xdp::xsk_ring_cons__rx_desc(&*self.rx, idx.wrapping_add(i as u32)) };
             *d = Desc {
                 addr: desc.addr,
                 len: desc.len,
@@ -325,7 +323,7 @@ impl Xsk {
         }
         if n > 0 {
             // SAFETY: releases exactly the entries peeked above, whose contents we copied.
-            unsafe { sys::xsk_ring_cons__release(&mut *self.rx, n) };
+            unsafe { xdp::xsk_ring_cons__release(&mut *self.rx, n) };
         }
         n as usize
     }
@@ -334,15 +332,15 @@ impl Xsk {
     pub fn complete(&mut self) -> usize {
         let mut idx = 0;
         // SAFETY: the completion ring was mapped by xsk_umem__create; only we consume it.
-        let n = unsafe { sys::xsk_ring_cons__peek(&mut *self.comp, self.ring_size, &mut idx) };
+        let n = unsafe { xdp::xsk_ring_cons__peek(&mut *self.comp, self.ring_size, &mut idx) };
         for i in 0..n {
             // SAFETY: `idx + i` is inside the `n` entries peeked above.
-            let addr = unsafe { *sys::xsk_ring_cons__comp_addr(&*self.comp, idx.wrapping_add(i)) };
+            let addr = unsafe { *xdp::xsk_ring_cons__comp_addr(&*self.comp, idx.wrapping_add(i)) };
             self.free.push(chunk_of(addr));
         }
         if n > 0 {
             // SAFETY: releases exactly the entries peeked above.
-            unsafe { sys::xsk_ring_cons__release(&mut *self.comp, n) };
+            unsafe { xdp::xsk_ring_cons__release(&mut *self.comp, n) };
         }
         n as usize
     }
@@ -364,11 +362,11 @@ impl Xsk {
     fn reserve_tx(&mut self, d: Desc) -> bool {
         let mut idx = 0;
         // SAFETY: the tx ring was mapped by xsk_socket__create and only this value uses it.
-        if unsafe { sys::xsk_ring_prod__reserve(&mut *self.tx, 1, &mut idx) } != 1 {
+        if unsafe { xdp::xsk_ring_prod__reserve(&mut *self.tx, 1, &mut idx) } != 1 {
             return false;
         }
         // SAFETY: `idx` is the slot reserved above.
-        let slot = unsafe { &mut *sys::xsk_ring_prod__tx_desc(&mut *self.tx, idx) };
+        let slot = unsafe { &mut *xdp::xsk_ring_prod__tx_desc(&mut *self.tx, idx) };
         slot.addr = d.addr;
         slot.len = d.len;
         slot.options = 0;
@@ -379,7 +377,7 @@ impl Xsk {
     fn publish_tx(&mut self) {
         if self.tx_pending > 0 {
             // SAFETY: publishes exactly the slots reserved and written by `reserve_tx`.
-            unsafe { sys::xsk_ring_prod__submit(&mut *self.tx, self.tx_pending) };
+            unsafe { xdp::xsk_ring_prod__submit(&mut *self.tx, self.tx_pending) };
             self.tx_pending = 0;
         }
     }
@@ -394,7 +392,7 @@ impl Xsk {
         // (link down, or a zero-copy driver that completes asynchronously).
         for _ in 0..self.ring_size / self.tx_budget + 1 {
             // SAFETY: reads the flags word of our mapped tx ring.
-            if waiting == 0 || unsafe { sys::xsk_ring_prod__needs_wakeup(&*self.tx) } == 0 {
+            if waiting == 0 || unsafe { xdp::xsk_ring_prod__needs_wakeup(&*self.tx) } == 0 {
                 break;
             }
             self.kick();
@@ -413,7 +411,7 @@ impl Xsk {
     fn tx_waiting(&mut self) -> u32 {
         // SAFETY: the tx ring is ours; asking for the whole ring refreshes the cached
         // consumer index from the kernel.
-        let free = unsafe { sys::xsk_prod_nb_free(&mut *self.tx, self.ring_size) };
+        let free = unsafe { xdp::xsk_prod_nb_free(&mut *self.tx, self.ring_size) };
         self.ring_size.saturating_sub(free)
     }
 
@@ -470,6 +468,30 @@ impl Xsk {
     }
 }
 
+/// Maps an anonymous, populated area of `frames` UMEM chunks; the caller unmaps it.
+fn map_area(frames: u32) -> io::Result<(NonNull<u8>, usize)> {
+    let area_len = (frames as usize)
+        .checked_mul(FRAME_SIZE as usize)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "UMEM too large"))?;
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions;
+    // the result is checked against MAP_FAILED before use.
+    let mem = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            area_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        )
+    };
+    if mem == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let area = NonNull::new(mem.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+    Ok((area, area_len))
+}
+
 /// The chunk base of any address inside it (aligned mode: chunks are FRAME_SIZE apart).
 pub fn chunk_of(addr: u64) -> u64 {
     addr & !(FRAME_SIZE as u64 - 1)
@@ -479,13 +501,13 @@ impl Drop for Xsk {
     fn drop(&mut self) {
         if let Some(s) = self.socket.take() {
             // SAFETY: the socket was created by xsk_socket__create and is deleted once.
-            unsafe { sys::xsk_socket__delete(s.as_ptr()) };
+            unsafe { xdp::xsk_socket__delete(s.as_ptr()) };
         }
         if let Some(u) = self.umem.take() {
             // SAFETY: its only socket is gone, so the UMEM has no users left.
-            unsafe { sys::xsk_umem__delete(u.as_ptr()) };
+            unsafe { xdp::xsk_umem__delete(u.as_ptr()) };
         }
-        // SAFETY: unmaps exactly the region mapped in `create`, after the kernel objects
+        // SAFETY: unmaps exactly the region `map_area` mapped, after the kernel objects
         // that referenced it have been released.
         unsafe { libc::munmap(self.area.as_ptr().cast(), self.area_len) };
     }
@@ -509,16 +531,16 @@ pub struct KernelStats {
 /// Reads `XDP_STATISTICS` from an AF_XDP socket.
 pub fn kernel_stats(fd: RawFd) -> io::Result<KernelStats> {
     // SAFETY: xdp_statistics is plain integers; all-zero is a valid value.
-    let mut st: sys::xdp_statistics = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<sys::xdp_statistics>() as libc::socklen_t;
+    let mut st: xdp::xdp_statistics = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<xdp::xdp_statistics>() as libc::socklen_t;
     // SAFETY: `st` is a live, writable xdp_statistics and `len` holds its size; the kernel
     // writes at most `len` bytes.
     let rc = unsafe {
         libc::getsockopt(
             fd,
             libc::SOL_XDP,
-            sys::XDP_STATISTICS as libc::c_int,
-            (&mut st as *mut sys::xdp_statistics).cast(),
+            xdp::XDP_STATISTICS as libc::c_int,
+            (&mut st as *mut xdp::xdp_statistics).cast(),
             &mut len,
         )
     };

@@ -12,7 +12,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, Community, Config};
 use crate::lb::Tables;
-use crate::sockopt::KernelSocketOptions;
+use sys::sockopt::KernelSocketOptions;
 
 /// The speaker configuration for `[bgp]`.
 pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {

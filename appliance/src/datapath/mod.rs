@@ -24,12 +24,13 @@ pub mod frame;
 pub mod neigh;
 pub mod steer;
 mod worker;
-mod xsk;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+
+use sys::xsk;
 
 pub use frame::{Frame, FrameHandler, HEADROOM};
 pub use steer::{AttachMode, Proto, ReturnKey, SteerCounters, VipKey};

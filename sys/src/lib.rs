@@ -1,0 +1,14 @@
+//! The only crate in Sluice with `unsafe`: the kernel interfaces no safe Rust API offers.
+//!
+//! [`xsk`] is AF_XDP: a socket's UMEM (an mmap'd area the kernel DMAs frames into), its four
+//! rings shared with the kernel, and the few ioctls and socket options around them. [`sockopt`]
+//! is the BGP speaker's session security (`TCP_MD5SIG`, `IP_MINTTL`, `IPV6_MINHOPCOUNT`).
+//! Everything else in the workspace is `#![forbid(unsafe_code)]` and reaches the kernel
+//! through these safe functions or through maintained crates (libbpf-rs, rtnetlink, nix).
+//! Each module opts in with `#![allow(unsafe_code)]`, and every `unsafe` block carries a
+//! `// SAFETY:` line saying why it holds (clippy's `undocumented_unsafe_blocks` checks that
+//! the line is there).
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod sockopt;
+pub mod xsk;
