@@ -14,10 +14,10 @@ use std::thread;
 use std::time::Duration;
 
 use lab::netns::{Netns, require_program, require_root, veth};
-use sluice::config::model::XdpMode;
+use sluice::config::model::{Protocol, XdpMode};
 use sluice::datapath::neigh::Resolver;
 use sluice::datapath::{
-    Datapath, DatapathConfig, DatapathStats, Frame, FrameHandler, Proto, ReturnKey, VipKey,
+    Datapath, DatapathConfig, DatapathStats, Frame, FrameHandler, ReturnKey, VipKey,
 };
 use sluice::lb::{DropReason, Verdict};
 
@@ -310,12 +310,12 @@ fn run_datapath(
                     VipKey {
                         addr,
                         port: TCP_PORT,
-                        proto: Proto::Tcp,
+                        proto: Protocol::Tcp,
                     },
                     VipKey {
                         addr,
                         port: UDP_PORT,
-                        proto: Proto::Udp,
+                        proto: Protocol::Udp,
                     },
                 ]
             })
@@ -327,12 +327,12 @@ fn run_datapath(
                     ReturnKey::Backend {
                         addr,
                         port: TCP_PORT,
-                        proto: Proto::Tcp,
+                        proto: Protocol::Tcp,
                     },
                     ReturnKey::Backend {
                         addr,
                         port: UDP_PORT,
-                        proto: Proto::Udp,
+                        proto: Protocol::Udp,
                     },
                 ]
             })

@@ -407,10 +407,11 @@ mod traffic {
 
     use super::enter;
     use lab::netns::{Netns, require_program, require_root, veth};
+    use sluice::config::Protocol;
     use sluice::config::{BackendState, Config};
     use sluice::control::cache::{after_commit, stats};
     use sluice::datapath::flowcache::FlowCache;
-    use sluice::datapath::{Datapath, DatapathConfig, Proto, ReturnKey, VipKey};
+    use sluice::datapath::{Datapath, DatapathConfig, ReturnKey, VipKey};
     use sluice::engine::{CounterSnapshot, LbHandler, Published};
     use sluice::lb::{NextHop, Tables};
     use wire::MacAddr;
@@ -682,7 +683,7 @@ state = "{}"
         dp.set_vips(&[VipKey {
             addr: VIP.into(),
             port: PORT,
-            proto: Proto::Udp,
+            proto: Protocol::Udp,
         }])
         .expect("vips");
         let ret: Vec<ReturnKey> = BACKENDS
@@ -690,7 +691,7 @@ state = "{}"
             .map(|b| ReturnKey::Backend {
                 addr: (*b).into(),
                 port: PORT,
-                proto: Proto::Udp,
+                proto: Protocol::Udp,
             })
             .collect();
         dp.set_return_keys(&ret).expect("return keys");

@@ -6,8 +6,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lab::netns::require_root;
+use sluice::config::Protocol;
 use sluice::datapath::steer::Steer;
-use sluice::datapath::{Proto, ReturnKey, VipKey};
+use sluice::datapath::{ReturnKey, VipKey};
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 const CLIENT4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
@@ -87,17 +88,17 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
             VipKey {
                 addr: IpAddr::V4(VIP4),
                 port: 80,
-                proto: Proto::Tcp,
+                proto: Protocol::Tcp,
             },
             VipKey {
                 addr: IpAddr::V4(VIP4),
                 port: 0,
-                proto: Proto::Udp,
+                proto: Protocol::Udp,
             },
             VipKey {
                 addr: IpAddr::V6(vip6()),
                 port: 443,
-                proto: Proto::Tcp,
+                proto: Protocol::Tcp,
             },
         ])
         .expect("vips");
@@ -106,12 +107,12 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
             ReturnKey::Backend {
                 addr: IpAddr::V4(BACKEND4),
                 port: 8080,
-                proto: Proto::Tcp,
+                proto: Protocol::Tcp,
             },
             ReturnKey::Local {
                 addr: IpAddr::V4(SNAT4),
                 port: 0,
-                proto: Proto::Tcp,
+                proto: Protocol::Tcp,
             },
         ])
         .expect("return keys");
@@ -282,7 +283,7 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
         .set_vips(&[VipKey {
             addr: IpAddr::V4(VIP4),
             port: 80,
-            proto: Proto::Tcp,
+            proto: Protocol::Tcp,
         }])
         .expect("vips again");
     assert!(
@@ -303,7 +304,7 @@ fn a_vip_set_that_does_not_fit_changes_nothing() {
     let web = VipKey {
         addr: IpAddr::V4(VIP4),
         port: 80,
-        proto: Proto::Tcp,
+        proto: Protocol::Tcp,
     };
     steer.set_vips(&[web]).expect("one vip");
     // 40 000 addresses need 80 000 keys (each with its address-only twin): more than the
@@ -312,7 +313,7 @@ fn a_vip_set_that_does_not_fit_changes_nothing() {
         .map(|i| VipKey {
             addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)),
             port: 80,
-            proto: Proto::Tcp,
+            proto: Protocol::Tcp,
         })
         .collect();
     let e = steer.set_vips(&too_many).expect_err("cannot fit");

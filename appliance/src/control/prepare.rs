@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::shared::Override;
-use crate::config::{self, Backend, Config, Mode, Protocol, Vip};
-use crate::datapath::{Proto, ReturnKey, VipKey};
+use crate::config::{self, Backend, Config, Mode, Vip};
+use crate::datapath::{ReturnKey, VipKey};
 use crate::engine::BackendId;
 use crate::lb::{self, TableError, Tables};
 
@@ -135,13 +135,6 @@ fn healthy(config: &Config, health: &HashMap<BackendId, bool>, v: &Vip, b: &Back
         .unwrap_or(check.initial == config::InitialHealth::Up)
 }
 
-fn proto(p: Protocol) -> Proto {
-    match p {
-        Protocol::Tcp => Proto::Tcp,
-        Protocol::Udp => Proto::Udp,
-    }
-}
-
 /// What the XDP program must steer to the engine for `config`.
 pub fn steering(config: &Config) -> Steering {
     let mut vips = Vec::new();
@@ -150,7 +143,7 @@ pub fn steering(config: &Config) -> Steering {
         vips.push(VipKey {
             addr: v.address,
             port: v.port,
-            proto: proto(v.protocol),
+            proto: v.protocol,
         });
         match v.mode {
             Mode::Nat => {
@@ -158,7 +151,7 @@ pub fn steering(config: &Config) -> Steering {
                     ret.push(ReturnKey::Backend {
                         addr: b.address,
                         port: b.port,
-                        proto: proto(v.protocol),
+                        proto: v.protocol,
                     });
                 }
             }
@@ -167,7 +160,7 @@ pub fn steering(config: &Config) -> Steering {
                     ret.push(ReturnKey::Local {
                         addr: *a,
                         port: 0,
-                        proto: proto(v.protocol),
+                        proto: v.protocol,
                     });
                 }
             }

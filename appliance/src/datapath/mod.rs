@@ -19,6 +19,8 @@
 //!           copy into w's socket on the egress interface) | Drop -> free stack -> fill ring
 //! ```
 
+mod abi;
+mod error;
 pub mod flowcache;
 pub mod frame;
 pub mod neigh;
@@ -32,8 +34,9 @@ use std::thread::JoinHandle;
 
 use sys::xsk;
 
+pub use error::{DatapathError, SettingsError};
 pub use frame::{Frame, FrameHandler, HEADROOM};
-pub use steer::{AttachMode, Proto, ReturnKey, SteerCounters, VipKey};
+pub use steer::{AttachMode, ReturnKey, SteerCounters, VipKey};
 pub use worker::monotonic_ns;
 
 use crate::config::model::{Appliance, XdpMode};
@@ -70,49 +73,6 @@ impl From<&Appliance> for DatapathConfig {
             ring_size: a.ring_size,
         }
     }
-}
-
-/// Why the datapath could not start or change.
-#[derive(Debug, thiserror::Error)]
-pub enum DatapathError {
-    /// A configured interface does not exist.
-    #[error("interface {0} does not exist (check [appliance] interfaces and `ip link`)")]
-    InterfaceMissing(String),
-    /// The settings cannot work.
-    #[error("invalid datapath settings: {0}")]
-    Config(String),
-    /// Missing privileges.
-    #[error("not permitted: {0} (run as root, or with CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW)")]
-    NotPermitted(String),
-    /// The kernel refused to attach the steering program.
-    #[error("cannot attach XDP ({mode}) to {interface}: {reason}")]
-    XdpAttach {
-        /// Interface name.
-        interface: String,
-        /// Attach mode tried.
-        mode: String,
-        /// The kernel's answer.
-        reason: String,
-    },
-    /// The kernel has no AF_XDP (CONFIG_XDP_SOCKETS off).
-    #[error("AF_XDP sockets are not supported by this kernel (CONFIG_XDP_SOCKETS): {0}")]
-    AfXdpUnsupported(String),
-    /// Creating or binding an AF_XDP socket failed.
-    #[error("cannot create AF_XDP socket on {interface} queue {queue}: {reason}")]
-    Socket {
-        /// Interface name.
-        interface: String,
-        /// Queue index.
-        queue: u32,
-        /// What went wrong.
-        reason: String,
-    },
-    /// Loading the program or editing its maps failed.
-    #[error("BPF: {0}")]
-    Bpf(String),
-    /// A worker thread could not be started.
-    #[error("cannot start worker thread: {0}")]
-    Thread(String),
 }
 
 /// One datapath interface as it ended up configured.
@@ -222,47 +182,41 @@ pub fn host_addresses() -> Vec<IpAddr> {
 
 fn socket_err(ifname: &str, queue: u32, e: std::io::Error) -> DatapathError {
     match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            DatapathError::NotPermitted(format!("AF_XDP socket on {ifname} queue {queue}: {e}"))
-        }
-        Some(libc::EAFNOSUPPORT) => DatapathError::AfXdpUnsupported(e.to_string()),
+        Some(libc::EPERM) | Some(libc::EACCES) => DatapathError::SocketNotPermitted {
+            interface: ifname.to_string(),
+            queue,
+            source: e,
+        },
+        Some(libc::EAFNOSUPPORT) => DatapathError::AfXdpUnsupported(e),
         _ => DatapathError::Socket {
             interface: ifname.to_string(),
             queue,
-            reason: e.to_string(),
+            source: e,
         },
     }
 }
 
-fn validate(cfg: &DatapathConfig) -> Result<(), DatapathError> {
+fn validate(cfg: &DatapathConfig) -> Result<(), SettingsError> {
+    const MAX_UMEM_FRAMES: u32 = 1 << 20;
     if cfg.interfaces.is_empty() {
-        return Err(DatapathError::Config("no interfaces".into()));
+        return Err(SettingsError::NoInterfaces);
     }
     if cfg.interfaces.len() > MAX_INTERFACES as usize {
-        return Err(DatapathError::Config(format!(
-            "{} interfaces; at most {MAX_INTERFACES}",
-            cfg.interfaces.len()
-        )));
+        return Err(SettingsError::TooManyInterfaces(cfg.interfaces.len()));
     }
     if !cfg.ring_size.is_power_of_two() || cfg.ring_size < 64 {
-        return Err(DatapathError::Config(format!(
-            "ring_size {} must be a power of two of at least 64",
-            cfg.ring_size
-        )));
+        return Err(SettingsError::RingSize(cfg.ring_size));
     }
-    if cfg.umem_frames < cfg.ring_size || cfg.umem_frames > 1 << 20 {
-        return Err(DatapathError::Config(format!(
-            "umem_frames {} must be between ring_size ({}) and {}",
-            cfg.umem_frames,
-            cfg.ring_size,
-            1 << 20
-        )));
+    if cfg.umem_frames < cfg.ring_size || cfg.umem_frames > MAX_UMEM_FRAMES {
+        return Err(SettingsError::UmemFrames {
+            frames: cfg.umem_frames,
+            ring_size: cfg.ring_size,
+            max: MAX_UMEM_FRAMES,
+        });
     }
     for (i, name) in cfg.interfaces.iter().enumerate() {
         if cfg.interfaces[..i].contains(name) {
-            return Err(DatapathError::Config(format!(
-                "interface {name} listed twice"
-            )));
+            return Err(SettingsError::DuplicateInterface(name.clone()));
         }
     }
     Ok(())
@@ -482,7 +436,7 @@ impl Datapath {
                     }
                     worker.run();
                 })
-                .map_err(|e| DatapathError::Thread(e.to_string()))?;
+                .map_err(DatapathError::Thread)?;
             self.workers.push(handle);
             self.counters.push(counters);
         }
@@ -639,8 +593,7 @@ mod tests {
             },
         ];
         for c in bad {
-            let e = validate(&c).expect_err("must be refused");
-            assert!(matches!(e, DatapathError::Config(_)), "{e}");
+            validate(&c).expect_err("must be refused");
         }
     }
 
@@ -653,7 +606,10 @@ mod tests {
     #[test]
     fn socket_errors_say_what_to_fix() {
         let e = |errno| socket_err("eth0", 3, std::io::Error::from_raw_os_error(errno));
-        assert!(matches!(e(libc::EPERM), DatapathError::NotPermitted(_)));
+        assert!(matches!(
+            e(libc::EPERM),
+            DatapathError::SocketNotPermitted { .. }
+        ));
         assert!(matches!(
             e(libc::EAFNOSUPPORT),
             DatapathError::AfXdpUnsupported(_)

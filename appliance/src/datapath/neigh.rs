@@ -42,9 +42,27 @@ pub struct Neighbor {
 /// Why a destination could not be resolved.
 #[derive(Debug, thiserror::Error)]
 pub enum NeighError {
-    /// Talking to the kernel failed.
-    #[error("rtnetlink: {0}")]
-    Netlink(String),
+    /// The rtnetlink socket could not be opened.
+    #[error("cannot open an rtnetlink socket: {0} (the kernel must have NETLINK_ROUTE)")]
+    Socket(#[source] std::io::Error),
+    /// A request to the kernel failed.
+    #[error("rtnetlink: {request}: {source}")]
+    Netlink {
+        /// What was asked ("route lookup", "link lookup", "neighbour dump").
+        request: &'static str,
+        /// rtnetlink's error.
+        #[source]
+        source: rtnetlink::Error,
+    },
+    /// The route query for a destination could not be built.
+    #[error("cannot ask the kernel for a route to {dst}: {source}")]
+    RouteQuery {
+        /// Destination asked for.
+        dst: IpAddr,
+        /// rtnetlink's reason.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The kernel has no route.
     #[error("no route to {0}")]
     NoRoute(IpAddr),
@@ -68,8 +86,9 @@ pub enum NeighError {
     },
 }
 
-fn nl(e: impl std::fmt::Display) -> NeighError {
-    NeighError::Netlink(e.to_string())
+/// Wraps rtnetlink's error for `request`.
+fn nl(request: &'static str) -> impl FnOnce(rtnetlink::Error) -> NeighError {
+    move |source| NeighError::Netlink { request, source }
 }
 
 /// A route and neighbour resolver over one rtnetlink connection.
@@ -86,7 +105,7 @@ const DISCARD_PORT: u16 = 9;
 impl Resolver {
     /// Opens an rtnetlink connection, driven by a task on the current tokio runtime.
     pub fn new() -> Result<Resolver, NeighError> {
-        let (conn, handle, _) = rtnetlink::new_connection().map_err(nl)?;
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(NeighError::Socket)?;
         tokio::spawn(conn);
         Ok(Resolver {
             handle,
@@ -160,7 +179,10 @@ impl Resolver {
         let full = if dst.is_ipv4() { 32 } else { 128 };
         let msg = RouteMessageBuilder::<IpAddr>::new()
             .destination_prefix(dst, full)
-            .map_err(nl)?
+            .map_err(|e| NeighError::RouteQuery {
+                dst,
+                source: Box::new(e),
+            })?
             .build();
         let mut routes = self.handle.route().get(msg).execute();
         match routes.try_next().await {
@@ -168,13 +190,13 @@ impl Resolver {
             Ok(None) => Err(NeighError::NoRoute(dst)),
             // ENETUNREACH and friends: the kernel's "no route".
             Err(rtnetlink::Error::NetlinkError(_)) => Err(NeighError::NoRoute(dst)),
-            Err(e) => Err(nl(e)),
+            Err(e) => Err(nl("route lookup")(e)),
         }
     }
 
     async fn link_mac(&self, ifindex: u32) -> Result<Option<[u8; 6]>, NeighError> {
         let mut links = self.handle.link().get().match_index(ifindex).execute();
-        while let Some(link) = links.try_next().await.map_err(nl)? {
+        while let Some(link) = links.try_next().await.map_err(nl("link lookup"))? {
             for a in link.attributes {
                 if let LinkAttribute::Address(mac) = a {
                     return Ok(mac.as_slice().try_into().ok());
@@ -187,7 +209,7 @@ impl Resolver {
     /// A usable MAC for `addr` on `ifindex` from the kernel's neighbour table.
     async fn neighbour(&self, ifindex: u32, addr: IpAddr) -> Result<Option<[u8; 6]>, NeighError> {
         let mut entries = self.handle.neighbours().get().execute();
-        while let Some(m) = entries.try_next().await.map_err(nl)? {
+        while let Some(m) = entries.try_next().await.map_err(nl("neighbour dump"))? {
             if m.header.ifindex != ifindex || !usable(m.header.state) {
                 continue;
             }
@@ -330,7 +352,7 @@ pub fn watch() -> Result<tokio::sync::mpsc::Receiver<NetChange>, NeighError> {
         MulticastGroup::Ipv4Route,
         MulticastGroup::Ipv6Route,
     ])
-    .map_err(nl)?;
+    .map_err(NeighError::Socket)?;
     tokio::spawn(conn);
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     tokio::spawn(async move {

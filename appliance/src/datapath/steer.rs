@@ -13,8 +13,9 @@ use std::os::fd::{AsFd, RawFd};
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
 use super::DatapathError;
+use super::abi::{steer_key, xdp_md};
 use super::flowcache::{self, FlowCache};
-use crate::config::model::XdpMode;
+use crate::config::model::{Protocol, XdpMode};
 
 /// The object clang built from bpf/steer.bpf.c (see build.rs).
 static STEER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o"));
@@ -32,33 +33,6 @@ const KIND_LOCAL: u8 = 2;
 const KIND_HOST: u8 = 3;
 const KIND_ADDR: u8 = 0x80;
 
-/// Transport protocol of a steering key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Proto {
-    /// TCP (6).
-    Tcp,
-    /// UDP (17).
-    Udp,
-}
-
-impl Proto {
-    fn number(self) -> u8 {
-        match self {
-            Proto::Tcp => 6,
-            Proto::Udp => 17,
-        }
-    }
-}
-
-impl From<crate::config::model::Protocol> for Proto {
-    fn from(p: crate::config::model::Protocol) -> Self {
-        match p {
-            crate::config::model::Protocol::Tcp => Proto::Tcp,
-            crate::config::model::Protocol::Udp => Proto::Udp,
-        }
-    }
-}
-
 /// A virtual service: frames to `addr:port/proto` are steered (port 0 = every port). ICMP
 /// and later fragments to `addr` are steered too, since they carry no ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,7 +42,7 @@ pub struct VipKey {
     /// Destination port; 0 for every port.
     pub port: u16,
     /// Transport protocol.
-    pub proto: Proto,
+    pub proto: Protocol,
 }
 
 /// Return traffic the engine owns.
@@ -81,7 +55,7 @@ pub enum ReturnKey {
         /// Backend port; 0 for every port.
         port: u16,
         /// Transport protocol.
-        proto: Proto,
+        proto: Protocol,
     },
     /// FullNAT: replies to one of our SNAT addresses (matched on the destination).
     Local {
@@ -90,11 +64,12 @@ pub enum ReturnKey {
         /// Port; 0 for every port (the usual case: SNAT ports come from a range).
         port: u16,
         /// Transport protocol.
-        proto: Proto,
+        proto: Protocol,
     },
 }
 
-/// The BPF map key; must match `struct steer_key` in steer.bpf.c byte for byte.
+/// A key of the `steer_keys` map (steer.bpf.c `struct steer_key`, laid out by
+/// [`SteerKey::bytes`] from the generated mirror).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct SteerKey {
     addr: [u8; 16],
@@ -124,22 +99,24 @@ impl SteerKey {
     }
 
     /// The key and its address-only twin (for frames without ports).
-    fn pair(addr: IpAddr, port: u16, proto: Proto, kind: u8) -> [SteerKey; 2] {
+    fn pair(addr: IpAddr, port: u16, proto: Protocol, kind: u8) -> [SteerKey; 2] {
         [
             SteerKey::new(addr, port, proto.number(), kind),
             SteerKey::new(addr, 0, 0, kind | KIND_ADDR),
         ]
     }
 
-    fn bytes(&self) -> [u8; 24] {
-        let mut b = [0u8; 24];
-        b[..16].copy_from_slice(&self.addr);
-        // The program compares the port as the packet carries it: network order.
-        b[16..18].copy_from_slice(&self.port.to_be_bytes());
-        b[18] = self.proto;
-        b[19] = self.kind;
-        b[20] = self.family;
-        b
+    fn bytes(&self) -> [u8; steer_key::LEN] {
+        steer_key {
+            addr: self.addr,
+            // The program compares the port as the packet carries it: network order.
+            port: self.port.to_be(),
+            proto: self.proto,
+            kind: self.kind,
+            family: self.family,
+            ..Default::default()
+        }
+        .to_bytes()
     }
 }
 
@@ -198,16 +175,23 @@ impl std::fmt::Debug for Steer {
     }
 }
 
-/// Maps a libbpf error to ours, singling out missing privileges (EPERM from bpf()).
-fn bpf_err(what: &str, e: libbpf_rs::Error) -> DatapathError {
-    let msg = e.to_string();
-    if matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied)
-        || msg.contains("Operation not permitted")
-    {
-        return DatapathError::NotPermitted(format!("{what}: {msg}"));
-    }
-    DatapathError::Bpf(format!("{what}: {msg}"))
+/// True when libbpf's error is missing privileges (EPERM from bpf() or netlink).
+fn not_permitted(e: &libbpf_rs::Error) -> bool {
+    matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied)
+        || e.to_string().contains("Operation not permitted")
 }
+
+/// Maps a libbpf error to ours, singling out missing privileges.
+pub(super) fn bpf_err(what: &'static str, source: libbpf_rs::Error) -> DatapathError {
+    if not_permitted(&source) {
+        DatapathError::NotPermitted { what, source }
+    } else {
+        DatapathError::Bpf { what, source }
+    }
+}
+
+/// What the steering object is called in errors.
+const OBJECT: &str = "steering";
 
 impl Steer {
     /// Loads the program and its maps into the kernel (nothing is attached yet), without
@@ -253,20 +237,28 @@ impl Steer {
         })
     }
 
-    fn map(&self, name: &str) -> Result<libbpf_rs::Map<'_>, DatapathError> {
+    fn map(&self, name: &'static str) -> Result<libbpf_rs::Map<'_>, DatapathError> {
         self.obj
             .maps()
             .find(|m| m.name() == std::ffi::OsStr::new(name))
-            .ok_or_else(|| DatapathError::Bpf(format!("steering program has no map {name}")))
+            .ok_or(DatapathError::MissingMap {
+                object: OBJECT,
+                map: name,
+            })
     }
 
     fn prog(&self) -> Result<libbpf_rs::Program<'_>, DatapathError> {
         self.obj
             .progs()
             .find(|p| p.name() == std::ffi::OsStr::new(PROG_NAME))
-            .ok_or_else(|| {
-                DatapathError::Bpf(format!("steering object has no program {PROG_NAME}"))
-            })
+            .ok_or(MISSING_PROG)
+    }
+
+    fn prog_mut(&self) -> Result<libbpf_rs::ProgramMut<'_>, DatapathError> {
+        self.obj
+            .progs_mut()
+            .find(|p| p.name() == std::ffi::OsStr::new(PROG_NAME))
+            .ok_or(MISSING_PROG)
     }
 
     /// Attaches to `ifindex` in `mode`, first removing a Sluice program a previous run left
@@ -285,17 +277,17 @@ impl Steer {
         match mode {
             XdpMode::Native => try_mode(AttachMode::Native)
                 .map(|()| AttachMode::Native)
-                .map_err(|e| attach_err(ifname, "native", e)),
+                .map_err(|e| attach_err(ifname, AttachMode::Native, e)),
             XdpMode::Generic => try_mode(AttachMode::Generic)
                 .map(|()| AttachMode::Generic)
-                .map_err(|e| attach_err(ifname, "generic", e)),
+                .map_err(|e| attach_err(ifname, AttachMode::Generic, e)),
             XdpMode::Auto => match try_mode(AttachMode::Native) {
                 Ok(()) => Ok(AttachMode::Native),
                 Err(native) => {
                     tracing::info!(interface = ifname, error = %native, "native XDP refused; trying generic");
                     try_mode(AttachMode::Generic)
                         .map(|()| AttachMode::Generic)
-                        .map_err(|e| attach_err(ifname, "generic", e))
+                        .map_err(|e| attach_err(ifname, AttachMode::Generic, e))
                 }
             },
         }
@@ -315,9 +307,8 @@ impl Steer {
             AttachMode::Generic => q.skb_prog_id,
         };
         if attached != 0 && prog_name(attached).as_deref() == Some(PROG_NAME) {
-            xdp.detach(ifindex as i32, mode.flags()).map_err(|e| {
-                DatapathError::Bpf(format!("detaching from ifindex {ifindex}: {e}"))
-            })?;
+            xdp.detach(ifindex as i32, mode.flags())
+                .map_err(|source| DatapathError::Detach { ifindex, source })?;
         }
         Ok(())
     }
@@ -414,13 +405,7 @@ impl Steer {
     /// attached anywhere, so that no other frame moves the counters meanwhile.
     pub fn classify(&self, frame: &[u8]) -> Result<bool, DatapathError> {
         let before = self.counters()?.no_socket;
-        let prog = self
-            .obj
-            .progs_mut()
-            .find(|p| p.name() == std::ffi::OsStr::new(PROG_NAME))
-            .ok_or_else(|| {
-                DatapathError::Bpf(format!("steering object has no program {PROG_NAME}"))
-            })?;
+        let prog = self.prog_mut()?;
         let input = libbpf_rs::ProgramInput {
             data_in: Some(frame),
             ..Default::default()
@@ -429,10 +414,7 @@ impl Steer {
             .test_run(input)
             .map_err(|e| bpf_err("test-running the steering program", e))?;
         if out.return_value != libbpf_rs::libbpf_sys::XDP_PASS {
-            return Err(DatapathError::Bpf(format!(
-                "test run returned XDP action {} (a test run has no socket to redirect to)",
-                out.return_value
-            )));
+            return Err(DatapathError::TestRunAction(out.return_value));
         }
         Ok(self.counters()?.no_socket > before)
     }
@@ -447,18 +429,13 @@ impl Steer {
         ingress: u32,
     ) -> Result<(u32, Vec<u8>, bool), DatapathError> {
         let before = self.counters()?.no_socket;
-        let prog = self
-            .obj
-            .progs_mut()
-            .find(|p| p.name() == std::ffi::OsStr::new(PROG_NAME))
-            .ok_or_else(|| {
-                DatapathError::Bpf(format!("steering object has no program {PROG_NAME}"))
-            })?;
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
-        // egress_ifindex.
-        let mut ctx = [0u8; 24];
-        ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-        ctx[12..16].copy_from_slice(&ingress.to_ne_bytes());
+        let prog = self.prog_mut()?;
+        let mut ctx = xdp_md {
+            data_end: frame.len() as u32,
+            ingress_ifindex: ingress,
+            ..Default::default()
+        }
+        .to_bytes();
         let mut out = vec![0u8; frame.len() + 512];
         let input = libbpf_rs::ProgramInput {
             data_in: Some(frame),
@@ -509,15 +486,23 @@ enum Which {
     Hosts,
 }
 
-fn attach_err(ifname: &str, mode: &str, e: libbpf_rs::Error) -> DatapathError {
-    let msg = e.to_string();
-    if msg.contains("Operation not permitted") {
-        return DatapathError::NotPermitted(format!("attaching XDP to {ifname}: {msg}"));
+/// The steering object without its program: built from another source.
+const MISSING_PROG: DatapathError = DatapathError::MissingProgram {
+    object: OBJECT,
+    program: PROG_NAME,
+};
+
+fn attach_err(ifname: &str, mode: AttachMode, source: libbpf_rs::Error) -> DatapathError {
+    if not_permitted(&source) {
+        return DatapathError::NotPermitted {
+            what: "attaching XDP",
+            source,
+        };
     }
     DatapathError::XdpAttach {
         interface: ifname.to_string(),
-        mode: mode.to_string(),
-        reason: msg,
+        mode: mode.name(),
+        source,
     }
 }
 
@@ -532,10 +517,9 @@ fn prog_name(id: u32) -> Option<String> {
 fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), DatapathError> {
     let q = xdp
         .query(ifindex, XdpFlags::NONE)
-        .map_err(|e| DatapathError::XdpAttach {
+        .map_err(|source| DatapathError::XdpQuery {
             interface: ifname.to_string(),
-            mode: "query".to_string(),
-            reason: e.to_string(),
+            source,
         })?;
     for (id, mode) in [
         (q.drv_prog_id, AttachMode::Native),
@@ -553,20 +537,18 @@ fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), Data
                     "removing a steering program left by an earlier run"
                 );
                 xdp.detach(ifindex, mode.flags())
-                    .map_err(|e| DatapathError::XdpAttach {
+                    .map_err(|source| DatapathError::Leftover {
                         interface: ifname.to_string(),
-                        mode: mode.name().to_string(),
-                        reason: format!("cannot remove leftover program {id}: {e}"),
+                        id,
+                        source,
                     })?;
             }
             other => {
-                return Err(DatapathError::XdpAttach {
+                return Err(DatapathError::ForeignProgram {
                     interface: ifname.to_string(),
-                    mode: mode.name().to_string(),
-                    reason: format!(
-                        "another XDP program is attached (id {id}, name {}); remove it first",
-                        other.unwrap_or_else(|| "?".into())
-                    ),
+                    mode: mode.name(),
+                    id,
+                    name: other.unwrap_or_else(|| "?".into()),
                 });
             }
         }
@@ -577,23 +559,26 @@ fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), Data
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::mem::offset_of;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
-    fn keys_match_the_c_layout() {
+    fn keys_carry_the_address_and_port_in_network_order() {
+        let addr = offset_of!(steer_key, addr);
+        let port = offset_of!(steer_key, port);
         let k = SteerKey::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 80, 6, KIND_VIP).bytes();
-        assert_eq!(&k[..4], &[10, 0, 0, 1]);
-        assert!(k[4..16].iter().all(|b| *b == 0));
-        assert_eq!(&k[16..18], &[0, 80], "port in network order");
-        assert_eq!((k[18], k[19], k[20]), (6, KIND_VIP, 4));
-        assert_eq!(&k[21..], &[0, 0, 0]);
+        assert_eq!(&k[addr..addr + 4], &[10, 0, 0, 1]);
+        assert!(k[addr + 4..addr + 16].iter().all(|b| *b == 0));
+        assert_eq!(&k[port..port + 2], &[0, 80], "port in network order");
+        let back = steer_key::from_bytes(&k).expect("whole key");
+        assert_eq!((back.proto, back.kind, back.family), (6, KIND_VIP, 4));
         let v6: Ipv6Addr = "2001:db8::1".parse().expect("literal");
         let k = SteerKey::new(IpAddr::V6(v6), 443, 17, KIND_LOCAL).bytes();
-        assert_eq!(&k[..16], &v6.octets());
-        assert_eq!(
-            (k[16], k[17], k[18], k[19], k[20]),
-            (1, 187, 17, KIND_LOCAL, 6)
-        );
+        assert_eq!(&k[addr..addr + 16], &v6.octets());
+        assert_eq!(&k[port..port + 2], &[1, 187]);
+        let back = steer_key::from_bytes(&k).expect("whole key");
+        assert_eq!((back.proto, back.kind, back.family), (17, KIND_LOCAL, 6));
+        assert_eq!(back.pad, [0; 3]);
     }
 
     #[test]
@@ -601,7 +586,7 @@ mod tests {
         let [full, addr] = SteerKey::pair(
             IpAddr::V4(Ipv4Addr::LOCALHOST),
             53,
-            Proto::Udp,
+            Protocol::Udp,
             KIND_BACKEND,
         );
         assert_eq!((full.port, full.proto, full.kind), (53, 17, KIND_BACKEND));

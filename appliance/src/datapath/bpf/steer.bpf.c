@@ -23,7 +23,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-// Key kinds; keep in step with `KeyKind` in steer.rs.
+// Key kinds; keep in step with the KIND_* constants in steer.rs.
 #define KIND_VIP 0      // match the destination: a virtual service
 #define KIND_BACKEND 1  // match the source: NAT return traffic from a backend
 #define KIND_LOCAL 2    // match the destination: FullNAT return traffic to a SNAT address
@@ -42,7 +42,8 @@
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
 
-// Keep in step with `SteerKey` in steer.rs: 24 bytes, no implicit padding.
+// The Rust side reads this layout from the object's BTF (datapath/abi.rs); no implicit
+// padding, so the kernel hashes no uninitialised bytes.
 struct steer_key {
 	__u8 addr[16]; // IPv4 in the first 4 bytes, the rest zero
 	__be16 port;   // network order; 0 = any port
@@ -59,7 +60,7 @@ struct {
 	__type(value, __u32);
 } steer_keys SEC(".maps");
 
-// Keep in step with MAX_QUEUES and MAX_INTERFACES in steer.rs.
+// Keep in step with MAX_QUEUES and MAX_INTERFACES in steer.rs (defines are not in BTF).
 #define MAX_QUEUES 64
 #define MAX_INTERFACES 16
 
@@ -236,10 +237,9 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 
 // ---- flow cache ------------------------------------------------------------------------
 
-// Keep in step with `key_bytes` in flowcache.rs. IPv4 and IPv6 flows live in maps of their
-// own: the kernel hashes the whole key on every lookup (jhash, 12 bytes a round), and a
-// 16-byte IPv4 key costs about half what the 40-byte one did (measured with
-// BPF_PROG_TEST_RUN: 6-7 ns a lookup against 12).
+// IPv4 and IPv6 flows live in maps of their own: the kernel hashes the whole key on every
+// lookup (jhash, 12 bytes a round), so a 16-byte IPv4 key costs less than half a 40-byte
+// one. The Rust side reads both layouts from the object's BTF (datapath/abi.rs).
 struct cache_key4 {
 	__be32 src;
 	__be32 dst;
@@ -270,7 +270,7 @@ struct cache_key6 {
 		       // when the peer runs an XDP program, not when NAPI is on for GRO, so
 		       // XDP_TX'd frames would wait there for the next frame the kernel sends
 
-// Keep in step with `CacheEntry` in flowcache.rs: 72 bytes.
+// The Rust side reads this layout (and the keys') from the object's BTF: datapath/abi.rs.
 struct cache_val {
 	__u64 last_seen; // jiffies of the last hit; the workers only look for change
 	__u8 new_src[16];
@@ -302,7 +302,7 @@ struct {
 	__type(value, struct cache_val);
 } flow_cache6 SEC(".maps");
 
-// Keep in step with STAT_SLOTS in flowcache.rs.
+// Keep in step with STAT_SLOTS in flowcache/mod.rs.
 #define STAT_SLOTS 4096
 
 struct cache_stat {
@@ -326,7 +326,7 @@ struct {
 	__type(value, __u32);
 } tx_ports SEC(".maps");
 
-// Keep in step with flowcache.rs: misses (owned frames that went to the engine), hits
+// Keep in step with CC_* in flowcache/mod.rs: misses (owned frames that went to the engine), hits
 // dropped because their egress interface is not in tx_ports. (Slot 0 is unused: hits are
 // counted per (VIP, backend) in cache_stats.)
 #define CC_MISS 1
@@ -472,7 +472,7 @@ static __always_inline int cache_send(struct xdp_md *ctx, struct ethhdr *eth,
 {
 	__builtin_memcpy(eth->h_dest, v->dst_mac, 6);
 	__builtin_memcpy(eth->h_source, v->src_mac, 6);
-	// Activity for the workers' ageing (flowcache.rs `WorkerCache::tick`): jiffies is a
+	// Activity for the workers' ageing (flowcache/worker.rs `WorkerCache::tick`): jiffies is a
 	// plain load (the verifier inlines the helper; bpf_ktime_get_coarse_ns is a call, 2 ns a
 	// hit), and a busy flow dirties its entry once a tick, not every frame.
 	__u64 now = bpf_jiffies64();

@@ -1,0 +1,239 @@
+//! The flow cache's map keys and values as steer.bpf.c lays them out (`struct cache_key4`,
+//! `cache_key6`, `cache_val`, generated from the object's BTF in datapath/abi.rs), and the
+//! codes the program reads from them.
+
+use super::{CacheAction, CacheEntry};
+use crate::datapath::abi::{cache_key4, cache_key6, cache_val};
+use crate::lb::hash::FlowKey;
+
+/// `cache_val.action` (steer.bpf.c ACT_NAT): TTL down by one, then the new addresses and
+/// ports `flags` names.
+const ACT_NAT: u8 = 1;
+/// `cache_val.action` (steer.bpf.c ACT_DR): MACs only.
+const ACT_DR: u8 = 2;
+/// `cache_val.flags` (steer.bpf.c SET_SRC): `new_src`/`new_sport` apply.
+const SET_SRC: u8 = 1;
+/// `cache_val.flags` (steer.bpf.c SET_DST): `new_dst`/`new_dport` apply.
+const SET_DST: u8 = 2;
+/// `cache_val.tx` (steer.bpf.c TX_REDIRECT): a hit that leaves through the interface it came
+/// in on is sent with a DEVMAP redirect instead of XDP_TX (see [`super::Hairpin`]).
+pub(super) const TX_REDIRECT: u8 = 1;
+
+/// How a [`FlowKey`] holds an IPv4 address: IPv4-mapped (`::ffff:a.b.c.d`).
+const V4_MAPPED: u128 = 0xffff_0000_0000;
+
+/// `a` in network order in a 16-byte C address field: all 16 bytes for IPv6, the first 4
+/// for IPv4 (the program reads no more).
+fn addr_field(a: u128, v6: bool) -> [u8; 16] {
+    if v6 {
+        return a.to_be_bytes();
+    }
+    let mut b = [0u8; 16];
+    b[..4].copy_from_slice(&(a as u32).to_be_bytes());
+    b
+}
+
+/// The inverse of [`addr_field`].
+fn addr_of_field(b: &[u8; 16], v6: bool) -> u128 {
+    if v6 {
+        u128::from_be_bytes(*b)
+    } else {
+        V4_MAPPED | u128::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+/// The map key of a frame: its 5-tuple as carried, laid out for its family's map.
+pub(crate) fn key_bytes(k: &FlowKey) -> Vec<u8> {
+    if k.v6 {
+        cache_key6 {
+            src: k.src.to_be_bytes(),
+            dst: k.dst.to_be_bytes(),
+            sport: k.sport.to_be(),
+            dport: k.dport.to_be(),
+            proto: k.proto,
+            ..Default::default()
+        }
+        .to_bytes()
+        .to_vec()
+    } else {
+        cache_key4 {
+            src: (k.src as u32).to_be(),
+            dst: (k.dst as u32).to_be(),
+            sport: k.sport.to_be(),
+            dport: k.dport.to_be(),
+            proto: k.proto,
+            ..Default::default()
+        }
+        .to_bytes()
+        .to_vec()
+    }
+}
+
+/// The inverse of [`key_bytes`]: the family follows from the length.
+pub(crate) fn key_from_bytes(b: &[u8]) -> Option<FlowKey> {
+    match b.len() {
+        cache_key4::LEN => {
+            let k = cache_key4::from_bytes(b)?;
+            Some(FlowKey {
+                src: V4_MAPPED | u128::from(u32::from_be(k.src)),
+                dst: V4_MAPPED | u128::from(u32::from_be(k.dst)),
+                sport: u16::from_be(k.sport),
+                dport: u16::from_be(k.dport),
+                proto: k.proto,
+                v6: false,
+            })
+        }
+        cache_key6::LEN => {
+            let k = cache_key6::from_bytes(b)?;
+            Some(FlowKey {
+                src: u128::from_be_bytes(k.src),
+                dst: u128::from_be_bytes(k.dst),
+                sport: u16::from_be(k.sport),
+                dport: u16::from_be(k.dport),
+                proto: k.proto,
+                v6: true,
+            })
+        }
+        _ => None,
+    }
+}
+
+impl CacheEntry {
+    /// The map value, leaving `tx` (XDP_TX) and `tx_port` to [`super::FlowCache::install`],
+    /// which knows the egress interface.
+    pub(super) fn value(&self) -> cache_val {
+        let mut v = cache_val {
+            last_seen: self.last_seen,
+            dst_mac: self.dst_mac,
+            src_mac: self.src_mac,
+            ifindex: self.ifindex,
+            stat: self.stat,
+            ..Default::default()
+        };
+        match self.action {
+            CacheAction::Nat { src, dst } => {
+                v.action = ACT_NAT;
+                if let Some((a, p)) = src {
+                    v.new_src = addr_field(a, self.v6);
+                    v.new_sport = p.to_be();
+                    v.flags |= SET_SRC;
+                }
+                if let Some((a, p)) = dst {
+                    v.new_dst = addr_field(a, self.v6);
+                    v.new_dport = p.to_be();
+                    v.flags |= SET_DST;
+                }
+            }
+            CacheAction::Dr => v.action = ACT_DR,
+        }
+        v
+    }
+
+    /// The inverse of [`CacheEntry::value`] (for a key of family `v6`); `None` for an
+    /// action the program does not know.
+    pub(super) fn from_value(v: &cache_val, v6: bool) -> Option<CacheEntry> {
+        let action = match v.action {
+            ACT_NAT => CacheAction::Nat {
+                src: (v.flags & SET_SRC != 0)
+                    .then(|| (addr_of_field(&v.new_src, v6), u16::from_be(v.new_sport))),
+                dst: (v.flags & SET_DST != 0)
+                    .then(|| (addr_of_field(&v.new_dst, v6), u16::from_be(v.new_dport))),
+            },
+            ACT_DR => CacheAction::Dr,
+            _ => return None,
+        };
+        Some(CacheEntry {
+            action,
+            v6,
+            dst_mac: v.dst_mac,
+            src_mac: v.src_mac,
+            ifindex: v.ifindex,
+            stat: v.stat,
+            last_seen: v.last_seen,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    fn v4(a: [u8; 4]) -> u128 {
+        V4_MAPPED | u128::from(u32::from_be_bytes(a))
+    }
+
+    #[test]
+    fn keys_carry_the_tuple_in_network_order_and_round_trip() {
+        let k = FlowKey {
+            src: v4([198, 51, 100, 7]),
+            dst: v4([192, 0, 2, 10]),
+            sport: 40000,
+            dport: 80,
+            proto: 6,
+            v6: false,
+        };
+        let b = key_bytes(&k);
+        assert_eq!(b.len(), cache_key4::LEN);
+        let at = |o: usize, n: usize| b[o..o + n].to_vec();
+        assert_eq!(at(offset_of!(cache_key4, src), 4), [198, 51, 100, 7]);
+        assert_eq!(at(offset_of!(cache_key4, dst), 4), [192, 0, 2, 10]);
+        assert_eq!(at(offset_of!(cache_key4, sport), 2), [0x9c, 0x40]);
+        assert_eq!(at(offset_of!(cache_key4, dport), 2), [0, 80]);
+        assert_eq!(b[offset_of!(cache_key4, proto)], 6);
+        assert_eq!(key_from_bytes(&b), Some(k));
+
+        let k6 = FlowKey {
+            src: 0x2001_0db8_0000_0000_0000_0000_0000_0007,
+            dst: 0x2001_0db8_0000_0000_0000_0000_0000_0010,
+            sport: 1,
+            dport: 2,
+            proto: 17,
+            v6: true,
+        };
+        let b = key_bytes(&k6);
+        assert_eq!(b.len(), cache_key6::LEN);
+        assert_eq!(b[offset_of!(cache_key6, src) + 15], 7);
+        assert_eq!(b[offset_of!(cache_key6, dst)], 0x20);
+        assert_eq!(b[offset_of!(cache_key6, dport) + 1], 2);
+        assert_eq!(b[offset_of!(cache_key6, proto)], 17);
+        assert_eq!(key_from_bytes(&b), Some(k6));
+        assert_eq!(
+            key_from_bytes(&b[..b.len() - 1]),
+            None,
+            "a key of no family's length"
+        );
+    }
+
+    #[test]
+    fn values_carry_the_rewrite_and_round_trip() {
+        let e = CacheEntry {
+            action: CacheAction::Nat {
+                src: Some((v4([10, 1, 0, 1]), 1025)),
+                dst: Some((v4([10, 0, 0, 1]), 8080)),
+            },
+            v6: false,
+            dst_mac: [2, 0, 0, 0, 1, 1],
+            src_mac: [2, 0, 0, 0, 0, 0xaa],
+            ifindex: 2,
+            stat: 7,
+            last_seen: 0,
+        };
+        let v = e.value();
+        assert_eq!(&v.new_src[..4], &[10, 1, 0, 1]);
+        assert_eq!(&v.new_dst[..4], &[10, 0, 0, 1]);
+        let b = v.to_bytes();
+        assert_eq!(&b[offset_of!(cache_val, new_sport)..][..2], &[4, 1]);
+        assert_eq!(&b[offset_of!(cache_val, new_dport)..][..2], &[0x1f, 0x90]);
+        assert_eq!((v.action, v.flags), (ACT_NAT, SET_SRC | SET_DST));
+        assert_eq!(v.tx, 0, "XDP_TX unless the cache says otherwise at install");
+        let back = cache_val::from_bytes(&b).expect("whole value");
+        assert_eq!(CacheEntry::from_value(&back, false), Some(e));
+
+        let dr = CacheEntry {
+            action: CacheAction::Dr,
+            ..e
+        };
+        assert_eq!(CacheEntry::from_value(&dr.value(), false), Some(dr));
+    }
+}

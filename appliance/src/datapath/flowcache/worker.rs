@@ -1,0 +1,245 @@
+//! A worker's side of the flow cache: the entries its engine decisions describe, installed
+//! after the pass's frames are sent, evicted when their flow closes or leaves the connection
+//! table, and the periodic walk that carries the kernel's last-seen times into the
+//! connection table (ageing).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{CacheEntry, FlowCache, cacheable, entry_for};
+use crate::engine::BackendId;
+use crate::lb::hash::FlowKey;
+use crate::lb::process::Decision;
+use crate::lb::{ConnTable, Tables};
+
+/// An entry a worker decided and installs after its pass's tx kick.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    key: FlowKey,
+    flow: FlowKey,
+    reverse: bool,
+    entry: CacheEntry,
+    version: u64,
+}
+
+/// How often a worker walks its installed entries to carry the kernel's last-seen times into
+/// its connection table. Far below the shortest cached timeout (TCP established 900 s and
+/// UDP 300 s by default; a flow whose timeout is shorter than this would be aged out by the
+/// engine while the kernel still forwards it, then evicted on the next walk).
+pub const SWEEP_NS: u64 = 1_000_000_000;
+
+/// A worker's side of the cache: installs the entries its decisions describe, evicts them
+/// when the flow closes or leaves the connection table, and refreshes the connection table
+/// from the kernel's last-seen times (the kernel forwards the flow, so the engine no longer
+/// sees its packets and would otherwise expire it).
+///
+/// Chosen over the kernel reporting activity: a periodic walk costs one map lookup per
+/// installed entry per [`SWEEP_NS`], off the per-frame path, and needs nothing from the
+/// program beyond the `last_seen` store it does anyway.
+pub struct WorkerCache {
+    cache: Arc<FlowCache>,
+    /// Installed map key → (its connection-table flow key, entry as installed).
+    entries: HashMap<FlowKey, (FlowKey, CacheEntry)>,
+    /// Connection-table flow key → the map keys of its directions.
+    flows: HashMap<FlowKey, [Option<FlowKey>; 2]>,
+    sweep: Vec<FlowKey>,
+    sweep_started: u64,
+    /// Entries decided in this pass, installed once its frames are sent (see
+    /// [`WorkerCache::install_pending`]).
+    pending: Vec<Pending>,
+    /// Entries installed (counted for tests and the console).
+    pub installs: u64,
+    /// Installs the kernel refused (map errors); the flow stays with the engine.
+    pub install_errors: u64,
+}
+
+impl std::fmt::Debug for WorkerCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerCache")
+            .field("entries", &self.entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerCache {
+    /// A worker's view of the shared cache.
+    pub fn new(cache: Arc<FlowCache>) -> WorkerCache {
+        WorkerCache {
+            cache,
+            entries: HashMap::new(),
+            flows: HashMap::new(),
+            sweep: Vec::new(),
+            sweep_started: 0,
+            pending: Vec::new(),
+            installs: 0,
+            install_errors: 0,
+        }
+    }
+
+    /// Entries this worker installed and still tracks.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when this worker tracks no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn forget_flow(&mut self, flow: &FlowKey, evict: bool) {
+        self.pending.retain(|p| p.flow != *flow);
+        if let Some(keys) = self.flows.remove(flow) {
+            for k in keys.iter().flatten() {
+                self.entries.remove(k);
+                if evict {
+                    self.cache.evict(k);
+                }
+            }
+        }
+    }
+
+    /// Acts on one decision of the engine, made with `tables`: when the flow is cacheable,
+    /// queues the entry that repeats it for [`WorkerCache::install_pending`]; when it is
+    /// closing, evicts the flow's entries (and drops what is queued for it).
+    pub fn after_decision(&mut self, d: &Decision, tables: &Tables) {
+        let Some((flow, _)) = d.flow else {
+            return;
+        };
+        if !cacheable(d) {
+            self.forget_flow(&flow, true);
+            return;
+        }
+        let Some(id) = BackendId::of_slot(tables, d.backend as usize) else {
+            return;
+        };
+        let slot = self.cache.stat_slot(&id);
+        let Some(entry) = entry_for(d, slot) else {
+            return;
+        };
+        // The frame reached the engine though the entry is installed: the program declines
+        // such frames (VLAN tag, IP options...); installing again would cost a syscall per
+        // frame for nothing.
+        if self
+            .entries
+            .get(&d.key)
+            .is_some_and(|(f, e)| *f == flow && CacheEntry { last_seen: 0, ..*e } == entry)
+        {
+            return;
+        }
+        if let Some(p) = self.pending.iter_mut().find(|p| p.key == d.key) {
+            *p = Pending {
+                key: d.key,
+                flow,
+                reverse: d.reverse,
+                entry,
+                version: tables.version,
+            };
+            return;
+        }
+        self.pending.push(Pending {
+            key: d.key,
+            flow,
+            reverse: d.reverse,
+            entry,
+            version: tables.version,
+        });
+    }
+
+    /// True when entries wait for [`WorkerCache::install_pending`].
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Installs the entries decided since the last call. Call it once the pass's frames
+    /// have been handed to the kernel (the worker's tx kick): an entry installed while the
+    /// frame that caused it still waited in a tx ring would let the flow's next frame,
+    /// forwarded by the kernel at once, overtake it. `still_current(version)` says whether
+    /// the tables of that version are still the published ones; an entry decided with older
+    /// tables is dropped (the engine decides again), and one whose tables were replaced
+    /// during the install is taken back, since the commit's eviction walk may have run
+    /// before it.
+    pub fn install_pending(&mut self, still_current: impl Fn(u64) -> bool) {
+        for p in std::mem::take(&mut self.pending) {
+            if !still_current(p.version) {
+                continue;
+            }
+            if self.cache.install(&p.key, &p.entry).is_err() {
+                self.install_errors += 1;
+                continue;
+            }
+            if !still_current(p.version) {
+                self.cache.evict(&p.key);
+                continue;
+            }
+            self.installs += 1;
+            self.entries.insert(p.key, (p.flow, p.entry));
+            let dirs = self.flows.entry(p.flow).or_insert([None, None]);
+            dirs[usize::from(p.reverse)] = Some(p.key);
+        }
+    }
+
+    /// Part of the periodic walk (call it from the worker's tick): for each flow visited,
+    /// an entry whose last-seen moved since the previous walk (the kernel forwarded the
+    /// flow) refreshes the flow in the connection table; a flow idle past its timeout or
+    /// gone from the table has its entries evicted; entries the kernel dropped (LRU, a
+    /// commit's eviction) are forgotten, so the engine's next decision installs them again.
+    pub fn tick(&mut self, ct: &mut ConnTable, now: u64) {
+        if self.sweep.is_empty() {
+            if now.saturating_sub(self.sweep_started) < SWEEP_NS || self.flows.is_empty() {
+                return;
+            }
+            self.sweep = self.flows.keys().copied().collect();
+            self.sweep_started = now;
+        }
+        // A walk spreads over about half the sweep period's ticks (one per 10 ms): a map
+        // lookup is a syscall, and a long burst of them would stall the worker's rings.
+        let budget = (self.flows.len() / 50).max(64);
+        for _ in 0..budget {
+            let Some(flow) = self.sweep.pop() else {
+                break;
+            };
+            let Some(keys) = self.flows.get(&flow).copied() else {
+                continue;
+            };
+            let mut active = false;
+            let mut present = [None, None];
+            for (i, k) in keys.iter().enumerate() {
+                let Some(k) = k else {
+                    continue;
+                };
+                match self.cache.get(k) {
+                    Some(e) => {
+                        present[i] = Some(*k);
+                        if let Some((_, mine)) = self.entries.get_mut(k)
+                            && mine.last_seen != e.last_seen
+                        {
+                            mine.last_seen = e.last_seen;
+                            active = true;
+                        }
+                    }
+                    None => {
+                        self.entries.remove(k);
+                    }
+                }
+            }
+            if present == [None, None] {
+                self.flows.remove(&flow);
+                continue;
+            }
+            self.flows.insert(flow, present);
+            if active {
+                // The kernel forwarded the flow since the last walk: it lives (however stale
+                // the engine's own view of it), and its last-seen is now, to within a walk.
+                if let Some(id) = ct.lookup(&flow, 0) {
+                    let f = *ct.flow(id);
+                    ct.touch(id, now, f.state);
+                    continue;
+                }
+            } else if ct.lookup(&flow, now).is_some() {
+                continue;
+            }
+            // Idle past its timeout, or gone from the table: the kernel stops too.
+            self.forget_flow(&flow, true);
+        }
+    }
+}
