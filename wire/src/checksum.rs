@@ -467,5 +467,58 @@ mod tests {
             let got = update_addr_v6(before, Ipv6Addr::from_bits(old), Ipv6Addr::from_bits(new));
             prop_assert_eq!(got, checksum(&data));
         }
+        #[test]
+        fn summed_deltas_match_one_update_at_a_time(csum in any::<u16>(), old in any::<u32>(),
+                                                    new in any::<u32>(), po in any::<u16>(),
+                                                    pn in any::<u16>()) {
+            let one = update16(update32(csum, old, new), po, pn);
+            let summed = apply_delta(csum, addr_delta_v4(old, new) + delta16(po, pn));
+            prop_assert_eq!(summed, one);
+        }
+
+        #[test]
+        fn fold64_agrees_with_fold(x in any::<u32>()) {
+            prop_assert_eq!(fold64(u64::from(x)), fold(x));
+        }
+
+        #[test]
+        fn v6_delta_matches_update_addr_v6(csum in any::<u16>(), old in any::<u128>(), new in any::<u128>()) {
+            let want = update_addr_v6(csum, Ipv6Addr::from_bits(old), Ipv6Addr::from_bits(new));
+            prop_assert_eq!(apply_delta(csum, addr_delta_v6(old, new)), want);
+        }
+
+        #[test]
+        fn fresh_v4_header_checksum_matches_a_full_sum(tos in any::<u8>(), len in 20u16..,
+                                                      df in any::<bool>(), proto in any::<u8>(),
+                                                      src in any::<u32>(), dst in any::<u32>()) {
+            let flags = if df { 0x4000 } else { 0 };
+            let mut h = [0u8; 20];
+            h[0] = 0x45;
+            h[1] = tos;
+            h[2..4].copy_from_slice(&len.to_be_bytes());
+            h[6..8].copy_from_slice(&u16::to_be_bytes(flags));
+            h[8] = 64;
+            h[9] = proto;
+            h[12..16].copy_from_slice(&src.to_be_bytes());
+            h[16..20].copy_from_slice(&dst.to_be_bytes());
+            let c = v4_fresh_header(tos, len, flags, 64, proto, src, dst);
+            v4_header_checksum(&mut h, 0, 20);
+            prop_assert_eq!(c, u16::from_be_bytes([h[10], h[11]]));
+        }
+    }
+
+    #[test]
+    fn l4_csum_keeps_an_absent_udp_checksum_and_never_sends_zero() {
+        let udp = L4Csum { off: 0, udp: true };
+        let mut b = [0u8, 0];
+        udp.patch(&mut b, |_| 0x1234);
+        assert_eq!(b, [0, 0], "absent stays absent");
+        let mut b = [0x00u8, 0x01];
+        udp.patch_delta(&mut b, delta16(0, 1));
+        assert_eq!(b, [0xff, 0xff], "zero goes out as 0xffff");
+        let tcp = L4Csum { off: 0, udp: false };
+        let mut b = [0u8, 0];
+        tcp.patch(&mut b, |_| 0x1234);
+        assert_eq!(b, [0x12, 0x34]);
     }
 }
