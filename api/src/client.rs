@@ -49,15 +49,24 @@ pub enum ClientError {
         endpoint: String,
         source: std::io::Error,
     },
+    /// The request could not be built (a VIP or backend name no URI can carry).
+    #[error("API request failed: {0}")]
+    Request(#[source] hyper::http::Error),
     /// The connection broke or the reply was not HTTP.
     #[error("API request failed: {0}")]
-    Http(String),
+    Http(#[source] hyper::Error),
+    /// A route without a JSON document (`/metrics`) answered with an error status.
+    #[error("API request failed: {path}: {status}")]
+    Status {
+        path: &'static str,
+        status: StatusCode,
+    },
     /// The API answered with an error.
     #[error("{status}: {}", .error.error)]
     Api { status: u16, error: ApiError },
     /// The reply was not the JSON we expected.
     #[error("API reply not understood: {0}")]
-    Decode(String),
+    Decode(#[source] serde_json::Error),
     /// No reply within the timeout.
     #[error("API request timed out after {0:?}")]
     Timeout(Duration),
@@ -135,18 +144,15 @@ impl Client {
         };
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| ClientError::Http(e.to_string()))?;
+            .map_err(ClientError::Request)?;
         let mut sender = sender;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let resp = sender.send_request(req).await.map_err(ClientError::Http)?;
         let status = resp.status();
         let body = resp
             .into_body()
             .collect()
             .await
-            .map_err(|e| ClientError::Http(e.to_string()))?
+            .map_err(ClientError::Http)?
             .to_bytes();
         Ok((status, body))
     }
@@ -169,7 +175,7 @@ impl Client {
                 error,
             });
         }
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
+        serde_json::from_slice(&bytes).map_err(ClientError::Decode)
     }
 
     pub async fn status(&self) -> Result<Status, ClientError> {
@@ -228,8 +234,7 @@ impl Client {
         weight: u32,
     ) -> Result<Commit, ClientError> {
         let path = format!("/v1/vips/{}/backends/{}/weight", seg(vip), seg(backend));
-        let body = serde_json::to_vec(&SetWeight { weight })
-            .map_err(|e| ClientError::Decode(e.to_string()))?;
+        let body = serde_json::to_vec(&SetWeight { weight }).map_err(ClientError::Decode)?;
         self.call(Method::PUT, &path, Some(body)).await
     }
 
@@ -272,7 +277,10 @@ impl Client {
     pub async fn metrics(&self) -> Result<String, ClientError> {
         let (status, bytes) = self.raw(Method::GET, "/metrics", None).await?;
         if !status.is_success() {
-            return Err(ClientError::Http(format!("/metrics: {status}")));
+            return Err(ClientError::Status {
+                path: "/metrics",
+                status,
+            });
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
@@ -290,7 +298,7 @@ where
 {
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| ClientError::Http(e.to_string()))?;
+        .map_err(ClientError::Http)?;
     tokio::spawn(async move {
         // Ends when the reply has been read and the sender dropped.
         let _ = conn.await;
