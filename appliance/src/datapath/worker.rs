@@ -7,9 +7,8 @@
 //! interface. Nothing on this path locks, allocates or makes a syscall other than ring kicks
 //! and the idle `poll`.
 //!
-//! An idle worker sleeps in `poll` at once rather than spinning a while first: on a shared
-//! CPU (measured on veth with other load) a spin window only burned the worker's share of the
-//! CPU, and it then delivered fewer frames, not more.
+//! An idle worker sleeps in `poll` at once rather than spinning a while first: on a CPU it
+//! shares, a spin window burns the share the worker needs to move frames once they come.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,9 +18,8 @@ use super::xsk::{Desc, FRAME_SIZE, Xsk, chunk_of, poll_readable};
 use crate::lb::Verdict;
 
 /// Frames taken off an rx ring per pass. Each pass ends with one tx kick per socket, so a
-/// larger batch means fewer `sendto`s per frame (measured on veth in copy mode: 64-frame
-/// passes with the kernel's 32-frame kick budget made ~39 frames per `sendto`, half the
-/// calls failing with EAGAIN; 256-frame passes with a whole-ring budget ~114, none failing).
+/// larger batch means fewer `sendto`s per frame, and in copy mode fewer kicks that find the
+/// kernel's budget spent (EAGAIN).
 const BATCH: usize = 256;
 /// How long an idle worker sleeps in `poll` before it looks at the stop flag again; also
 /// the period of `FrameHandler::tick`.
