@@ -12,7 +12,7 @@ use tracing::{error, info};
 
 use super::announce::{self, Announcer};
 use super::events::Kind;
-use super::prepare::{self, Health, Inputs, PrepareError, Prepared, Steering, Targets};
+use super::prepare::{self, HealthSource, Inputs, PrepareError, Prepared, Steering, Targets};
 use super::run::Control;
 use super::shared::{Override, Shared, Sync};
 use super::state::State;
@@ -35,7 +35,7 @@ impl Control {
         let prepared = prepare::prepare(Inputs {
             file: &st.file_config,
             overrides,
-            health: Health::Verdicts(&st.health),
+            health: HealthSource::Verdicts(&st.health),
             next_hops: &st.next_hops,
             host_addresses: &crate::datapath::host_addresses(),
             version,
@@ -198,4 +198,77 @@ fn publish(shared: &Shared, t: Tables, why: &str) -> u64 {
     }
     view::event(shared, Kind::Commit, format!("version {version}: {why}"));
     version
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::control::prepare::NextHops;
+
+    const CFG: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[bgp]
+asn = 65001
+router_id = "192.0.2.1"
+[[bgp.peer]]
+address = "192.0.2.254"
+asn = 65000
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+[[vip.backend]]
+address = "10.1.0.11"
+port = 8080
+"#;
+
+    /// The state and tables after the first version of `CFG`.
+    fn running() -> (State, Tables) {
+        let file = Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"));
+        let mut st = State::new("sluice.toml".into(), file);
+        let p = prepare::prepare(Inputs {
+            file: &Arc::clone(&st.file_config),
+            overrides: &HashMap::new(),
+            health: HealthSource::Verdicts(&HashMap::new()),
+            next_hops: &NextHops::default(),
+            host_addresses: &[],
+            version: st.next_version(),
+            now: Instant::now(),
+            resettle: false,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let rest = st.adopt(p);
+        (st, rest.tables)
+    }
+
+    #[test]
+    fn a_vip_is_wanted_while_it_can_serve_and_no_operator_withdrew_it() {
+        let (mut st, tables) = running();
+        let vip: IpAddr = "192.0.2.10".parse().expect("literal");
+        let (wanted, settled) = announcements(&st, &tables, &HashSet::new(), false);
+        assert!(wanted.contains_key(&vip));
+        assert!(settled);
+        st.withdrawn.insert("web".into());
+        let (wanted, _) = announcements(&st, &tables, &HashSet::new(), false);
+        assert!(wanted.is_empty(), "withdrawn by the operator");
+    }
+
+    #[test]
+    fn the_initial_wait_lasts_while_a_backend_is_undecided() {
+        let (st, tables) = running();
+        let id = BackendId::new("web", "10.1.0.11".parse().expect("literal"), 8080);
+        let undecided = HashSet::from([&id]);
+        let (_, settled) = announcements(&st, &tables, &undecided, true);
+        assert!(!settled, "settling, one backend undecided");
+        let (_, settled) = announcements(&st, &tables, &undecided, false);
+        assert!(settled, "past the settle time");
+    }
 }

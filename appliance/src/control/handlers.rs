@@ -13,7 +13,7 @@ use tracing::{error, info, warn};
 use super::change::{self, Applied, ChangeError, Deferred};
 use super::events::Kind;
 use super::neighbours;
-use super::prepare::{self, Health, Inputs};
+use super::prepare::{self, HealthSource, Inputs};
 use super::run::Control;
 use super::shared::{BackendOp, Command};
 use super::view::{self, event};
@@ -187,7 +187,7 @@ impl Control {
         let prepared = prepare::prepare(Inputs {
             file: &file,
             overrides: &self.st.overrides,
-            health: Health::Prober(&status),
+            health: HealthSource::Prober(&status),
             next_hops: &self.st.next_hops,
             host_addresses: &crate::datapath::host_addresses(),
             version,

@@ -46,7 +46,7 @@ pub struct Steering {
 
 /// The backends' health as a change sees it.
 #[derive(Debug, Clone, Copy)]
-pub enum Health<'a> {
+pub enum HealthSource<'a> {
     /// The verdicts the control loop holds (from the prober's transitions).
     Verdicts(&'a HashMap<BackendId, bool>),
     /// The prober's status: for a reload, so that a pair the new config adds to a probe
@@ -61,7 +61,7 @@ pub struct Inputs<'a> {
     pub file: &'a Arc<Config>,
     /// The operator's changes to backends, layered over the file.
     pub overrides: &'a HashMap<BackendId, Override>,
-    pub health: Health<'a>,
+    pub health: HealthSource<'a>,
     pub next_hops: &'a NextHops,
     /// This host's addresses: replies to its own traffic (health probes) are the kernel's.
     pub host_addresses: &'a [IpAddr],
@@ -94,8 +94,8 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
     let config = Arc::new(effective(i.file, &mut overrides));
     let targets = health_targets(&config);
     let health = match i.health {
-        Health::Verdicts(v) => v.clone(),
-        Health::Prober(status) => verdicts(status, &targets),
+        HealthSource::Verdicts(v) => v.clone(),
+        HealthSource::Prober(status) => verdicts(status, &targets),
     };
     let healthy = |v: &Vip, b: &Backend| healthy(&config, &health, v, b);
     let mut tables = Tables::build(&config, &healthy, i.version)?;
@@ -355,7 +355,7 @@ port = 8081
         let p = prepare(Inputs {
             file: &file,
             overrides: &overrides,
-            health: Health::Verdicts(&HashMap::new()),
+            health: HealthSource::Verdicts(&HashMap::new()),
             next_hops: &NextHops::default(),
             host_addresses: &[],
             version: 7,

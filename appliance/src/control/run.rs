@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use super::announce::Announcer;
 use super::commit::{set_probes, start_speaker};
 use super::events::{EventRing, Kind};
-use super::prepare::{self, Health, Inputs, Targets};
+use super::prepare::{self, HealthSource, Inputs, Targets};
 use super::shared::{Command, Shared, Sync, WorkerView};
 use super::state::State;
 use super::view::{self, event};
@@ -128,7 +128,7 @@ async fn first_version(
     let p = prepare::prepare(Inputs {
         file: &st.file_config,
         overrides: &st.overrides,
-        health: Health::Verdicts(&st.health),
+        health: HealthSource::Verdicts(&st.health),
         next_hops: &st.next_hops,
         host_addresses: &crate::datapath::host_addresses(),
         version,
