@@ -93,8 +93,8 @@ impl Control {
     }
 
     /// Once a second: BGP sync, neighbours, events for BGP and drops, the view.
-    pub(super) async fn on_tick(&mut self, ticks: u64, net_dirty: bool) {
-        self.sync_bgp(Instant::now());
+    pub(super) async fn on_tick(&mut self, ticks: u64, net_dirty: bool, now: Instant) {
+        self.sync_bgp(now);
         let missing = neighbours::missing(&self.st.config, &self.st.next_hops);
         if (missing || net_dirty || ticks.is_multiple_of(30))
             && neighbours::resolve(&self.resolver, &self.st.config, &mut self.st.next_hops).await
@@ -103,7 +103,7 @@ impl Control {
             let _ = self.update(&overrides, "neighbours changed").await;
         }
         self.peer_events();
-        self.drop_events();
+        self.drop_events(now);
         let dp = match self.dp.stats() {
             Ok(s) => Some(s),
             Err(e) => {
@@ -143,16 +143,16 @@ impl Control {
 
     /// An event when the workers dropped [`DROP_SPIKE`] frames or more in the last second,
     /// at most one every ten seconds.
-    fn drop_events(&mut self) {
+    fn drop_events(&mut self, now: Instant) {
         let drops: u64 = self.shared.aggregate().drops.iter().sum();
         let delta = drops.saturating_sub(self.last_drops);
         self.last_drops = drops;
         if delta >= DROP_SPIKE
             && self
                 .last_spike
-                .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+                .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(10))
         {
-            self.last_spike = Some(Instant::now());
+            self.last_spike = Some(now);
             event(
                 &self.shared,
                 Kind::Drops,

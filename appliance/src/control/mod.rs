@@ -33,7 +33,6 @@ pub mod shared;
 mod state;
 mod view;
 
-pub use prepare::steering;
 pub use run::run;
 
 use crate::config;

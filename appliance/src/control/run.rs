@@ -245,7 +245,8 @@ impl Control {
                 } => net_dirty |= self.on_net_change(&change),
                 _ = tick.tick() => {
                     ticks += 1;
-                    self.on_tick(ticks, std::mem::take(&mut net_dirty)).await;
+                    let net_dirty = std::mem::take(&mut net_dirty);
+                    self.on_tick(ticks, net_dirty, Instant::now()).await;
                 }
             }
         }
