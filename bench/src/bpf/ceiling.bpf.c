@@ -14,7 +14,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-// Set before loading (bench.rs `Ceiling`): keep the layout in step.
+// Set before loading (ceiling.rs `ceiling`): keep the layout in step.
 struct ceiling_cfg {
 	__u8 dst_mac[6];
 	__u8 src_mac[6];

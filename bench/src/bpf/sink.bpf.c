@@ -17,7 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-// Set before loading (bench.rs `SinkProgram`): keep the layout in step.
+// Set before loading (sink.rs `SinkProgram`): keep the layout in step.
 struct sink_cfg {
 	__be32 backend;
 	__be16 port;
@@ -26,7 +26,7 @@ struct sink_cfg {
 
 const volatile struct sink_cfg cfg = {};
 
-// Counter slots; keep in step with bench.rs `SINK_DELIVERED` and `SINK_STRAY`.
+// Counter slots; keep in step with sink.rs `SINK_DELIVERED` and `SINK_STRAY`.
 #define SINK_DELIVERED 0 // IPv4 UDP to the backend's address and port: what a run delivered
 #define SINK_STRAY 1     // any other IPv4 UDP (not rewritten, or a non-first fragment)
 #define SINK_SLOTS 2
