@@ -18,6 +18,10 @@
 //! appliance, since their return path skips the appliance and Maglev picks the same backend
 //! on each; NAT and FullNAT VIPs stay on `lb1` alone, because their replies must come back
 //! through the appliance that rewrote the request.
+//!
+//! The lab knows the appliance only as the `sluice` binary it is given and the config text it
+//! writes for it, so it depends on nothing of the appliance's library; [`netns`] is also the
+//! integration tests' namespace toolkit.
 
 #![forbid(unsafe_code)]
 
