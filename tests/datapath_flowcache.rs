@@ -15,7 +15,8 @@ use sluice::datapath::flowcache::{self, FlowCache, Hairpin};
 use sluice::datapath::steer::Steer;
 use sluice::engine::BackendId;
 use sluice::lb::process::{Decision, Verdict, process_recorded};
-use sluice::lb::{Frame, HEADROOM, golden};
+use sluice::lb::{Frame, HEADROOM};
+use testkit::golden;
 
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;

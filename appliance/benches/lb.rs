@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sluice::lb::conntrack::ConnTable;
-use sluice::lb::golden::{self, NOW, Pkt, tcp};
 use sluice::lb::hash::backend_identity;
 use sluice::lb::maglev::{MaglevBackend, Ring};
 use sluice::lb::{Frame, HEADROOM, Verdict, process};
+use testkit::golden::{self, NOW, Pkt, tcp};
 
 const CASES: [(&str, &str, &str); 7] = [
     ("nat4", "192.0.2.10", "198.51.100.7"),

@@ -321,8 +321,12 @@ impl fmt::Display for TraceReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lb::golden;
     use crate::lb::hash::FlowKey;
+
+    /// The golden VIPs (testkit's `golden.toml`), parsed into this crate's `Config`.
+    fn golden_config() -> Config {
+        Config::from_toml_str(testkit::golden::CONFIG_TOML).unwrap_or_else(|e| panic!("{e}"))
+    }
 
     #[test]
     fn parses_flows() {
@@ -347,7 +351,7 @@ mod tests {
 
     #[test]
     fn traces_a_maglev_flow_like_the_datapath() {
-        let mut c = golden::config();
+        let mut c = golden_config();
         // Give nat4 three backends so the choice is not trivial.
         let b = c.vips[0].backends[0].clone();
         for last in [2u8, 3] {
@@ -380,7 +384,7 @@ mod tests {
 
     #[test]
     fn explains_schedulers_snat_tunnels_and_misses() {
-        let mut c = golden::config();
+        let mut c = golden_config();
         c.vips[0].scheduler = Scheduler::Rr;
         let r = trace(&c, "tcp 198.51.100.7:1 -> 192.0.2.10:80").unwrap();
         assert_eq!(r.chosen, Some(0));

@@ -7,8 +7,6 @@
 
 pub mod conntrack;
 pub mod frame;
-#[doc(hidden)]
-pub mod golden;
 pub mod hash;
 pub mod maglev;
 pub mod process;

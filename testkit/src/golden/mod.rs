@@ -8,16 +8,20 @@
 //! under test. The table is public (hidden from docs) so a later XDP fast path can replay
 //! the same bytes and compare.
 
+/// The golden VIPs as a configuration file, for the appliance's own unit tests: they parse
+/// it with `Config::from_toml_str` into their copy of the types.
+pub const CONFIG_TOML: &str = include_str!("golden.toml");
+
 use std::net::IpAddr;
 
-use crate::config::{
+use sluice::config::{
     Backend, BackendState, Config, Encap, HashFields, Mode, Protocol, Scheduler, Vip,
 };
-use crate::lb::conntrack::ConnTable;
-use crate::lb::hash::{FlowKey, addr_to_u128};
-use crate::lb::process::{DropReason, Verdict, WorkerStats, process, tunnel_source};
-use crate::lb::tables::{NextHop, Tables};
-use crate::lb::{Frame, HEADROOM, WorkerState};
+use sluice::lb::conntrack::ConnTable;
+use sluice::lb::hash::{FlowKey, addr_to_u128};
+use sluice::lb::process::{DropReason, Verdict, WorkerStats, process, tunnel_source};
+use sluice::lb::tables::{NextHop, Tables};
+use sluice::lb::{Frame, HEADROOM, WorkerState};
 use wire::MacAddr;
 
 /// The fixed clock of every fixture.
@@ -526,14 +530,14 @@ pub fn config() -> Config {
             be("10.0.0.11", 81),
         ),
     ];
-    let mut c = crate::lb::golden::base_config();
+    let mut c = base_config();
     c.vips = vips;
     c
 }
 
 /// A config with no VIPs and default appliance settings.
 pub fn base_config() -> Config {
-    use crate::config::{Api, Appliance, Timeouts, XdpMode};
+    use sluice::config::{Api, Appliance, Timeouts, XdpMode};
     Config {
         appliance: Appliance {
             name: "golden".into(),
@@ -610,8 +614,8 @@ fn flow_hash(src: &str, dst: &str, sport: u16, dport: u16, proto: u8) -> u32 {
 }
 
 fn tsrc(v6: bool, hash: u32) -> (IpAddr, u16) {
-    let (a, p) = tunnel_source(&crate::lb::TunnelSource::default(), v6, hash);
-    (crate::lb::hash::u128_to_addr(a, v6), p)
+    let (a, p) = tunnel_source(&sluice::lb::TunnelSource::default(), v6, hash);
+    (sluice::lb::hash::u128_to_addr(a, v6), p)
 }
 
 // ---- the fixtures -------------------------------------------------------------------
