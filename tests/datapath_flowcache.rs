@@ -1,6 +1,7 @@
 //! The XDP flow cache against the engine.
 //!
-//! Parity: every golden fixture runs through `lb::process` (recording its decision), the
+//! Parity: every golden fixture runs alone through `lb::process` (a fresh connection table
+//! with the row's given frames run first; the engine records its decision), the
 //! entry the worker would install for that decision goes into the cache, and the same input
 //! frame runs through the XDP program with BPF_PROG_TEST_RUN. A frame the cache forwards
 //! must come out byte for byte as the engine's, with XDP_TX or XDP_REDIRECT as the engine's
@@ -213,9 +214,10 @@ fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
                 .add_egress(0, golden::UPLINK, hairpin)
                 .expect("egress lo");
             let hits_before = cache.counters().hits;
-            let (t, mut ct, mut st) = golden::setup();
+            let t = golden::tables();
             let mut tally = Tally::default();
             for fx in golden::fixtures() {
+                let (mut ct, mut st) = golden::state_for(&fx, &t);
                 run_one(
                     &steer,
                     &cache,
@@ -276,9 +278,9 @@ fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
     }
 }
 
-/// The golden tables built from `c`, with the neighbours `golden::setup` gives.
+/// The golden tables built from `c`, with the next hops `golden::tables` gives.
 fn golden_tables(c: &sluice::config::Config, version: u64) -> sluice::lb::Tables {
-    let (base, _, _) = golden::setup();
+    let base = golden::tables();
     let mut t = sluice::lb::Tables::build(c, &|_, _| true, version).expect("tables");
     for slot in 0..t.backends.len() as u32 {
         if let Some(n) = base.next_hop(slot) {
@@ -293,11 +295,11 @@ fn golden_tables(c: &sluice::config::Config, version: u64) -> sluice::lb::Tables
     t
 }
 
-/// Installs what the engine would for every golden fixture and its established
-/// continuation; returns the number of entries.
+/// Installs what the engine would for every golden fixture (each alone, after its given
+/// frames) and its established continuation; returns the number of entries.
 fn install_golden(cache: &FlowCache, t: &sluice::lb::Tables) -> usize {
-    let (_, mut ct, mut st) = golden::setup();
     for fx in golden::fixtures() {
+        let (mut ct, mut st) = golden::state_for(&fx, t);
         let mut inputs = vec![fx.input.clone()];
         if let Some(ack) = with_tcp_flags(&fx.input, 0x10) {
             inputs.push(ack);

@@ -11,7 +11,7 @@ use testkit::golden::{self, Pkt, tcp};
 /// The golden fixtures and tables, built once.
 fn shared() -> &'static (Vec<golden::Fixture>, Tables) {
     static SHARED: std::sync::OnceLock<(Vec<golden::Fixture>, Tables)> = std::sync::OnceLock::new();
-    SHARED.get_or_init(|| (golden::fixtures(), golden::setup().0))
+    SHARED.get_or_init(|| (golden::fixtures(), golden::tables()))
 }
 
 fn ct_for(t: &Tables, cap: usize) -> ConnTable {

@@ -1,0 +1,178 @@
+//! Tunnel rows: IPIP (4in4, 6in6, 4in6, 6in4), GUE and VXLAN outer headers toward the
+//! backend, the outer source (and IPv6 flow label, UDP source port) from the flow hash,
+//! and what the outer header copies from the inner one (DF, DSCP, VLAN tags).
+
+use sluice::lb::Tables;
+
+use super::build::{Encap, Pkt, SYN, TCP, encap_frame, ip, tcp};
+use super::setup::{flow_hash, mac_of, tunnel_src};
+use super::{BACKENDS, Fixture, OUR_MAC};
+
+pub(super) const ROWS: &[super::Row] = &[
+    ipip4,
+    ipip6,
+    ipip46,
+    ipip64,
+    gue4,
+    gue6,
+    vxlan4,
+    vxlan6,
+    ipip4_df_dscp,
+    ipip4_vlan,
+    gue4_ttl_1,
+    ipip6_traffic_class,
+];
+
+/// A tunnel VIP of the golden setup, the client that sends to it and its backend.
+struct Tun {
+    vip: &'static str,
+    client: &'static str,
+    addr: &'static str,
+    backend: &'static str,
+    /// GUE or VXLAN: the outer UDP destination port.
+    udp_port: Option<u16>,
+    /// VXLAN: the VNI.
+    vni: Option<u32>,
+}
+
+const C4: &str = "198.51.100.7";
+const C6: &str = "2001:db8:c::7";
+
+const fn tun(
+    vip: &'static str,
+    client: &'static str,
+    addr: &'static str,
+    backend: &'static str,
+) -> Tun {
+    Tun {
+        vip,
+        client,
+        addr,
+        backend,
+        udp_port: None,
+        vni: None,
+    }
+}
+
+const IPIP4: Tun = tun("ipip4", C4, "192.0.2.40", "10.0.0.5");
+const IPIP6: Tun = tun("ipip6", C6, "2001:db8::40", "2001:db8:a::5");
+const GUE4: Tun = Tun {
+    udp_port: Some(6080),
+    ..tun("gue4", C4, "192.0.2.50", "10.0.0.7")
+};
+
+/// The SYN every tunnel row sends: client:40000 -> VIP:80.
+fn syn(v: &Tun) -> Pkt {
+    Pkt::new(v.client, v.addr, TCP, tcp(40000, 80, SYN, 77, b""))
+}
+
+/// The ipip4 flow (the ICMP and fragment rows quote or follow it).
+pub(super) fn ipip4_syn() -> Pkt {
+    syn(&IPIP4)
+}
+
+/// `inner` as the VIP `v` encapsulates it toward its backend.
+fn encapsulated(t: &Tables, v: &Tun, inner: &Pkt) -> Vec<u8> {
+    let h = flow_hash(v.client, v.addr, 40000, 80, TCP);
+    let b = ip(v.backend);
+    let (osrc, sport) = tunnel_src(b.is_ipv6(), h);
+    let outer = Pkt::new(v.client, v.addr, 4, Vec::new())
+        .macs(mac_of(t, v.vip), OUR_MAC)
+        .ident(0)
+        .with(|o| {
+            o.src = osrc;
+            o.dst = b;
+            o.tos = inner.tos;
+            // IPv6 has no fragmentation on the path: the outer IPv4 header sets DF then too.
+            o.df = inner.v6() || inner.df;
+            if b.is_ipv6() {
+                o.flow_label = h & 0xfffff;
+            }
+        });
+    let encap = Encap {
+        udp: v.udp_port.map(|p| (sport, p)),
+        vxlan: v.vni.map(|vni| (vni, mac_of(t, v.vip), OUR_MAC)),
+    };
+    encap_frame(inner, outer, encap)
+}
+
+/// The row for `inner` sent to the tunnel VIP `v`.
+fn row(t: &Tables, description: &'static str, v: &Tun, inner: Pkt) -> Fixture {
+    let out = encapsulated(t, v, &inner);
+    Fixture::tx(description, inner.build(), BACKENDS, out)
+}
+
+fn ipip4(t: &Tables) -> Fixture {
+    let d = "ipip 4in4: outer src 172.16.x.x from the flow hash";
+    row(t, d, &IPIP4, syn(&IPIP4))
+}
+
+fn ipip6(t: &Tables) -> Fixture {
+    let d = "ipip 6in6: outer flow label from the flow hash";
+    row(t, d, &IPIP6, syn(&IPIP6))
+}
+
+fn ipip46(t: &Tables) -> Fixture {
+    let v = tun("ipip46", C4, "192.0.2.41", "2001:db8:a::6");
+    row(t, "ipip 4in6 for an ipv6 backend", &v, syn(&v))
+}
+
+fn ipip64(t: &Tables) -> Fixture {
+    let v = tun("ipip64", C6, "2001:db8::41", "10.0.0.6");
+    row(t, "ipip 6in4 for an ipv4 backend", &v, syn(&v))
+}
+
+fn gue4(t: &Tables) -> Fixture {
+    let d = "gue over ipv4: udp 6080, zero udp checksum";
+    row(t, d, &GUE4, syn(&GUE4))
+}
+
+fn gue6(t: &Tables) -> Fixture {
+    let v = Tun {
+        udp_port: Some(6080),
+        ..tun("gue6", C6, "2001:db8::50", "2001:db8:a::7")
+    };
+    row(t, "gue over ipv6: udp checksum computed", &v, syn(&v))
+}
+
+fn vxlan4(t: &Tables) -> Fixture {
+    let v = Tun {
+        udp_port: Some(4789),
+        vni: Some(4242),
+        ..tun("vxlan4", C4, "192.0.2.60", "10.0.0.8")
+    };
+    row(t, "vxlan over ipv4: vni 4242, inner ethernet", &v, syn(&v))
+}
+
+fn vxlan6(t: &Tables) -> Fixture {
+    let v = Tun {
+        udp_port: Some(4789),
+        vni: Some(4242),
+        ..tun("vxlan6", C6, "2001:db8::60", "2001:db8:a::8")
+    };
+    row(t, "vxlan over ipv6", &v, syn(&v))
+}
+
+fn ipip4_df_dscp(t: &Tables) -> Fixture {
+    let d = "ipip 4in4 with inner df and dscp: copied to the outer header";
+    let inner = syn(&IPIP4).with(|p| {
+        p.df = true;
+        p.tos = 0xb8;
+    });
+    row(t, d, &IPIP4, inner)
+}
+
+fn ipip4_vlan(t: &Tables) -> Fixture {
+    let d = "ipip 4in4 vlan-tagged: outer keeps the tag";
+    row(t, d, &IPIP4, syn(&IPIP4).vlans(&[300]))
+}
+
+fn gue4_ttl_1(t: &Tables) -> Fixture {
+    let d = "gue with inner ttl 1: inner ttl untouched";
+    row(t, d, &GUE4, syn(&GUE4).ttl(1))
+}
+
+fn ipip6_traffic_class(t: &Tables) -> Fixture {
+    let d = "ipip 6in6 with inner traffic class";
+    row(t, d, &IPIP6, syn(&IPIP6).with(|p| p.tos = 0x28))
+}
