@@ -94,7 +94,11 @@ fn every_mode_and_family(flow_cache: Option<bool>) {
     match (&status.flow_cache, flow_cache) {
         (Some(c), None) => {
             // Every mode's established frames (DR and NAT both ways) went through the kernel.
-            assert!(c.hits > 0, "the kernel forwarded nothing: {c:?}");
+            assert!(
+                c.hits > 0,
+                "the kernel forwarded nothing: {c:?}; status: {status:?}\nappliance log:\n{}",
+                std::fs::read_to_string(lab.log_path_at(0)).unwrap_or_default()
+            );
             println!("MEASURE lab_modes flow cache: {c:?}");
         }
         (None, Some(false)) => {}

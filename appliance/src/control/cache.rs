@@ -128,9 +128,17 @@ pub struct CacheStats {
     pub backends: HashMap<BackendId, BackendTotals>,
 }
 
-/// Reads the cache's counters (a walk over the map for `entries`: call it for the API and
-/// metrics, not per frame).
+/// Reads the cache's counters, with a walk over both maps for `entries` (the once-a-second
+/// view calls it; readers want [`counters`]).
 pub fn stats(cache: &FlowCache) -> CacheStats {
+    counters(cache, cache.len())
+}
+
+/// Reads the cache's hit, miss and per-backend counters now (one per-CPU lookup per counter
+/// slot, no walk over the entries); `entries` is the count the caller last walked. Readers
+/// (status, VIP and backend counters, metrics) call this so what they report does not wait
+/// for the control loop's next tick.
+pub fn counters(cache: &FlowCache, entries: usize) -> CacheStats {
     let c = cache.counters();
     let mut vips: HashMap<String, VipTotals> = HashMap::new();
     let mut backends = HashMap::new();
@@ -150,7 +158,7 @@ pub fn stats(cache: &FlowCache) -> CacheStats {
         hits: c.hits,
         misses: c.misses,
         no_egress: c.no_egress,
-        entries: cache.len(),
+        entries,
         vips,
         backends,
     }

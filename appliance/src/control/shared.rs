@@ -59,7 +59,8 @@ pub struct View {
     pub announced: BTreeSet<IpAddr>,
     pub peers: Vec<bgp::PeerStatus>,
     pub datapath: Option<DatapathStats>,
-    /// The XDP flow cache's counters, read once a second.
+    /// The XDP flow cache's counters, read once a second (readers take fresh counters from
+    /// [`Shared::cache_stats`]; `entries` comes from here).
     pub cache: Option<super::cache::CacheStats>,
 }
 
@@ -156,10 +157,17 @@ impl Shared {
         }
     }
 
+    /// The flow cache's counters as of now, with the entry count of the last view.
+    pub fn cache_stats(&self) -> Option<super::cache::CacheStats> {
+        let c = self.flow_cache.as_ref()?;
+        let entries = self.view.load().cache.as_ref().map_or(0, |s| s.entries);
+        Some(super::cache::counters(c, entries))
+    }
+
     pub fn aggregate(&self) -> Aggregate {
         let mut a = Aggregate::default();
         // What the kernel forwarded from the flow cache counts for its VIP and backend too.
-        if let Some(c) = &self.view.load().cache {
+        if let Some(c) = &self.cache_stats() {
             for (k, v) in &c.vips {
                 *a.vips.entry(k.clone()).or_default() += *v;
             }
@@ -279,13 +287,10 @@ impl Shared {
             conntrack_capacity: agg.conntrack_capacity,
             conntrack_fallbacks: agg.stats.conntrack_fallback,
             bgp: view.config.as_ref().is_some_and(|c| c.bgp.is_some()),
-            flow_cache: self.flow_cache.as_ref().map(|_| {
-                let c = view.cache.clone().unwrap_or_default();
-                api::FlowCache {
-                    hits: c.hits,
-                    misses: c.misses,
-                    entries: c.entries as u64,
-                }
+            flow_cache: self.cache_stats().map(|c| api::FlowCache {
+                hits: c.hits,
+                misses: c.misses,
+                entries: c.entries as u64,
             }),
         }
     }
