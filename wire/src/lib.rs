@@ -13,7 +13,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod arp;
 pub mod checksum;
 pub mod ethernet;
 pub mod frame;
@@ -25,7 +24,6 @@ pub mod tcp;
 pub mod udp;
 pub mod vxlan;
 
-pub use arp::{ArpOperation, ArpPacket, ArpRepr};
 pub use ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr, VlanTag, l3_offset};
 pub use frame::{FrameRepr, IpRepr, L4Repr};
 pub use icmpv4::{Icmpv4Packet, Icmpv4Repr, Icmpv4Type};
