@@ -109,7 +109,7 @@ impl Control {
         } else {
             Vec::new()
         };
-        let undecided = prepare::undecided(&status, &self.targets);
+        let undecided = prepare::undecided(&status, &self.targets, &self.st.health);
         let tables = self.shared.published.current();
         let (wanted, all_settled) = announcements(&self.st, &tables, &undecided, settling);
         a.sync(&wanted);

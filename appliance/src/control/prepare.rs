@@ -210,14 +210,28 @@ fn verdicts(status: &[health::Status], targets: &Targets) -> HashMap<BackendId, 
     out
 }
 
-/// The pairs whose probes have not decided yet, while BGP still waits for them.
-pub fn undecided<'a>(status: &[health::Status], targets: &'a Targets) -> HashSet<&'a BackendId> {
-    status
-        .iter()
-        .filter(|s| !s.decided)
-        .filter_map(|s| targets.get(&s.key))
-        .flatten()
-        .collect()
+/// The pairs BGP still waits for: those whose probes have not decided, and those whose
+/// verdict the tables do not show yet. The prober decides before the loop has applied the
+/// transition (it waits in the channel behind earlier commits); announcing then would pin
+/// new flows to a pool without that backend, which other appliances do not share.
+pub fn undecided<'a>(
+    status: &[health::Status],
+    targets: &'a Targets,
+    applied: &HashMap<BackendId, bool>,
+) -> HashSet<&'a BackendId> {
+    let mut out = HashSet::new();
+    for s in status {
+        let Some(pairs) = targets.get(&s.key) else {
+            continue;
+        };
+        let up = s.state == health::Health::Up;
+        for p in pairs {
+            if !s.decided || applied.get(p).copied().unwrap_or(false) != up {
+                out.insert(p);
+            }
+        }
+    }
+    out
 }
 
 /// How long after a (re)start the announcer waits at most for health checks to decide:
@@ -289,6 +303,54 @@ port = 8081
 
     fn cfg() -> Config {
         Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_verdict_the_tables_do_not_show_yet_is_undecided() {
+        let text = CFG.replace("port = 80\n", "port = 80\nhealth_check = \"tcp\"\n")
+            + "\n[[health_check]]\nname = \"tcp\"\nkind = \"tcp\"\n";
+        let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let targets = health_targets(&c);
+        let (probe, pairs) = targets.iter().next().expect("a probe");
+        let id = pairs[0].clone();
+        let status = |decided, state| health::Status {
+            key: probe.clone(),
+            users: 1,
+            state,
+            decided,
+            last_outcome: None,
+            last_failure: None,
+            successes: 0,
+            failures: 0,
+            last_change: None,
+            started: 0,
+            passed: 0,
+            failed: 0,
+            last_start: None,
+            next_due: None,
+            in_flight: false,
+        };
+        let up = [status(true, health::Health::Up)];
+        let applied_down = HashMap::from([(id.clone(), false)]);
+        let applied_up = HashMap::from([(id.clone(), true)]);
+        assert!(
+            undecided(&up, &targets, &applied_down).contains(&id),
+            "transition queued"
+        );
+        assert!(
+            !undecided(&up, &targets, &applied_up).contains(&id),
+            "transition applied"
+        );
+        let pending = [status(false, health::Health::Down)];
+        assert!(
+            undecided(&pending, &targets, &applied_down).contains(&id),
+            "not decided"
+        );
+        let down = [status(true, health::Health::Down)];
+        assert!(
+            !undecided(&down, &targets, &HashMap::new()).contains(&id),
+            "down, applied"
+        );
     }
 
     fn key(a: &str, p: u16) -> BackendId {
