@@ -104,12 +104,8 @@ impl Control {
             return;
         };
         let settling = now < self.settle_by;
-        let status = if settling {
-            self.prober.status()
-        } else {
-            Vec::new()
-        };
-        let undecided = prepare::undecided(&status, &self.targets, &self.st.health);
+        let status = self.prober.status();
+        let undecided = prepare::undecided(&status, &self.targets, &self.st.health, settling);
         let tables = self.shared.published.current();
         let (wanted, all_settled) = announcements(&self.st, &tables, &undecided, settling);
         a.sync(&wanted);

@@ -210,14 +210,16 @@ fn verdicts(status: &[health::Status], targets: &Targets) -> HashMap<BackendId, 
     out
 }
 
-/// The pairs BGP still waits for: those whose probes have not decided, and those whose
-/// verdict the tables do not show yet. The prober decides before the loop has applied the
-/// transition (it waits in the channel behind earlier commits); announcing then would pin
-/// new flows to a pool without that backend, which other appliances do not share.
+/// The pairs BGP still waits for: while `settling`, those whose probes have not decided;
+/// always, those whose decided verdict the tables do not show yet. The prober decides
+/// before the loop has applied the transition (it waits in the channel behind earlier
+/// commits); a first announcement then would pin new flows to a pool without that backend,
+/// which other appliances do not share. Such a wait lasts one pass of the loop.
 pub fn undecided<'a>(
     status: &[health::Status],
     targets: &'a Targets,
     applied: &HashMap<BackendId, bool>,
+    settling: bool,
 ) -> HashSet<&'a BackendId> {
     let mut out = HashSet::new();
     for s in status {
@@ -226,7 +228,8 @@ pub fn undecided<'a>(
         };
         let up = s.state == health::Health::Up;
         for p in pairs {
-            if !s.decided || applied.get(p).copied().unwrap_or(false) != up {
+            let queued = s.decided && applied.get(p).copied().unwrap_or(false) != up;
+            if queued || (settling && !s.decided) {
                 out.insert(p);
             }
         }
@@ -333,23 +336,26 @@ port = 8081
         let up = [status(true, health::Health::Up)];
         let applied_down = HashMap::from([(id.clone(), false)]);
         let applied_up = HashMap::from([(id.clone(), true)]);
-        assert!(
-            undecided(&up, &targets, &applied_down).contains(&id),
-            "transition queued"
-        );
-        assert!(
-            !undecided(&up, &targets, &applied_up).contains(&id),
-            "transition applied"
-        );
+        for settling in [true, false] {
+            let queued = undecided(&up, &targets, &applied_down, settling);
+            assert!(
+                queued.contains(&id),
+                "transition queued, settling {settling}"
+            );
+            let applied = undecided(&up, &targets, &applied_up, settling);
+            assert!(
+                !applied.contains(&id),
+                "transition applied, settling {settling}"
+            );
+            let down = [status(true, health::Health::Down)];
+            let none = undecided(&down, &targets, &HashMap::new(), settling);
+            assert!(!none.contains(&id), "down and applied, settling {settling}");
+        }
         let pending = [status(false, health::Health::Down)];
+        assert!(undecided(&pending, &targets, &applied_down, true).contains(&id));
         assert!(
-            undecided(&pending, &targets, &applied_down).contains(&id),
-            "not decided"
-        );
-        let down = [status(true, health::Health::Down)];
-        assert!(
-            !undecided(&down, &targets, &HashMap::new()).contains(&id),
-            "down, applied"
+            !undecided(&pending, &targets, &applied_down, false).contains(&id),
+            "after the settle time an undecided probe no longer holds the VIP back"
         );
     }
 
