@@ -61,6 +61,28 @@ pub struct WorkerStatus {
     pub id: u32,
     /// The table version it runs.
     pub version: u64,
+    /// Frames it received from its sockets.
+    #[serde(default)]
+    pub rx_packets: u64,
+    /// Frames it transmitted.
+    #[serde(default)]
+    pub tx_packets: u64,
+    /// New flows it chose a backend for.
+    #[serde(default)]
+    pub new_flows: u64,
+    /// Its connection-table entries.
+    #[serde(default)]
+    pub conntrack_entries: u64,
+    /// Frames it handed to the worker owning their flow (FullNAT return traffic that
+    /// arrived on its queue).
+    #[serde(default)]
+    pub handed_off: u64,
+    /// Frames it dropped because the handoff ring toward their owner was full.
+    #[serde(default)]
+    pub handoff_ring_full: u64,
+    /// Frames other workers handed to it.
+    #[serde(default)]
+    pub handoff_received: u64,
 }
 
 /// One datapath interface.
@@ -73,6 +95,10 @@ pub struct Interface {
     pub zero_copy: bool,
     /// Queues served (one AF_XDP socket and worker each).
     pub queues: u32,
+    /// How FullNAT return traffic reaches the worker that owns its flow: `one worker`,
+    /// `ntuple (N rules)`, or `handoff: ...` with the reason the NIC does not steer it.
+    #[serde(default)]
+    pub return_steering: String,
 }
 
 /// Packet and byte totals.

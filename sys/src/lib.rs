@@ -3,6 +3,8 @@
 //! [`xsk`] is AF_XDP: a socket's UMEM (an mmap'd area the kernel DMAs frames into), its four
 //! rings shared with the kernel, and the few ioctls and socket options around them. [`sockopt`]
 //! is the BGP speaker's session security (`TCP_MD5SIG`, `IP_MINTTL`, `IPV6_MINHOPCOUNT`).
+//! [`ethtool`] installs and removes the NIC's ntuple rules that steer FullNAT return traffic
+//! to the queue of the worker that owns it.
 //! Everything else in the workspace is `#![forbid(unsafe_code)]` and reaches the kernel
 //! through these safe functions or through maintained crates (libbpf-rs, rtnetlink, nix).
 //! Each module opts in with `#![allow(unsafe_code)]`, and every `unsafe` block carries a
@@ -10,5 +12,6 @@
 //! the line is there).
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod ethtool;
 pub mod sockopt;
 pub mod xsk;

@@ -129,6 +129,38 @@ pub struct Aggregate {
     pub conntrack_capacity: u64,
     /// Per worker, the version it runs.
     pub running: Vec<u64>,
+    /// Per worker, (new flows, connection-table entries).
+    pub worker_flows: Vec<(u64, u64)>,
+}
+
+/// Per worker: the version it runs, its flows, and its ring and handoff counters (from the
+/// datapath's last view; zero without a datapath).
+fn worker_status(
+    agg: &Aggregate,
+    dp: Option<&crate::datapath::DatapathStats>,
+) -> Vec<api::WorkerStatus> {
+    agg.running
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let ring = dp
+                .and_then(|d| d.workers.get(i))
+                .copied()
+                .unwrap_or_default();
+            let (new_flows, entries) = agg.worker_flows.get(i).copied().unwrap_or_default();
+            api::WorkerStatus {
+                id: i as u32,
+                version: *v,
+                rx_packets: ring.rx,
+                tx_packets: ring.tx,
+                new_flows,
+                conntrack_entries: entries,
+                handed_off: ring.handed_off,
+                handoff_ring_full: ring.handoff_ring_full,
+                handoff_received: ring.handoff_received,
+            }
+        })
+        .collect()
 }
 
 impl Shared {
@@ -177,8 +209,15 @@ impl Shared {
         }
         for w in self.workers() {
             a.running.push(w.running.load(Ordering::Acquire));
+            a.worker_flows.push((0, 0));
             let Ok(s) = w.snapshot.lock() else { continue };
             let (vips, backends) = s.totals();
+            if let Some(f) = a.worker_flows.last_mut() {
+                *f = (
+                    vips.values().map(|v| v.new_flows).sum(),
+                    s.conntrack_len as u64,
+                );
+            }
             for (k, v) in vips {
                 *a.vips.entry(k).or_default() += v;
             }
@@ -235,6 +274,7 @@ impl Shared {
                         .to_string(),
                         zero_copy: i.zero_copy,
                         queues: i.queues,
+                        return_steering: i.return_steering.describe(),
                     })
                     .collect(),
                 d.workers.iter().map(|w| w.rx).sum(),
@@ -258,15 +298,7 @@ impl Shared {
                 .filter(|s| s.version == version)
                 .and_then(|s| s.lag)
                 .map(|d| d.as_secs_f64() * 1000.0),
-            workers: agg
-                .running
-                .iter()
-                .enumerate()
-                .map(|(i, v)| api::WorkerStatus {
-                    id: i as u32,
-                    version: *v,
-                })
-                .collect(),
+            workers: worker_status(&agg, view.datapath.as_ref()),
             interfaces,
             totals: api::Totals {
                 rx_packets: rx,

@@ -159,6 +159,9 @@ pub enum DatapathError {
     /// A worker thread could not be started.
     #[error("cannot start worker thread: {0}")]
     Thread(#[source] io::Error),
+    /// The eventfds that wake a worker for frames handed to it could not be created.
+    #[error("cannot create the workers' handoff eventfds: {0} (check the open-file limit)")]
+    Handoff(#[source] io::Error),
 }
 
 /// Datapath settings that cannot work (from `[appliance]`).

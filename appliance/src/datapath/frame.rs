@@ -23,6 +23,14 @@ pub trait FrameHandler: Send {
     /// nanoseconds, read once per batch.
     fn handle(&mut self, frame: &mut Frame<'_>, now_ns: u64) -> Verdict;
 
+    /// The worker (of those the handler factory was told about) that must process `frame`
+    /// because its flow lives in that worker's state, when that is not this worker; the
+    /// datapath then hands the frame over (`datapath::handoff`) instead of calling
+    /// [`FrameHandler::handle`]. `None`: this worker handles it.
+    fn owner(&mut self, _frame: &Frame<'_>) -> Option<usize> {
+        None
+    }
+
     /// Called after each pass's frames were handed to the kernel (the tx kick), before the
     /// next pass.
     fn after_tx(&mut self) {}

@@ -23,7 +23,9 @@ mod abi;
 mod error;
 pub mod flowcache;
 pub mod frame;
+mod handoff;
 pub mod neigh;
+mod ntuple;
 pub mod steer;
 mod worker;
 
@@ -36,6 +38,7 @@ use sys::xsk;
 
 pub use error::{DatapathError, SettingsError};
 pub use frame::{Frame, FrameHandler, HEADROOM};
+pub use ntuple::ReturnSteering;
 pub use steer::{AttachMode, ReturnKey, SteerCounters, VipKey};
 pub use worker::monotonic_ns;
 
@@ -90,6 +93,9 @@ pub struct InterfaceStatus {
     pub zero_copy: bool,
     /// The kernel's drop counters, summed over the interface's sockets (zero after stop).
     pub kernel: KernelStats,
+    /// How FullNAT return traffic reaches the worker that owns it (ntuple rules or the
+    /// handoff, and why).
+    pub return_steering: ReturnSteering,
 }
 
 /// Ring counters of one worker: what it moved between the sockets' rings and the handler.
@@ -111,6 +117,13 @@ pub struct RingStats {
     pub bad_egress: u64,
     /// Kernel descriptors outside our UMEM (should stay zero).
     pub bad_desc: u64,
+    /// Frames handed to the worker that owns their flow (FullNAT return traffic that RSS
+    /// put on another worker's queue).
+    pub handed_off: u64,
+    /// Frames dropped because the handoff ring toward their owner was full.
+    pub handoff_ring_full: u64,
+    /// Frames other workers handed to this one.
+    pub handoff_received: u64,
 }
 
 /// A snapshot of the datapath's counters and state.
@@ -127,6 +140,7 @@ pub struct DatapathStats {
 /// The running datapath. Dropping it stops it.
 pub struct Datapath {
     steer: Mutex<Steer>,
+    ntuple: Mutex<ntuple::Ntuple>,
     interfaces: Vec<InterfaceStatus>,
     /// (index in `interfaces`, socket fd), valid until the workers stop.
     sockets: Vec<(usize, std::os::fd::RawFd)>,
@@ -331,6 +345,7 @@ fn attach_all(
                     xdp_mode: mode,
                     zero_copy: *zero_copy,
                     kernel: KernelStats::default(),
+                    return_steering: ReturnSteering::OneWorker,
                 });
             }
             Err(e) => {
@@ -381,6 +396,7 @@ impl Datapath {
         let interfaces = attach_all(&steer, &cfg, &ifaces, &sockets.zero_copy)?;
         let mut dp = Datapath {
             steer: Mutex::new(steer),
+            ntuple: Mutex::new(ntuple::Ntuple::new(&cfg.interfaces, n_workers as u32)),
             interfaces,
             sockets: sockets.fds,
             workers: Vec::new(),
@@ -405,6 +421,9 @@ impl Datapath {
         F: Fn(usize, usize) -> Box<dyn FrameHandler>,
     {
         let n_workers = ports.len();
+        let mut handoffs = handoff::HandoffPort::mesh(n_workers)
+            .map_err(DatapathError::Handoff)?
+            .into_iter();
         let ncpu = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -426,6 +445,11 @@ impl Datapath {
                 counters: counters.clone(),
                 stop: self.stop.clone(),
                 busy_poll: cfg.busy_poll,
+                handoff: handoffs.next().ok_or_else(|| {
+                    DatapathError::Handoff(std::io::Error::other(
+                        "fewer handoff ports than workers",
+                    ))
+                })?,
             };
             let pin = cfg.pin_workers.then_some(w % ncpu);
             let handle = std::thread::Builder::new()
@@ -454,9 +478,17 @@ impl Datapath {
         self.steer().set_vips(vips)
     }
 
-    /// Replaces the set of return-traffic keys the program steers.
+    /// Replaces the set of return-traffic keys the program steers, and the ntuple rules
+    /// that send FullNAT return traffic to its owner's queue where the driver has them.
     pub fn set_return_keys(&self, keys: &[ReturnKey]) -> Result<(), DatapathError> {
-        self.steer().set_return_keys(keys)
+        self.steer().set_return_keys(keys)?;
+        self.ntuple().follow(keys);
+        Ok(())
+    }
+
+    fn ntuple(&self) -> MutexGuard<'_, ntuple::Ntuple> {
+        // The rule list is rebuilt whole on every change, so a poisoned lock is usable.
+        self.ntuple.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Replaces the appliance's own addresses (filled from the host at start): backend
@@ -484,9 +516,18 @@ impl Datapath {
                 no_tx_frame: c.no_tx_frame.load(Ordering::Relaxed),
                 bad_egress: c.bad_egress.load(Ordering::Relaxed),
                 bad_desc: c.bad_desc.load(Ordering::Relaxed),
+                handed_off: c.handed_off.load(Ordering::Relaxed),
+                handoff_ring_full: c.handoff_ring_full.load(Ordering::Relaxed),
+                handoff_received: c.handoff_received.load(Ordering::Relaxed),
             })
             .collect();
         let mut interfaces = self.interfaces.clone();
+        {
+            let nt = self.ntuple();
+            for (i, status) in interfaces.iter_mut().enumerate() {
+                status.return_steering = nt.status(i);
+            }
+        }
         // The fds are only valid while the workers (which own the sockets) run.
         if !self.stopped {
             for &(i, fd) in &self.sockets {
@@ -524,6 +565,7 @@ impl Datapath {
                 }
             }
         }
+        self.ntuple().clear();
         self.stop.store(true, Ordering::Relaxed);
         for h in self.workers.drain(..) {
             if h.join().is_err() {

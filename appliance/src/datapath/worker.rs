@@ -7,6 +7,11 @@
 //! interface. Nothing on this path locks, allocates or makes a syscall other than ring kicks
 //! and the idle `poll`.
 //!
+//! A frame whose flow another worker owns (FullNAT return traffic on a queue RSS chose, see
+//! `lb::process::owner`) is copied into that worker's handoff ring instead (`handoff`); each
+//! pass, a worker also takes the frames handed to it, copies each into a free frame of its
+//! own socket on the arrival interface and processes it as if it had received it.
+//!
 //! An idle worker sleeps in `poll` at once rather than spinning a while first: on a CPU it
 //! shares, a spin window burns the share the worker needs to move frames once they come.
 
@@ -14,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::frame::{Frame, FrameHandler};
+use super::handoff::{HandoffPort, Meta};
 use super::xsk::{Desc, FRAME_SIZE, Xsk, chunk_of, poll_readable};
 use crate::lb::Verdict;
 
@@ -45,6 +51,12 @@ pub struct RingCounters {
     pub bad_egress: AtomicU64,
     /// Descriptors from the kernel that did not describe a frame of our UMEM.
     pub bad_desc: AtomicU64,
+    /// Frames handed to the worker that owns their flow.
+    pub handed_off: AtomicU64,
+    /// Frames dropped because the handoff ring toward their owner was full.
+    pub handoff_ring_full: AtomicU64,
+    /// Frames other workers handed to this one, processed here.
+    pub handoff_received: AtomicU64,
 }
 
 /// A socket plus the interface it belongs to.
@@ -69,6 +81,8 @@ pub struct Worker {
     pub stop: Arc<AtomicBool>,
     /// Spin instead of sleeping in `poll`.
     pub busy_poll: bool,
+    /// This worker's ends of the handoff rings.
+    pub handoff: HandoffPort,
 }
 
 #[derive(Default)]
@@ -81,6 +95,9 @@ struct Local {
     no_tx_frame: u64,
     bad_egress: u64,
     bad_desc: u64,
+    handed_off: u64,
+    handoff_ring_full: u64,
+    handoff_received: u64,
 }
 
 impl Local {
@@ -95,6 +112,9 @@ impl Local {
             (&mut self.no_tx_frame, &c.no_tx_frame),
             (&mut self.bad_egress, &c.bad_egress),
             (&mut self.bad_desc, &c.bad_desc),
+            (&mut self.handed_off, &c.handed_off),
+            (&mut self.handoff_ring_full, &c.handoff_ring_full),
+            (&mut self.handoff_received, &c.handoff_received),
         ] {
             if *v != 0 {
                 a.fetch_add(*v, Ordering::Relaxed);
@@ -124,6 +144,11 @@ impl Worker {
                 events: libc::POLLIN,
                 revents: 0,
             })
+            .chain(std::iter::once(libc::pollfd {
+                fd: self.handoff.wake_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }))
             .collect();
         let mut last_tick = monotonic_ns();
         while !self.stop.load(Ordering::Relaxed) {
@@ -145,6 +170,8 @@ impl Worker {
                 }
                 self.ports[i].xsk.refill();
             }
+            busy |= self.take_handed(now, &mut local);
+            self.handoff.wake_pushed();
             for p in &mut self.ports {
                 tx_waiting |= p.xsk.flush();
             }
@@ -162,12 +189,14 @@ impl Worker {
             // Frames still in a tx ring need another kick soon, but a link that is down
             // would never take them: wait a millisecond rather than spin.
             let timeout = if tx_waiting { 1 } else { IDLE_POLL_MS };
-            match poll_readable(&mut pollfds, timeout) {
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::error!(error = %e, "poll on AF_XDP sockets failed; worker backs off");
-                    std::thread::sleep(std::time::Duration::from_millis(IDLE_POLL_MS as u64));
-                }
+            if !self.handoff.may_sleep() {
+                continue;
+            }
+            let polled = poll_readable(&mut pollfds, timeout);
+            self.handoff.woke();
+            if let Err(e) = polled {
+                tracing::error!(error = %e, "poll on AF_XDP sockets failed; worker backs off");
+                std::thread::sleep(std::time::Duration::from_millis(IDLE_POLL_MS as u64));
             }
         }
         local.publish(&self.counters);
@@ -187,8 +216,83 @@ impl Worker {
             self.ports[i].xsk.release(chunk);
             return;
         };
+        if let Some(owner) = self.handler.owner(&frame) {
+            let meta = Meta {
+                offset: offset as u16,
+                len: d.len as u16,
+                ifindex: rx_ifindex,
+            };
+            if self.handoff.push(owner, meta, frame.data()) {
+                local.handed_off += 1;
+            } else {
+                local.handoff_ring_full += 1;
+            }
+            self.ports[i].xsk.release(chunk);
+            return;
+        }
         let verdict = self.handler.handle(&mut frame, now);
         let (start, len) = (frame.start() as u64, frame.len() as u32);
+        self.apply(i, chunk, verdict, start, len, local);
+    }
+
+    /// Takes the frames other workers handed over, each into a free frame of this worker's
+    /// socket on the interface it arrived on, and processes it there. A frame waits in its
+    /// ring while that socket has no free frame. True when any was taken.
+    fn take_handed(&mut self, now: u64, local: &mut Local) -> bool {
+        let mut took = false;
+        for ring in 0..self.handoff.inbound() {
+            for _ in 0..BATCH {
+                let Some(meta) = self.handoff.peek(ring) else {
+                    break;
+                };
+                let Some(&(_, i)) = self.egress.iter().find(|(ix, _)| *ix == meta.ifindex) else {
+                    // Every worker has a socket on every datapath interface; never reached.
+                    let mut sink = [0u8; 0];
+                    self.handoff.pop_into(ring, &mut sink);
+                    local.bad_egress += 1;
+                    continue;
+                };
+                let Some(chunk) = self.ports[i].xsk.take_free() else {
+                    break;
+                };
+                let (offset, len) = (usize::from(meta.offset), usize::from(meta.len));
+                let Some(buf) = self.ports[i].xsk.chunk_mut(chunk) else {
+                    local.bad_desc += 1;
+                    break;
+                };
+                let Some(to) = buf.get_mut(offset..offset + len) else {
+                    local.bad_desc += 1;
+                    self.handoff.pop_into(ring, &mut []);
+                    self.ports[i].xsk.release(chunk);
+                    continue;
+                };
+                self.handoff.pop_into(ring, to);
+                took = true;
+                local.handoff_received += 1;
+                let Some(mut frame) = Frame::new(buf, offset, len, meta.ifindex) else {
+                    local.bad_desc += 1;
+                    self.ports[i].xsk.release(chunk);
+                    continue;
+                };
+                let verdict = self.handler.handle(&mut frame, now);
+                let (start, len) = (frame.start() as u64, frame.len() as u32);
+                self.apply(i, chunk, verdict, start, len, local);
+            }
+        }
+        took
+    }
+
+    /// Carries out the handler's verdict on `chunk`, a frame of socket `i`.
+    fn apply(
+        &mut self,
+        i: usize,
+        chunk: u64,
+        verdict: Verdict,
+        start: u64,
+        len: u32,
+        local: &mut Local,
+    ) {
+        let rx_ifindex = self.ports[i].ifindex;
         match verdict {
             Verdict::Drop(_) => {
                 local.dropped += 1;

@@ -1,6 +1,8 @@
 //! One worker's packet engine: [`LbHandler`] is the datapath's [`FrameHandler`]; it looks the
 //! published tables up, calls [`lb::process`], repeats established decisions into the XDP flow
-//! cache, and publishes its counters now and then.
+//! cache, and publishes its counters now and then. Asked first, it names the worker that
+//! owns a FullNAT return frame's flow (`lb::process::owner`), and the datapath hands such
+//! frames over to it.
 //!
 //! The hot path takes no lock: a new table set is noticed through one relaxed atomic load of
 //! the published version per frame, and only then is the `Arc<Tables>` fetched. Counters are
@@ -35,6 +37,10 @@ pub struct LbHandler {
     since_publish: u32,
     /// The XDP flow cache, when `[appliance] flow_cache` is on.
     flow_cache: Option<WorkerCache>,
+    /// This worker's index and the number of workers (FullNAT local ports are partitioned
+    /// between them, see [`FrameHandler::owner`]).
+    worker: u16,
+    workers: u16,
 }
 
 impl LbHandler {
@@ -67,6 +73,8 @@ impl LbHandler {
             retired_backends: HashMap::new(),
             since_publish: 0,
             flow_cache: None,
+            worker,
+            workers: workers.max(1),
         }
     }
 
@@ -169,6 +177,14 @@ impl FrameHandler for LbHandler {
                 v
             }
         }
+    }
+
+    #[inline]
+    fn owner(&mut self, frame: &Frame<'_>) -> Option<usize> {
+        self.refresh();
+        lb::process::owner(frame, &self.tables, self.workers)
+            .filter(|o| *o != self.worker)
+            .map(usize::from)
     }
 
     fn after_tx(&mut self) {

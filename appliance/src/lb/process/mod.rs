@@ -41,11 +41,13 @@ mod fullnat;
 mod headers;
 mod icmp;
 mod nat;
+mod owner;
 #[cfg(test)]
 mod tests;
 mod tunnel;
 
 pub use flow::{Choice, Load, choose_backend};
+pub use owner::owner;
 pub use tunnel::tunnel_source;
 
 use crate::config::Mode;

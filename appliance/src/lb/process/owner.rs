@@ -1,0 +1,170 @@
+//! Which worker a frame belongs to, asked before [`process`](super::process) runs.
+//!
+//! Every worker keeps its own connection table, so a FullNAT flow lives only in the table of
+//! the worker that allocated its local port, and that worker is named by the port
+//! (`port % workers`, see `ConnTable::alloc_snat`). Return traffic to a FullNAT local address
+//! arrives on whatever queue the NIC's RSS picks, so the datapath asks [`owner`] first and
+//! hands a frame that belongs to another worker over to it. ICMP errors quoting a FullNAT
+//! flow (the quoted packet's source port is the local port) go the same way. Everything
+//! else (client → VIP, NAT return traffic, which is answered statelessly anywhere) belongs
+//! to the worker that received it.
+
+use wire::{EthernetFrame, IpProtocol, l3_offset};
+
+use super::headers::{Ip, parse_ip, parse_l4};
+use crate::lb::frame::Frame;
+use crate::lb::tables::Tables;
+
+/// ICMPv4 types that quote the packet they answer (unreachable, time exceeded, parameter
+/// problem).
+const ICMP4_ERRORS: [u8; 3] = [3, 11, 12];
+/// ICMPv6 error types (destination unreachable, packet too big, time exceeded, parameter
+/// problem).
+const ICMP6_ERRORS: [u8; 4] = [1, 2, 3, 4];
+/// Bytes of the ICMP header before the quoted packet.
+const ICMP_HEADER: usize = 8;
+
+/// The worker (of `workers`) whose connection table holds the FullNAT flow `frame` returns
+/// on, when that is not something any worker can answer; `None` for every other frame,
+/// including malformed ones (the receiving worker drops and counts those).
+pub fn owner(frame: &Frame<'_>, tables: &Tables, workers: u16) -> Option<u16> {
+    if workers <= 1 || tables.vips.is_empty() {
+        return None;
+    }
+    let d = frame.data();
+    let (l3, ethertype) = {
+        let eth = EthernetFrame::new_unchecked(d);
+        l3_offset(&eth).ok().map(|(o, t, _)| (o, t))?
+    };
+    let ip = parse_ip(d, l3, ethertype).ok()??;
+    if tables.snat_vip(ip.dst).is_none() || ip.frag {
+        return None;
+    }
+    let port = match ip.proto {
+        IpProtocol::TCP | IpProtocol::UDP => parse_l4(d, &ip).ok()?.dport,
+        IpProtocol::ICMP if !ip.v6 => quoted_source_port(d, &ip, &ICMP4_ERRORS)?,
+        IpProtocol::ICMPV6 if ip.v6 => quoted_source_port(d, &ip, &ICMP6_ERRORS)?,
+        _ => return None,
+    };
+    Some(port % workers)
+}
+
+/// The source port of the TCP/UDP packet an ICMP error quotes, when it quotes one sent from
+/// a FullNAT local address.
+fn quoted_source_port(d: &[u8], ip: &Ip, errors: &[u8]) -> Option<u16> {
+    let icmp = d.get(ip.l4..ip.end())?;
+    if !errors.contains(icmp.first()?) {
+        return None;
+    }
+    // The quoted packet may be cut short (only its IP header and first 8 bytes are
+    // promised), so its header is read by hand rather than validated.
+    let inner = &icmp[ICMP_HEADER.min(icmp.len())..];
+    let (proto, l4) = if ip.v6 {
+        (*inner.get(6)?, 40)
+    } else {
+        let b0 = *inner.first()?;
+        (*inner.get(9)?, usize::from(b0 & 0x0f) * 4)
+    };
+    if !matches!(proto, IpProtocol::TCP | IpProtocol::UDP) {
+        return None;
+    }
+    let ports = inner.get(l4..l4 + 2)?;
+    Some(u16::from_be_bytes([ports[0], ports[1]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Backend, BackendState, Config, HashFields, Mode, Protocol, Scheduler};
+    use crate::lb::ConnTable;
+    use testkit::golden::{self, Pkt, icmp, tcp, udp};
+
+    fn fullnat_tables(v6: bool) -> Tables {
+        let mut c = Config::from_toml_str(golden::CONFIG_TOML).unwrap_or_else(|e| panic!("{e}"));
+        let (vip, snat, backend) = if v6 {
+            ("2001:db8:f::10", "2001:db8:1::1", "2001:db8:2::1")
+        } else {
+            ("192.0.2.100", "10.1.0.1", "10.2.0.1")
+        };
+        c.vips = vec![crate::config::Vip {
+            name: "web".into(),
+            address: vip.parse().expect("literal"),
+            port: 80,
+            protocol: Protocol::Tcp,
+            mode: Mode::FullNat,
+            scheduler: Scheduler::Maglev,
+            hash: HashFields::FiveTuple,
+            health_check: None,
+            snat: vec![snat.parse().expect("literal")],
+            communities: Vec::new(),
+            backends: vec![Backend {
+                address: backend.parse().expect("literal"),
+                port: 8080,
+                weight: 1,
+                state: BackendState::Active,
+            }],
+        }];
+        Tables::build(&c, &|_, _| true, 1).expect("tables")
+    }
+
+    fn owner_of(pkt: &[u8], t: &Tables, workers: u16) -> Option<u16> {
+        let mut buf = vec![0u8; 64 + pkt.len()];
+        buf[64..].copy_from_slice(pkt);
+        let f = Frame::new(&mut buf, 64, pkt.len(), 1).expect("frame");
+        owner(&f, t, workers)
+    }
+
+    #[test]
+    fn fullnat_return_traffic_belongs_to_the_worker_that_allocated_its_port() {
+        for v6 in [false, true] {
+            let t = fullnat_tables(v6);
+            let (snat, backend, client, vip) = if v6 {
+                (
+                    "2001:db8:1::1",
+                    "2001:db8:2::1",
+                    "2001:db8:c::7",
+                    "2001:db8:f::10",
+                )
+            } else {
+                ("10.1.0.1", "10.2.0.1", "198.51.100.7", "192.0.2.100")
+            };
+            let timeouts = crate::config::Timeouts::default();
+            for w in 0..4u16 {
+                let mut ct = ConnTable::new(64, timeouts, 1, w, 4);
+                let b = t.vips[0].snat[0];
+                let (_, port) = ct
+                    .alloc_snat(6, 1, 8080, &[b], 12345 + u32::from(w), 0)
+                    .expect("a port");
+                let reply = Pkt::new(backend, snat, 6, tcp(8080, port, 0x12, 1, b"")).build();
+                assert_eq!(owner_of(&reply, &t, 4), Some(w), "v6 {v6} port {port}");
+                let udp_reply = Pkt::new(backend, snat, 17, udp(8080, port, b"x")).build();
+                assert_eq!(owner_of(&udp_reply, &t, 4), Some(w));
+                // An ICMP error quoting the packet the appliance sent from that port.
+                let quoted = Pkt::new(snat, backend, 6, tcp(port, 8080, 0x02, 1, b"")).build();
+                let (ty, proto) = if v6 { (1, 58) } else { (3, 1) };
+                let body = &quoted[14..14 + if v6 { 48 } else { 28 }];
+                let err = Pkt::new(backend, snat, proto, icmp(ty, 4, [0; 4], body)).build();
+                assert_eq!(owner_of(&err, &t, 4), Some(w), "ICMP error v6 {v6}");
+                let echo = Pkt::new(
+                    backend,
+                    snat,
+                    proto,
+                    icmp(if v6 { 128 } else { 8 }, 0, [0; 4], b""),
+                )
+                .build();
+                assert_eq!(owner_of(&echo, &t, 4), None, "not an error: the kernel's");
+            }
+            // Client → VIP and anything on one worker belongs to whoever received it.
+            let request = Pkt::new(client, vip, 6, tcp(40000, 80, 0x02, 1, b"")).build();
+            assert_eq!(owner_of(&request, &t, 4), None);
+            let reply = Pkt::new(backend, snat, 6, tcp(8080, 1027, 0x12, 1, b"")).build();
+            assert_eq!(owner_of(&reply, &t, 1), None);
+            assert_eq!(owner_of(&reply, &t, 4), Some(3));
+            assert_eq!(
+                owner_of(&reply[..30], &t, 4),
+                None,
+                "cut short: the receiver drops it"
+            );
+        }
+    }
+}
