@@ -159,6 +159,10 @@ pub struct LabOptions {
     pub console: bool,
     /// `[appliance] flow_cache` in every appliance's config; `None` leaves the default (on).
     pub flow_cache: Option<bool>,
+    /// Rx and tx queues of every lab veth (client, appliances, backends, and the router's
+    /// ends), so the appliance runs one worker per queue and the senders spread flows over
+    /// them (a veth frame arrives on the queue its sender transmitted it on).
+    pub queues: u32,
 }
 
 impl Default for LabOptions {
@@ -173,6 +177,7 @@ impl Default for LabOptions {
             bgp: None,
             console: false,
             flow_cache: None,
+            queues: 1,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::netns::{LabError, Netns, Result, try_veth};
+use crate::netns::{LabError, Netns, Result, try_veth_mq};
 use crate::{
     LAB_VNI, LB_LAN4, LB_LAN6, Lab, LabMode, ROUTER_LAN4, ROUTER_LAN6, SNAT4, SNAT6,
     appliance_addr, backend_addr,
@@ -39,6 +39,11 @@ impl Lab {
         Ok(())
     }
 
+    /// Queues of every lab veth (at least one).
+    fn queues(&self) -> u32 {
+        self.options.queues.max(1)
+    }
+
     /// The router forwards both families and holds the LAN bridge.
     fn wire_router(&self) -> Result<()> {
         let r = &self.router;
@@ -54,7 +59,7 @@ impl Lab {
     /// The client sits on its own link to the router, outside the LAN.
     fn wire_client(&self) -> Result<()> {
         let (c, r) = (&self.client, &self.router);
-        try_veth(c, "eth0", r, "client")?;
+        try_veth_mq(c, "eth0", r, "client", self.queues())?;
         c.try_run(&["ip", "addr", "add", "198.51.100.2/24", "dev", "eth0"])?;
         c.try_run(&["ip", "addr", "add", "2001:db8:c::2/64", "dev", "eth0"])?;
         c.try_run(&["ip", "route", "add", "default", "via", "198.51.100.1"])?;
@@ -75,7 +80,7 @@ impl Lab {
     /// `lb1`: its LAN addresses and the FullNAT source addresses it holds.
     fn wire_first_appliance(&self) -> Result<()> {
         let (lb, r) = (&self.lb, &self.router);
-        try_veth(lb, "eth0", r, "lb1")?;
+        try_veth_mq(lb, "eth0", r, "lb1", self.queues())?;
         r.try_run(&["ip", "link", "set", "lb1", "master", "lan"])?;
         xdp_tx_ready(r, "lb1")?;
         lb.try_run(&["ip", "addr", "add", &format!("{LB_LAN4}/24"), "dev", "eth0"])?;
@@ -107,7 +112,7 @@ impl Lab {
     fn wire_appliance(&self, k: usize) -> Result<()> {
         let (other, r) = (self.appliance_ns(k), &self.router);
         let port = format!("lb{}", k + 1);
-        try_veth(other, "eth0", r, &port)?;
+        try_veth_mq(other, "eth0", r, &port, self.queues())?;
         r.try_run(&["ip", "link", "set", &port, "master", "lan"])?;
         xdp_tx_ready(r, &port)?;
         let (a4, a6) = (appliance_addr(k, false), appliance_addr(k, true));
@@ -168,7 +173,7 @@ impl Lab {
     fn wire_backend(&self, i: usize) -> Result<()> {
         let (be, r) = (&self.backends[i], &self.router);
         let port = format!("be{}", i + 1);
-        try_veth(be, "eth0", r, &port)?;
+        try_veth_mq(be, "eth0", r, &port, self.queues())?;
         r.try_run(&["ip", "link", "set", &port, "master", "lan"])?;
         let (a4, a6) = (backend_addr(i, false), backend_addr(i, true));
         be.try_run(&["ip", "addr", "add", &format!("{a4}/24"), "dev", "eth0"])?;
