@@ -13,6 +13,8 @@ packages=(
     clang llvm libelf-dev zlib1g-dev pkg-config m4 linux-libc-dev make gcc
     # labs and tests: namespaces, veth, nftables, captures, traffic
     iproute2 ethtool nftables iputils-ping curl socat python3 tmux procps kmod
+    # tests/flood.rs: spoofed-source SYN, ACK and UDP floods (one hping3 process at a time)
+    hping3
     # tests/api.rs parses the metrics scrape with the Prometheus project's own parser
     python3-prometheus-client
     # BGP peers for the integration tests

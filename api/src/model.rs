@@ -42,6 +42,28 @@ pub struct Status {
     pub bgp: bool,
     /// The XDP flow cache (`[appliance] flow_cache`), `None` when it is off.
     pub flow_cache: Option<FlowCache>,
+    /// Flood mode (`[flood]`): `None` before the datapath's counters were first read.
+    #[serde(default)]
+    pub flood: Option<Flood>,
+}
+
+/// Flood mode: the XDP program sheds first packets of sources over their rate while a
+/// CPU sees more first packets than `[flood] threshold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flood {
+    /// CPUs in flood mode now (0: the mode is off).
+    pub active_cpus: u32,
+    /// VIP frames that may open a flow, seen by the XDP program.
+    pub first_packets: u64,
+    /// Of those, passed on while the mode was on (their source inside its rate).
+    pub admitted: u64,
+    /// Dropped in XDP while the mode was on (their source over its rate).
+    pub shed: u64,
+    /// Times a CPU switched the mode on, and off.
+    pub switched_on: u64,
+    pub switched_off: u64,
+    /// First packets from sources the bucket map had no room for (let through).
+    pub no_room: u64,
 }
 
 /// The XDP flow cache: established flows the kernel forwards without the engine.

@@ -163,6 +163,9 @@ pub struct LabOptions {
     /// ends), so the appliance runs one worker per queue and the senders spread flows over
     /// them (a veth frame arrives on the queue its sender transmitted it on).
     pub queues: u32,
+    /// The first letters of every namespace name (two are best: names have 15 bytes), so a
+    /// test's namespaces are told from other tests' in `ip netns list`.
+    pub prefix: &'static str,
 }
 
 impl Default for LabOptions {
@@ -178,6 +181,7 @@ impl Default for LabOptions {
             console: false,
             flow_cache: None,
             queues: 1,
+            prefix: "sl",
         }
     }
 }
@@ -257,7 +261,8 @@ impl Lab {
             command: format!("mkdir {}", dir.display()),
             detail: e.to_string(),
         })?;
-        let ns = |role: &str| Netns::create(&format!("sl{id}{role}"));
+        let prefix = options.prefix;
+        let ns = |role: &str| Netns::create(&format!("{prefix}{id}{role}"));
         let client = ns("cl")?;
         let router = ns("rt")?;
         let lb = ns("lb")?;

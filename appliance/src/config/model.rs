@@ -16,6 +16,8 @@ pub struct Config {
     pub bgp: Option<Bgp>,
     pub health_checks: Vec<HealthCheck>,
     pub vips: Vec<Vip>,
+    /// `[flood]`: shedding spoofed-source floods in the XDP program.
+    pub flood: Flood,
 }
 
 impl Config {
@@ -53,6 +55,34 @@ pub struct Appliance {
     /// Maglev lookup table size (a prime).
     pub maglev_table_size: u32,
     pub timeouts: Timeouts,
+}
+
+/// `[flood]`: flood mode. Each CPU that runs the XDP program counts the VIP frames that may
+/// open a flow; above `threshold` a second the mode switches on, and every source address
+/// may then send `per_source_rate` of them a second (`per_source_burst` at once): the rest
+/// is dropped in XDP, before the AF_XDP rings, so a flood's frames do not crowd out other
+/// clients' first packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flood {
+    /// False: the mode never switches on (`threshold` is then ignored).
+    pub enabled: bool,
+    /// First frames a second, per CPU, above which the mode switches on.
+    pub threshold: u32,
+    /// First frames a second one source address may send while the mode is on.
+    pub per_source_rate: u32,
+    /// How many of them it may send at once (the token bucket's depth).
+    pub per_source_burst: u32,
+}
+
+impl Default for Flood {
+    fn default() -> Self {
+        Flood {
+            enabled: true,
+            threshold: 20_000,
+            per_source_rate: 200,
+            per_source_burst: 400,
+        }
+    }
 }
 
 /// How the XDP steering program attaches.

@@ -68,6 +68,7 @@ impl Control {
         if rest.steering != self.st.steering {
             self.steer(rest.steering, why);
         }
+        self.apply_flood(why);
         let version = publish(&self.shared, rest.tables, why);
         if bgp_changed {
             info!("reload: [bgp] changed, restarting the speaker");

@@ -18,6 +18,7 @@ pub enum Kind {
     Operator,
     Reload,
     Drops,
+    Flood,
 }
 
 impl Kind {
@@ -29,6 +30,7 @@ impl Kind {
             Kind::Operator => "operator",
             Kind::Reload => "reload",
             Kind::Drops => "drops",
+            Kind::Flood => "flood",
         }
     }
 }

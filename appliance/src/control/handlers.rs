@@ -111,6 +111,7 @@ impl Control {
                 None
             }
         };
+        self.flood_events(dp.as_ref());
         self.view(dp);
         if ticks.is_multiple_of(10) {
             info!("stats: {}", view::summary(&self.shared));

@@ -90,6 +90,7 @@ pub fn render(s: &Shared) -> String {
     info(&mut b, s, &view);
     config_sync(&mut b, s, &agg);
     datapath(&mut b, &view, &agg);
+    flood(&mut b, &view);
     if let Some(cfg) = &view.config {
         vips(&mut b, cfg, &view, &tables, &agg);
     } else {
@@ -212,6 +213,46 @@ fn datapath(b: &mut Builder, view: &View, agg: &Aggregate) {
         "sluice_flows_rechosen",
         "Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen",
         agg.stats.rechosen,
+    );
+}
+
+/// Flood mode (`[flood]`): the XDP program's counters and how many CPUs are in the mode.
+fn flood(b: &mut Builder, view: &View) {
+    let f = view
+        .datapath
+        .as_ref()
+        .map(|d| d.steer.flood)
+        .unwrap_or_default();
+    b.gauge1(
+        "sluice_flood_active_cpus",
+        "CPUs in flood mode now (0: off)",
+        i64::from(f.active_cpus),
+    );
+    b.counter1(
+        "sluice_flood_first_packets",
+        "VIP frames that may open a flow, seen by the XDP program",
+        f.first,
+    );
+    b.counter1(
+        "sluice_flood_admitted_packets",
+        "First packets passed on in flood mode (their source inside its rate)",
+        f.admitted,
+    );
+    b.counter1(
+        "sluice_flood_shed_packets",
+        "First packets dropped in XDP in flood mode (their source over its rate)",
+        f.shed,
+    );
+    let sw = b.counter(
+        "sluice_flood_switches",
+        "Times a CPU switched flood mode on or off",
+    );
+    set(&sw, labels(&[("to", "on")]), f.switched_on);
+    set(&sw, labels(&[("to", "off")]), f.switched_off);
+    b.counter1(
+        "sluice_flood_no_room_packets",
+        "First packets let through in flood mode because the bucket map was full",
+        f.no_room,
     );
 }
 
@@ -428,7 +469,7 @@ mod tests {
     use super::super::shared::{HealthView, Shared, Sync, View, WorkerView};
     use super::render;
     use crate::config::Config;
-    use crate::datapath::{DatapathStats, RingStats, SteerCounters};
+    use crate::datapath::{DatapathStats, FloodCounters, RingStats, SteerCounters};
     use crate::engine::BackendId;
     use crate::engine::{BackendTotals, CounterSnapshot, Published};
     use crate::lb::Tables;
@@ -565,7 +606,18 @@ address = "10.1.0.21"
                     },
                 ],
                 interfaces: Vec::new(),
-                steer: SteerCounters::default(),
+                steer: SteerCounters {
+                    flood: FloodCounters {
+                        first: 9000,
+                        admitted: 300,
+                        shed: 8000,
+                        switched_on: 3,
+                        switched_off: 2,
+                        no_room: 1,
+                        active_cpus: 1,
+                    },
+                    ..SteerCounters::default()
+                },
             }),
             config: Some(Arc::clone(&config)),
             ..View::default()
@@ -689,6 +741,25 @@ sluice_conntrack_fallbacks_total 1
 # HELP sluice_flows_rechosen Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
 # TYPE sluice_flows_rechosen counter
 sluice_flows_rechosen_total 2
+# HELP sluice_flood_active_cpus CPUs in flood mode now (0: off).
+# TYPE sluice_flood_active_cpus gauge
+sluice_flood_active_cpus 1
+# HELP sluice_flood_first_packets VIP frames that may open a flow, seen by the XDP program.
+# TYPE sluice_flood_first_packets counter
+sluice_flood_first_packets_total 9000
+# HELP sluice_flood_admitted_packets First packets passed on in flood mode (their source inside its rate).
+# TYPE sluice_flood_admitted_packets counter
+sluice_flood_admitted_packets_total 300
+# HELP sluice_flood_shed_packets First packets dropped in XDP in flood mode (their source over its rate).
+# TYPE sluice_flood_shed_packets counter
+sluice_flood_shed_packets_total 8000
+# HELP sluice_flood_switches Times a CPU switched flood mode on or off.
+# TYPE sluice_flood_switches counter
+sluice_flood_switches_total{to="off"} 2
+sluice_flood_switches_total{to="on"} 3
+# HELP sluice_flood_no_room_packets First packets let through in flood mode because the bucket map was full.
+# TYPE sluice_flood_no_room_packets counter
+sluice_flood_no_room_packets_total 1
 # HELP sluice_vip_packets Packets of a VIP (both directions).
 # TYPE sluice_vip_packets counter
 sluice_vip_packets_total{vip="dns"} 7

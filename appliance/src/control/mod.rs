@@ -24,6 +24,7 @@ pub mod cache;
 pub mod change;
 mod commit;
 pub mod events;
+mod flood;
 mod handlers;
 pub mod metrics;
 mod neighbours;

@@ -43,6 +43,8 @@ pub(super) struct Control {
     /// Drops at the last tick, and when the last spike was reported.
     pub(super) last_drops: u64,
     pub(super) last_spike: Option<Instant>,
+    /// Flood mode as the last tick saw it.
+    pub(super) flood: super::flood::Watch,
 }
 
 impl Control {
@@ -74,6 +76,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     let dp = start_datapath(&st, &shared)?;
     dp.set_vips(&st.steering.vips)?;
     dp.set_return_keys(&st.steering.returns)?;
+    dp.set_flood(&st.config.flood)?;
     view::restart_sync_clock(&shared, Instant::now());
     let api_tasks = api::start(Arc::clone(&shared), &st.config.api)
         .await
@@ -104,6 +107,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         peer_states: HashMap::new(),
         last_drops: 0,
         last_spike: None,
+        flood: super::flood::Watch::default(),
     };
     c.sync_bgp(Instant::now());
     c.view(c.dp.stats().ok());

@@ -22,7 +22,9 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/steer_types.rs"));
 }
 
-pub(crate) use generated::{cache_key4, cache_key6, cache_stat, cache_val, steer_key, xdp_md};
+pub(crate) use generated::{
+    cache_key4, cache_key6, cache_stat, cache_val, flood_conf, flood_cpu, steer_key, xdp_md,
+};
 
 /// A scalar or byte-array field of a map struct, stored in native byte order.
 trait Field {
@@ -97,6 +99,8 @@ map_bytes! {
         action, flags, tx, tx_port,
     }
     cache_stat { packets, bytes }
+    flood_conf { threshold, src_rate, src_burst }
+    flood_cpu { window_start, window_count, last_seen, on, quiet }
     xdp_md { data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex }
 }
 

@@ -39,7 +39,7 @@ use sys::xsk;
 pub use error::{DatapathError, SettingsError};
 pub use frame::{Frame, FrameHandler, HEADROOM};
 pub use ntuple::ReturnSteering;
-pub use steer::{AttachMode, ReturnKey, SteerCounters, VipKey};
+pub use steer::{AttachMode, FloodCounters, ReturnKey, SteerCounters, VipKey};
 pub use worker::monotonic_ns;
 
 use crate::config::model::{Appliance, XdpMode};
@@ -489,6 +489,11 @@ impl Datapath {
     fn ntuple(&self) -> MutexGuard<'_, ntuple::Ntuple> {
         // The rule list is rebuilt whole on every change, so a poisoned lock is usable.
         self.ntuple.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `[flood]` into the steering program (see [`Steer::set_flood`]).
+    pub fn set_flood(&self, flood: &crate::config::Flood) -> Result<(), DatapathError> {
+        self.steer().set_flood(flood)
     }
 
     /// Replaces the appliance's own addresses (filled from the host at start): backend

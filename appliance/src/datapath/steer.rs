@@ -13,9 +13,9 @@ use std::os::fd::{AsFd, RawFd};
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
 use super::DatapathError;
-use super::abi::{steer_key, xdp_md};
+use super::abi::{flood_conf, flood_cpu, steer_key, xdp_md};
 use super::flowcache::{self, FlowCache};
-use crate::config::model::{Protocol, XdpMode};
+use crate::config::model::{Flood, Protocol, XdpMode};
 
 /// The object clang built from bpf/steer.bpf.c (see build.rs).
 static STEER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o"));
@@ -131,7 +131,36 @@ pub struct SteerCounters {
     pub no_socket: u64,
     /// Steered non-first fragments (matched on address only).
     pub fragments: u64,
+    /// Flood mode.
+    pub flood: FloodCounters,
 }
+
+/// Flood mode's counters (steer.bpf.c `flood_counters`), summed over CPUs, and its state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FloodCounters {
+    /// VIP frames that may open a flow: the detector's input.
+    pub first: u64,
+    /// Of those, passed on to the engine while the mode was on (inside their source's
+    /// bucket).
+    pub admitted: u64,
+    /// Dropped in XDP while the mode was on (their source over its bucket).
+    pub shed: u64,
+    /// Times a CPU switched the mode on.
+    pub switched_on: u64,
+    /// Times a CPU switched it off.
+    pub switched_off: u64,
+    /// First frames from a source that got no bucket (the bucket map refused the insert),
+    /// let through.
+    pub no_room: u64,
+    /// CPUs in flood mode now: on, and still seeing first frames in the last two seconds.
+    pub active_cpus: u32,
+}
+
+/// `flood_counters` slots (steer.bpf.c FL_*), in [`FloodCounters`] order.
+const FL_MAX: usize = 6;
+/// How recent a CPU's last first frame must be for its mode to count as on: a CPU the flood
+/// left sees no frame that would switch it off.
+const FLOOD_ACTIVE_NS: u64 = 2_000_000_000;
 
 /// How the program ended up attached to an interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -454,8 +483,20 @@ impl Steer {
 
     /// The program's counters summed over CPUs.
     pub fn counters(&self) -> Result<SteerCounters, DatapathError> {
-        let map = self.map("counters")?;
-        let mut sums = [0u64; 4];
+        let [steered, passed, no_socket, fragments] = self.sums::<4>("counters")?;
+        Ok(SteerCounters {
+            steered,
+            passed,
+            no_socket,
+            fragments,
+            flood: self.flood_counters()?,
+        })
+    }
+
+    /// Slots `0..N` of the per-CPU counter array `name`, each summed over CPUs.
+    fn sums<const N: usize>(&self, name: &'static str) -> Result<[u64; N], DatapathError> {
+        let map = self.map(name)?;
+        let mut sums = [0u64; N];
         for (i, sum) in sums.iter_mut().enumerate() {
             let per_cpu = map
                 .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
@@ -470,11 +511,51 @@ impl Steer {
                 })
                 .sum();
         }
-        Ok(SteerCounters {
-            steered: sums[0],
-            passed: sums[1],
-            no_socket: sums[2],
-            fragments: sums[3],
+        Ok(sums)
+    }
+
+    /// Writes `[flood]` into the program's `flood_conf` (the mode never switches on when
+    /// it is disabled). Takes effect at the next frame.
+    pub fn set_flood(&self, flood: &Flood) -> Result<(), DatapathError> {
+        let conf = flood_conf {
+            threshold: if flood.enabled {
+                u64::from(flood.threshold)
+            } else {
+                0
+            },
+            src_rate: u64::from(flood.per_source_rate),
+            src_burst: u64::from(flood.per_source_burst),
+        };
+        self.map("flood_conf")?
+            .update(&0u32.to_ne_bytes(), &conf.to_bytes(), MapFlags::ANY)
+            .map_err(|e| bpf_err("writing the flood-mode settings", e))
+    }
+
+    fn flood_counters(&self) -> Result<FloodCounters, DatapathError> {
+        let [first, admitted, shed, switched_on, switched_off, no_room] =
+            self.sums::<FL_MAX>("flood_counters")?;
+        let per_cpu = self
+            .map("flood_cpus")?
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| bpf_err("reading the flood-mode state", e))?
+            .unwrap_or_default();
+        // bpf_ktime_get_ns is CLOCK_MONOTONIC.
+        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+            .unwrap_or(0);
+        let active_cpus = per_cpu
+            .iter()
+            .filter_map(|b| flood_cpu::from_bytes(b))
+            .filter(|c| c.on != 0 && now.saturating_sub(c.last_seen) < FLOOD_ACTIVE_NS)
+            .count() as u32;
+        Ok(FloodCounters {
+            first,
+            admitted,
+            shed,
+            switched_on,
+            switched_off,
+            no_room,
+            active_cpus,
         })
     }
 }

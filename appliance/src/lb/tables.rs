@@ -622,6 +622,7 @@ pub(crate) mod tests {
             bgp: None,
             health_checks: Vec::new(),
             vips,
+            flood: crate::config::Flood::default(),
         }
     }
 

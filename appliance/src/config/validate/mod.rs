@@ -6,6 +6,7 @@
 mod api;
 mod appliance;
 mod bgp;
+mod flood;
 mod health;
 mod vip;
 
@@ -47,6 +48,10 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
     let health_checks = health::health_checks(&mut top, &mut errs);
     let check_names: HashSet<String> = health_checks.iter().map(|c| c.name.clone()).collect();
     let vips = vip::vips(&mut top, &check_names, appliance.as_ref(), &mut errs);
+    let flood = match top.table("flood", &mut errs) {
+        Some(t) => flood::flood(t, &mut errs),
+        None => Flood::default(),
+    };
     top.finish(&mut errs);
 
     if !errs.is_empty() {
@@ -59,6 +64,7 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
             bgp: bgp.flatten(),
             health_checks,
             vips,
+            flood,
         }),
         // A part that failed always records an error, so this is unreachable in practice;
         // stay total anyway.

@@ -101,6 +101,7 @@ struct flow {
 	__u8 family;
 	__u8 has_ports;
 	__u8 never; // ND and other link-local control: always the kernel's
+	__u8 tcp_flags; // TCP only, when the frame holds byte 13 of the header
 };
 
 static __always_inline void count(__u32 idx)
@@ -141,6 +142,8 @@ static __always_inline int parse_ports(void *l4, void *end, struct flow *f)
 		f->sport = ports[0];
 		f->dport = ports[1];
 		f->has_ports = 1;
+		if (f->proto == IPPROTO_TCP && (void *)((__u8 *)l4 + 14) <= end)
+			f->tcp_flags = ((__u8 *)l4)[13];
 	}
 	return 0;
 }
@@ -607,6 +610,191 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 	return cache_send(ctx, eth, v, (__u64)(end - data));
 }
 
+// ---- flood mode ------------------------------------------------------------------------
+//
+// A spoofed-source flood (SYN, ACK or UDP to a VIP) misses the flow cache frame by frame, and
+// at full rate it fills the AF_XDP rx ring, where legitimate first packets are dropped with
+// the flood's. Flood mode sheds it here, before the ring: every CPU that runs this program
+// counts the VIP frames that may open a flow (a TCP SYN; with the cache on, any VIP frame it
+// missed, since established flows hit it), and above `threshold` of them a second it switches
+// the mode on. While it is on, each source address gets a token bucket (`src_rate` frames a
+// second, `src_burst` deep) in an LRU map: a steady client stays inside its bucket, a
+// flooding source is cut to its rate and the rest is dropped here, counted. The mode
+// switches off after a second below half the threshold. The control plane writes
+// `flood_conf` at every commit ([flood] in the config) and reads the counters and states.
+
+#define FLOOD_WINDOW_NS 100000000ULL // 100 ms: the detector's window
+#define FLOOD_QUIET_WINDOWS 10	     // windows under half the threshold before the mode ends
+#define NS_PER_SEC 1000000000ULL
+#define FLOOD_MAX_IDLE_NS (10 * NS_PER_SEC) // refill cap: keeps the arithmetic in 64 bits
+
+// Keep in step with FL_* in steer.rs.
+#define FL_FIRST 0    // VIP frames that may open a flow (the detector's input)
+#define FL_ADMITTED 1 // of those, passed on while the mode was on (inside their bucket)
+#define FL_SHED 2     // dropped while the mode was on (source over its bucket)
+#define FL_ON 3	      // switches on
+#define FL_OFF 4      // switches off
+#define FL_NO_ROOM 5  // sources without a bucket (the LRU insert failed): let through
+#define FL_MAX 6
+
+struct flood_conf {
+	__u64 threshold; // first frames a second (per CPU) that switch the mode on; 0: never
+	__u64 src_rate;	 // frames a second one source may send while the mode is on
+	__u64 src_burst; // the bucket's depth, in frames
+};
+
+struct flood_cpu {
+	__u64 window_start; // ns (bpf_ktime_get_ns)
+	__u64 window_count; // first frames in the window
+	__u64 last_seen;    // ns of the last first frame (the control plane's "still flooding")
+	__u32 on;
+	__u32 quiet; // consecutive quiet windows while on
+};
+
+struct flood_src {
+	__u8 addr[16]; // IPv4 in the first 4 bytes, the rest zero
+	__u8 family;
+	__u8 pad[3];
+};
+
+struct flood_bucket {
+	__u64 credit; // tokens * NS_PER_SEC, at most src_burst * NS_PER_SEC
+	__u64 last;   // ns of the last refill
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flood_conf);
+} flood_conf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flood_cpu);
+} flood_cpus SEC(".maps");
+
+// Shared by every CPU, so a source's rate is its own whichever queue its frames land on;
+// concurrent refills may lose an update, which only makes a bucket a little more generous.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct flood_src);
+	__type(value, struct flood_bucket);
+} flood_buckets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FL_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} flood_counters SEC(".maps");
+
+static __always_inline void flood_count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&flood_counters, &idx);
+	if (v)
+		*v += 1;
+}
+
+// The detector: one more first frame on this CPU; returns whether the mode is on.
+static __always_inline int flood_detect(struct flood_cpu *st, const struct flood_conf *c,
+					__u64 now)
+{
+	__u64 elapsed = now - st->window_start;
+	if (elapsed >= FLOOD_WINDOW_NS) {
+		// The window's rate, per second; a long gap is a quiet stretch of its length.
+		__u64 rate = st->window_count * NS_PER_SEC / elapsed;
+		__u64 windows = elapsed / FLOOD_WINDOW_NS;
+		if (st->on) {
+			if (rate * 2 < c->threshold)
+				st->quiet += windows > FLOOD_QUIET_WINDOWS ? FLOOD_QUIET_WINDOWS : windows;
+			else
+				st->quiet = 0;
+			if (st->quiet >= FLOOD_QUIET_WINDOWS) {
+				st->on = 0;
+				st->quiet = 0;
+				flood_count(FL_OFF);
+			}
+		}
+		st->window_start = now;
+		st->window_count = 0;
+	}
+	st->window_count += 1;
+	st->last_seen = now;
+	// On as soon as this window alone holds a second's threshold's share.
+	if (!st->on && st->window_count * (NS_PER_SEC / FLOOD_WINDOW_NS) > c->threshold) {
+		st->on = 1;
+		st->quiet = 0;
+		flood_count(FL_ON);
+	}
+	return st->on;
+}
+
+// The source's bucket: returns whether the frame may go on.
+static __always_inline int flood_admit(const struct flow *f, const struct flood_conf *c,
+				       __u64 now)
+{
+	struct flood_src k;
+	__builtin_memset(&k, 0, sizeof(k));
+	__builtin_memcpy(k.addr, f->src, 16);
+	k.family = f->family;
+	__u64 cap = c->src_burst * NS_PER_SEC;
+	struct flood_bucket *b = bpf_map_lookup_elem(&flood_buckets, &k);
+	if (!b) {
+		// A new source starts with a full bucket, less this frame.
+		struct flood_bucket nb = { .credit = cap - NS_PER_SEC, .last = now };
+		if (bpf_map_update_elem(&flood_buckets, &k, &nb, BPF_ANY))
+			flood_count(FL_NO_ROOM);
+		return 1;
+	}
+	__u64 idle = now - b->last;
+	if (idle > FLOOD_MAX_IDLE_NS)
+		idle = FLOOD_MAX_IDLE_NS;
+	__u64 credit = b->credit + idle * c->src_rate;
+	if (credit > cap)
+		credit = cap;
+	b->last = now;
+	if (credit < NS_PER_SEC) {
+		b->credit = credit;
+		return 0;
+	}
+	b->credit = credit - NS_PER_SEC;
+	return 1;
+}
+
+// A VIP frame on its way to the engine: returns whether flood mode drops it.
+static __always_inline int flood_shed(const struct flow *f)
+{
+	int first;
+	if (f->proto == IPPROTO_TCP)
+		// SYN without ACK opens a flow; with the cache on, a miss that is not one is a
+		// segment of no flow the kernel forwards (a spoofed ACK) or a flow's handshake
+		// and teardown, which a legitimate source's bucket has room for.
+		first = (f->tcp_flags & 0x12) == TCP_SYN || cache_on;
+	else
+		first = f->proto == IPPROTO_UDP && cache_on;
+	if (!first || !f->has_ports)
+		return 0;
+	__u32 zero = 0;
+	const struct flood_conf *c = bpf_map_lookup_elem(&flood_conf, &zero);
+	struct flood_cpu *st = bpf_map_lookup_elem(&flood_cpus, &zero);
+	if (!c || !st || c->threshold == 0)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	flood_count(FL_FIRST);
+	if (!flood_detect(st, c, now))
+		return 0;
+	if (flood_admit(f, c, now)) {
+		flood_count(FL_ADMITTED);
+		return 0;
+	}
+	flood_count(FL_SHED);
+	return 1;
+}
+
 SEC("xdp")
 int sluice_steer(struct xdp_md *ctx)
 {
@@ -634,8 +822,11 @@ int sluice_steer(struct xdp_md *ctx)
 	if (r < 0 || f.never)
 		goto pass;
 
-	if (lookup(f.dst, f.dport, f.proto, KIND_VIP, f.family, f.has_ports) ||
-	    lookup(f.dst, f.dport, f.proto, KIND_LOCAL, f.family, f.has_ports))
+	if (lookup(f.dst, f.dport, f.proto, KIND_VIP, f.family, f.has_ports)) {
+		if (flood_shed(&f))
+			return XDP_DROP;
+		owned = 1;
+	} else if (lookup(f.dst, f.dport, f.proto, KIND_LOCAL, f.family, f.has_ports))
 		owned = 1;
 	else if (!lookup(f.dst, 0, 0, KIND_HOST, f.family, 0) &&
 		 lookup(f.src, f.sport, f.proto, KIND_BACKEND, f.family, f.has_ports))

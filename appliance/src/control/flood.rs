@@ -1,0 +1,100 @@
+//! Flood mode's control side: `[flood]` goes into the XDP program at start and with every
+//! commit, and every tick turns the program's state into events when the mode switches on
+//! or off. The shedding itself is the XDP program's (datapath/bpf/steer.bpf.c): it alone
+//! sees every frame before the AF_XDP rings, which a flood would fill.
+
+use tracing::{error, warn};
+
+use super::events::Kind;
+use super::run::Control;
+use super::view::event;
+use crate::datapath::{DatapathStats, FloodCounters};
+
+/// What the last tick saw of flood mode.
+#[derive(Debug, Default)]
+pub(super) struct Watch {
+    /// The counters when the mode last switched on (while it is on), for the totals of
+    /// the episode when it ends.
+    since: Option<FloodCounters>,
+}
+
+impl Control {
+    /// Writes the running config's `[flood]` into the XDP program; a failure leaves the
+    /// previous settings there and is logged (the next commit writes them again).
+    pub(super) fn apply_flood(&mut self, why: &str) {
+        if let Err(e) = self.dp.set_flood(&self.st.config.flood) {
+            error!("{why}: flood-mode settings: {e}");
+        }
+    }
+
+    /// An event when flood mode switches on (some CPU is in it) or off (none is).
+    pub(super) fn flood_events(&mut self, stats: Option<&DatapathStats>) {
+        let Some(now) = stats.map(|s| s.steer.flood) else {
+            return;
+        };
+        if let Some(message) = transition(&mut self.flood, now) {
+            warn!("{message}");
+            event(&self.shared, Kind::Flood, message);
+        }
+    }
+}
+
+/// The event text when `now` switches the mode relative to `w`, updating `w`.
+fn transition(w: &mut Watch, now: FloodCounters) -> Option<String> {
+    match (w.since, now.active_cpus) {
+        (None, n) if n > 0 => {
+            w.since = Some(now);
+            Some(format!(
+                "flood mode on ({n} CPU(s) above [flood] threshold): first packets of \
+                 sources over their rate are dropped in XDP"
+            ))
+        }
+        (Some(then), 0) => {
+            w.since = None;
+            Some(format!(
+                "flood mode off: {} first packets shed, {} admitted while it was on",
+                now.shed.saturating_sub(then.shed),
+                now.admitted.saturating_sub(then.admitted)
+            ))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_event_when_the_mode_switches_on_and_one_with_the_totals_when_it_ends() {
+        let mut w = Watch::default();
+        let quiet = FloodCounters::default();
+        assert_eq!(transition(&mut w, quiet), None);
+        let on = FloodCounters {
+            active_cpus: 2,
+            shed: 10,
+            admitted: 5,
+            ..quiet
+        };
+        let m = transition(&mut w, on).expect("switched on");
+        assert!(m.contains("flood mode on (2 CPU(s)"), "{m}");
+        let still = FloodCounters {
+            active_cpus: 1,
+            shed: 500,
+            ..on
+        };
+        assert_eq!(transition(&mut w, still), None, "still on: no event");
+        let off = FloodCounters {
+            active_cpus: 0,
+            shed: 1010,
+            admitted: 25,
+            ..on
+        };
+        let m = transition(&mut w, off).expect("switched off");
+        assert_eq!(
+            m,
+            "flood mode off: 1000 first packets shed, 20 admitted while it was on"
+        );
+        assert_eq!(transition(&mut w, off), None);
+    }
+}
