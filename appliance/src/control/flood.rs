@@ -39,6 +39,19 @@ impl Control {
     }
 }
 
+/// The API's document of the counters.
+pub(super) fn document(f: FloodCounters) -> api::Flood {
+    api::Flood {
+        active_cpus: f.active_cpus,
+        first_packets: f.first,
+        admitted: f.admitted,
+        shed: f.shed,
+        switched_on: f.switched_on,
+        switched_off: f.switched_off,
+        no_room: f.no_room,
+    }
+}
+
 /// The event text when `now` switches the mode relative to `w`, updating `w`.
 fn transition(w: &mut Watch, now: FloodCounters) -> Option<String> {
     match (w.since, now.active_cpus) {

@@ -324,18 +324,10 @@ impl Shared {
                 misses: c.misses,
                 entries: c.entries as u64,
             }),
-            flood: view.datapath.as_ref().map(|d| {
-                let f = d.steer.flood;
-                api::Flood {
-                    active_cpus: f.active_cpus,
-                    first_packets: f.first,
-                    admitted: f.admitted,
-                    shed: f.shed,
-                    switched_on: f.switched_on,
-                    switched_off: f.switched_off,
-                    no_room: f.no_room,
-                }
-            }),
+            flood: view
+                .datapath
+                .as_ref()
+                .map(|d| super::flood::document(d.steer.flood)),
         }
     }
 
