@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::change::{Applied, ChangeError};
 use super::events::EventRing;
+use super::flood::document as flood_doc;
 use crate::config::{self, BackendState, Config, Mode};
 use crate::datapath::{AttachMode, DatapathStats};
 use crate::engine::{BackendId, BackendTotals, CounterSnapshot, Published, VipTotals};
@@ -324,10 +325,7 @@ impl Shared {
                 misses: c.misses,
                 entries: c.entries as u64,
             }),
-            flood: view
-                .datapath
-                .as_ref()
-                .map(|d| super::flood::document(d.steer.flood)),
+            flood: view.datapath.as_ref().map(|d| flood_doc(d.steer.flood)),
         }
     }
 
