@@ -540,9 +540,7 @@ impl Steer {
             .map_err(|e| bpf_err("reading the flood-mode state", e))?
             .unwrap_or_default();
         // bpf_ktime_get_ns is CLOCK_MONOTONIC.
-        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-            .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-            .unwrap_or(0);
+        let now = super::monotonic_ns();
         let active_cpus = per_cpu
             .iter()
             .filter_map(|b| flood_cpu::from_bytes(b))
