@@ -95,6 +95,107 @@ fn with_tcp_flags(input: &[u8], flags: u8) -> Option<Vec<u8>> {
     Some(f)
 }
 
+/// Runs `input` through the engine, recording nothing.
+fn engine_only(
+    t: &sluice::lb::Tables,
+    ct: &mut sluice::lb::ConnTable,
+    st: &mut sluice::lb::WorkerState,
+    input: &[u8],
+    ifindex: u32,
+) {
+    let mut buf = vec![0u8; HEADROOM + input.len() + 256];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(input);
+    let mut frame = Frame::new(&mut buf, HEADROOM, input.len(), ifindex).expect("frame");
+    let mut rec: Option<Decision> = None;
+    process_recorded(&mut frame, t, ct, st, golden::NOW, &mut rec);
+}
+
+/// The backend's answer to the newest embryonic flow in `ct` (a SYN-ACK, or a datagram),
+/// addressed as the backend sends it (to the client for NAT, to the SNAT address for
+/// FullNAT); `None` for the modes that do not see answers.
+fn answer(t: &sluice::lb::Tables, ct: &sluice::lb::ConnTable) -> Option<Vec<u8>> {
+    use sluice::lb::FlowState;
+    use sluice::lb::hash::u128_to_addr;
+    let f = ct
+        .ids()
+        .map(|id| *ct.flow(id))
+        .find(|f| matches!(f.state, FlowState::TcpSyn | FlowState::UdpNew))?;
+    if !matches!(
+        t.vips[f.vip as usize].mode,
+        sluice::config::Mode::Nat | sluice::config::Mode::FullNat
+    ) {
+        return None;
+    }
+    let (dst, dport) = f.snat.unwrap_or((f.key.src, f.key.sport));
+    let l4 = if f.key.proto == 6 {
+        golden::tcp(f.backend_port, dport, 0x12, 7, b"")
+    } else {
+        golden::udp(f.backend_port, dport, b"a")
+    };
+    let v6 = f.key.v6;
+    Some(
+        golden::Pkt::new(
+            &u128_to_addr(f.backend_addr, v6).to_string(),
+            &u128_to_addr(dst, v6).to_string(),
+            f.key.proto,
+            l4,
+        )
+        .build(),
+    )
+}
+
+/// Whether `ct` holds an embryonic UDP flow (a fixture's first datagram).
+fn udp_embryonic(ct: &sluice::lb::ConnTable) -> bool {
+    ct.ids()
+        .any(|id| ct.flow(id).state == sluice::lb::FlowState::UdpNew)
+}
+
+/// What establishes the embryonic UDP flow a fixture opened: the backend's answer for NAT
+/// and FullNAT, the client's second datagram for DR.
+fn establish_udp(
+    t: &sluice::lb::Tables,
+    ct: &mut sluice::lb::ConnTable,
+    st: &mut sluice::lb::WorkerState,
+    first: &[u8],
+    ifindex: u32,
+) {
+    let frame = answer(t, ct).unwrap_or_else(|| first.to_vec());
+    engine_only(t, ct, st, &frame, ifindex);
+}
+
+/// What takes the embryonic flow a SYN opened to established under the engine's rules
+/// (`lb::conntrack::state`): for NAT and FullNAT, which see the handshake, the backend's
+/// SYN-ACK and then the client's ACK; for DR and tunnel the client's ACK, which the
+/// caller's continuation segment then follows (they need a second segment after the SYN).
+fn establish(
+    t: &sluice::lb::Tables,
+    ct: &mut sluice::lb::ConnTable,
+    st: &mut sluice::lb::WorkerState,
+    _syn: &[u8],
+    ifindex: u32,
+) {
+    use sluice::lb::hash::u128_to_addr;
+    let Some(f) = ct
+        .ids()
+        .map(|id| *ct.flow(id))
+        .find(|f| f.state == sluice::lb::FlowState::TcpSyn)
+    else {
+        return;
+    };
+    if let Some(a) = answer(t, ct) {
+        engine_only(t, ct, st, &a, ifindex);
+    }
+    let v6 = f.key.v6;
+    let ack = golden::Pkt::new(
+        &u128_to_addr(f.key.src, v6).to_string(),
+        &u128_to_addr(f.key.dst, v6).to_string(),
+        6,
+        golden::tcp(f.key.sport, f.key.dport, 0x10, 2, b""),
+    )
+    .build();
+    engine_only(t, ct, st, &ack, ifindex);
+}
+
 #[derive(Default, Debug)]
 struct Tally {
     /// Forwarded by the cache and compared byte for byte with the engine.
@@ -235,10 +336,18 @@ fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
                     && matches!(fx.verdict, Verdict::Tx { .. })
                     && let Some(ack) = with_tcp_flags(&fx.input, 0x10)
                 {
+                    establish(&t, &mut ct, &mut st, &fx.input, fx.ifindex);
                     let what = format!("{} (then ack)", fx.description);
                     run_one(
                         &steer, &cache, &t, &mut ct, &mut st, &what, &ack, fx.ifindex, hairpin,
                         &mut tally,
+                    );
+                } else if udp_embryonic(&ct) {
+                    establish_udp(&t, &mut ct, &mut st, &fx.input, fx.ifindex);
+                    let what = format!("{} (then again)", fx.description);
+                    run_one(
+                        &steer, &cache, &t, &mut ct, &mut st, &what, &fx.input, fx.ifindex,
+                        hairpin, &mut tally,
                     );
                 }
             }
@@ -300,11 +409,18 @@ fn golden_tables(c: &sluice::config::Config, version: u64) -> sluice::lb::Tables
 fn install_golden(cache: &FlowCache, t: &sluice::lb::Tables) -> usize {
     for fx in golden::fixtures() {
         let (mut ct, mut st) = golden::state_for(&fx, t);
-        let mut inputs = vec![fx.input.clone()];
+        let mut inputs = vec![(fx.input.clone(), false)];
         if let Some(ack) = with_tcp_flags(&fx.input, 0x10) {
-            inputs.push(ack);
+            inputs.push((ack, true));
+        } else {
+            inputs.push((fx.input.clone(), true));
         }
-        for input in inputs {
+        for (input, continuation) in inputs {
+            if continuation && udp_embryonic(&ct) {
+                establish_udp(t, &mut ct, &mut st, &fx.input, fx.ifindex);
+            } else if continuation {
+                establish(t, &mut ct, &mut st, &fx.input, fx.ifindex);
+            }
             let mut buf = vec![0u8; HEADROOM + input.len() + 256];
             buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
             let mut frame = Frame::new(&mut buf, HEADROOM, input.len(), fx.ifindex).expect("f");
@@ -878,15 +994,27 @@ fn workers_install_refresh_age_and_close(cache: FlowCache) {
     };
     let now = golden::NOW;
 
-    // A UDP flow is cached from its first frame.
+    // A UDP flow is cached once it is established (NAT: the backend answered), not before:
+    // one-shot datagrams cost no map update.
     let q = find("nat4u udp: dnat");
+    let d = engine(&mut wc, &t, &mut ct, &mut st, &q.input, q.ifindex, now).expect("decision");
+    assert!(
+        cache.get(&d.key).is_none(),
+        "an embryonic flow is not cached"
+    );
+    let a = answer(&t, &ct).expect("nat answers");
+    let r = engine(&mut wc, &t, &mut ct, &mut st, &a, q.ifindex, now).expect("answer");
+    assert!(
+        cache.get(&r.key).is_some(),
+        "the answer's direction is cached"
+    );
     let d = engine(&mut wc, &t, &mut ct, &mut st, &q.input, q.ifindex, now).expect("decision");
     let (flow, _) = d.flow.expect("flow in the table");
     let installed = cache.get(&d.key).expect("udp flow installed");
-    assert_eq!(wc.installs, 1);
+    assert_eq!(wc.installs, 2);
     // The same decision again (a frame the program declined) installs nothing new.
     engine(&mut wc, &t, &mut ct, &mut st, &q.input, q.ifindex, now);
-    assert_eq!(wc.installs, 1);
+    assert_eq!(wc.installs, 2);
 
     assert_eq!(installed.last_seen, 0, "installed without a hit");
     let nowhere = flowcache::CacheEntry {
@@ -936,10 +1064,113 @@ fn workers_install_refresh_age_and_close(cache: FlowCache) {
     let syn = find("nat4 tcp syn: dnat");
     let d = engine(&mut wc, &t, &mut ct, &mut st, &syn.input, syn.ifindex, now).expect("syn");
     assert!(cache.get(&d.key).is_none(), "a SYN is not cached");
+    establish(&t, &mut ct, &mut st, &syn.input, syn.ifindex);
     let ack = with_tcp_flags(&syn.input, 0x10).expect("ack");
     engine(&mut wc, &t, &mut ct, &mut st, &ack, syn.ifindex, now).expect("ack");
     assert!(cache.get(&d.key).is_some(), "established flow cached");
     let fin = with_tcp_flags(&syn.input, 0x11).expect("fin");
     engine(&mut wc, &t, &mut ct, &mut st, &fin, syn.ifindex, now).expect("fin");
     assert!(cache.get(&d.key).is_none(), "closing flow evicted");
+}
+
+/// Issue 18 item 4: an expired FullNAT flow's kernel entries must be gone before its SNAT
+/// port serves a new flow to the same backend, or the kernel rewrites the new flow's
+/// replies toward the old client. Client A's flow is cached both ways, then expires with no
+/// walk in between; client B, whose first-choice port is A's, opens a flow to the same
+/// backend. After the engine handles B's SYN, no kernel entry may send a reply toward A.
+#[test]
+fn an_expired_fullnat_flows_entries_go_before_its_port_is_reused() {
+    require_root();
+    let ns = golden_netns("hx-m");
+    let name = ns.name.clone();
+    thread::spawn(move || {
+        enter(&name);
+        expired_fullnat_port_is_not_misdirected(golden_cache());
+    })
+    .join()
+    .expect("misdirection thread");
+}
+
+fn expired_fullnat_port_is_not_misdirected(cache: FlowCache) {
+    use sluice::datapath::FrameHandler;
+    use sluice::engine::{CounterSnapshot, LbHandler, Published};
+    use sluice::lb::hash::{FlowKey, addr_to_u128};
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{Arc, Mutex};
+    let cache = Arc::new(cache);
+    let t = golden::tables();
+    let published = Arc::new(Published::new(t.clone()));
+    let mut h = LbHandler::new(
+        Arc::clone(&published),
+        4096,
+        0,
+        1,
+        Arc::new(Mutex::new(CounterSnapshot::default())),
+        Arc::new(AtomicU64::new(0)),
+    )
+    .with_flow_cache(Arc::clone(&cache));
+    let (client, vip, backend, pool) = ("198.51.100.7", "192.0.2.20", "10.0.0.3", "10.1.0.1");
+    let first_port = |sport: u16| {
+        let hash = golden::setup::flow_hash(client, vip, sport, 443, 6);
+        golden::setup::snat_port(6, backend, 8443, pool, hash)
+    };
+    let port_a = first_port(40000);
+    let sport_b = (1024..u16::MAX)
+        .find(|s| *s != 40000 && first_port(*s) == port_a)
+        .expect("a client port whose first SNAT port is A's");
+    let mut handle = |frame: Vec<u8>, ifindex: u32, now: u64| {
+        let mut buf = vec![0u8; HEADROOM + frame.len() + 256];
+        buf[HEADROOM..HEADROOM + frame.len()].copy_from_slice(&frame);
+        let mut f = Frame::new(&mut buf, HEADROOM, frame.len(), ifindex).expect("frame");
+        let v = h.handle(&mut f, now);
+        h.after_tx();
+        v
+    };
+    let seg = |sport: u16, flags: u8| {
+        golden::Pkt::new(client, vip, 6, golden::tcp(sport, 443, flags, 1, b"")).build()
+    };
+    let now = golden::NOW;
+    // A: SYN, the backend's SYN-ACK (the return direction is cached), ACK (forward cached).
+    assert!(matches!(
+        handle(seg(40000, 0x02), golden::UPLINK, now),
+        Verdict::Tx { .. }
+    ));
+    let synack = golden::Pkt::new(backend, pool, 6, golden::tcp(8443, port_a, 0x12, 9, b""));
+    assert!(matches!(
+        handle(synack.build(), golden::BACKENDS, now),
+        Verdict::Tx { .. }
+    ));
+    assert!(matches!(
+        handle(seg(40000, 0x10), golden::UPLINK, now),
+        Verdict::Tx { .. }
+    ));
+    let rev_key = |port: u16| FlowKey {
+        src: addr_to_u128(golden::build::ip(backend)),
+        dst: addr_to_u128(golden::build::ip(pool)),
+        sport: 8443,
+        dport: port,
+        proto: 6,
+        v6: false,
+    };
+    let toward_a = |e: &flowcache::CacheEntry| {
+        matches!(e.action, flowcache::CacheAction::Nat { dst: Some((c, 40000)), .. }
+            if c == addr_to_u128(golden::build::ip(client)))
+    };
+    let a_rev = cache
+        .get(&rev_key(port_a))
+        .expect("A's return entry installed");
+    assert!(toward_a(&a_rev));
+
+    // Past the established timeout, before any walk: B's SYN to the same backend.
+    let later = now + 901 * 1_000_000_000;
+    assert!(matches!(
+        handle(seg(sport_b, 0x02), golden::UPLINK, later),
+        Verdict::Tx { .. }
+    ));
+    if let Some(e) = cache.get(&rev_key(port_a)) {
+        assert!(
+            !toward_a(&e),
+            "port {port_a} serves B while the kernel still sends its replies to A"
+        );
+    }
 }

@@ -97,10 +97,14 @@ pub enum XdpMode {
 /// Connection-table idle timeouts by flow state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
+    /// Embryonic TCP: a SYN seen, the flow not yet established.
     pub tcp_syn: Duration,
     pub tcp_established: Duration,
     pub tcp_closing: Duration,
+    /// Established UDP (an answer, or a second datagram for DR and tunnel).
     pub udp: Duration,
+    /// Embryonic UDP: one datagram so far (a one-shot query, or a spoofed source).
+    pub udp_new: Duration,
 }
 
 impl Default for Timeouts {
@@ -111,6 +115,9 @@ impl Default for Timeouts {
             tcp_established: Duration::from_secs(900),
             tcp_closing: Duration::from_secs(10),
             udp: Duration::from_secs(300),
+            // Long enough for a slow answer or a client's retry, short enough that one-shot
+            // datagrams (and floods of them) leave quickly.
+            udp_new: Duration::from_secs(30),
         }
     }
 }

@@ -82,6 +82,7 @@ impl LbHandler {
     /// hand to the kernel, the worker installs the entry (see `datapath::flowcache`).
     pub fn with_flow_cache(mut self, cache: Arc<FlowCache>) -> Self {
         self.flow_cache = Some(WorkerCache::new(cache));
+        self.ct.journal(true);
         self
     }
 
@@ -116,8 +117,18 @@ impl LbHandler {
         // Adopt now, so the per-slot counters and the retired totals never count a packet
         // twice or not at all, whichever the snapshot shows.
         self.state.adopt(&self.tables, &mut self.ct);
+        self.evict_removed();
         self.running.store(self.tables.version, Ordering::Release);
         self.publish_counters();
+    }
+
+    /// Evicts the kernel entries of every flow the connection table removed since the last
+    /// call (expiry, eviction, a swap), which frees their FullNAT ports.
+    #[inline]
+    fn evict_removed(&mut self) {
+        if let Some(fc) = &mut self.flow_cache {
+            self.ct.drain_removed(|k| fc.forget(k));
+        }
     }
 
     fn publish_counters(&mut self) {
@@ -171,6 +182,9 @@ impl FrameHandler for LbHandler {
                     now_ns,
                     &mut rec,
                 );
+                // Before the decision: a removed flow's entries go before a new flow with
+                // the same key queues its own.
+                self.ct.drain_removed(|k| fc.forget(k));
                 if let Some(d) = rec {
                     fc.after_decision(&d, &self.tables);
                 }
@@ -202,6 +216,7 @@ impl FrameHandler for LbHandler {
             fc.tick(&mut self.ct, now_ns);
         }
         self.ct.expire(now_ns, 256);
+        self.evict_removed();
         self.publish_counters();
     }
 }

@@ -153,7 +153,8 @@ fn timeouts(mut tt: Table<'_>, errs: &mut ConfigErrors) -> Timeouts {
         tcp_closing: tt
             .duration("tcp_closing", r.clone(), errs)
             .unwrap_or(d.tcp_closing),
-        udp: tt.duration("udp", r, errs).unwrap_or(d.udp),
+        udp: tt.duration("udp", r.clone(), errs).unwrap_or(d.udp),
+        udp_new: tt.duration("udp_new", r, errs).unwrap_or(d.udp_new),
     };
     tt.finish(errs);
     out

@@ -2,6 +2,14 @@
 //! after the pass's frames are sent, evicted when their flow closes or leaves the connection
 //! table, and the periodic walk that carries the kernel's last-seen times into the
 //! connection table (ageing).
+//!
+//! Every removal from the connection table (expiry, eviction, a table swap that drops the
+//! VIP) reaches [`WorkerCache::forget`] through the table's journal, drained by the engine
+//! after each frame and tick, before any frame of the pass is sent: the flow's kernel
+//! entries go at once, and only then does the table let its FullNAT port serve a new flow.
+//! Waiting for the walk instead would leave the old flow's reply entry in the kernel for up
+//! to a sweep while the port served a new flow to the same backend, whose replies the
+//! kernel would then rewrite toward the old client.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,6 +59,8 @@ pub struct WorkerCache {
     pub installs: u64,
     /// Installs the kernel refused (map errors); the flow stays with the engine.
     pub install_errors: u64,
+    /// Connection-table removals handed to [`WorkerCache::forget`].
+    pub forgotten: u64,
 }
 
 impl std::fmt::Debug for WorkerCache {
@@ -73,6 +83,7 @@ impl WorkerCache {
             pending: Vec::new(),
             installs: 0,
             install_errors: 0,
+            forgotten: 0,
         }
     }
 
@@ -96,6 +107,16 @@ impl WorkerCache {
                 }
             }
         }
+    }
+
+    /// A flow left the connection table: evicts its kernel entries now and drops what is
+    /// queued for it (see the module docs).
+    #[inline]
+    pub fn forget(&mut self, flow: &FlowKey) {
+        if self.flows.contains_key(flow) || !self.pending.is_empty() {
+            self.forget_flow(flow, true);
+        }
+        self.forgotten += 1;
     }
 
     /// Acts on one decision of the engine, made with `tables`: when the flow is cacheable,

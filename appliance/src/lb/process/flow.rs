@@ -1,17 +1,22 @@
 //! Flow lookup: which backend a client → VIP packet goes to.
 //!
-//! An established flow keeps its backend while that backend keeps flows (active, or
-//! draining); otherwise, and for a new flow, the VIP's scheduler chooses ([`choose_backend`]:
-//! Maglev or an LVS scheduler over this worker's connection counts) and the flow is inserted.
-//! When the connection table is full the answer comes from the VIP's Maglev ring, without
-//! state, so consistent hashing keeps the flow on one backend anyway (FullNAT, which cannot
-//! map its return traffic without an entry, drops instead).
+//! A tracked flow keeps its backend while that backend keeps flows (active, or draining);
+//! otherwise, and for a new flow, the VIP's scheduler chooses ([`choose_backend`]: Maglev or
+//! an LVS scheduler over this worker's connection counts) and the flow is inserted as
+//! embryonic (`lb::conntrack::state` says how it earns established).
+//!
+//! Two kinds of packet get the stateless answer instead, the VIP's Maglev ring, whatever its
+//! scheduler, so consistent hashing keeps the flow on one backend anyway: a TCP segment that
+//! is not a SYN and has no entry (spoofed, or its entry is gone), which never makes state,
+//! and a new flow when the table is full of established flows. Both are counted by cause.
+//! Since a flow that got the stateless answer never makes state later (only a SYN does),
+//! an LVS-scheduler VIP keeps answering it from the ring once room appears: the scheduler
+//! cannot move it. FullNAT, which cannot map return traffic without an entry, drops such
+//! packets instead and never gives them a port.
 
 use super::{DropReason, NONE, WorkerState, fullnat};
 use crate::config::{Mode, Scheduler};
-use crate::lb::conntrack::{
-    ConnTable, Flow, FlowState, InsertError, initial_tcp_state, next_tcp_state,
-};
+use crate::lb::conntrack::{ConnTable, Flow, FlowState, InsertError, Seen, first_state, is_syn};
 use crate::lb::hash::FlowKey;
 use crate::lb::sched::{self, PoolView, SchedState};
 use crate::lb::tables::Tables;
@@ -84,17 +89,26 @@ pub(super) struct FlowHit {
     pub(super) snat: Option<(u128, u16)>,
 }
 
+/// The client → VIP packet [`flow_for`] decides for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Packet<'a> {
+    pub(super) key: &'a FlowKey,
+    /// TCP flags (0 for UDP).
+    pub(super) flags: u8,
+    /// A TCP segment with payload, or any UDP datagram.
+    pub(super) payload: bool,
+}
+
 /// Finds or creates the flow for a client → VIP packet.
 pub(super) fn flow_for(
     tables: &Tables,
     ct: &mut ConnTable,
     worker: &mut WorkerState,
     vip: u32,
-    key: &FlowKey,
-    flags: u8,
+    p: Packet<'_>,
     now: u64,
 ) -> Result<FlowHit, DropReason> {
-    let tcp = key.proto == IpProtocol::TCP;
+    let key = p.key;
     if let Some(id) = ct.lookup(key, now) {
         let (backend, state, hash, snat) = {
             let f = ct.flow(id);
@@ -106,12 +120,12 @@ pub(super) fn flow_for(
                 .get(backend as usize)
                 .is_some_and(|b| b.keeps_flows());
         if ok {
-            let st = if tcp {
-                next_tcp_state(state, flags)
-            } else {
-                FlowState::Udp
+            let seen = Seen {
+                reverse: false,
+                both_ways: matches!(tables.vips[vip as usize].mode, Mode::Nat | Mode::FullNat),
+                payload: p.payload,
             };
-            ct.touch(id, now, st);
+            ct.step(id, now, p.flags, seen);
             return Ok(FlowHit {
                 backend,
                 hash,
@@ -120,12 +134,41 @@ pub(super) fn flow_for(
         }
         worker.stats.rechosen += 1;
         ct.remove(id);
+        // The flow earned its state with the old backend; it keeps it with the new one (a
+        // SYN starts over).
+        let st = if key.proto == IpProtocol::TCP && is_syn(p.flags) {
+            FlowState::TcpSyn
+        } else {
+            state
+        };
+        return new_flow(tables, ct, worker, vip, key, st, now);
     }
-    new_flow(tables, ct, worker, vip, key, flags, now)
+    match first_state(key.proto == IpProtocol::TCP, p.flags) {
+        Some(st) => new_flow(tables, ct, worker, vip, key, st, now),
+        None => {
+            worker.stats.stateless_no_entry += 1;
+            stateless(tables, vip, key.hash(tables.vips[vip as usize].hash))
+        }
+    }
 }
 
-/// The new-flow half of [`flow_for`]: ageing, scheduling, FullNAT port allocation and the
-/// insert. Kept out of line so the established path, inlined into [`forward`], does not
+/// The stateless answer: the VIP's Maglev ring, whatever its scheduler; FullNAT drops
+/// (its return traffic could not be mapped back without an entry).
+fn stateless(tables: &Tables, vip: u32, hash: u32) -> Result<FlowHit, DropReason> {
+    let v = &tables.vips[vip as usize];
+    if v.mode == Mode::FullNat {
+        return Err(DropReason::NoFlow);
+    }
+    let pos = v.ring.lookup(hash).ok_or(DropReason::NoBackend)?;
+    Ok(FlowHit {
+        backend: v.backends.start + pos,
+        hash,
+        snat: None,
+    })
+}
+
+/// The new-flow half of [`flow_for`] for a flow that starts in `state`: ageing, scheduling,
+/// FullNAT port allocation and the insert. Kept out of line so the established path, inlined into [`forward`], does not
 /// carry this code's stack frame and register spills on every packet.
 #[inline(never)]
 fn new_flow(
@@ -134,11 +177,10 @@ fn new_flow(
     worker: &mut WorkerState,
     vip: u32,
     key: &FlowKey,
-    flags: u8,
+    state: FlowState,
     now: u64,
 ) -> Result<FlowHit, DropReason> {
     let v = &tables.vips[vip as usize];
-    let tcp = key.proto == IpProtocol::TCP;
     // New flows pay for a little ageing so expired flows leave the LVS connection counts
     // even when nothing else sweeps the table.
     ct.expire(now, 2);
@@ -160,11 +202,6 @@ fn new_flow(
     worker.vip_new_flows[vip as usize] += 1;
     let b = tables.backends[backend as usize];
     let snat = fullnat::snat_for(ct, v, key, &b, hash, now)?;
-    let state = if tcp {
-        initial_tcp_state(flags)
-    } else {
-        FlowState::Udp
-    };
     let flow = Flow {
         key: *key,
         vip,
@@ -173,6 +210,7 @@ fn new_flow(
         backend_port: b.port,
         version: tables.version,
         state,
+        marks: 0,
         last_seen: now,
         hash,
         snat,
@@ -186,17 +224,7 @@ fn new_flow(
         }),
         Err(InsertError::Full) => {
             worker.stats.conntrack_fallback += 1;
-            if v.mode == Mode::FullNat {
-                // Without an entry the return traffic could not be mapped back.
-                return Err(DropReason::NoFlow);
-            }
-            // The stateless answer: the VIP's Maglev ring, whatever its scheduler.
-            let pos = v.ring.lookup(hash).ok_or(DropReason::NoBackend)?;
-            Ok(FlowHit {
-                backend: v.backends.start + pos,
-                hash,
-                snat: None,
-            })
+            stateless(tables, vip, hash)
         }
     }
 }

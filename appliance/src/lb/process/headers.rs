@@ -102,6 +102,8 @@ pub(super) struct L4 {
     pub(super) sport: u16,
     pub(super) dport: u16,
     pub(super) flags: u8,
+    /// A TCP segment with payload, or any UDP datagram (evidence for the flow's state).
+    pub(super) payload: bool,
     pub(super) csum: L4Csum,
 }
 
@@ -131,6 +133,7 @@ pub(super) fn parse_l4(d: &[u8], ip: &Ip) -> Result<L4, DropReason> {
                 sport: t.src_port(),
                 dport: t.dst_port(),
                 flags: t.flags(),
+                payload: avail > doff,
                 csum: L4Csum {
                     off: ip.l4 + TCP_CSUM_AT,
                     udp: false,
@@ -150,6 +153,7 @@ pub(super) fn parse_l4(d: &[u8], ip: &Ip) -> Result<L4, DropReason> {
                 sport: u.src_port(),
                 dport: u.dst_port(),
                 flags: 0,
+                payload: true,
                 csum: L4Csum {
                     off: ip.l4 + UDP_CSUM_AT,
                     udp: !ip.v6,

@@ -34,6 +34,8 @@
 //!   fragment and expects the underlay MTU to absorb the encapsulation. Outer UDP checksums
 //!   are zero over IPv4 (RFC 7348, draft-ietf-intarea-gue) and computed over IPv6.
 
+#[cfg(test)]
+mod ct_tests;
 mod dr;
 mod flow;
 mod fragment;
@@ -58,7 +60,7 @@ use crate::lb::sched::SchedState;
 #[cfg(doc)]
 use crate::lb::tables::TunnelSource;
 use crate::lb::tables::{NextHop, Tables};
-use flow::{FlowHit, flow_for};
+use flow::{FlowHit, Packet, flow_for};
 use headers::{Ip, L4, parse_ip, parse_l4};
 use wire::{EthernetFrame, IpProtocol, l3_offset};
 
@@ -190,8 +192,12 @@ pub struct WorkerStats {
     pub passed: u64,
     /// Frames transmitted.
     pub tx: u64,
-    /// New flows answered statelessly from the Maglev ring because the table was full.
+    /// New flows answered statelessly from the Maglev ring because the table was full of
+    /// established flows (FullNAT: dropped as `no_flow`).
     pub conntrack_fallback: u64,
+    /// TCP segments other than a SYN without an entry, answered statelessly from the Maglev
+    /// ring without creating state (FullNAT: dropped as `no_flow`).
+    pub stateless_no_entry: u64,
     /// Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
     pub rechosen: u64,
     /// NAT return packets rewritten without a connection entry.
@@ -457,6 +463,16 @@ pub fn process_recorded<R: Record>(
     nat::reverse(frame, tables, ct, worker, &ip, &l4, len, now, rec)
 }
 
+/// The packet as [`flow_for`] needs it.
+#[inline(always)]
+fn packet<'a>(key: &'a FlowKey, l4: &L4) -> Packet<'a> {
+    Packet {
+        key,
+        flags: l4.flags,
+        payload: l4.payload,
+    }
+}
+
 /// Client → VIP: the flow's backend, then the rewrite its mode asks for.
 #[allow(clippy::too_many_arguments)]
 fn forward<R: Record>(
@@ -489,7 +505,7 @@ fn forward<R: Record>(
         backend,
         hash,
         snat,
-    } = match flow_for(tables, ct, worker, vip, &key, l4.flags, now) {
+    } = match flow_for(tables, ct, worker, vip, packet(&key, l4), now) {
         Ok(x) => x,
         Err(r) => return worker.drop(r),
     };

@@ -15,11 +15,11 @@ use wire::checksum::{self, addr_delta_v4, addr_delta_v6, delta16};
 use super::headers::{Ip, L4, set_macs};
 use super::{Decision, DropReason, Record, Verdict, WorkerState, fullnat};
 use crate::config::Mode;
-use crate::lb::conntrack::{ConnTable, FlowState, RevKey, next_tcp_state};
+use crate::lb::conntrack::{ConnTable, RevKey, Seen};
 use crate::lb::frame::Frame;
 use crate::lb::hash::FlowKey;
 use crate::lb::tables::{BackendEntry, NextHop, Tables};
-use wire::{IpProtocol, Ipv4Packet, Ipv6Packet};
+use wire::{Ipv4Packet, Ipv6Packet};
 
 /// NAT and FullNAT, client → VIP: rewrite toward backend `b` (from `snat` for FullNAT).
 #[allow(clippy::too_many_arguments)]
@@ -60,12 +60,12 @@ pub(super) struct Return {
 /// A return packet matched a connection-table flow: refresh it and read what to rewrite.
 pub(super) fn from_flow(ct: &mut ConnTable, id: u32, ip: &Ip, l4: &L4, now: u64) -> Return {
     let f = *ct.flow(id);
-    let st = if ip.proto == IpProtocol::TCP {
-        next_tcp_state(f.state, l4.flags)
-    } else {
-        FlowState::Udp
+    let seen = Seen {
+        reverse: true,
+        both_ways: true,
+        payload: l4.payload,
     };
-    ct.touch(id, now, st);
+    ct.step(id, now, l4.flags, seen);
     let client = if f.snat.is_some() {
         (f.key.src, f.key.sport)
     } else {

@@ -89,7 +89,7 @@ fn backends(n: u8) -> Vec<Backend> {
         .collect()
 }
 
-fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
+pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
     // The golden appliance settings, with this one VIP.
     let mut c = Config::from_toml_str(golden::CONFIG_TOML).unwrap_or_else(|e| panic!("{e}"));
     c.vips = vec![crate::config::Vip {
@@ -109,7 +109,7 @@ fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
 }
 
 /// Tables with every backend's neighbour MAC ending in its address's last byte.
-fn tables(c: &Config, version: u64, healthy: &dyn Fn(&Backend) -> bool) -> Tables {
+pub(super) fn tables(c: &Config, version: u64, healthy: &dyn Fn(&Backend) -> bool) -> Tables {
     let mut t = Tables::build(c, &|_, b| healthy(b), version).unwrap();
     for s in 0..t.backends.len() as u32 {
         let last = match t.backends[s as usize].ip() {
@@ -138,7 +138,7 @@ fn tables(c: &Config, version: u64, healthy: &dyn Fn(&Backend) -> bool) -> Table
 
 /// Sends one TCP packet from client port `sport`; returns the verdict and the backend
 /// (last address byte) it went to.
-fn send(
+pub(super) fn send(
     t: &Tables,
     ct: &mut ConnTable,
     w: &mut WorkerState,
@@ -161,7 +161,7 @@ fn send(
     (v, b)
 }
 
-fn ct_for(t: &Tables, cap: usize) -> ConnTable {
+pub(super) fn ct_for(t: &Tables, cap: usize) -> ConnTable {
     ConnTable::new(cap, t.timeouts, t.backends.len(), 0, 1)
 }
 
@@ -236,9 +236,14 @@ fn full_table_falls_back_to_maglev_and_counts() {
     let t = tables(&c, 1, &|_| true);
     let mut ct = ct_for(&t, 2);
     let mut w = WorkerState::new();
-    // Two established flows fill the table and cannot be evicted.
-    send(&t, &mut ct, &mut w, 1, 0x10, 0);
-    send(&t, &mut ct, &mut w, 2, 0x10, 0);
+    // Two established flows fill the table and cannot be evicted (DR: a SYN, then the
+    // handshake's ACK and one more segment).
+    for sport in [1, 2] {
+        for flags in [0x02, 0x10, 0x10] {
+            send(&t, &mut ct, &mut w, sport, flags, 0);
+        }
+    }
+    assert_eq!(ct.stats.promoted, 2);
     for sport in 10..20u16 {
         let (v, b) = send(&t, &mut ct, &mut w, sport, 0x02, 1);
         assert!(matches!(v, Verdict::Tx { ifindex: 2 }));
@@ -258,13 +263,14 @@ fn full_table_falls_back_to_maglev_and_counts() {
     }
     assert_eq!(w.stats.conntrack_fallback, 10);
     assert_eq!(ct.stats.full, 10);
-    // FullNAT cannot run without an entry.
+    // FullNAT cannot run without an entry: a segment that is not a SYN is dropped and
+    // takes no port.
     let c = one_vip(Mode::FullNat, Scheduler::Maglev, 1);
     let t = tables(&c, 1, &|_| true);
     let mut ct = ct_for(&t, 1);
-    send(&t, &mut ct, &mut w, 1, 0x10, 0);
     let (v, _) = send(&t, &mut ct, &mut w, 2, 0x10, 0);
     assert_eq!(v, Verdict::Drop(DropReason::NoFlow));
+    assert!(ct.is_empty());
 }
 
 #[test]
@@ -293,8 +299,10 @@ fn lc_follows_connection_counts_kept_by_the_table() {
     assert_eq!(send(&t, &mut ct, &mut w, 1, 0x02, 0).1, Some(1));
     assert_eq!(send(&t, &mut ct, &mut w, 2, 0x02, 0).1, Some(2));
     assert_eq!(send(&t, &mut ct, &mut w, 3, 0x02, 0).1, Some(1));
-    // Flow 1 completes its handshake: backend 1 = 1 active + 1 inactive = 257,
-    // backend 2 = 1 inactive = 1.
+    // Flow 1 completes its handshake and sends again (DR's proof): backend 1 = 1 active +
+    // 1 inactive = 257, backend 2 = 1 inactive = 1.
+    send(&t, &mut ct, &mut w, 1, 0x10, 1);
+    assert_eq!(ct.active_counts(), &[0, 0], "one ACK is not enough in DR");
     send(&t, &mut ct, &mut w, 1, 0x10, 1);
     assert_eq!(ct.active_counts(), &[1, 0]);
     assert_eq!(ct.inactive_counts(), &[1, 1]);
@@ -422,6 +430,7 @@ proptest! {
             sport: rd16(&d, l4off),
             dport: rd16(&d, l4off + 2),
             flags: 0,
+            payload: true,
             csum: L4Csum { off: csum_off, udp: udp && !v6 },
         };
         let mut want = d.clone();
