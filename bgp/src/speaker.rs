@@ -460,7 +460,9 @@ pub struct Speaker {
     message: String,
 }
 
-fn validate(cfg: &SpeakerConfig) -> Result<(), SpeakerConfigError> {
+/// Checks `cfg` the way [`Speaker::start`] does, without opening anything: an embedder
+/// prepares a change with it before it stops the running speaker.
+pub fn validate(cfg: &SpeakerConfig) -> Result<(), SpeakerConfigError> {
     use SpeakerConfigError as E;
     if cfg.asn == 0 {
         return Err(E::ReservedAsn);

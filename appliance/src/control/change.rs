@@ -4,6 +4,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use super::commit::{CommitFailed, UpdateError};
 use super::prepare::PrepareError;
 use super::shared::BackendOp;
 use crate::config::{self, Backend, Config};
@@ -105,12 +106,16 @@ pub enum ChangeError {
     /// The file validates but its tables cannot be built.
     #[error("config rejected, running version kept: {0}")]
     TablesRejected(#[source] PrepareError),
-    /// An operator's change to a backend leaves tables that cannot be built.
+    /// The file's tables were built but could not be put in place (steering maps, BGP
+    /// speaker); nothing of the new version runs.
+    #[error("config rejected: {0}")]
+    NotCommitted(#[source] CommitFailed),
+    /// An operator's change to a backend leaves tables that cannot be built or put in place.
     #[error("cannot apply {}: {source}", op_name(*.op))]
     NotApplied {
         op: BackendOp,
         #[source]
-        source: PrepareError,
+        source: UpdateError,
     },
 }
 
@@ -129,7 +134,9 @@ impl ChangeError {
             ChangeError::BadBackend(_)
             | ChangeError::NoBackend { .. }
             | ChangeError::AmbiguousBackend { .. } => Some("backend"),
-            ChangeError::ConfigRejected(_) | ChangeError::TablesRejected(_) => Some("config"),
+            ChangeError::ConfigRejected(_)
+            | ChangeError::TablesRejected(_)
+            | ChangeError::NotCommitted(_) => Some("config"),
             ChangeError::NotApplied { .. } => None,
         }
     }
@@ -143,9 +150,9 @@ impl ChangeError {
     pub fn errors(&self) -> Vec<String> {
         match self {
             ChangeError::ConfigRejected(e) => load_errors(e),
-            ChangeError::TablesRejected(e) | ChangeError::NotApplied { source: e, .. } => {
-                vec![e.to_string()]
-            }
+            ChangeError::TablesRejected(e) => vec![e.to_string()],
+            ChangeError::NotCommitted(c) => c.0.iter().map(ToString::to_string).collect(),
+            ChangeError::NotApplied { source, .. } => source.errors(),
             _ => Vec::new(),
         }
     }

@@ -18,8 +18,57 @@ use super::shared::{Override, Shared, Sync};
 use super::state::State;
 use super::{cache, view};
 use crate::config::{self, Vip};
+use crate::datapath::DatapathError;
 use crate::engine::BackendId;
 use crate::lb::Tables;
+
+/// Why a prepared version could not become the running one. Each is returned to the
+/// operator; the running version (tables, steering maps, speaker) stays.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("steering maps: {0}; the XDP program keeps steering the running version's keys")]
+    Steering(#[source] DatapathError),
+    #[error("[bgp]: {0}")]
+    SpeakerConfig(#[source] bgp::SpeakerConfigError),
+    #[error("[bgp]: the new speaker did not start: {0}")]
+    Speaker(#[source] bgp::SpeakerError),
+    #[error(
+        "[bgp]: the running speaker did not start again either ({0}): no announcements until the next successful reload"
+    )]
+    SpeakerRestore(#[source] bgp::SpeakerError),
+}
+
+/// Every error of a version that was not committed.
+#[derive(Debug)]
+pub struct CommitFailed(pub Vec<CommitError>);
+
+impl std::fmt::Display for CommitFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let all: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        write!(f, "not applied, running version kept: {}", all.join("; "))
+    }
+}
+
+impl std::error::Error for CommitFailed {}
+
+/// Why [`Control::update`] kept the running version.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    #[error(transparent)]
+    Commit(#[from] CommitFailed),
+}
+
+impl UpdateError {
+    /// One line per error.
+    pub fn errors(&self) -> Vec<String> {
+        match self {
+            UpdateError::Prepare(e) => vec![e.to_string()],
+            UpdateError::Commit(c) => c.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
 
 impl Control {
     /// Prepares the next version from the running state with `overrides` and commits it;
@@ -28,7 +77,7 @@ impl Control {
         &mut self,
         overrides: &HashMap<BackendId, Override>,
         why: &str,
-    ) -> Result<u64, PrepareError> {
+    ) -> Result<u64, UpdateError> {
         let now = Instant::now();
         let version = self.st.next_version();
         let st = &self.st;
@@ -42,59 +91,108 @@ impl Control {
             now,
             resettle: false,
         });
-        match prepared {
-            Ok(p) => Ok(self.commit(p, why, now).await),
-            Err(e) => {
-                error!("{why}: cannot build tables, running version kept: {e}");
-                Err(e)
-            }
+        let r = match prepared {
+            Ok(p) => self.commit(p, why, now).await.map_err(UpdateError::from),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = &r {
+            error!("{why}: running version kept: {e}");
         }
+        r
     }
 
-    /// Makes `p` the running version; returns its number.
-    pub(super) async fn commit(&mut self, p: Prepared, why: &str, now: Instant) -> u64 {
+    /// Makes `p` the running version; returns its number. What can fail (the steering
+    /// maps, a new speaker) is done before the tables are published; on failure it is undone
+    /// and nothing of `p` is running.
+    pub(super) async fn commit(
+        &mut self,
+        p: Prepared,
+        why: &str,
+        now: Instant,
+    ) -> Result<u64, CommitFailed> {
+        let old_steering = self.st.steering.clone();
+        let steering_changed = p.steering != old_steering;
+        if steering_changed {
+            self.steer(&p.steering).map_err(|e| CommitFailed(vec![e]))?;
+        }
+        if self.st.config.bgp != p.config.bgp
+            && let Err(mut errors) = self.restart_speaker(p.config.bgp.as_ref()).await
+        {
+            if steering_changed && let Err(e) = self.steer(&old_steering) {
+                errors.push(e);
+            }
+            self.sync_bgp(now);
+            return Err(CommitFailed(errors));
+        }
         // Removed VIPs are withdrawn before their tables go away; the sync after the
         // publication takes care of everything else.
         if let Some(a) = self.announcer.as_mut() {
             let vips = &p.config.vips;
             a.withdraw_unless(|ip| vips.iter().any(|v| v.address == *ip), "VIP removed");
         }
-        let bgp_changed = self.st.config.bgp != p.config.bgp;
         let rest = self.st.adopt(p);
         if rest.targets != self.targets {
             self.targets = rest.targets;
             set_probes(&self.prober, &self.targets);
         }
-        if rest.steering != self.st.steering {
-            self.steer(rest.steering, why);
-        }
         self.apply_flood(why);
         let version = publish(&self.shared, rest.tables, why);
-        if bgp_changed {
-            info!("reload: [bgp] changed, restarting the speaker");
-            if let Some(a) = self.announcer.take() {
-                a.shutdown().await;
-            }
-            self.announcer = start_speaker(self.st.config.bgp.as_ref()).await;
-        }
         if let Some(t) = rest.settle_by {
             self.settle_by = t;
         }
         self.sync_bgp(now);
         self.view(None);
-        version
+        Ok(version)
     }
 
-    /// Replaces what the XDP program steers; on failure the old keys stay recorded, so the
-    /// next commit tries again.
-    fn steer(&mut self, steering: Steering, why: &str) {
-        match self
-            .dp
+    /// Makes the XDP program steer `steering`; on failure the maps hold the running keys
+    /// again (each set is replaced whole or not at all; the VIP set is put back when the
+    /// return set fails).
+    fn steer(&mut self, steering: &Steering) -> Result<(), CommitError> {
+        self.dp
             .set_vips(&steering.vips)
-            .and_then(|_| self.dp.set_return_keys(&steering.returns))
-        {
-            Ok(()) => self.st.steering = steering,
-            Err(e) => error!("{why}: steering maps: {e}"),
+            .map_err(CommitError::Steering)?;
+        if let Err(e) = self.dp.set_return_keys(&steering.returns) {
+            if let Err(back) = self.dp.set_vips(&self.st.steering.vips) {
+                error!("steering maps: cannot put the running VIP keys back: {back}");
+            }
+            return Err(CommitError::Steering(e));
+        }
+        self.st.steering = steering.clone();
+        Ok(())
+    }
+
+    /// Replaces the speaker for a changed `[bgp]`: the new config is checked before the
+    /// running speaker stops, and when the new one does not start the running config's
+    /// speaker starts again. Returns every error.
+    async fn restart_speaker(
+        &mut self,
+        next: Option<&config::Bgp>,
+    ) -> Result<(), Vec<CommitError>> {
+        if let Some(b) = next {
+            bgp::validate(&announce::speaker_config(b))
+                .map_err(|e| vec![CommitError::SpeakerConfig(e)])?;
+        }
+        info!("reload: [bgp] changed, restarting the speaker");
+        if let Some(a) = self.announcer.take() {
+            a.shutdown().await;
+        }
+        let Some(b) = next else { return Ok(()) };
+        match Announcer::start(b).await {
+            Ok(a) => {
+                self.announcer = Some(a);
+                Ok(())
+            }
+            Err(e) => {
+                let mut errors = vec![CommitError::Speaker(e)];
+                if let Some(old) = self.st.config.bgp.as_ref() {
+                    match Announcer::start(old).await {
+                        Ok(a) => self.announcer = Some(a),
+                        Err(e) => errors.push(CommitError::SpeakerRestore(e)),
+                    }
+                }
+                Err(errors)
+            }
         }
     }
 

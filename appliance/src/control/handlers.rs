@@ -104,6 +104,9 @@ impl Control {
         }
         self.peer_events();
         self.drop_events(now);
+        if ticks.is_multiple_of(5) {
+            self.probe_events();
+        }
         let dp = match self.dp.stats() {
             Ok(s) => Some(s),
             Err(e) => {
@@ -139,6 +142,25 @@ impl Control {
                 }
                 event(&self.shared, Kind::Bgp, m);
             }
+        }
+    }
+
+    /// An event when health probes could not run for a local shortage since the last one:
+    /// the backends keep their verdicts, and the operator learns why probing lags.
+    fn probe_events(&mut self) {
+        let n = self.prober.counters().local_errors;
+        self.shared.probes_not_run.store(n, Ordering::Relaxed);
+        if n > self.last_not_run {
+            event(
+                &self.shared,
+                Kind::Health,
+                format!(
+                    "{} health probes not run: the appliance is short of descriptors, buffers or \
+                     local ports (verdicts kept; see sluice_health_probes_not_run_total)",
+                    n - self.last_not_run
+                ),
+            );
+            self.last_not_run = n;
         }
     }
 
@@ -197,7 +219,10 @@ impl Control {
         })
         .map_err(ChangeError::TablesRejected)?;
         let deferred = deferred(&self.st.config, &prepared.config);
-        let version = self.commit(prepared, how, now).await;
+        let version = self
+            .commit(prepared, how, now)
+            .await
+            .map_err(ChangeError::NotCommitted)?;
         for d in &deferred {
             match d {
                 Deferred::FlowCache => warn!(
