@@ -368,7 +368,11 @@ impl Connects {
             SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
             None,
         )
-        .map_err(|e| Failure::Io(format!("cannot create socket: {}", io::Error::from(e))))?;
+        .map_err(|e| {
+            crate::outcome::local_or(e.into(), |e| {
+                Failure::Io(format!("cannot create socket: {e}"))
+            })
+        })?;
         // Should the socket ever be closed while connected (the prober stopping), it
         // resets rather than leaving TIME_WAIT behind.
         rustix::net::sockopt::set_socket_linger(&fd, Some(Duration::ZERO))

@@ -73,9 +73,37 @@ pub enum Failure {
     /// The server name for SNI/verification is not a valid DNS name or address.
     #[error("invalid TLS server name {0:?}")]
     ServerName(String),
+    /// The appliance itself ran short (descriptors, buffers, local ports, memory): the probe
+    /// did not run, so it says nothing about the backend. Counted, never a failure.
+    #[error("probe not run, local resource exhausted: {0}")]
+    Local(String),
     /// Any other socket error, with the OS's words.
     #[error("{0}")]
     Io(String),
+}
+
+/// Whether `e` is the appliance's own shortage (EMFILE, ENFILE, ENOBUFS, EADDRNOTAVAIL,
+/// ENOMEM) rather than anything the backend did.
+pub fn is_local(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    let local = [
+        Errno::MFILE,
+        Errno::NFILE,
+        Errno::NOBUFS,
+        Errno::ADDRNOTAVAIL,
+        Errno::NOMEM,
+    ];
+    e.raw_os_error()
+        .is_some_and(|n| local.iter().any(|l| l.raw_os_error() == n))
+}
+
+/// `e` as a [`Failure::Local`] when it is a local shortage, else through `other`.
+pub fn local_or(e: std::io::Error, other: impl FnOnce(std::io::Error) -> Failure) -> Failure {
+    if is_local(&e) {
+        Failure::Local(e.to_string())
+    } else {
+        other(e)
+    }
 }
 
 impl Failure {
@@ -95,6 +123,7 @@ impl Failure {
             Failure::BadResponse(_) => "bad_response",
             Failure::Tls(_) => "tls",
             Failure::ServerName(_) => "server_name",
+            Failure::Local(_) => "local",
             Failure::Io(_) => "io",
         }
     }
@@ -102,3 +131,19 @@ impl Failure {
 
 /// The result of one probe.
 pub type Outcome = Result<Pass, Failure>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_shortages_are_told_apart_from_backend_errors() {
+        let os = std::io::Error::from_raw_os_error;
+        for n in [24, 23, 105, 99, 12] {
+            assert!(is_local(&os(n)), "errno {n}");
+            assert_eq!(local_or(os(n), |_| Failure::Refused).label(), "local");
+        }
+        assert!(!is_local(&os(111)), "ECONNREFUSED is the backend's");
+        assert_eq!(local_or(os(111), |_| Failure::Refused), Failure::Refused);
+    }
+}

@@ -167,6 +167,9 @@ impl ProbeContext {
 
 /// Maps a socket error to the failure an operator recognises.
 pub(crate) fn io_failure(e: io::Error) -> Failure {
+    if crate::outcome::is_local(&e) {
+        return Failure::Local(e.to_string());
+    }
     match e.kind() {
         io::ErrorKind::ConnectionRefused => Failure::Refused,
         io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => Failure::Reset,
@@ -189,7 +192,9 @@ async fn connect(
         SocketAddr::V4(_) => TcpSocket::new_v4(),
         SocketAddr::V6(_) => TcpSocket::new_v6(),
     }
-    .map_err(|e| Failure::Io(format!("cannot create socket: {e}")))?;
+    .map_err(|e| {
+        crate::outcome::local_or(e, |e| Failure::Io(format!("cannot create socket: {e}")))
+    })?;
     if let Some(src) = source {
         socket
             .bind(SocketAddr::new(src, 0))

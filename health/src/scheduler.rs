@@ -129,7 +129,17 @@ pub struct Counters {
     pub stale_results: u64,
     /// Rounds skipped because the previous probe of the target was still running.
     pub skipped_rounds: u64,
+    /// Probes that could not run for a local shortage ([`Failure::Local`]): neither a pass
+    /// nor a failure for their target.
+    pub local_errors: u64,
+    /// Times a due probe waited because [`MAX_IN_FLIGHT`] probes were running.
+    pub deferred: u64,
 }
+
+/// At most this many probes run at once, so hanging targets cannot take every descriptor:
+/// the rest wait their turn (counted in [`Counters::deferred`]) and run late rather than
+/// fail.
+pub const MAX_IN_FLIGHT: usize = 1024;
 
 #[derive(Debug, Clone)]
 struct InFlight {
@@ -351,6 +361,10 @@ pub struct Scheduler {
     taken: Vec<(Instant, ProbeId)>,
     next_id: ProbeId,
     counters: Counters,
+    /// Probes dispatched whose result has not been recorded (nor their entry removed).
+    in_flight: usize,
+    /// [`MAX_IN_FLIGHT`] unless a test sets another cap.
+    max_in_flight: Option<usize>,
 }
 
 impl Scheduler {
@@ -379,8 +393,11 @@ impl Scheduler {
             .cloned()
             .collect();
         for key in gone {
-            if let Some(id) = self.by_key.remove(&key) {
-                self.entries.remove(&id);
+            if let Some(id) = self.by_key.remove(&key)
+                && let Some(e) = self.entries.remove(&id)
+                && e.in_flight.is_some()
+            {
+                self.in_flight -= 1;
             }
             reload.removed.push(key);
         }
@@ -413,6 +430,7 @@ impl Scheduler {
         let mut out = Vec::new();
         let mut taken = std::mem::take(&mut self.taken);
         self.due.pop_due(now, &mut taken);
+        let cap = self.max_in_flight.unwrap_or(MAX_IN_FLIGHT);
         for (due, id) in taken.drain(..) {
             let Some(e) = self.entries.get_mut(&id) else {
                 continue;
@@ -420,6 +438,13 @@ impl Scheduler {
             if e.in_flight.is_some() || e.next_due != due {
                 continue;
             }
+            if self.in_flight >= cap {
+                // Due still: handed out by a later poll, once a running probe finished.
+                self.counters.deferred += 1;
+                self.due.push(due, id);
+                continue;
+            }
+            self.in_flight += 1;
             e.seq += 1;
             e.started += 1;
             e.in_flight = Some(InFlight { seq: e.seq });
@@ -464,7 +489,19 @@ impl Scheduler {
             }
         }
         e.in_flight = None;
+        self.in_flight -= 1;
         self.counters.completed += 1;
+        if let Err(Failure::Local(why)) = &outcome {
+            // The probe never reached the backend: its verdict stays as it was.
+            self.counters.local_errors += 1;
+            tracing::debug!(key = %e.key, "health probe not run: {why}");
+            let next = e.next_round(now);
+            self.counters.skipped_rounds += next - e.round - 1;
+            e.round = next;
+            e.next_due = e.due_of(next);
+            self.due.push(e.next_due, id);
+            return None;
+        }
         match &outcome {
             Ok(_) => e.passed += 1,
             Err(f) => {
@@ -514,6 +551,11 @@ impl Scheduler {
     /// Scheduler-wide counters.
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+
+    /// Caps concurrent probes at `n` instead of [`MAX_IN_FLIGHT`].
+    pub fn set_max_in_flight(&mut self, n: usize) {
+        self.max_in_flight = Some(n.max(1));
     }
 }
 
@@ -610,6 +652,60 @@ mod tests {
             now += step;
         }
         (sent, changes)
+    }
+
+    #[test]
+    fn hd_local_shortages_never_move_a_verdict() {
+        let t0 = Instant::now();
+        let c = check("web", 100, 0, InitialHealth::Up);
+        let mut s = Scheduler::new();
+        s.set_targets([target("10.0.0.1", 80, &c)], t0);
+        let key = target("10.0.0.1", 80, &c).key();
+        // Far more than `fall` rounds of EMFILE: still up, every one counted.
+        let (sent, changes) = drive(&mut s, t0, t0 + 2_000 * MS, MS, |_| {
+            Err(Failure::Local("Too many open files (os error 24)".into()))
+        });
+        assert!(sent.len() >= 10, "{} probes", sent.len());
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(s.counters().local_errors, sent.len() as u64);
+        assert_eq!(s.status_of(&key).unwrap().state, crate::Health::Up);
+        assert_eq!(s.status_of(&key).unwrap().failed, 0);
+        // Real failures still count.
+        let (_, changes) = drive(&mut s, t0 + 2_001 * MS, t0 + 4_000 * MS, MS, |_| {
+            Err(Failure::Refused)
+        });
+        assert_eq!(changes.len(), 1, "down after fall refusals");
+    }
+
+    #[test]
+    fn hd_probes_beyond_the_cap_wait_instead_of_running() {
+        let t0 = Instant::now();
+        let c = check("web", 1000, 0, InitialHealth::Down);
+        let mut s = Scheduler::new();
+        s.set_max_in_flight(3);
+        let targets: Vec<Target> = (1..=10)
+            .map(|i| target(&format!("10.0.0.{i}"), 80, &c))
+            .collect();
+        s.set_targets(targets, t0);
+        let first = s.poll(t0 + 2_000 * MS);
+        assert_eq!(first.len(), 3, "three at once");
+        assert!(s.poll(t0 + 2_000 * MS).is_empty(), "none while three run");
+        assert!(s.counters().deferred >= 7);
+        let d = &first[0];
+        s.on_result(d.id, d.seq, Ok(Pass::Connected), t0 + 2_001 * MS);
+        assert_eq!(
+            s.poll(t0 + 2_002 * MS).len(),
+            1,
+            "one finished, one more runs"
+        );
+        // A removed probe that was running gives its slot back.
+        let running = first[1].key.address;
+        let rest: Vec<Target> = (1..=10)
+            .map(|i| target(&format!("10.0.0.{i}"), 80, &c))
+            .filter(|t| t.address != running)
+            .collect();
+        s.set_targets(rest, t0 + 2_003 * MS);
+        assert_eq!(s.poll(t0 + 2_004 * MS).len(), 1, "the freed slot is used");
     }
 
     #[test]
