@@ -880,6 +880,12 @@ fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
     let token_file = lab.dir.join("token");
     let token = "0123456789abcdef-lab-token";
     std::fs::write(&token_file, format!("{token}\n")).expect("token");
+    // The appliance refuses a token file others can read.
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod token");
     let socket = lab.api_socket_at(0);
     let cfg = lab.config(&socket).replace(
         "metrics = \"\"\n",

@@ -404,8 +404,26 @@ fn init_logging() {
         .init();
 }
 
+/// Raises the soft descriptor limit to the hard one: systemd and shells leave it at 1,024,
+/// which the API's clients and the prober's sockets would otherwise share with the
+/// datapath's and BGP's.
+fn raise_nofile() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::info!("descriptor limit raised from {soft} to {hard}"),
+            Err(e) => {
+                tracing::warn!("descriptor limit stays {soft}: cannot raise it to {hard}: {e}")
+            }
+        },
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot read the descriptor limit: {e}"),
+    }
+}
+
 fn run(path: &std::path::Path) -> ExitCode {
     init_logging();
+    raise_nofile();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -62,7 +62,13 @@ fn json<T: serde::Serialize>(v: &T) -> Response {
 
 /// The API's routes over `shared`.
 pub fn router(shared: S) -> Router {
-    Router::new()
+    with_token(shared, None)
+}
+
+/// The API's routes over `shared`, behind `Authorization: Bearer <token>` when `token` is
+/// set. Refusals are counted outside the token check, so a 401 counts like any other 4xx.
+fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
+    let mut r = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/vips", get(vips))
         .route("/v1/vips/{vip}", get(vip))
@@ -80,12 +86,15 @@ pub fn router(shared: S) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(
-            Arc::clone(&shared),
-            count_errors,
-        ))
-        .with_state(shared)
+        .method_not_allowed_fallback(method_not_allowed);
+    if let Some(t) = token {
+        r = r.layer(middleware::from_fn_with_state(t, bearer));
+    }
+    r.layer(middleware::from_fn_with_state(
+        Arc::clone(&shared),
+        count_errors,
+    ))
+    .with_state(shared)
 }
 
 /// The metrics listener's routes: `/metrics` only.
@@ -379,6 +388,16 @@ pub enum ApiStartError {
         path: String,
         source: std::io::Error,
     },
+    #[error(
+        "api.socket {path}: its directory {dir} is {why}; the socket is root's only while \
+         nobody else can replace it (use a directory owned by root with mode 0700 or 0755, \
+         or one that does not exist yet: it is created 0700)"
+    )]
+    UnsafeDir {
+        path: String,
+        dir: String,
+        why: String,
+    },
     #[error("api.listen {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -393,16 +412,59 @@ pub enum ApiStartError {
     },
 }
 
-/// Binds the unix socket (replacing a stale one), root-only.
+/// Checks that only root can create or remove entries in `dir` (the socket's directory),
+/// creating it 0700 when it does not exist.
+fn check_socket_dir(path: &Path, dir: &Path) -> Result<(), ApiStartError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let unsafe_dir = |why: String| ApiStartError::UnsafeDir {
+        path: path.display().to_string(),
+        dir: dir.display().to_string(),
+        why,
+    };
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| ApiStartError::Socket {
+                path: path.display().to_string(),
+                source,
+            })?;
+    }
+    let m = std::fs::metadata(dir).map_err(|source| ApiStartError::Socket {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let me = nix::unistd::geteuid().as_raw();
+    if m.uid() != me {
+        return Err(unsafe_dir(format!(
+            "owned by uid {}, not by uid {me}",
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(unsafe_dir(format!(
+            "writable by others (mode {:04o})",
+            m.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// Binds the unix socket (replacing a stale one), root-only: its directory is checked (see
+/// [`check_socket_dir`]) and the socket is created under umask 0177, so it is mode 0600 from
+/// its first instant instead of being chmod'ed through its path afterwards.
 pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ApiStartError> {
-    use std::os::unix::fs::PermissionsExt;
+    use nix::sys::stat::{Mode, umask};
     let err = |source| ApiStartError::Socket {
         path: path.display().to_string(),
         source,
     };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(err)?;
-    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    check_socket_dir(path, dir)?;
     if path.exists() {
         // A live appliance answers on it; a stale file from a crash does not.
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -413,62 +475,123 @@ pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ApiStartError>
         }
         std::fs::remove_file(path).map_err(err)?;
     }
-    let l = tokio::net::UnixListener::bind(path).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-    Ok(l)
+    // The umask is process-wide; the API starts before the prober and the speaker open
+    // anything that would care.
+    let old = umask(Mode::from_bits_truncate(0o177));
+    let l = tokio::net::UnixListener::bind(path);
+    umask(old);
+    l.map_err(err)
 }
 
-/// Starts every configured listener; returns their tasks.
-pub async fn start(
-    shared: S,
-    cfg: &crate::config::Api,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, ApiStartError> {
+/// Reads the TCP API's bearer token; refuses a file anyone but root can read or write.
+fn read_token(path: &Path) -> Result<String, ApiStartError> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |reason: String| ApiStartError::Token {
+        path: path.display().to_string(),
+        reason,
+    };
+    let m = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if m.uid() != me {
+        return Err(bad(format!(
+            "owned by uid {}; it must be owned by root (uid {me})",
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o077 != 0 {
+        return Err(bad(format!(
+            "mode {:04o} lets others read or change the token; chmod 600 it",
+            m.mode() & 0o7777
+        )));
+    }
+    let token = std::fs::read_to_string(path)
+        .map_err(|e| bad(e.to_string()))?
+        .trim()
+        .to_string();
+    if token.len() < 16 {
+        return Err(bad("the token must be at least 16 characters".into()));
+    }
+    Ok(token)
+}
+
+/// The running listeners: their tasks and the socket path they bound.
+pub struct Listeners {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    socket: std::path::PathBuf,
+}
+
+impl Listeners {
+    /// Stops every listener and removes the socket this process bound (not the one a
+    /// reloaded config names: `[api]` changes apply at the next start).
+    pub fn stop(self) {
+        for t in self.tasks {
+            t.abort();
+        }
+        if let Err(e) = std::fs::remove_file(&self.socket)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("api.socket {}: not removed: {e}", self.socket.display());
+        }
+    }
+}
+
+/// Starts every configured listener.
+pub async fn start(shared: S, cfg: &crate::config::Api) -> Result<Listeners, ApiStartError> {
+    use super::serve::{Limits, Which, serve};
+    let stats = Arc::clone(&shared.listeners);
     let mut tasks = Vec::new();
+    // Everything that can fail is checked before the socket exists, so a failed start
+    // leaves no socket behind.
+    let token = match cfg.listen {
+        Some(_) => Some(read_token(&cfg.token_file.clone().unwrap_or_default())?),
+        None => None,
+    };
+    let tcp = match cfg.listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ApiStartError::Listen { addr, source })?,
+        ),
+        None => None,
+    };
+    let metrics = match cfg.metrics {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ApiStartError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
     let unix = bind_unix(&cfg.socket)?;
     let app = router(Arc::clone(&shared));
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(unix, app).await {
-            tracing::error!("api socket server stopped: {e}");
-        }
-    }));
-    if let Some(addr) = cfg.listen {
-        let path = cfg.token_file.clone().unwrap_or_default();
-        let token = std::fs::read_to_string(&path)
-            .map_err(|e| ApiStartError::Token {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })?
-            .trim()
-            .to_string();
-        if token.len() < 16 {
-            return Err(ApiStartError::Token {
-                path: path.display().to_string(),
-                reason: "the token must be at least 16 characters".into(),
-            });
-        }
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| ApiStartError::Listen { addr, source })?;
-        let app = router(Arc::clone(&shared))
-            .layer(middleware::from_fn_with_state(Arc::new(token), bearer));
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, app).await {
-                tracing::error!("api tcp server stopped: {e}");
-            }
-        }));
+    let s = Arc::clone(&stats);
+    tasks.push(tokio::spawn(serve(
+        unix,
+        app,
+        Limits::DEFAULT,
+        s,
+        Which::Socket,
+    )));
+    if let Some(l) = tcp {
+        let app = with_token(Arc::clone(&shared), token.map(Arc::new));
+        let s = Arc::clone(&stats);
+        tasks.push(tokio::spawn(serve(l, app, Limits::DEFAULT, s, Which::Tcp)));
     }
-    if let Some(addr) = cfg.metrics {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| ApiStartError::Metrics { addr, source })?;
+    if let Some(l) = metrics {
         let app = metrics_router(Arc::clone(&shared));
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, app).await {
-                tracing::error!("metrics server stopped: {e}");
-            }
-        }));
+        let s = Arc::clone(&stats);
+        tasks.push(tokio::spawn(serve(
+            l,
+            app,
+            Limits::DEFAULT,
+            s,
+            Which::Metrics,
+        )));
     }
-    Ok(tasks)
+    Ok(Listeners {
+        tasks,
+        socket: cfg.socket.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -496,5 +619,161 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+
+    /// A fresh directory under the system's temp dir, removed by the caller.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("hd-api-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).expect("metadata").permissions().mode() & 0o7777
+    }
+
+    fn chmod(p: &Path, m: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+    }
+
+    #[tokio::test]
+    async fn hd_the_socket_dir_is_created_0700_and_the_socket_is_0600() {
+        let root = scratch("mk");
+        let sock = root.join("run/sluice/api.sock");
+        let l = bind_unix(&sock).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mode(sock.parent().expect("dir")), 0o700);
+        assert_eq!(mode(&sock), 0o600, "socket mode");
+        drop(l);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn hd_a_socket_dir_others_can_write_or_own_is_refused() {
+        let root = scratch("unsafe");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        chmod(&root, 0o777);
+        let sock = root.join("api.sock");
+        let e = bind_unix(&sock).expect_err("world-writable dir refused");
+        assert!(matches!(e, ApiStartError::UnsafeDir { .. }), "{e}");
+        assert!(e.to_string().contains("writable by others"), "{e}");
+        assert!(!sock.exists(), "no socket made");
+        chmod(&root, 0o755);
+        nix::unistd::chown(&root, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
+        let e = bind_unix(&sock).expect_err("foreign-owned dir refused");
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+        nix::unistd::chown(&root, Some(nix::unistd::geteuid()), None).expect("chown");
+        assert!(bind_unix(&sock).is_ok(), "root-owned 0755 is fine");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn hd_the_token_file_must_be_root_s_and_0600() {
+        let root = scratch("token");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        let t = root.join("token");
+        std::fs::write(&t, "0123456789abcdef0123\n").expect("write");
+        chmod(&t, 0o644);
+        let e = read_token(&t).expect_err("0644 refused");
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        chmod(&t, 0o640);
+        assert!(read_token(&t).is_err(), "group-readable refused");
+        chmod(&t, 0o600);
+        assert_eq!(read_token(&t).ok().as_deref(), Some("0123456789abcdef0123"));
+        chmod(&t, 0o400);
+        assert!(read_token(&t).is_ok(), "stricter than 0600 is fine");
+        nix::unistd::chown(&t, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
+        let e = read_token(&t).expect_err("foreign owner refused");
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn hd_a_401_counts_as_an_api_error() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let shared = Arc::new(crate::control::metrics::tests::shared());
+        shared.api_errors.store(0, Ordering::Relaxed);
+        let app = with_token(Arc::clone(&shared), Some(Arc::new("t".repeat(20))));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let stats = Arc::clone(&shared.listeners);
+        let task = tokio::spawn(super::super::serve::serve(
+            l,
+            app,
+            super::super::serve::Limits::DEFAULT,
+            stats,
+            super::super::serve::Which::Tcp,
+        ));
+        let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        c.write_all(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).await.expect("read");
+        assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+        assert_eq!(shared.api_errors.load(Ordering::Relaxed), 1, "401 counted");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn hd_a_listener_at_its_cap_closes_new_connections_and_counts_them() {
+        use super::super::serve::{Limits, Which, serve};
+        use tokio::io::AsyncReadExt;
+        let shared = Arc::new(crate::control::metrics::tests::shared());
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let limits = Limits {
+            max_connections: 2,
+            ..Limits::DEFAULT
+        };
+        let stats = Arc::clone(&shared.listeners);
+        let task = tokio::spawn(serve(
+            l,
+            metrics_router(Arc::clone(&shared)),
+            limits,
+            stats,
+            Which::Metrics,
+        ));
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+        }
+        let c = shared.listeners.of(Which::Metrics);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while c.open.load(Ordering::Relaxed) < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(c.open.load(Ordering::Relaxed), 2);
+        let mut third = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut b = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(10), third.read(&mut b))
+            .await
+            .expect("closed at once, not left hanging")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "the third connection is closed");
+        assert_eq!(c.refused.load(Ordering::Relaxed), 1);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn hd_stop_removes_the_socket_it_bound() {
+        let root = scratch("stop");
+        let sock = root.join("api.sock");
+        let l = bind_unix(&sock).unwrap_or_else(|e| panic!("{e}"));
+        let listeners = Listeners {
+            tasks: vec![tokio::spawn(async move {
+                let _l = l;
+                std::future::pending::<()>().await;
+            })],
+            socket: sock.clone(),
+        };
+        listeners.stop();
+        assert!(!sock.exists(), "the bound socket is removed");
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

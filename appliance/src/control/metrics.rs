@@ -105,8 +105,14 @@ pub fn render(s: &Shared) -> String {
     );
     b.counter1(
         "sluice_api_errors",
-        "API requests refused with a 4xx status",
+        "API requests refused with a 4xx status (401 included)",
         s.api_errors.load(Ordering::Relaxed),
+    );
+    listeners(&mut b, s);
+    b.counter1(
+        "sluice_health_probes_not_run",
+        "Health probes not run for a local shortage (descriptors, buffers, ports); verdicts kept",
+        s.probes_not_run.load(Ordering::Relaxed),
     );
 
     let mut out = String::new();
@@ -114,6 +120,30 @@ pub fn render(s: &Shared) -> String {
         tracing::error!("metrics: encoding failed: {e}");
     }
     out
+}
+
+/// The API listeners' connections, by listener.
+fn listeners(b: &mut Builder, s: &Shared) {
+    use super::serve::Which;
+    let open = b.gauge(
+        "sluice_api_connections",
+        "Connections open on each API listener",
+    );
+    let refused = b.counter(
+        "sluice_api_connections_refused",
+        "Connections closed at once because the listener was at its connection cap",
+    );
+    let timed_out = b.counter(
+        "sluice_api_connection_timeouts",
+        "Connections closed for the header-read or idle timeout",
+    );
+    for w in Which::ALL {
+        let c = s.listeners.of(w);
+        let l = || labels(&[("listener", w.name())]);
+        gset(&open, l(), c.open.load(Ordering::Relaxed) as i64);
+        set(&refused, l(), c.refused.load(Ordering::Relaxed));
+        set(&timed_out, l(), c.timed_out.load(Ordering::Relaxed));
+    }
 }
 
 /// Who is answering and for how long.
@@ -454,7 +484,7 @@ fn bgp(b: &mut Builder, view: &View) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     //! The exposition of one fixed control state, byte for byte: the families, their order,
     //! labels and values are what dashboards and alerts are written against.
 
@@ -527,7 +557,8 @@ address = "10.1.0.21"
         }
     }
 
-    fn shared() -> Shared {
+    /// A `Shared` with a fixed state (also for the API's tests).
+    pub(crate) fn shared() -> Shared {
         let config = Arc::new(Config::from_toml_str(CONFIG).expect("valid config"));
         let web = &config.vips[0];
         let tables = Arc::new(Tables::build(&config, &|_, _| true, 3).expect("tables"));
@@ -640,6 +671,8 @@ address = "10.1.0.21"
             }),
             commands: tokio::sync::mpsc::channel(1).0,
             api_errors: AtomicU64::new(4),
+            probes_not_run: AtomicU64::new(0),
+            listeners: Default::default(),
             reloads_rejected: AtomicU64::new(1),
             flow_cache: None,
         }
@@ -861,9 +894,27 @@ sluice_bgp_announced_prefixes 1
 # HELP sluice_events Events recorded (see /v1/events).
 # TYPE sluice_events counter
 sluice_events_total 2
-# HELP sluice_api_errors API requests refused with a 4xx status.
+# HELP sluice_api_errors API requests refused with a 4xx status (401 included).
 # TYPE sluice_api_errors counter
 sluice_api_errors_total 4
+# HELP sluice_api_connections Connections open on each API listener.
+# TYPE sluice_api_connections gauge
+sluice_api_connections{listener="metrics"} 0
+sluice_api_connections{listener="socket"} 0
+sluice_api_connections{listener="tcp"} 0
+# HELP sluice_api_connections_refused Connections closed at once because the listener was at its connection cap.
+# TYPE sluice_api_connections_refused counter
+sluice_api_connections_refused_total{listener="metrics"} 0
+sluice_api_connections_refused_total{listener="socket"} 0
+sluice_api_connections_refused_total{listener="tcp"} 0
+# HELP sluice_api_connection_timeouts Connections closed for the header-read or idle timeout.
+# TYPE sluice_api_connection_timeouts counter
+sluice_api_connection_timeouts_total{listener="metrics"} 0
+sluice_api_connection_timeouts_total{listener="socket"} 0
+sluice_api_connection_timeouts_total{listener="tcp"} 0
+# HELP sluice_health_probes_not_run Health probes not run for a local shortage (descriptors, buffers, ports); verdicts kept.
+# TYPE sluice_health_probes_not_run counter
+sluice_health_probes_not_run_total 0
 # EOF
 "##;
 }

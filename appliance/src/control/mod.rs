@@ -30,6 +30,7 @@ pub mod metrics;
 mod neighbours;
 pub mod prepare;
 mod run;
+pub mod serve;
 pub mod shared;
 mod state;
 mod view;

@@ -45,6 +45,8 @@ pub(super) struct Control {
     pub(super) last_spike: Option<Instant>,
     /// Flood mode as the last tick saw it.
     pub(super) flood: super::flood::Watch,
+    /// Probes not run (local shortage) at the last event about them.
+    pub(super) last_not_run: u64,
 }
 
 impl Control {
@@ -78,7 +80,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     dp.set_return_keys(&st.steering.returns)?;
     dp.set_flood(&st.config.flood)?;
     view::restart_sync_clock(&shared, Instant::now());
-    let api_tasks = api::start(Arc::clone(&shared), &st.config.api)
+    let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await
         .map_err(RunError::Api)?;
     info!(
@@ -108,15 +110,14 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         last_drops: 0,
         last_spike: None,
         flood: super::flood::Watch::default(),
+        last_not_run: 0,
     };
     c.sync_bgp(Instant::now());
     c.view(c.dp.stats().ok());
     let started = format!("version {}: started", published.version());
     event(&shared, Kind::Commit, started);
     c.event_loop(cmd_rx, transitions).await?;
-    for t in api_tasks {
-        t.abort();
-    }
+    listeners.stop();
     sync_task.abort();
     c.stop().await
 }
@@ -171,6 +172,8 @@ fn shared(
         }),
         commands,
         api_errors: Default::default(),
+        probes_not_run: Default::default(),
+        listeners: Default::default(),
         reloads_rejected: Default::default(),
     })
 }
@@ -258,7 +261,6 @@ impl Control {
 
     /// Leaves BGP, then detaches the datapath.
     async fn stop(mut self) -> Result<(), RunError> {
-        let _ = std::fs::remove_file(&self.st.config.api.socket);
         // Routers move traffic away (GRACEFUL_SHUTDOWN, then withdraw) while we still
         // forward; with graceful restart configured they keep the routes for the next
         // process instead.

@@ -110,6 +110,11 @@ pub struct Shared {
     pub commands: mpsc::Sender<Command>,
     /// API requests refused (4xx), by the API server.
     pub api_errors: AtomicU64,
+    /// Health probes that did not run for a local shortage (descriptors, buffers, ports),
+    /// copied from the prober each tick.
+    pub probes_not_run: AtomicU64,
+    /// Connections on each API listener (open, refused at the cap, timed out).
+    pub listeners: Arc<super::serve::ListenerStats>,
     /// Reloads rejected (validation or table build).
     pub reloads_rejected: AtomicU64,
     /// The XDP flow cache (`[appliance] flow_cache`).
