@@ -525,7 +525,7 @@ mod traffic {
     use std::time::Duration;
 
     use super::enter;
-    use lab::netns::{Netns, require_program, require_root, veth};
+    use lab::netns::{Netns, require_program, require_root, veth_mq};
     use sluice::config::Protocol;
     use sluice::config::{BackendState, Config};
     use sluice::control::cache::{after_commit, stats};
@@ -539,6 +539,9 @@ mod traffic {
     const APP_C: Ipv4Addr = Ipv4Addr::new(10, 72, 1, 1);
     const VIP: Ipv4Addr = Ipv4Addr::new(10, 72, 9, 9);
     const PORT: u16 = 9000;
+    /// The FullNAT VIP's port (its backends serve [`PORT`]), sourced from [`SNAT`].
+    const FULLNAT_PORT: u16 = 9001;
+    const SNAT: Ipv4Addr = Ipv4Addr::new(10, 72, 9, 100);
     /// Backend i sits behind app interface a{i+1}, at 10.72.{i+2}.2.
     const BACKENDS: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 72, 2, 2), Ipv4Addr::new(10, 72, 3, 2)];
 
@@ -570,11 +573,30 @@ state = "{}"
 [[vip.backend]]
 address = "{}"
 state = "{}"
+
+[[vip]]
+name = "echo-fullnat"
+address = "{VIP}"
+port = {FULLNAT_PORT}
+protocol = "udp"
+mode = "fullnat"
+snat = ["{SNAT}"]
+scheduler = "rr"
+
+[[vip.backend]]
+address = "{}"
+port = {PORT}
+
+[[vip.backend]]
+address = "{}"
+port = {PORT}
 "#,
             BACKENDS[0],
             st(states[0]),
             BACKENDS[1],
-            st(states[1])
+            st(states[1]),
+            BACKENDS[0],
+            BACKENDS[1],
         );
         Config::from_toml_str(&text).unwrap_or_else(|e| panic!("test config: {e}"))
     }
@@ -604,12 +626,17 @@ state = "{}"
     }
 
     fn lab() -> Lab {
+        lab_with_queues(1)
+    }
+
+    /// The lab with `queues` rx/tx queues on every veth: the datapath runs that many workers.
+    fn lab_with_queues(queues: u32) -> Lab {
         let client = Netns::new("hx-c");
         let app = Netns::new("hx-a");
         let servers = [Netns::new("hx-s"), Netns::new("hx-s")];
-        veth(&client, "c0", &app, "a0");
-        veth(&app, "a1", &servers[0], "s0");
-        veth(&app, "a2", &servers[1], "s0");
+        veth_mq(&client, "c0", &app, "a0", queues);
+        veth_mq(&app, "a1", &servers[0], "s0", queues);
+        veth_mq(&app, "a2", &servers[1], "s0", queues);
         client.run(&["ip", "addr", "add", &format!("{CLIENT}/24"), "dev", "c0"]);
         client.run(&["ip", "route", "add", "default", "via", &APP_C.to_string()]);
         app.run(&["ip", "addr", "add", &format!("{APP_C}/24"), "dev", "a0"]);
@@ -726,13 +753,18 @@ state = "{}"
 
     impl Flow {
         fn new(ns: String) -> Flow {
+            Flow::to(ns, PORT)
+        }
+
+        /// A flow to the VIP's `port` ([`PORT`]: NAT, [`FULLNAT_PORT`]: FullNAT).
+        fn to(ns: String, port: u16) -> Flow {
             let (tx, rx) = mpsc::channel::<(u32, mpsc::Sender<Vec<Option<String>>>)>();
             thread::spawn(move || {
                 enter(&ns);
                 let s = UdpSocket::bind((CLIENT, 0)).expect("bind client");
                 s.set_read_timeout(Some(Duration::from_millis(500)))
                     .expect("timeout");
-                let vip = SocketAddr::from((VIP, PORT));
+                let vip = SocketAddr::from((VIP, port));
                 let mut seq = 0u32;
                 while let Ok((n, back)) = rx.recv() {
                     let mut answers = Vec::new();
@@ -799,12 +831,15 @@ state = "{}"
             }
         };
         let dp = Datapath::start_with_cache(dp_cfg, cache, factory).expect("datapath");
-        dp.set_vips(&[VipKey {
-            addr: VIP.into(),
-            port: PORT,
-            proto: Protocol::Udp,
-        }])
-        .expect("vips");
+        let vips: Vec<VipKey> = [PORT, FULLNAT_PORT]
+            .into_iter()
+            .map(|port| VipKey {
+                addr: VIP.into(),
+                port,
+                proto: Protocol::Udp,
+            })
+            .collect();
+        dp.set_vips(&vips).expect("vips");
         let ret: Vec<ReturnKey> = BACKENDS
             .iter()
             .map(|b| ReturnKey::Backend {
@@ -812,6 +847,11 @@ state = "{}"
                 port: PORT,
                 proto: Protocol::Udp,
             })
+            .chain(std::iter::once(ReturnKey::Local {
+                addr: SNAT.into(),
+                port: 0,
+                proto: Protocol::Udp,
+            }))
             .collect();
         dp.set_return_keys(&ret).expect("return keys");
         let _ = lab;
@@ -909,6 +949,110 @@ state = "{}"
             "flow cache traffic: hits {} misses {} entries {} backends {:?}",
             s.hits, s.misses, s.entries, s.backends
         );
+    }
+
+    /// Four queues on every veth, four workers, NAT and FullNAT flows from many source
+    /// ports, with the cache on and off: every request is answered by one backend, the
+    /// flows spread over at least 3 workers, FullNAT replies that RSS put on another
+    /// worker's queue reach the worker owning the flow through the handoff (veth has no
+    /// ntuple filters), and with the cache on the kernel forwards both modes' established
+    /// frames on whatever queue they arrive.
+    #[test]
+    fn four_queues_spread_flows_and_hand_fullnat_returns_to_their_owner() {
+        require_root();
+        require_program("ethtool", "ethtool");
+        for cache_on in [false, true] {
+            four_queues(cache_on);
+        }
+    }
+
+    fn four_queues(cache_on: bool) {
+        let lab = lab_with_queues(4);
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+        for (i, s) in lab.servers.iter().enumerate() {
+            echo_server(s.name.clone(), i, Arc::clone(&stop), Arc::clone(&seen[i]));
+        }
+        let app = lab.app.name.clone();
+        let lab = Arc::new(lab);
+        let lab2 = Arc::clone(&lab);
+        let r = thread::spawn(move || {
+            let lab = lab2;
+            enter(&app);
+            let cache = cache_on.then(|| Arc::new(FlowCache::create(4096).expect("cache maps")));
+            let c = config([BackendState::Active; 2], cache_on);
+            let published = Arc::new(Published::new(tables(&lab, &c, 1)));
+            let dp = start(&lab, &published, cache.clone());
+            // 16 flows per mode, each its own source port, 10 requests each.
+            let flows: Vec<(u16, Flow)> = (0..32)
+                .map(|i| {
+                    let port = if i % 2 == 0 { PORT } else { FULLNAT_PORT };
+                    (port, Flow::to(lab.client.name.clone(), port))
+                })
+                .collect();
+            let mut per_backend = std::collections::HashMap::new();
+            for (port, f) in &flows {
+                let b = only(&f.exchange(10), &format!("flow to port {port}"));
+                *per_backend.entry((*port, b)).or_insert(0u32) += 1;
+            }
+            // The ring counters are the workers' own, published every pass.
+            thread::sleep(Duration::from_millis(100));
+            let st = dp.stats().expect("stats");
+            let cs = cache.as_ref().map(|c| stats(c));
+            drop(dp);
+            (st, cs, per_backend)
+        })
+        .join();
+        stop.store(true, Ordering::Relaxed);
+        let (st, cs, per_backend) = r.expect("datapath thread");
+        eprintln!("four queues, cache {cache_on}: {st:?}\n{cs:?}\n{per_backend:?}");
+        assert_eq!(st.workers.len(), 4, "one worker per queue");
+        for i in &st.interfaces {
+            assert_eq!(i.queues, 4);
+            assert_eq!(
+                i.return_steering,
+                sluice::datapath::ReturnSteering::Unsupported,
+                "veth refuses ntuple rules: {i:?}"
+            );
+        }
+        let busy = st.workers.iter().filter(|w| w.rx > 0).count();
+        assert!(
+            busy >= 3,
+            "frames reached {busy} of 4 workers: {:?}",
+            st.workers
+        );
+        let handed: u64 = st.workers.iter().map(|w| w.handed_off).sum();
+        let received: u64 = st.workers.iter().map(|w| w.handoff_received).sum();
+        assert!(
+            handed > 0,
+            "no FullNAT reply landed on another worker: {:?}",
+            st.workers
+        );
+        assert_eq!(handed, received, "every handed-off reply reached its owner");
+        assert!(
+            st.workers
+                .iter()
+                .all(|w| w.handoff_ring_full == 0 && w.bad_egress == 0)
+        );
+        // Round robin per worker over two backends: both get flows of both modes.
+        for port in [PORT, FULLNAT_PORT] {
+            for b in ["s0", "s1"] {
+                assert!(
+                    per_backend
+                        .get(&(port, b.to_string()))
+                        .copied()
+                        .unwrap_or(0)
+                        > 0,
+                    "port {port}: no flow on {b}: {per_backend:?}"
+                );
+            }
+        }
+        if let Some(cs) = cs {
+            // Each flow's requests after the first go through the kernel both ways.
+            assert!(cs.hits >= 32 * 9, "too few cache hits: {cs:?}");
+            let fwd: u64 = cs.backends.values().map(|b| b.packets).sum();
+            assert_eq!(fwd, cs.hits, "every hit counted for its backend: {cs:?}");
+        }
     }
 
     #[test]
