@@ -152,20 +152,39 @@ pub(crate) struct Generator {
 }
 
 impl Generator {
+    /// A generator thread in `gen_ns` sending one flow from source port `GEN_SPORT + k`,
+    /// pinned to CPU `k` when `pin`: a veth frame arrives on the receive queue of the CPU
+    /// that sent it, so one pinned generator per CPU feeds one queue each.
     pub(crate) fn start(
         gen_ns: &Netns,
         src_mac: [u8; 6],
         dst_mac: [u8; 6],
         stop: Arc<AtomicBool>,
+        k: u16,
+        pin: bool,
     ) -> Result<Self, BenchError> {
         let (cmd_tx, cmd_rx) = mpsc::channel::<GenCmd>();
         let (res_tx, res_rx) = mpsc::channel();
         let thread = gen_ns.in_thread(move || {
             let setup = (|| {
+                if pin {
+                    let mut set = nix::sched::CpuSet::new();
+                    set.set(usize::from(k))
+                        .and_then(|()| {
+                            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+                        })
+                        .map_err(|e| format!("pinning generator {k} to CPU {k}: {e}"))?;
+                }
                 let ifindex = nix::net::if_::if_nametoindex("g0")
                     .map_err(|e| format!("g0 in the gen namespace: {e}"))?;
                 let frame = crate::pktgen::udp4_frame(
-                    src_mac, dst_mac, GEN_ADDR, VIP, GEN_SPORT, PORT, FRAME_LEN,
+                    src_mac,
+                    dst_mac,
+                    GEN_ADDR,
+                    VIP,
+                    GEN_SPORT + k,
+                    PORT,
+                    FRAME_LEN,
                 );
                 let generator = GenProgram::load(&frame)?;
                 Ok::<_, String>((ifindex, generator, frame))
@@ -199,18 +218,33 @@ impl Generator {
     }
 
     pub(crate) fn call(&self, cmd: GenCmd) -> Result<Flood, BenchError> {
-        let dead = || BenchError::Generator("the generator thread ended".into());
+        self.ask(cmd)?;
+        self.answer()
+    }
+
+    /// Sends `cmd` without waiting for its result ([`Generator::answer`]).
+    pub(crate) fn ask(&self, cmd: GenCmd) -> Result<(), BenchError> {
         self.cmds
             .as_ref()
             .ok_or_else(dead)?
             .send(cmd)
-            .map_err(|_| dead())?;
+            .map_err(|_| dead())
+    }
+
+    /// Waits for the result of the last [`Generator::ask`].
+    pub(crate) fn answer(&self) -> Result<Flood, BenchError> {
         match self.results.recv() {
             Ok(r) => r.map_err(BenchError::Generator),
             Err(_) => Err(dead()),
         }
     }
 }
+
+fn dead() -> BenchError {
+    BenchError::Generator("the generator thread ended".into())
+}
+
+impl Generator {}
 
 impl Drop for Generator {
     fn drop(&mut self) {

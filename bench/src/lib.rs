@@ -25,6 +25,10 @@
 //! XDP program on s0 that counts and drops every UDP frame (bpf/sink.bpf.c), the same for
 //! every run; frames XDP forwarded never become an skb.
 //!
+//! Runs A and A2 are repeated on a second copy of the topology whose veths have two queues,
+//! so the appliance runs two workers, fed by two generator threads pinned to CPUs 0 and 1
+//! (a veth frame lands on the receive queue of the CPU that sent it), each its own flow.
+//!
 //! The bench knows the appliance only as the `sluice` binary it starts and the API it asks.
 #![forbid(unsafe_code)]
 
@@ -45,8 +49,6 @@ use std::time::Duration;
 
 use lab::netns::LabError;
 
-use counters::mac_of;
-use generator::Generator;
 pub use report::{BenchReport, Round, RunResult};
 pub use runs::appliance_config;
 use topology::Bench;
@@ -118,19 +120,18 @@ pub fn run(options: &BenchOptions, stop: Arc<AtomicBool>) -> Result<BenchReport,
         rounds: options.rounds.max(1),
         ..options.clone()
     };
-    let mut bench = Bench::build()?;
-    eprintln!(
-        "bench: namespaces {} -- {} -- {} up",
-        bench.gen_ns.name, bench.lb.name, bench.sink.name
-    );
-    let gen_mac = mac_of(&bench.gen_ns, "g0")?;
-    let lb_mac = mac_of(&bench.lb, "eth0")?;
-    bench.generator = Some(Generator::start(
-        &bench.gen_ns,
-        gen_mac,
-        lb_mac,
-        Arc::clone(&stop),
-    )?);
+    let mut bench = Bench::build(1)?;
+    // The same runs of Sluice over two queues (two workers), fed by one generator per CPU:
+    // what two cores allow.
+    let mut two = Bench::build(2)?;
+    for b in [&bench, &two] {
+        eprintln!(
+            "bench: namespaces {} -- {} -- {} up, {} queue(s)",
+            b.gen_ns.name, b.lb.name, b.sink.name, b.queues
+        );
+    }
+    bench.start_generators(&stop)?;
+    two.start_generators(&stop)?;
     let mut rounds = Vec::new();
     let mut datapath = Vec::new();
     let mut forwarders = Vec::new();
@@ -140,16 +141,27 @@ pub fn run(options: &BenchOptions, stop: Arc<AtomicBool>) -> Result<BenchReport,
         datapath = sluice.datapath;
         let cache = bench.run_sluice(&options, true, &stop)?;
         let (ceiling, ceiling_line) = bench.run_ceiling(options.seconds, &stop)?;
-        forwarders = cache.cache.into_iter().chain([ceiling_line]).collect();
         let nftables = bench.run_kernel(options.seconds, &stop)?;
+        let sluice_2q = two.run_sluice(&options, false, &stop)?;
+        let cache_2q = two.run_sluice(&options, true, &stop)?;
+        forwarders = cache
+            .cache
+            .into_iter()
+            .chain([ceiling_line])
+            .chain(sluice_2q.cache)
+            .chain(cache_2q.cache)
+            .collect();
         rounds.push(Round {
             sluice: sluice.result,
             nftables,
             cache: Some(cache.result),
             ceiling: Some(ceiling),
+            sluice_2q: Some(sluice_2q.result),
+            cache_2q: Some(cache_2q.result),
         });
     }
     drop(bench);
+    drop(two);
     let mut report = BenchReport::new(options.seconds, rounds);
     report.busy_poll = options.busy_poll;
     report

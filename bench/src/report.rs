@@ -144,6 +144,10 @@ pub struct BenchReport {
     pub cache: Option<RunResult>,
     /// Run C: the XDP_REDIRECT ceiling (median round), when measured.
     pub ceiling: Option<RunResult>,
+    /// Run A over two queues (median round), when measured.
+    pub sluice_2q: Option<RunResult>,
+    /// Run A2 over two queues (median round), when measured.
+    pub cache_2q: Option<RunResult>,
     /// The flow cache's delivered rate over the ceiling's (target: at least 0.8).
     pub cache_vs_ceiling: f64,
     /// The flow cache's delivered rate over nftables' (target: at least 4).
@@ -171,6 +175,10 @@ pub struct Round {
     pub cache: Option<RunResult>,
     /// Run C: the XDP_REDIRECT ceiling.
     pub ceiling: Option<RunResult>,
+    /// Run A over two queues (two workers, one generator per CPU).
+    pub sluice_2q: Option<RunResult>,
+    /// Run A2 over two queues.
+    pub cache_2q: Option<RunResult>,
 }
 
 /// The run with the median delivered rate (the lower middle one for an even count).
@@ -201,6 +209,14 @@ impl BenchReport {
             .iter()
             .any(|r| r.ceiling.is_some())
             .then(|| median_run(rounds.iter().filter_map(|r| r.ceiling.as_ref())));
+        let median_of = |f: fn(&Round) -> Option<&RunResult>| {
+            rounds
+                .iter()
+                .any(|r| f(r).is_some())
+                .then(|| median_run(rounds.iter().filter_map(f)))
+        };
+        let sluice_2q = median_of(|r| r.sluice_2q.as_ref());
+        let cache_2q = median_of(|r| r.cache_2q.as_ref());
         let cache_mpps = cache.as_ref().map_or(0.0, |c| c.delivered_mpps);
         let cache_vs_ceiling = ratio(
             cache_mpps,
@@ -213,6 +229,8 @@ impl BenchReport {
             cache_vs_nftables,
             cache,
             ceiling,
+            sluice_2q,
+            cache_2q,
             frame_len: FRAME_LEN,
             seconds,
             busy_poll: false,
@@ -268,6 +286,8 @@ impl BenchReport {
             nftables: self.nftables.clone(),
             cache: self.cache.clone(),
             ceiling: self.ceiling.clone(),
+            sluice_2q: self.sluice_2q.clone(),
+            cache_2q: self.cache_2q.clone(),
         });
         if self.rounds.len() > 1 {
             for (i, round) in self.rounds.iter().enumerate() {
@@ -378,13 +398,18 @@ fn sides(r: &Round) -> Vec<RunResult> {
     v.extend(r.cache.clone());
     v.extend(r.ceiling.clone());
     v.push(r.nftables.clone());
+    v.extend(r.sluice_2q.clone());
+    v.extend(r.cache_2q.clone());
     v
 }
 
 /// How the runs were set up, for the reader of the numbers.
 fn notes() -> Vec<String> {
     vec![
-        "topology: gen -- lb -- sink over two veth pairs (two-arm), 1 queue each".into(),
+        "topology: gen -- lb -- sink over two veth pairs (two-arm), 1 queue each; the \
+         \", 2 queues\" runs on a copy whose veths have 2 queues (2 workers), fed by two \
+         generators pinned to CPUs 0 and 1, one flow each"
+            .into(),
         "generator: BPF_PROG_TEST_RUN live frames (XDP_TX out of gen's veth), one \
          flow; its program rewrites the template into every frame, because recycled \
          live-frame pages keep whatever the kernel's forwarding wrote into them"
@@ -483,6 +508,8 @@ mod tests {
                 nftables,
                 cache: None,
                 ceiling: None,
+                sluice_2q: None,
+                cache_2q: None,
             }],
         )
     }
@@ -498,18 +525,24 @@ mod tests {
                 nftables: run("b", 2_500_000),
                 cache: None,
                 ceiling: None,
+                sluice_2q: None,
+                cache_2q: None,
             },
             Round {
                 sluice: run("a", 3_000_000),
                 nftables: run("b", 1_500_000),
                 cache: None,
                 ceiling: None,
+                sluice_2q: None,
+                cache_2q: None,
             },
             Round {
                 sluice: run("a", 2_000_000),
                 nftables: run("b", 2_000_000),
                 cache: None,
                 ceiling: None,
+                sluice_2q: None,
+                cache_2q: None,
             },
         ];
         let rep = BenchReport::new(1, rounds);
@@ -532,12 +565,16 @@ mod tests {
                     nftables: run("b", 1_000_000),
                     cache: None,
                     ceiling: None,
+                    sluice_2q: None,
+                    cache_2q: None,
                 },
                 Round {
                     sluice: run("a", 3_000_000),
                     nftables: run("b", 3_000_000),
                     cache: None,
                     ceiling: None,
+                    sluice_2q: None,
+                    cache_2q: None,
                 },
             ],
         );
@@ -554,6 +591,8 @@ mod tests {
             nftables: run("b", 1_000_000),
             cache: Some(run("cache", cache)),
             ceiling: Some(run("ceiling", 5_000_000)),
+            sluice_2q: None,
+            cache_2q: None,
         };
         let met = BenchReport::new(1, vec![round(4_500_000)]);
         assert!((met.cache_vs_ceiling - 0.9).abs() < 1e-9);

@@ -72,11 +72,16 @@ impl Bench {
         } else {
             "sluice (AF_XDP zero-copy, NAT)".to_string()
         };
+        let name = if self.queues > 1 {
+            format!("{name}, {} queues", self.queues)
+        } else {
+            name
+        };
         let background = background_busy()?;
         eprintln!("bench: run {run}: flooding for {} s", options.seconds);
         let raw = self.measure(stop, options.seconds)?;
-        let cache = if flow_cache {
-            Some(cache_line(&self.api_socket())?)
+        let cache = if flow_cache || self.queues > 1 {
+            Some(status_line(&self.api_socket(), &name)?)
         } else {
             None
         };
@@ -197,7 +202,9 @@ impl Bench {
 
 /// The flow cache run's line for the report: XDP modes, cache counters and the frames the
 /// engine saw, from the appliance's API.
-fn cache_line(api_socket: &Path) -> Result<String, BenchError> {
+/// What the appliance says about run `name`: XDP modes, the flow cache's counters (when
+/// on) and the frames each worker took.
+fn status_line(api_socket: &Path, name: &str) -> Result<String, BenchError> {
     let failed = |detail: String| BenchError::Counter {
         what: format!("the appliance's status from {}", api_socket.display()),
         detail,
@@ -215,17 +222,22 @@ fn cache_line(api_socket: &Path) -> Result<String, BenchError> {
         .iter()
         .map(|i| format!("{} {}", i.name, i.xdp_mode))
         .collect();
-    let cache = status
-        .flow_cache
-        .ok_or_else(|| failed("the flow cache is off".into()))?;
+    let cache = status.flow_cache.map_or_else(String::new, |c| {
+        format!(
+            "cache hits {}, misses {}, entries {}; ",
+            c.hits, c.misses, c.entries
+        )
+    });
+    let workers: Vec<String> = status
+        .workers
+        .iter()
+        .map(|w| format!("{} {}", w.id, w.rx_packets))
+        .collect();
     Ok(format!(
-        "flow cache run: XDP {}; cache hits {}, misses {}, entries {}; frames the engine \
-         saw {}",
+        "{name}: XDP {}; {cache}frames the engine saw {} (per worker: {})",
         modes.join(", "),
-        cache.hits,
-        cache.misses,
-        cache.entries,
-        status.totals.rx_packets
+        status.totals.rx_packets,
+        workers.join(", ")
     ))
 }
 

@@ -4,13 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lab::netns::{self, LabError, Netns, try_veth};
+use lab::netns::{self, LabError, Netns, try_veth_mq};
 
 use crate::counters::{RawRun, Sample, cpu_times, link_stats, mac_of, mac_text, parse_pid_stat};
-use crate::generator::{GenCmd, Generator};
+use crate::generator::{Flood, GenCmd, Generator};
 use crate::runs::appliance_config;
 use crate::sink::{SinkCounts, SinkProgram};
 use crate::{BACKEND, BenchError, GEN_ADDR, LB_DOWNLINK, LB_UPLINK, PORT, READY_TIMEOUT};
@@ -29,7 +30,10 @@ pub(crate) struct Macs {
 pub(crate) struct Bench {
     pub(crate) dir: PathBuf,
     appliance: Option<Child>,
-    pub(crate) generator: Option<Generator>,
+    /// One per queue (the first also sends the probe bursts).
+    pub(crate) generators: Vec<Generator>,
+    /// Queues of every veth (and so the appliance's workers).
+    pub(crate) queues: u32,
     // Field order is drop order: the generator thread leaves gen before gen is deleted, and
     // the sink program leaves s0 before the sink namespace is deleted.
     sink_prog: Option<SinkProgram>,
@@ -41,13 +45,14 @@ pub(crate) struct Bench {
 impl Drop for Bench {
     fn drop(&mut self) {
         self.stop_appliance();
-        self.generator.take();
+        self.generators.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 impl Bench {
-    pub(crate) fn build() -> Result<Bench, BenchError> {
+    /// The namespaces, with `queues` rx/tx queues on every veth.
+    pub(crate) fn build(queues: u32) -> Result<Bench, BenchError> {
         if !netns::is_root() {
             return Err(LabError {
                 command: "sluice bench".into(),
@@ -73,7 +78,8 @@ impl Bench {
         let mut bench = Bench {
             dir,
             appliance: None,
-            generator: None,
+            generators: Vec::new(),
+            queues: queues.max(1),
             sink_prog: None,
             gen_ns: ns("gen")?,
             lb: ns("lb")?,
@@ -86,8 +92,8 @@ impl Bench {
 
     fn wire(&self) -> Result<(), BenchError> {
         let (g, lb, s) = (&self.gen_ns, &self.lb, &self.sink);
-        try_veth(g, "g0", lb, "eth0")?;
-        try_veth(lb, "eth1", s, "s0")?;
+        try_veth_mq(g, "g0", lb, "eth0", self.queues)?;
+        try_veth_mq(lb, "eth1", s, "s0", self.queues)?;
         g.try_run(&["ip", "addr", "add", &format!("{GEN_ADDR}/24"), "dev", "g0"])?;
         lb.try_run(&["ip", "addr", "add", LB_UPLINK, "dev", "eth0"])?;
         lb.try_run(&["ip", "addr", "add", LB_DOWNLINK, "dev", "eth1"])?;
@@ -174,9 +180,26 @@ impl Bench {
     }
 
     fn generator(&self) -> Result<&Generator, BenchError> {
-        self.generator
-            .as_ref()
+        self.generators
+            .first()
             .ok_or_else(|| BenchError::Generator("not started".into()))
+    }
+
+    /// Starts one generator per queue, each pinned to its own CPU when there are several.
+    pub(crate) fn start_generators(&mut self, stop: &Arc<AtomicBool>) -> Result<(), BenchError> {
+        let gen_mac = mac_of(&self.gen_ns, "g0")?;
+        let lb_mac = mac_of(&self.lb, "eth0")?;
+        for k in 0..self.queues {
+            self.generators.push(Generator::start(
+                &self.gen_ns,
+                gen_mac,
+                lb_mac,
+                Arc::clone(stop),
+                k as u16,
+                self.queues > 1,
+            )?);
+        }
+        Ok(())
     }
 
     /// Sends small bursts until one reaches the sink.
@@ -310,13 +333,24 @@ impl Bench {
             return Err(BenchError::Interrupted);
         }
         let start = self.sample()?;
-        let flood = self
-            .generator()?
-            .call(GenCmd::Flood(Duration::from_secs(seconds)))
-            .map_err(|e| match e {
+        self.generator()?;
+        for g in &self.generators {
+            g.ask(GenCmd::Flood(Duration::from_secs(seconds)))?;
+        }
+        let mut flood = Flood {
+            offered: 0,
+            elapsed: Duration::ZERO,
+            cpu: Duration::ZERO,
+        };
+        for g in &self.generators {
+            let f = g.answer().map_err(|e| match e {
                 BenchError::Generator(m) if m == "interrupted" => BenchError::Interrupted,
                 e => e,
             })?;
+            flood.offered += f.offered;
+            flood.elapsed = flood.elapsed.max(f.elapsed);
+            flood.cpu += f.cpu;
+        }
         // Let the rings and backlogs drain so every delivered frame is counted.
         std::thread::sleep(Duration::from_millis(200));
         let end = self.sample()?;
