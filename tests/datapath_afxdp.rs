@@ -686,9 +686,21 @@ fn one_arm_generic_mode_small_umem_carries_16_mb_without_leaking_frames() {
 /// polling and pinned workers; eight parallel connections spread over the queues.
 #[test]
 fn two_queues_two_pinned_busy_polling_workers_carry_parallel_connections() {
+    queues_carry_parallel_connections(2);
+}
+
+/// Four queues per interface, four workers: sixteen parallel connections spread over at
+/// least three of them.
+#[test]
+fn four_queues_four_pinned_busy_polling_workers_carry_parallel_connections() {
+    queues_carry_parallel_connections(4);
+}
+
+fn queues_carry_parallel_connections(queues: u32) {
     require_root();
     require_program("ip", "iproute2");
-    let l = lab_with_queues(2);
+    let l = lab_with_queues(queues);
+    let conns: u64 = if queues > 2 { 16 } else { 8 };
     let body = payload(1 << 20);
     start_server(l.server.name.clone(), SERVER.into(), body.clone());
     start_server(l.server.name.clone(), SERVER6.into(), body.clone());
@@ -700,7 +712,7 @@ fn two_queues_two_pinned_busy_polling_workers_carry_parallel_connections() {
             ..two_arm()
         },
     );
-    let fetches: Vec<_> = (0..8)
+    let fetches: Vec<_> = (0..conns)
         .map(|_| {
             let ns = l.client.name.clone();
             thread::spawn(move || fetch(ns, SERVER.into()))
@@ -713,12 +725,17 @@ fn two_queues_two_pinned_busy_polling_workers_carry_parallel_connections() {
         );
     }
     let s = stats(&cmd);
-    eprintln!("two-queue stats: {s:?}");
-    assert_eq!(s.workers.len(), 2, "one worker per queue");
-    assert!(s.interfaces.iter().all(|i| i.queues == 2));
+    eprintln!("{queues}-queue stats: {s:?}");
+    assert_eq!(s.workers.len(), queues as usize, "one worker per queue");
+    assert!(s.interfaces.iter().all(|i| i.queues == queues));
     let rx: u64 = s.workers.iter().map(|w| w.rx).sum();
     let tx: u64 = s.workers.iter().map(|w| w.tx).sum();
-    assert!(rx >= 8 * 700 && tx == rx, "{s:?}");
+    assert!(rx >= conns * 700 && tx == rx, "{s:?}");
+    let busy = s.workers.iter().filter(|w| w.rx > 0).count();
+    assert!(
+        busy >= (queues as usize).min(3),
+        "frames on {busy} of {queues} workers: {s:?}"
+    );
     assert_eq!(s.steer.no_socket, 0, "every queue has a socket");
     cmd.send(Cmd::Stop).expect("stop");
     h.join().expect("datapath thread").expect("clean stop");
