@@ -6,8 +6,8 @@
 //! established flow after a table swap (`WorkerState::adopt`, then `flow_for`): the flow
 //! keeps its backend while its VIP still exists (same address, port, protocol and name),
 //! the backend is still in the VIP's pool and `keeps_flows()` (drained backends do, disabled
-//! and unhealthy ones do not), the neighbour (MACs, egress) is unchanged and the mode still
-//! rewrites the same way. Anything else is evicted, so the next frame goes to the engine,
+//! and unhealthy ones do not), the egress (route lookup: interface and MACs) is unchanged
+//! and the mode still rewrites the same way. Anything else is evicted, so the next frame goes to the engine,
 //! which re-chooses. Evicting more than needed only costs speed; keeping one entry too many
 //! would forward a flow the engine would not, so every doubt evicts.
 //!
@@ -19,6 +19,7 @@ use std::collections::HashMap;
 
 use crate::datapath::flowcache::{CacheAction, CacheEntry, FlowCache};
 use crate::lb::Tables;
+use crate::lb::egress::return_hash;
 use crate::lb::hash::{FlowKey, addr_to_u128};
 
 use crate::engine::{BackendId, BackendTotals, VipTotals};
@@ -59,7 +60,7 @@ pub fn still_forwarded(t: &Tables, id: &BackendId, key: &FlowKey, e: &CacheEntry
         if !b.keeps_flows() || b.v6 != key.v6 {
             return false;
         }
-        let Some(n) = t.next_hop(slot) else {
+        let Ok(n) = t.backend_egress(slot) else {
             return false;
         };
         if (n.dst_mac.0, n.src_mac.0, n.ifindex) != (e.dst_mac, e.src_mac, e.ifindex) {
@@ -97,7 +98,10 @@ pub fn still_forwarded(t: &Tables, id: &BackendId, key: &FlowKey, e: &CacheEntry
     if !t.backends[slot as usize].keeps_flows() {
         return false;
     }
-    let Some(gw) = t.gateway(key.v6) else {
+    // The client: the frame's destination for NAT, the rewritten one for FullNAT; the next
+    // hop picked by the same hash the engine used (`lb::egress::return_hash`).
+    let client = dst.map_or(key.dst, |d| d.0);
+    let Ok(gw) = t.route(client, key.v6, return_hash(key)) else {
         return false;
     };
     if (gw.dst_mac.0, gw.src_mac.0, gw.ifindex) != (e.dst_mac, e.src_mac, e.ifindex) {

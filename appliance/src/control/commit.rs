@@ -268,7 +268,7 @@ pub(super) fn set_probes(prober: &health::Prober, targets: &Targets) {
 
 /// Swaps `t` in for the workers, evicts the flow-cache entries it would not repeat, and
 /// restarts the sync-lag clock; returns its version.
-fn publish(shared: &Shared, t: Tables, why: &str) -> u64 {
+pub(super) fn publish(shared: &Shared, t: Tables, why: &str) -> u64 {
     let version = t.version;
     let old = shared.published.current();
     shared.published.publish(t);

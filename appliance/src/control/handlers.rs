@@ -11,14 +11,15 @@ use ::api::BackendAction;
 use tracing::{error, info, warn};
 
 use super::change::{self, Applied, ChangeError, Deferred};
+use super::commit::publish;
 use super::events::Kind;
 use super::neighbours;
+use super::neighbours::NetEvent;
 use super::prepare::{self, HealthSource, Inputs};
 use super::run::Control;
 use super::shared::{BackendOp, Command};
 use super::view::{self, event};
 use crate::config::{self, BackendState, Config};
-use crate::datapath::neigh::NetChange;
 
 /// Drops in one second that make an event.
 const DROP_SPIKE: u64 = 1000;
@@ -87,21 +88,35 @@ impl Control {
         }
     }
 
-    /// Whether a kernel notification makes the next tick resolve the next hops again.
-    pub(super) fn on_net_change(&self, change: &NetChange) -> bool {
-        neighbours::matters(change, &self.st.next_hops)
+    /// Routes or neighbours changed: every event already queued is applied, then one new
+    /// version with the new egress and the running core (no ring is rebuilt), and the
+    /// flow-cache entries whose egress changed are evicted.
+    pub(super) fn on_net_event(&mut self, first: NetEvent) {
+        let mut changed = neighbours::apply(&mut self.st.next_hops.net, first);
+        while let Ok(ev) = self.net.events.try_recv() {
+            changed |= neighbours::apply(&mut self.st.next_hops.net, ev);
+        }
+        if !changed {
+            return;
+        }
+        let running = self.shared.published.current();
+        let egress = neighbours::egress(&self.st.config, &running, &self.st.next_hops);
+        let version = self.st.next_version();
+        publish(
+            &self.shared,
+            running.with_egress(egress, version),
+            "routes or neighbours changed",
+        );
+        self.view(None);
     }
 
-    /// Once a second: BGP sync, neighbours, events for BGP and drops, the view.
-    pub(super) async fn on_tick(&mut self, ticks: u64, net_dirty: bool, now: Instant) {
+    /// Once a second: BGP sync, resolution of missing next hops, events for BGP and drops,
+    /// the view.
+    pub(super) async fn on_tick(&mut self, ticks: u64, now: Instant) {
         self.sync_bgp(now);
-        let missing = neighbours::missing(&self.st.config, &self.st.next_hops);
-        if (missing || net_dirty || ticks.is_multiple_of(30))
-            && neighbours::resolve(&self.resolver, &self.st.config, &mut self.st.next_hops).await
-        {
-            let overrides = self.st.overrides.clone();
-            let _ = self.update(&overrides, "neighbours changed").await;
-        }
+        let running = self.shared.published.current();
+        self.net
+            .resolve(neighbours::wanted(&self.st.config, &running));
         self.peer_events();
         self.drop_events(now);
         if ticks.is_multiple_of(5) {
@@ -203,7 +218,6 @@ impl Control {
 
     async fn try_reload(&mut self, how: &str) -> Result<Applied, ChangeError> {
         let file = Arc::new(config::load(&self.st.path).map_err(ChangeError::ConfigRejected)?);
-        neighbours::resolve(&self.resolver, &file, &mut self.st.next_hops).await;
         let now = Instant::now();
         let version = self.st.next_version();
         let status = self.prober.status();

@@ -25,14 +25,14 @@ pub enum PrepareError {
     Tables(#[from] TableError),
 }
 
-/// Next hops from the kernel (rtnetlink): per backend address, and the default gateways for
-/// return traffic to clients (`[v4, v6]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Egress input from the kernel (rtnetlink): interfaces, routes and neighbours, and the
+/// queue workers report missed neighbours on (see `lb::egress`).
+#[derive(Debug, Clone, Default)]
 pub struct NextHops {
-    /// Per backend address.
-    pub backends: HashMap<IpAddr, lb::NextHop>,
-    /// Default gateways, `[v4, v6]`.
-    pub gateways: [Option<lb::NextHop>; 2],
+    /// The kernel's interfaces, main routing table and neighbour table.
+    pub net: lb::NetState,
+    /// Where workers offer neighbours they lacked; `None` in tests and `sluice trace`.
+    pub misses: Option<lb::MissQueue>,
 }
 
 /// What the XDP program steers to the workers: VIP keys and return-traffic keys.
@@ -99,17 +99,8 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
     };
     let healthy = |v: &Vip, b: &Backend| healthy(&config, &health, v, b);
     let mut tables = Tables::build(&config, &healthy, i.version)?;
-    for slot in 0..tables.backends.len() {
-        let ip = tables.backends[slot].ip();
-        if let Some(n) = i.next_hops.backends.get(&ip) {
-            tables.set_next_hop(slot as u32, *n);
-        }
-    }
-    for (v6, g) in i.next_hops.gateways.iter().enumerate() {
-        if let Some(n) = g {
-            tables.set_gateway(v6 == 1, *n);
-        }
-    }
+    let egress = super::neighbours::egress(&config, &tables, i.next_hops);
+    tables.set_egress(egress);
     tables.set_local_addresses(i.host_addresses);
     Ok(Prepared {
         file_config: Arc::clone(i.file),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::announce::Announcer;
 use super::commit::{set_probes, start_speaker};
@@ -23,7 +23,7 @@ use super::view::{self, event};
 use super::{RunError, api, neighbours};
 use crate::config;
 use crate::datapath::flowcache::{self, FlowCache};
-use crate::datapath::neigh::{self, Resolver};
+use crate::datapath::neigh::Resolver;
 use crate::datapath::{Datapath, DatapathConfig, DatapathStats, FrameHandler};
 use crate::engine::{CounterSnapshot, LbHandler, Published};
 
@@ -31,7 +31,8 @@ use crate::engine::{CounterSnapshot, LbHandler, Published};
 pub(super) struct Control {
     pub(super) st: State,
     pub(super) shared: Arc<Shared>,
-    pub(super) resolver: Resolver,
+    /// The routes-and-neighbours task (see `neighbours.rs`).
+    pub(super) net: neighbours::NetTask,
     pub(super) dp: Datapath,
     pub(super) prober: health::Prober,
     pub(super) targets: Targets,
@@ -72,7 +73,11 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     }
     let resolver = Resolver::new().map_err(RunError::Netlink)?;
     let mut st = State::new(path.to_path_buf(), file);
-    let (published, targets) = first_version(&mut st, &resolver).await?;
+    let (hops, misses) = neighbours::first(&resolver)
+        .await
+        .map_err(RunError::Netlink)?;
+    st.next_hops = hops;
+    let (published, targets) = first_version(&mut st)?;
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(64);
     let shared = Arc::new(shared(&st, path, &published, cmd_tx)?);
     let dp = start_datapath(&st, &shared)?;
@@ -100,7 +105,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     let mut c = Control {
         st,
         shared: Arc::clone(&shared),
-        resolver,
+        net: neighbours::spawn(resolver, misses),
         dp,
         prober,
         targets,
@@ -122,13 +127,9 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     c.stop().await
 }
 
-/// The first version: next hops resolved, tables prepared from the file alone; the state
-/// takes it and the workers will start on it.
-async fn first_version(
-    st: &mut State,
-    resolver: &Resolver,
-) -> Result<(Arc<Published>, Targets), RunError> {
-    neighbours::resolve(resolver, &st.config, &mut st.next_hops).await;
+/// The first version: tables prepared from the file and the kernel's routes and neighbours
+/// alone; the state takes it and the workers will start on it.
+fn first_version(st: &mut State) -> Result<(Arc<Published>, Targets), RunError> {
     let version = st.next_version();
     let p = prepare::prepare(Inputs {
         file: &st.file_config,
@@ -222,16 +223,6 @@ impl Control {
         mut commands: mpsc::Receiver<Command>,
         mut transitions: mpsc::UnboundedReceiver<health::Transition>,
     ) -> Result<(), RunError> {
-        // Neighbour and route changes mark the resolution stale; the next tick re-resolves,
-        // so a burst of kernel notifications costs one pass.
-        let mut net_changes = match neigh::watch() {
-            Ok(rx) => Some(rx),
-            Err(e) => {
-                warn!("cannot watch neighbour and route changes ({e}); re-resolving every 30 s");
-                None
-            }
-        };
-        let mut net_dirty = false;
         let mut term = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
         let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
         let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signal)?;
@@ -244,16 +235,10 @@ impl Control {
                 _ = hup.recv() => self.on_hangup().await,
                 Some(cmd) = commands.recv() => self.on_command(cmd).await,
                 Some(tr) = transitions.recv() => self.on_transition(tr).await,
-                Some(change) = async {
-                    match net_changes.as_mut() {
-                        Some(rx) => rx.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => net_dirty |= self.on_net_change(&change),
+                Some(ev) = self.net.events.recv() => self.on_net_event(ev),
                 _ = tick.tick() => {
                     ticks += 1;
-                    let net_dirty = std::mem::take(&mut net_dirty);
-                    self.on_tick(ticks, net_dirty, Instant::now()).await;
+                    self.on_tick(ticks, Instant::now()).await;
                 }
             }
         }

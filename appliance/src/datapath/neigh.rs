@@ -8,7 +8,10 @@
 //! ordinary socket (the kernel then runs ARP or ND exactly as for any local traffic), waits
 //! for the entry, and otherwise reports [`NeighError::Unresolved`] and counts it.
 //! [`watch`] turns RTNLGRP_NEIGH / RTNLGRP_IPV4_ROUTE / RTNLGRP_IPV6_ROUTE notifications into
-//! [`NetChange`] messages so the control plane can rebuild its tables.
+//! [`NetChange`] messages, and [`Resolver::snapshot`] dumps the interfaces, the main routing
+//! table and the neighbour table into the [`NetState`] the datapath's egress is built from
+//! (`lb::egress`). [`provoke_resolution`] asks the kernel to resolve a next hop without
+//! waiting: the answer arrives as a neighbour notification.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +24,13 @@ use rtnetlink::packet_route::link::LinkAttribute;
 use rtnetlink::packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
-use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteNextHopFlags, RouteType, RouteVia,
+};
+
+use crate::lb::egress::{Link, NetState, Route, RouteHop};
 use rtnetlink::{Handle, MulticastGroup, RouteMessageBuilder};
+use wire::MacAddr;
 
 /// How to reach a destination at layer 2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +183,56 @@ impl Resolver {
         })
     }
 
+    /// The kernel's interfaces, main-table routes and usable neighbour entries, dumped
+    /// now (a few netlink round trips; the control plane calls it off its loop).
+    pub async fn snapshot(&self) -> Result<NetState, NeighError> {
+        let mut net = NetState::default();
+        let mut links = self.handle.link().get().execute();
+        while let Some(link) = links.try_next().await.map_err(nl("link dump"))? {
+            let mut l = Link {
+                name: String::new(),
+                mac: None,
+            };
+            for a in link.attributes {
+                match a {
+                    LinkAttribute::IfName(n) => l.name = n,
+                    LinkAttribute::Address(m) => {
+                        l.mac = <[u8; 6]>::try_from(m.as_slice())
+                            .ok()
+                            .filter(|m| *m != [0; 6])
+                            .map(MacAddr)
+                    }
+                    _ => {}
+                }
+            }
+            net.links.insert(link.header.index, l);
+        }
+        for v6 in [false, true] {
+            let msg = if v6 {
+                RouteMessageBuilder::<Ipv6Addr>::new().build()
+            } else {
+                RouteMessageBuilder::<Ipv4Addr>::new().build()
+            };
+            let mut routes = self.handle.route().get(msg).execute();
+            while let Some(r) = routes.try_next().await.map_err(nl("route dump"))? {
+                if let Some(r) = route_of(&r) {
+                    net.routes.push(r);
+                }
+            }
+        }
+        merge_multipath(&mut net.routes);
+        let mut entries = self.handle.neighbours().get().execute();
+        while let Some(m) = entries.try_next().await.map_err(nl("neighbour dump"))? {
+            if !usable(m.header.state) {
+                continue;
+            }
+            if let (Some(dst), Some(mac)) = neighbour_parts(&m) {
+                net.neighbours.insert((m.header.ifindex, dst), MacAddr(mac));
+            }
+        }
+        Ok(net)
+    }
+
     async fn route(&self, dst: IpAddr) -> Result<RouteMessage, NeighError> {
         let full = if dst.is_ipv4() { 32 } else { 128 };
         let msg = RouteMessageBuilder::<IpAddr>::new()
@@ -263,8 +321,124 @@ fn neighbour_parts(m: &NeighbourMessage) -> (Option<IpAddr>, Option<[u8; 6]>) {
     (dst, mac)
 }
 
-/// Makes the kernel resolve `next_hop` by sending it an empty datagram on the discard port.
-fn provoke_resolution(next_hop: IpAddr, ifindex: u32) {
+/// A main-table route the datapath can use or must honour (unicast, and unreachable,
+/// blackhole and prohibit ones that shadow less specific routes); `None` for the rest
+/// (local, broadcast, multicast, other tables).
+pub fn route_of(r: &RouteMessage) -> Option<Route> {
+    let table = r
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(u32::from(r.header.table));
+    if table != u32::from(RouteHeader::RT_TABLE_MAIN) {
+        return None;
+    }
+    let v6 = match r.header.address_family {
+        rtnetlink::packet_route::AddressFamily::Inet => false,
+        rtnetlink::packet_route::AddressFamily::Inet6 => true,
+        _ => return None,
+    };
+    let dst = r
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Destination(d) => route_addr(d),
+            _ => None,
+        })
+        .unwrap_or(if v6 {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        });
+    let metric = r
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Priority(p) => Some(*p),
+            _ => None,
+        })
+        .unwrap_or(0);
+    let hops = match r.header.kind {
+        RouteType::Unicast => unicast_hops(r),
+        RouteType::BlackHole | RouteType::Unreachable | RouteType::Prohibit => Vec::new(),
+        _ => return None,
+    };
+    Some(Route {
+        dst,
+        len: r.header.destination_prefix_length,
+        metric,
+        hops,
+    })
+}
+
+/// The next hops of a unicast route: RTA_MULTIPATH's live ones, or RTA_OIF + RTA_GATEWAY.
+fn unicast_hops(r: &RouteMessage) -> Vec<RouteHop> {
+    let gateway = |attrs: &[RouteAttribute]| {
+        attrs.iter().find_map(|a| match a {
+            RouteAttribute::Gateway(g) => route_addr(g),
+            RouteAttribute::Via(RouteVia::Inet(a)) => Some(IpAddr::V4(*a)),
+            RouteAttribute::Via(RouteVia::Inet6(a)) => Some(IpAddr::V6(*a)),
+            _ => None,
+        })
+    };
+    for a in &r.attributes {
+        if let RouteAttribute::MultiPath(hops) = a {
+            return hops
+                .iter()
+                .filter(|h| {
+                    !h.flags
+                        .intersects(RouteNextHopFlags::Dead | RouteNextHopFlags::Linkdown)
+                })
+                .map(|h| RouteHop {
+                    ifindex: h.interface_index,
+                    gateway: gateway(&h.attributes),
+                    weight: u16::from(h.hops) + 1,
+                })
+                .collect();
+        }
+    }
+    let oif = r.attributes.iter().find_map(|a| match a {
+        RouteAttribute::Oif(i) => Some(*i),
+        _ => None,
+    });
+    match oif {
+        Some(ifindex) => vec![RouteHop {
+            ifindex,
+            gateway: gateway(&r.attributes),
+            weight: 1,
+        }],
+        None => Vec::new(),
+    }
+}
+
+/// IPv6 multipath routes may come as one message per next hop: routes with the same
+/// prefix and metric become one route with every hop.
+fn merge_multipath(routes: &mut Vec<Route>) {
+    let mut out: Vec<Route> = Vec::with_capacity(routes.len());
+    for r in routes.drain(..) {
+        match out
+            .iter_mut()
+            .find(|o| (o.dst, o.len, o.metric) == (r.dst, r.len, r.metric) && !o.hops.is_empty())
+        {
+            Some(o) if !r.hops.is_empty() => {
+                for h in r.hops {
+                    if !o.hops.contains(&h) {
+                        o.hops.push(h);
+                    }
+                }
+            }
+            _ => out.push(r),
+        }
+    }
+    *routes = out;
+}
+
+/// Makes the kernel resolve `next_hop` by sending it an empty datagram on the discard port;
+/// does not wait (the entry arrives as a neighbour notification).
+pub fn provoke_resolution(next_hop: IpAddr, ifindex: u32) {
     let (bind, to): (SocketAddr, SocketAddr) = match next_hop {
         IpAddr::V4(a) => (
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),

@@ -6,6 +6,7 @@
 //! submodules that can be tested and benchmarked without a network.
 
 pub mod conntrack;
+pub mod egress;
 pub mod frame;
 pub mod hash;
 pub mod maglev;
@@ -14,6 +15,7 @@ pub mod sched;
 pub mod tables;
 
 pub use conntrack::{ConnTable, Flow, FlowState, RevKey};
+pub use egress::{Egress, Miss, MissQueue, NetState};
 pub use frame::{Frame, FrameError};
 pub use hash::FlowKey;
 pub use maglev::Ring;

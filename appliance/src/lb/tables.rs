@@ -13,9 +13,11 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::ops::Range;
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::Arc;
 
 use crate::config::{Backend, BackendState, Config, HashFields, Mode, Scheduler, Timeouts, Vip};
+use crate::lb::egress::{Egress, Miss};
 use crate::lb::hash::{addr_to_u128, backend_identity, mix64};
 use crate::lb::maglev::{MaglevBackend, MaglevError, Ring};
 use crate::lb::sched::lvs_bucket_table;
@@ -275,11 +277,24 @@ pub enum TableError {
     },
 }
 
-/// Everything a worker needs to forward, for one table version.
+/// Everything a worker needs to forward, for one table version: the forwarding core
+/// (VIPs, backends, rings, indexes) and the egress (routes and neighbours), each in its own
+/// `Arc` so that a route or neighbour change makes a new version that shares the core
+/// ([`Tables::with_egress`]). Field access reaches the core through `Deref`.
 #[derive(Debug, Clone)]
 pub struct Tables {
     /// Version number, increasing with every publication.
     pub version: u64,
+    core: Arc<Core>,
+    egress: Arc<Egress>,
+}
+
+/// The part of [`Tables`] built from the config and health: VIPs, backends, Maglev rings
+/// and the per-packet indexes.
+#[derive(Debug, Clone)]
+pub struct Core {
+    /// The version this core was built for; versions that only changed the egress share it.
+    pub built_as: u64,
     /// VIPs in configuration order (the VIP slot indexes this).
     pub vips: Vec<VipEntry>,
     /// Backends of all VIPs (the backend slot indexes this).
@@ -294,9 +309,6 @@ pub struct Tables {
     nat_reverse: TupleIndex,
     snat_addresses: TupleIndex,
     backend_ids: FastMap<(u32, u128, u16), u32>,
-    next_hops: Vec<Option<NextHop>>,
-    gateway_v4: Option<NextHop>,
-    gateway_v6: Option<NextHop>,
     local_addresses: TupleIndex,
     /// Tunnel outer source addresses.
     pub tunnel_source: TunnelSource,
@@ -304,6 +316,20 @@ pub struct Tables {
     pub timeouts: Timeouts,
     /// Maglev table size.
     pub maglev_size: u32,
+}
+
+impl Deref for Tables {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl DerefMut for Tables {
+    /// Before publication only: a shared core is copied first.
+    fn deref_mut(&mut self) -> &mut Core {
+        Arc::make_mut(&mut self.core)
+    }
 }
 
 fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEntry {
@@ -327,8 +353,8 @@ impl Tables {
         healthy: &dyn Fn(&Vip, &Backend) -> bool,
         version: u64,
     ) -> Result<Tables, TableError> {
-        let mut t = Tables {
-            version,
+        let mut t = Core {
+            built_as: version,
             vips: Vec::with_capacity(config.vips.len()),
             backends: Vec::new(),
             weights: Vec::new(),
@@ -339,9 +365,6 @@ impl Tables {
             nat_reverse: TupleIndex::with_capacity(16),
             snat_addresses: TupleIndex::with_capacity(16),
             backend_ids: FastMap::default(),
-            next_hops: Vec::new(),
-            gateway_v4: None,
-            gateway_v6: None,
             local_addresses: TupleIndex::with_capacity(4),
             tunnel_source: TunnelSource::default(),
             timeouts: config.appliance.timeouts,
@@ -350,10 +373,75 @@ impl Tables {
         for v in &config.vips {
             t.add_vip(v, healthy)?;
         }
-        t.next_hops = vec![None; t.backends.len()];
-        Ok(t)
+        let egress = Egress::default().with_backends(t.backends.len());
+        Ok(Tables {
+            version,
+            core: Arc::new(t),
+            egress: Arc::new(egress),
+        })
     }
 
+    /// The same core with `egress` as version `version`: a route or neighbour change.
+    pub fn with_egress(&self, egress: Egress, version: u64) -> Tables {
+        Tables {
+            version,
+            core: Arc::clone(&self.core),
+            egress: Arc::new(egress),
+        }
+    }
+
+    /// Replaces the egress (the control plane, before publishing).
+    pub fn set_egress(&mut self, egress: Egress) {
+        self.egress = Arc::new(egress);
+    }
+
+    /// Routes and neighbours of this version.
+    #[inline(always)]
+    pub fn egress(&self) -> &Egress {
+        &self.egress
+    }
+
+    /// Whether `other` shares this version's core (only the egress differs).
+    pub fn same_core(&self, other: &Tables) -> bool {
+        Arc::ptr_eq(&self.core, &other.core)
+    }
+
+    /// Pins the egress of a backend slot (tests and fixtures with static next hops).
+    pub fn set_next_hop(&mut self, backend: u32, n: NextHop) {
+        Arc::make_mut(&mut self.egress).set_backend(backend, n);
+    }
+
+    /// Sets a default route through a router whose MACs are known, for one family (tests
+    /// and fixtures).
+    pub fn set_gateway(&mut self, v6: bool, n: NextHop) {
+        Arc::make_mut(&mut self.egress).set_default(v6, n);
+    }
+
+    /// The egress of a backend slot.
+    #[inline(always)]
+    pub fn backend_egress(&self, backend: u32) -> Result<NextHop, Miss> {
+        self.egress.backend(backend)
+    }
+
+    /// The egress toward `dst` for a flow hashing to `hash` (see [`Egress::route`]).
+    #[inline(always)]
+    pub fn route(&self, dst: u128, v6: bool, hash: u32) -> Result<NextHop, Miss> {
+        self.egress.route(dst, v6, hash)
+    }
+
+    /// Declares the appliance's own addresses (the control plane, from rtnetlink): traffic
+    /// to them that matches no flow is the kernel's (health-probe replies from a NAT
+    /// backend's service port look like return traffic otherwise).
+    pub fn set_local_addresses(&mut self, addrs: &[IpAddr]) {
+        let core = Arc::make_mut(&mut self.core);
+        for a in addrs {
+            core.local_addresses
+                .insert_first((addr_to_u128(*a), 0, 0), 0);
+        }
+    }
+}
+
+impl Core {
     /// Adds one VIP: its backends, Maglev ring, bucket table and indexes.
     fn add_vip(
         &mut self,
@@ -504,54 +592,10 @@ impl Tables {
         self.backend_ids.get(&(vip, addr, port)).copied()
     }
 
-    /// Sets the L2 next hop of a backend slot (the control plane, before publishing).
-    pub fn set_next_hop(&mut self, backend: u32, n: NextHop) {
-        if let Some(slot) = self.next_hops.get_mut(backend as usize) {
-            *slot = Some(n);
-        }
-    }
-
-    /// Declares the appliance's own addresses (the control plane, from rtnetlink): traffic
-    /// to them that matches no flow is the kernel's (health-probe replies from a NAT
-    /// backend's service port look like return traffic otherwise).
-    pub fn set_local_addresses(&mut self, addrs: &[IpAddr]) {
-        for a in addrs {
-            self.local_addresses
-                .insert_first((addr_to_u128(*a), 0, 0), 0);
-        }
-    }
-
     /// Whether `addr` is one of the appliance's own addresses.
     #[inline]
     pub fn is_local(&self, addr: u128) -> bool {
         self.local_addresses.get(&(addr, 0, 0)).is_some()
-    }
-
-    /// Sets the default gateway toward clients for one family.
-    pub fn set_gateway(&mut self, v6: bool, n: NextHop) {
-        if v6 {
-            self.gateway_v6 = Some(n);
-        } else {
-            self.gateway_v4 = Some(n);
-        }
-    }
-
-    /// The L2 next hop of a backend slot, if resolved.
-    #[inline]
-    pub fn next_hop(&self, backend: u32) -> Option<&NextHop> {
-        self.next_hops
-            .get(backend as usize)
-            .and_then(|n| n.as_ref())
-    }
-
-    /// The gateway toward clients of a family, if resolved.
-    #[inline]
-    pub fn gateway(&self, v6: bool) -> Option<&NextHop> {
-        if v6 {
-            self.gateway_v6.as_ref()
-        } else {
-            self.gateway_v4.as_ref()
-        }
     }
 
     /// The backend positions of a VIP as slot range `usize`s.
@@ -667,7 +711,7 @@ pub(crate) mod tests {
         assert_eq!(t.nat_backend(b, 8080, 6), Some(0));
         assert_eq!(t.backend_slot(1, b, 0), Some(2));
         assert_eq!(t.fragment_vip(a, 6), Some(FragmentVip::Unique(0)));
-        assert!(t.next_hop(0).is_none());
+        assert_eq!(t.backend_egress(0), Err(Miss::NoNeighbor));
     }
 
     #[test]

@@ -50,8 +50,9 @@ pub(super) fn fragment(
         return worker.drop(DropReason::NoBackend);
     };
     let backend = v.backends.start + pos;
-    let Some(n) = tables.next_hop(backend).copied() else {
-        return worker.drop(DropReason::NoNeighbor);
+    let n = match tables.backend_egress(backend) {
+        Ok(n) => n,
+        Err(m) => return worker.drop(m.into()),
     };
     let b = tables.backends[backend as usize];
     worker.stats.fragments += 1;

@@ -19,6 +19,7 @@ use super::headers::{set_macs, swap_macs, u128_v4, v4_u128};
 use super::{DropReason, NONE, OUTER_TTL, Verdict, WorkerState};
 use crate::config::{Mode, Scheduler};
 use crate::lb::conntrack::ConnTable;
+use crate::lb::egress::{Miss, return_hash};
 use crate::lb::frame::Frame;
 use crate::lb::hash::FlowKey;
 use crate::lb::tables::{BackendEntry, NextHop, Tables, VipEntry};
@@ -57,15 +58,34 @@ pub(super) fn icmp(
         )
     };
     if echo {
-        echo_reply(frame.data_mut(), ip);
+        let n = match reply_egress(tables, ip) {
+            Ok(n) => n,
+            Err(m) => return worker.drop(m.into()),
+        };
+        let d = frame.data_mut();
+        echo_reply(d, ip);
+        set_macs(d, &n);
         worker.stats.echo_replies += 1;
-        let ifindex = frame.ifindex;
-        return worker.tx(ifindex);
+        return worker.tx(n.ifindex);
     }
     if !error {
         return worker.pass();
     }
     icmp_error(frame, tables, ct, worker, ip, now)
+}
+
+/// Where a reply the appliance originates toward `ip`'s sender leaves: by route lookup, the
+/// next hop picked by the address pair.
+fn reply_egress(tables: &Tables, ip: &Ip) -> Result<NextHop, Miss> {
+    let key = FlowKey {
+        src: ip.src,
+        dst: ip.dst,
+        sport: 0,
+        dport: 0,
+        proto: ip.proto,
+        v6: ip.v6,
+    };
+    tables.route(ip.src, ip.v6, return_hash(&key))
 }
 
 /// Turns an echo request into its reply in place: type, addresses swapped, a fresh TTL.
@@ -110,7 +130,16 @@ fn echo_reply(d: &mut [u8], ip: &Ip) {
 /// back to its sender, quoting as much of the packet as RFC 792 / RFC 4443 ask for.
 #[cold]
 #[inline(never)]
-pub(super) fn time_exceeded(frame: &mut Frame<'_>, worker: &mut WorkerState, ip: &Ip) -> Verdict {
+pub(super) fn time_exceeded(
+    frame: &mut Frame<'_>,
+    tables: &Tables,
+    worker: &mut WorkerState,
+    ip: &Ip,
+) -> Verdict {
+    let n = match reply_egress(tables, ip) {
+        Ok(n) => n,
+        Err(m) => return worker.drop(m.into()),
+    };
     let l3 = ip.l3;
     let hdr = if ip.v6 { 48 } else { 28 };
     let quote_max = if ip.v6 {
@@ -128,7 +157,7 @@ pub(super) fn time_exceeded(frame: &mut Frame<'_>, worker: &mut WorkerState, ip:
     let mut saved = [0u8; QUOTE_MAX_V6];
     let quoted = &mut saved[..quote];
     quoted.copy_from_slice(&d[l3..l3 + quote]);
-    swap_macs(d);
+    set_macs(d, &n);
     let (ip_repr, l4): (IpRepr, L4Repr<'_>) = if ip.v6 {
         let mut r = Ipv6Repr::new(
             Ipv6Addr::from_bits(ip.dst),
@@ -164,8 +193,7 @@ pub(super) fn time_exceeded(frame: &mut Frame<'_>, worker: &mut WorkerState, ip:
         return worker.drop(DropReason::NoRoom);
     }
     worker.stats.time_exceeded_sent += 1;
-    let ifindex = frame.ifindex;
-    worker.tx(ifindex)
+    worker.tx(n.ifindex)
 }
 
 /// The packet an ICMP error quotes (it went VIP → client), as far as the flow needs it.
@@ -278,8 +306,9 @@ fn icmp_error(
     else {
         return worker.drop(DropReason::IcmpNoFlow);
     };
-    let Some(n) = tables.next_hop(backend).copied() else {
-        return worker.drop(DropReason::NoNeighbor);
+    let n = match tables.backend_egress(backend) {
+        Ok(n) => n,
+        Err(m) => return worker.drop(m.into()),
     };
     let b = tables.backends[backend as usize];
     worker.stats.icmp_errors_forwarded += 1;

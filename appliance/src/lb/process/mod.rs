@@ -54,6 +54,7 @@ pub use tunnel::tunnel_source;
 
 use crate::config::Mode;
 use crate::lb::conntrack::{ConnTable, FlowState};
+use crate::lb::egress::Miss;
 use crate::lb::frame::Frame;
 use crate::lb::hash::FlowKey;
 use crate::lb::sched::SchedState;
@@ -90,8 +91,12 @@ pub enum DropReason {
     NoBackend,
     /// TTL / hop limit would reach zero.
     TtlExceeded,
-    /// The next hop's MAC is not (yet) resolved.
+    /// The next hop's MAC is not (yet) in the kernel's neighbour table.
     NoNeighbor,
+    /// No route covers the destination (or an unreachable or blackhole route does).
+    NoRoute,
+    /// The route toward the destination leaves by an interface the datapath does not drive.
+    RouteNotDatapath,
     /// Fragment of a NAT/FullNAT VIP (needs reassembly).
     FragmentNat,
     /// Non-first fragment for an address whose VIPs differ only by port.
@@ -110,7 +115,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Number of reasons (the counter array length).
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 17;
 
     /// All reasons in index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -122,6 +127,8 @@ impl DropReason {
         DropReason::NoBackend,
         DropReason::TtlExceeded,
         DropReason::NoNeighbor,
+        DropReason::NoRoute,
+        DropReason::RouteNotDatapath,
         DropReason::FragmentNat,
         DropReason::FragmentAmbiguous,
         DropReason::SnatExhausted,
@@ -148,6 +155,8 @@ impl DropReason {
             DropReason::NoBackend => "no_backend",
             DropReason::TtlExceeded => "ttl_exceeded",
             DropReason::NoNeighbor => "no_neighbor",
+            DropReason::NoRoute => "no_route",
+            DropReason::RouteNotDatapath => "route_not_datapath",
             DropReason::FragmentNat => "fragment_nat",
             DropReason::FragmentAmbiguous => "fragment_ambiguous",
             DropReason::SnatExhausted => "snat_exhausted",
@@ -155,6 +164,16 @@ impl DropReason {
             DropReason::IcmpNoFlow => "icmp_no_flow",
             DropReason::NoRoom => "no_room",
             DropReason::FamilyMismatch => "family_mismatch",
+        }
+    }
+}
+
+impl From<Miss> for DropReason {
+    fn from(m: Miss) -> Self {
+        match m {
+            Miss::NoRoute => DropReason::NoRoute,
+            Miss::NotDatapath => DropReason::RouteNotDatapath,
+            Miss::NoNeighbor => DropReason::NoNeighbor,
         }
     }
 }
@@ -233,6 +252,8 @@ pub struct WorkerState {
     /// Per VIP slot: a fingerprint of the pool `sched` was built for.
     sched_prints: Vec<u64>,
     version: Option<u64>,
+    /// The `built_as` of the core `sched` and the connection table were bound to.
+    core: Option<u64>,
 }
 
 /// Identifies a VIP's pool as the schedulers see it: name, scheduler, and each backend's
@@ -270,6 +291,7 @@ impl WorkerState {
             sched: Vec::new(),
             sched_prints: Vec::new(),
             version: None,
+            core: None,
         }
     }
 
@@ -281,8 +303,25 @@ impl WorkerState {
     /// Switches to a new table version: resizes counters (per-slot counters restart, the
     /// control plane has aggregated the old ones), resets scheduler state and re-binds every
     /// connection to the new slots (a flow whose VIP is gone is dropped; a flow whose
-    /// backend is gone is re-chosen on its next packet). Allocates; runs once per swap.
+    /// backend is gone is re-chosen on its next packet). Allocates; runs once per swap. A
+    /// version that shares the running core (a route or neighbour change) keeps scheduler
+    /// state and bindings and only restarts the counters.
     pub fn adopt(&mut self, tables: &Tables, ct: &mut ConnTable) {
+        if self.core == Some(tables.built_as) && self.vip_packets.len() == tables.vips.len() {
+            // Only the egress changed: slots, pools and flows stay bound; counters restart.
+            for c in [
+                &mut self.vip_packets,
+                &mut self.vip_bytes,
+                &mut self.vip_new_flows,
+                &mut self.backend_packets,
+                &mut self.backend_bytes,
+            ] {
+                c.fill(0);
+            }
+            self.version = Some(tables.version);
+            return;
+        }
+        self.core = Some(tables.built_as);
         self.vip_packets = vec![0; tables.vips.len()];
         self.vip_bytes = vec![0; tables.vips.len()];
         self.vip_new_flows = vec![0; tables.vips.len()];
@@ -499,7 +538,7 @@ fn forward<R: Record>(
     let nat = matches!(v.mode, Mode::Nat | Mode::FullNat);
     if nat && frame.data()[ip.ttl_at()] <= 1 {
         worker.drops[DropReason::TtlExceeded.index()] += 1;
-        return icmp::time_exceeded(frame, worker, ip);
+        return icmp::time_exceeded(frame, tables, worker, ip);
     }
     let FlowHit {
         backend,
@@ -509,8 +548,9 @@ fn forward<R: Record>(
         Ok(x) => x,
         Err(r) => return worker.drop(r),
     };
-    let Some(n) = tables.next_hop(backend).copied() else {
-        return worker.drop(DropReason::NoNeighbor);
+    let n = match tables.backend_egress(backend) {
+        Ok(n) => n,
+        Err(m) => return worker.drop(m.into()),
     };
     let b = tables.backends[backend as usize];
     worker.vip_packets[vip as usize] += 1;

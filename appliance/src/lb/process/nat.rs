@@ -141,14 +141,16 @@ pub(super) fn reverse<R: Record>(
         Ok(r) => r,
         Err(v) => return v,
     };
-    let Some(gw) = tables.gateway(ip.v6).copied() else {
-        return worker.drop(DropReason::NoNeighbor);
+    let client = fullnat.then_some(r.client);
+    let to = client.map_or(ip.dst, |c| c.0);
+    let gw = match tables.route(to, ip.v6, egress_hash(ip, l4)) {
+        Ok(n) => n,
+        Err(m) => return worker.drop(m.into()),
     };
     let d = frame.data_mut();
     if d[ip.ttl_at()] <= 1 {
         return worker.drop(DropReason::TtlExceeded);
     }
-    let client = fullnat.then_some(r.client);
     nat_rewrite(d, ip, l4, Some(r.vip_addr), client);
     set_macs(d, &gw);
     if let Some(c) = worker.vip_packets.get_mut(r.vip as usize) {
@@ -165,6 +167,21 @@ pub(super) fn reverse<R: Record>(
         ));
     }
     worker.tx(gw.ifindex)
+}
+
+/// The hash that picks a multipath route's next hop for return traffic: the received
+/// frame's 5-tuple, so every frame of a flow leaves by the same router (the flow cache
+/// repeats it from the same key, `control::cache`).
+#[inline]
+pub(super) fn egress_hash(ip: &Ip, l4: &L4) -> u32 {
+    crate::lb::egress::return_hash(&FlowKey {
+        src: ip.src,
+        dst: ip.dst,
+        sport: l4.sport,
+        dport: l4.dport,
+        proto: ip.proto,
+        v6: ip.v6,
+    })
 }
 
 /// What [`reverse`] did, for the flow cache.
