@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ::api::BackendAction;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::change::{self, Applied, ChangeError, Deferred};
 use super::commit::publish;
@@ -102,6 +102,7 @@ impl Control {
         let running = self.shared.published.current();
         let egress = neighbours::egress(&self.st.config, &running, &self.st.next_hops);
         let version = self.st.next_version();
+        debug!(version, "egress: routes or neighbours changed");
         publish(
             &self.shared,
             running.with_egress(egress, version),

@@ -160,6 +160,7 @@ async fn run(
                 }
             } => match c {
                 NetChange::Neighbour { ifindex, addr, mac } => {
+                    debug!(ifindex, %addr, ?mac, "neighbour notification");
                     let ev = NetEvent::Neighbour { ifindex, addr, mac: mac.map(MacAddr) };
                     if events.send(ev).await.is_err() {
                         return;

@@ -120,6 +120,50 @@ impl MissQueue {
     }
 }
 
+/// How long a MAC learned from a client's own frame stands in for the kernel's entry.
+const LEARNED_FOR_NS: u64 = 5_000_000_000;
+
+/// MACs a worker learned from the first frame of a flow (a TCP SYN, a UDP datagram) of an
+/// on-link source the tables have no neighbour entry for yet.
+///
+/// The kernel learns such a client's MAC from its ARP/ND for the appliance's address, but
+/// the notification reaches the tables a little after the backend's first answer: without
+/// this, that answer (the SYN-ACK) is dropped and the client waits a retransmission. Only
+/// a source that is on-link on the interface its frame arrived by is learned, entries live
+/// a few seconds, and the kernel's entry wins as soon as the tables have it. Fixed size,
+/// allocated once per worker.
+#[derive(Debug, Clone)]
+pub struct LearnedMacs {
+    slots: Vec<Option<(u32, u128, MacAddr, u64)>>,
+}
+
+impl Default for LearnedMacs {
+    fn default() -> Self {
+        LearnedMacs {
+            slots: vec![None; 1024],
+        }
+    }
+}
+
+impl LearnedMacs {
+    #[inline]
+    fn slot(&self, ifindex: u32, addr: u128) -> usize {
+        let h = crate::lb::hash::mix64((addr as u64) ^ ((addr >> 64) as u64) ^ u64::from(ifindex));
+        (h as usize) & (self.slots.len() - 1)
+    }
+
+    fn get(&self, ifindex: u32, addr: u128, now: u64) -> Option<MacAddr> {
+        match self.slots[self.slot(ifindex, addr)] {
+            Some((i, a, m, at))
+                if i == ifindex && a == addr && now.saturating_sub(at) < LEARNED_FOR_NS =>
+            {
+                Some(m)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// One usable hop as the datapath needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Hop {
@@ -378,6 +422,83 @@ impl Egress {
                 Err(Miss::NoNeighbor)
             }
         }
+    }
+
+    /// [`Egress::route`], falling back on a MAC the worker learned for an on-link
+    /// destination the tables have no neighbour entry for yet (see [`LearnedMacs`]).
+    #[inline]
+    pub fn route_learned(
+        &self,
+        dst: u128,
+        v6: bool,
+        hash: u32,
+        learned: &LearnedMacs,
+        now: u64,
+    ) -> Result<NextHop, Miss> {
+        match self.route(dst, v6, hash) {
+            Err(Miss::NoNeighbor) => {
+                let Some(Choice {
+                    ifindex, next_hop, ..
+                }) = self.choose_hop(dst, v6, hash)
+                else {
+                    return Err(Miss::NoNeighbor);
+                };
+                let on_link = next_hop == u128_to_addr(dst, v6);
+                match (
+                    on_link,
+                    learned.get(ifindex, dst, now),
+                    self.src_mac(ifindex),
+                ) {
+                    (true, Some(dst_mac), Some(src_mac)) => Ok(NextHop {
+                        ifindex,
+                        src_mac,
+                        dst_mac,
+                    }),
+                    _ => Err(Miss::NoNeighbor),
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// Learns `mac` for `src` when the frame came in by `ifindex` and `src` is on-link there
+    /// without a neighbour entry in the tables (see [`LearnedMacs`]).
+    #[inline]
+    pub fn learn(
+        &self,
+        learned: &mut LearnedMacs,
+        ifindex: u32,
+        src: u128,
+        v6: bool,
+        mac: MacAddr,
+        now: u64,
+    ) {
+        if self.neighbours.contains_key(&(ifindex, src)) {
+            return;
+        }
+        let Some(c) = self.choose_hop(src, v6, 0) else {
+            return;
+        };
+        if c.ifindex == ifindex
+            && c.next_hop == u128_to_addr(src, v6)
+            && c.result == Err(Miss::NoNeighbor)
+        {
+            let i = learned.slot(ifindex, src);
+            learned.slots[i] = Some((ifindex, src, mac, now));
+        }
+    }
+
+    fn choose_hop(&self, dst: u128, v6: bool, hash: u32) -> Option<Choice> {
+        let i = self.lpm(v6).find(dst, v6)?;
+        let e = &self.entries[i as usize];
+        Some(self.choose_in(e, dst, v6, hash, (u128_to_addr(e.prefix, v6), e.len)))
+    }
+
+    fn src_mac(&self, ifindex: u32) -> Option<MacAddr> {
+        self.hops
+            .iter()
+            .find(|h| h.ifindex == ifindex)
+            .and_then(|h| h.src_mac)
     }
 
     /// [`Egress::route`] explained: the route and next hop it took (`None` without a route).
@@ -655,6 +776,47 @@ mod tests {
         assert!(
             (2800..3200).contains(&to_a2),
             "3:1 weights gave {to_a2} of 4000"
+        );
+    }
+
+    #[test]
+    fn a_learned_mac_stands_in_until_the_kernel_has_the_entry() {
+        let e = Egress::build(&net(), &dp(), &[], None);
+        let mut l = LearnedMacs::default();
+        let c = addr_to_u128(ip("10.0.0.77"));
+        assert_eq!(e.route_learned(c, false, 0, &l, 0), Err(Miss::NoNeighbor));
+        // Not learned from a frame that came in by another interface, nor for a routed source.
+        e.learn(&mut l, 3, c, false, mac(0x77), 0);
+        e.learn(
+            &mut l,
+            2,
+            addr_to_u128(ip("198.51.100.7")),
+            false,
+            mac(0x78),
+            0,
+        );
+        assert_eq!(e.route_learned(c, false, 0, &l, 0), Err(Miss::NoNeighbor));
+        let routed = e.route_learned(addr_to_u128(ip("198.51.100.7")), false, 0, &l, 0);
+        assert_eq!(
+            routed.map(|n| n.dst_mac),
+            Ok(mac(0xa2)),
+            "the router's, not learned"
+        );
+        e.learn(&mut l, 2, c, false, mac(0x77), 0);
+        let n = e.route_learned(c, false, 0, &l, 1_000).expect("learned");
+        assert_eq!((n.ifindex, n.src_mac, n.dst_mac), (2, mac(0x12), mac(0x77)));
+        assert_eq!(
+            e.route_learned(c, false, 0, &l, LEARNED_FOR_NS + 1),
+            Err(Miss::NoNeighbor),
+            "expired"
+        );
+        // The kernel's entry wins.
+        let mut n2 = net();
+        n2.neighbours.insert((2, ip("10.0.0.77")), mac(0x99));
+        let e2 = Egress::build(&n2, &dp(), &[], None);
+        assert_eq!(
+            e2.route_learned(c, false, 0, &l, 0).map(|n| n.dst_mac),
+            Ok(mac(0x99))
         );
     }
 

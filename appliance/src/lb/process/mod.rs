@@ -251,6 +251,8 @@ pub struct WorkerState {
     sched: Vec<SchedState>,
     /// Per VIP slot: a fingerprint of the pool `sched` was built for.
     sched_prints: Vec<u64>,
+    /// Client MACs learned from first frames, until the tables have the kernel's entry.
+    pub(crate) learned: crate::lb::egress::LearnedMacs,
     version: Option<u64>,
     /// The `built_as` of the core `sched` and the connection table were bound to.
     core: Option<u64>,
@@ -290,6 +292,7 @@ impl WorkerState {
             stats: WorkerStats::default(),
             sched: Vec::new(),
             sched_prints: Vec::new(),
+            learned: Default::default(),
             version: None,
             core: None,
         }
@@ -536,6 +539,13 @@ fn forward<R: Record>(
         v6: ip.v6,
     };
     let nat = matches!(v.mode, Mode::Nat | Mode::FullNat);
+    if nat && (ip.proto == IpProtocol::UDP || l4.flags & 0x12 == 0x02) {
+        // A flow's first frame: the reply will need this client's MAC.
+        let mac = EthernetFrame::new_unchecked(frame.data()).src();
+        tables
+            .egress()
+            .learn(&mut worker.learned, frame.ifindex, ip.src, ip.v6, mac, now);
+    }
     if nat && frame.data()[ip.ttl_at()] <= 1 {
         worker.drops[DropReason::TtlExceeded.index()] += 1;
         return icmp::time_exceeded(frame, tables, worker, ip);

@@ -143,10 +143,14 @@ pub(super) fn reverse<R: Record>(
     };
     let client = fullnat.then_some(r.client);
     let to = client.map_or(ip.dst, |c| c.0);
-    let gw = match tables.route(to, ip.v6, egress_hash(ip, l4)) {
-        Ok(n) => n,
-        Err(m) => return worker.drop(m.into()),
-    };
+    let gw =
+        match tables
+            .egress()
+            .route_learned(to, ip.v6, egress_hash(ip, l4), &worker.learned, now)
+        {
+            Ok(n) => n,
+            Err(m) => return worker.drop(m.into()),
+        };
     let d = frame.data_mut();
     if d[ip.ttl_at()] <= 1 {
         return worker.drop(DropReason::TtlExceeded);

@@ -1,0 +1,777 @@
+//! Egress by route lookup, end to end: a two-arm appliance (`interfaces = [eth0, eth1]`)
+//! with no default route, an on-link client on the uplink, backends on a bridge behind the
+//! backend-side arm with the appliance as their gateway, a second client network behind a
+//! router on the uplink (a specific route), a far network behind two routers (multipath,
+//! route changes), and backends nobody answers ARP for (the control loop must not stall).
+//! NAT and FullNAT, IPv4 and IPv6, HTTP and UDP, through `sluice run`. Needs root.
+//!
+//! ```text
+//!  client 10.0.0.1 ──┐                      ┌── be1 10.1.0.11
+//!  r1 10.0.0.2 ──────┤ up (bridge)  lb  bs ├── be2 10.1.0.12
+//!  r2 10.0.0.3 ──────┘   eth0 10.0.0.10     └── (10.1.0.51-60: nobody)
+//!  r1 ── c2 10.2.0.2        eth1 10.1.0.1
+//!  r1, r2 ── far 10.9.0.1
+//! ```
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use api::{Client, Endpoint};
+use lab::netns::{Netns, bridge, veth};
+use lab::{http_get, udp_ask};
+
+/// One appliance at a time: the machine has two cores.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const BLOB: usize = 4 << 20;
+
+/// The backends' server: HTTP on 8080 (`/whoami`, `/blob` of 4 MiB) and UDP echo on 8080.
+const SERVER_PY: &str = r#"
+import socket, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+NAME = sys.argv[1]
+BLOB = bytes((i * 7 + i // 251) % 256 for i in range(4 << 20))
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = NAME.encode() if self.path == "/whoami" else BLOB if self.path == "/blob" else None
+        if body is None:
+            self.send_error(404); return
+        self.send_response(200)
+        self.send_header("X-Backend", NAME)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+class S(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+    daemon_threads = True
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        super().server_bind()
+def echo():
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind(("::", 8080))
+    while True:
+        d, a = s.recvfrom(2048)
+        s.sendto(NAME.encode() + b":" + d, a)
+threading.Thread(target=echo, daemon=True).start()
+S(("::", 8080), H).serve_forever()
+"#;
+
+/// The lab: namespaces (removed on drop) and the appliance process.
+struct Rt {
+    dir: PathBuf,
+    sluice: Option<Child>,
+    lb: Netns,
+    client: Netns,
+    c2: Netns,
+    far: Netns,
+    routers: [Netns; 2],
+    _bridges: [Netns; 2],
+    _backends: Vec<Netns>,
+    servers: Vec<Child>,
+}
+
+fn ns(tag: &str) -> Netns {
+    let n = Netns::new(tag);
+    n.sh("sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0");
+    n
+}
+
+fn addrs(n: &Netns, dev: &str, list: &[&str]) {
+    for a in list {
+        n.run(&["ip", "addr", "add", a, "dev", dev]);
+    }
+}
+
+/// Joins `n`'s `dev` to the bridge in `br` through a port named `port`; the port runs NAPI
+/// (GRO) so that frames the appliance's XDP program sends (flow cache) are accepted.
+fn attach(br: &Netns, port: &str, n: &Netns, dev: &str) {
+    veth(n, dev, br, port);
+    br.run(&["ip", "link", "set", port, "master", "br0"]);
+    br.run(&["ethtool", "-K", port, "gro", "on"]);
+}
+
+impl Rt {
+    fn build() -> Rt {
+        lab::netns::require_root();
+        lab::netns::require_program("python3", "python3");
+        lab::netns::require_program("nft", "nftables");
+        lab::netns::require_program("ethtool", "ethtool");
+        let dir = std::env::temp_dir().join(format!("sluice-{}", lab::netns::unique("rt")));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let (up, bs) = (ns("rtup"), ns("rtbs"));
+        bridge(&up, "br0");
+        bridge(&bs, "br0");
+        let lb = ns("rtlb");
+        attach(&up, "plb", &lb, "eth0");
+        attach(&bs, "plb", &lb, "eth1");
+        addrs(&lb, "eth0", &["10.0.0.10/24", "2001:db8:a::10/64"]);
+        addrs(
+            &lb,
+            "eth1",
+            &["10.1.0.1/24", "2001:db8:b::1/64", "10.1.0.100/32"],
+        );
+        // The FullNAT source, held so the kernel answers ND; deprecated so the appliance's
+        // own traffic never takes it as a source.
+        lb.run(&[
+            "ip",
+            "addr",
+            "add",
+            "2001:db8:b::100/128",
+            "dev",
+            "eth1",
+            "preferred_lft",
+            "0",
+        ]);
+        let client = ns("rtcl");
+        attach(&up, "pcl", &client, "eth0");
+        addrs(&client, "eth0", &["10.0.0.1/24", "2001:db8:a::1/64"]);
+        client.run(&["ip", "route", "add", "192.0.2.0/24", "via", "10.0.0.10"]);
+        client.run(&[
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "2001:db8:f::/64",
+            "via",
+            "2001:db8:a::10",
+        ]);
+        let mut backends = Vec::new();
+        for i in 1..=2 {
+            let be = ns("rtbe");
+            attach(&bs, &format!("pb{i}"), &be, "eth0");
+            addrs(
+                &be,
+                "eth0",
+                &[&format!("10.1.0.1{i}/24"), &format!("2001:db8:b::1{i}/64")],
+            );
+            be.run(&["ip", "route", "add", "default", "via", "10.1.0.1"]);
+            be.run(&[
+                "ip",
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                "2001:db8:b::1",
+            ]);
+            backends.push(be);
+        }
+        let routers = [ns("rtr1"), ns("rtr2")];
+        for (i, r) in routers.iter().enumerate() {
+            attach(&up, &format!("pr{}", i + 1), r, "eth0");
+            let (a4, a6) = (
+                format!("10.0.0.{}/24", i + 2),
+                format!("2001:db8:a::{}/64", i + 2),
+            );
+            addrs(r, "eth0", &[&a4, &a6]);
+            r.sh(
+                "sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
+                  net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+            );
+            r.run(&["ip", "route", "add", "192.0.2.0/24", "via", "10.0.0.10"]);
+            r.run(&[
+                "ip",
+                "-6",
+                "route",
+                "add",
+                "2001:db8:f::/64",
+                "via",
+                "2001:db8:a::10",
+            ]);
+        }
+        // c2: behind r1 only.
+        let c2 = ns("rtc2");
+        veth(&routers[0], "eth1", &c2, "eth0");
+        addrs(&routers[0], "eth1", &["10.2.0.1/24", "2001:db8:2::1/64"]);
+        addrs(&c2, "eth0", &["10.2.0.2/24", "2001:db8:2::2/64"]);
+        c2.run(&["ip", "route", "add", "default", "via", "10.2.0.1"]);
+        c2.run(&[
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "2001:db8:2::1",
+        ]);
+        // far: behind both routers; asks through r1, hears back through whichever router
+        // the appliance routes by.
+        let far = ns("rtfar");
+        far.sh("sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0");
+        addrs(&far, "lo", &["10.9.0.1/32", "2001:db8:9::1/128"]);
+        for (i, r) in routers.iter().enumerate() {
+            let dev = format!("eth{i}");
+            let rdev = if i == 0 { "eth2" } else { "eth1" };
+            veth(r, rdev, &far, &dev);
+            let n = i + 1;
+            addrs(
+                r,
+                rdev,
+                &[&format!("10.3.{n}.1/24"), &format!("2001:db8:3{n}::1/64")],
+            );
+            addrs(
+                &far,
+                &dev,
+                &[&format!("10.3.{n}.2/24"), &format!("2001:db8:3{n}::2/64")],
+            );
+            r.run(&[
+                "ip",
+                "route",
+                "add",
+                "10.9.0.1/32",
+                "via",
+                &format!("10.3.{n}.2"),
+            ]);
+            r.run(&[
+                "ip",
+                "-6",
+                "route",
+                "add",
+                "2001:db8:9::1/128",
+                "via",
+                &format!("2001:db8:3{n}::2"),
+            ]);
+            // What each router forwards from the VIPs toward far, counted.
+            let rules = "table inet rtc {\n chain counts {\n  type filter hook forward priority 0; policy accept;\n  ip saddr 192.0.2.0/24 ip daddr 10.9.0.1 counter comment \"v4\"\n  ip6 saddr 2001:db8:f::/64 ip6 daddr 2001:db8:9::1 counter comment \"v6\"\n }\n}\n";
+            let file = dir.join(format!("nft{n}.conf"));
+            std::fs::write(&file, rules).expect("nft rules");
+            r.run(&["nft", "-f", &file.to_string_lossy()]);
+        }
+        far.run(&[
+            "ip", "route", "add", "default", "via", "10.3.1.1", "src", "10.9.0.1",
+        ]);
+        far.run(&[
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "2001:db8:31::1",
+            "src",
+            "2001:db8:9::1",
+        ]);
+        // The appliance: c2 by a specific route through r1; far through r1 for now; no
+        // default route.
+        lb.run(&["ip", "route", "add", "10.2.0.0/24", "via", "10.0.0.2"]);
+        lb.run(&[
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "2001:db8:2::/64",
+            "via",
+            "2001:db8:a::2",
+        ]);
+        lb.run(&["ip", "route", "add", "10.9.0.1/32", "via", "10.0.0.2"]);
+        lb.run(&[
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "2001:db8:9::1/128",
+            "via",
+            "2001:db8:a::2",
+        ]);
+        let script = dir.join("server.py");
+        std::fs::write(&script, SERVER_PY).expect("server script");
+        let mut servers = Vec::new();
+        for (i, be) in backends.iter().enumerate() {
+            let log = std::fs::File::create(dir.join(format!("be{}.log", i + 1))).ok();
+            let name = format!("be{}", i + 1);
+            servers.push(
+                be.try_spawn(&["python3", &script.to_string_lossy(), &name], log)
+                    .expect("backend server"),
+            );
+        }
+        for (i, be) in backends.iter().enumerate() {
+            let me = vip(&format!("10.1.0.1{}", i + 1), 8080);
+            let up = be
+                .in_thread(move || {
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    while Instant::now() < deadline {
+                        if std::net::TcpStream::connect_timeout(&me, Duration::from_millis(200))
+                            .is_ok()
+                        {
+                            return true;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    false
+                })
+                .expect("thread")
+                .join()
+                .expect("join");
+            assert!(up, "backend {me} never listened");
+        }
+        Rt {
+            dir,
+            sluice: None,
+            lb,
+            client,
+            c2,
+            far,
+            routers,
+            _bridges: [up, bs],
+            _backends: backends,
+            servers,
+        }
+    }
+
+    fn config(&self, flow_cache: bool, extra: &str) -> String {
+        let mut s = format!(
+            "[appliance]\nname = \"rt\"\ninterfaces = [\"eth0\", \"eth1\"]\nxdp_mode = \"auto\"\n\
+             umem_frames = 4096\nring_size = 1024\nconntrack_capacity = 65536\n\
+             flow_cache = {flow_cache}\n\n[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n{extra}",
+            self.socket().display()
+        );
+        for (name, mode, v4, v6, snat) in [
+            ("nat", "nat", "192.0.2.10", "2001:db8:f::10", None),
+            (
+                "fnat",
+                "fullnat",
+                "192.0.2.20",
+                "2001:db8:f::20",
+                Some(("10.1.0.100", "2001:db8:b::100")),
+            ),
+        ] {
+            for (fam, addr, be) in [("4", v4, "10.1.0.1"), ("6", v6, "2001:db8:b::1")] {
+                for (proto, port) in [("tcp", 80), ("udp", 53)] {
+                    s.push_str(&format!(
+                        "[[vip]]\nname = \"{name}{fam}-{proto}\"\naddress = \"{addr}\"\nport = {port}\n\
+                         protocol = \"{proto}\"\nmode = \"{mode}\"\n"
+                    ));
+                    if let Some((s4, s6)) = snat {
+                        let a = if fam == "4" { s4 } else { s6 };
+                        s.push_str(&format!("snat = [\"{a}\"]\n"));
+                    }
+                    for i in 1..=2 {
+                        s.push_str(&format!(
+                            "[[vip.backend]]\naddress = \"{be}{i}\"\nport = 8080\n"
+                        ));
+                    }
+                    s.push('\n');
+                }
+            }
+        }
+        s
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("api.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sluice.log")).unwrap_or_default()
+    }
+
+    /// Starts `sluice` (the binary under test unless `bin` says otherwise) with `config`.
+    fn start(&mut self, bin: &Path, config: &str) {
+        let path = self.dir.join("sluice.toml");
+        std::fs::write(&path, config).expect("config");
+        let log = std::fs::File::create(self.dir.join("sluice.log")).expect("log");
+        let child = self
+            .lb
+            .try_spawn(
+                &[
+                    &bin.to_string_lossy(),
+                    "run",
+                    "--config",
+                    &path.to_string_lossy(),
+                ],
+                Some(log),
+            )
+            .expect("sluice run");
+        self.sluice = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.socket().exists() {
+            assert!(Instant::now() < deadline, "no API socket:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn status(&self) -> api::model::Status {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(Client::new(Endpoint::Unix(self.socket())).status())
+            .expect("status")
+    }
+
+    /// SIGTERM; whether it exited 0 within `within`, and how long it took.
+    fn stop(&mut self, within: Duration) -> (bool, Duration) {
+        let Some(mut c) = self.sluice.take() else {
+            return (false, Duration::ZERO);
+        };
+        let t0 = Instant::now();
+        // `ip netns exec` execs, so the child's pid is sluice's.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        while t0.elapsed() < within {
+            if let Ok(Some(s)) = c.try_wait() {
+                return (s.success(), t0.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        (false, t0.elapsed())
+    }
+
+    /// Packets router `k` forwarded from the VIPs to far, (IPv4, IPv6).
+    fn router_count(&self, k: usize) -> (u64, u64) {
+        let out = self.routers[k].run(&["nft", "list", "chain", "inet", "rtc", "counts"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let count = |tag: &str| {
+            text.lines()
+                .find(|l| l.contains(&format!("comment \"{tag}\"")))
+                .and_then(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    w.windows(2)
+                        .find(|p| p[0] == "packets")
+                        .and_then(|p| p[1].parse().ok())
+                })
+                .unwrap_or_else(|| panic!("no {tag} counter in:\n{text}"))
+        };
+        (count("v4"), count("v6"))
+    }
+}
+
+impl Drop for Rt {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.sluice.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for c in &mut self.servers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The binary under test; `RT_SLUICE` points elsewhere (to show a test fails on an older
+/// build).
+fn sluice() -> PathBuf {
+    std::env::var_os("RT_SLUICE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sluice")))
+}
+
+fn vip(addr: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(addr.parse::<IpAddr>().expect("literal"), port)
+}
+
+/// What one source saw through one VIP.
+#[derive(Debug, Default)]
+struct Seen {
+    ok: usize,
+    failed: Vec<String>,
+    backends: std::collections::BTreeSet<String>,
+}
+
+/// `n` HTTP requests and `n` UDP requests to the VIP pair at `tcp` / `udp`.
+fn exercise(tcp: SocketAddr, udp: SocketAddr, n: usize) -> Seen {
+    let mut s = Seen::default();
+    for i in 0..n {
+        match http_get(tcp, "/whoami", Duration::from_secs(3)) {
+            Ok((200, body)) => {
+                s.ok += 1;
+                s.backends
+                    .insert(String::from_utf8_lossy(&body).into_owned());
+            }
+            Ok((st, _)) => s.failed.push(format!("http {tcp}: status {st}")),
+            Err(e) => s.failed.push(format!("http {tcp}: {e}")),
+        }
+        let payload = format!("q{i}");
+        match udp_ask(udp, payload.as_bytes(), Duration::from_secs(2)) {
+            Ok(r) if r.ends_with(payload.as_bytes()) => s.ok += 1,
+            Ok(r) => s
+                .failed
+                .push(format!("udp {udp}: {}", String::from_utf8_lossy(&r))),
+            Err(e) => s.failed.push(format!("udp {udp}: {e}")),
+        }
+    }
+    s
+}
+
+/// Every VIP from `from`, `n` times each: (vip name, what was seen).
+fn every_vip(from: &Netns, n: usize) -> Vec<(String, Seen)> {
+    from.in_thread(move || {
+        let mut out = Vec::new();
+        for (name, a4, a6) in [
+            ("nat", "192.0.2.10", "2001:db8:f::10"),
+            ("fullnat", "192.0.2.20", "2001:db8:f::20"),
+        ] {
+            for a in [a4, a6] {
+                out.push((format!("{name} {a}"), exercise(vip(a, 80), vip(a, 53), n)));
+            }
+        }
+        out
+    })
+    .expect("thread")
+    .join()
+    .expect("client thread")
+}
+
+/// Waits until an HTTP request through the NAT VIP from `from` succeeds.
+fn wait_ready(rt: &Rt, from: &Netns) {
+    let ok = from
+        .in_thread(|| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if http_get(vip("192.0.2.10", 80), "/whoami", Duration::from_millis(500)).is_ok() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            false
+        })
+        .expect("thread")
+        .join()
+        .expect("join");
+    assert!(ok, "the NAT VIP never answered:\n{}", rt.log());
+}
+
+fn no_neighbor(st: &api::model::Status) -> u64 {
+    st.drops
+        .iter()
+        .find(|c| c.name == "no_neighbor")
+        .map_or(0, |c| c.value)
+}
+
+fn drops(st: &api::model::Status) -> String {
+    format!("{:?}", st.drops)
+}
+
+fn two_arm(flow_cache: bool) {
+    let _serial = serial();
+    let mut rt = Rt::build();
+    let cfg = rt.config(flow_cache, "");
+    rt.start(&sluice(), &cfg);
+    wait_ready(&rt, &rt.client);
+    for (who, from) in [("on-link client", &rt.client), ("c2 via r1", &rt.c2)] {
+        for (name, seen) in every_vip(from, 20) {
+            assert!(
+                seen.failed.is_empty(),
+                "{who} -> {name}: {} failed, first {:?}; drops {}\n{}",
+                seen.failed.len(),
+                seen.failed.first(),
+                drops(&rt.status()),
+                rt.log()
+            );
+            assert_eq!(seen.ok, 40, "{who} -> {name}");
+            assert_eq!(
+                seen.backends.len(),
+                2,
+                "{who} -> {name}: {:?}",
+                seen.backends
+            );
+        }
+    }
+    // A client the appliance has never heard from: its first connection must not lose its
+    // SYN-ACK for want of the client's MAC (a retransmitted SYN costs 1 s).
+    let before = no_neighbor(&rt.status());
+    let fresh = ns("rtnew");
+    attach(&rt._bridges[0], "pnew", &fresh, "eth0");
+    addrs(&fresh, "eth0", &["10.0.0.5/24", "2001:db8:a::5/64"]);
+    fresh.run(&["ip", "route", "add", "192.0.2.0/24", "via", "10.0.0.10"]);
+    fresh.run(&[
+        "ip",
+        "-6",
+        "route",
+        "add",
+        "2001:db8:f::/64",
+        "via",
+        "2001:db8:a::10",
+    ]);
+    let firsts = fresh
+        .in_thread(|| {
+            [
+                "192.0.2.10",
+                "2001:db8:f::10",
+                "192.0.2.20",
+                "2001:db8:f::20",
+            ]
+            .map(|a| {
+                let t0 = Instant::now();
+                let r = http_get(vip(a, 80), "/whoami", Duration::from_secs(5));
+                (a, r.is_ok(), t0.elapsed())
+            })
+        })
+        .expect("thread")
+        .join()
+        .expect("join");
+    let after = no_neighbor(&rt.status());
+    println!(
+        "MEASURE routes first connection of a new client (flow_cache={flow_cache}): {firsts:?}; \
+         no_neighbor drops meanwhile: {}",
+        after - before
+    );
+    for (a, ok, took) in firsts {
+        assert!(ok, "new client -> {a}: failed");
+        assert!(
+            took < Duration::from_millis(900),
+            "new client -> {a}: first request took {took:?} (SYN-ACK lost?)\n{}",
+            rt.log()
+        );
+    }
+    let st = rt.status();
+    println!(
+        "MEASURE routes two-arm flow_cache={flow_cache}: drops {}",
+        drops(&st)
+    );
+    if flow_cache {
+        let c = st.flow_cache.as_ref().expect("flow cache status");
+        assert!(c.hits > 0, "the kernel forwarded nothing: {c:?}");
+    }
+    let (clean, took) = rt.stop(Duration::from_secs(5));
+    assert!(
+        clean,
+        "sluice did not exit 0 on SIGTERM ({took:?}):\n{}",
+        rt.log()
+    );
+}
+
+/// The textbook LVS-NAT topology: no default route on the appliance, the client on-link on
+/// the uplink, a second client network by a specific route through r1; with the flow cache.
+#[test]
+fn rt_two_arm_nat_and_fullnat_on_link_and_routed_clients() {
+    two_arm(true);
+}
+
+/// The same with every frame through the engine.
+#[test]
+fn rt_two_arm_nat_and_fullnat_on_link_and_routed_clients_without_the_flow_cache() {
+    two_arm(false);
+}
+
+/// Bytes of the backends' `/blob` (must match `SERVER_PY`).
+fn blob() -> Vec<u8> {
+    (0..BLOB).map(|i| ((i * 7 + i / 251) % 256) as u8).collect()
+}
+
+fn digest(b: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
+/// A multipath default route over r1 and r2: replies to far's flows leave by both routers
+/// (counted on the routers), each flow by one.
+#[test]
+fn rt_multipath_default_spreads_flows_over_both_routers() {
+    let _serial = serial();
+    let mut rt = Rt::build();
+    for (fam, far, a, b) in [
+        ("-4", "10.9.0.1/32", "10.0.0.2", "10.0.0.3"),
+        ("-6", "2001:db8:9::1/128", "2001:db8:a::2", "2001:db8:a::3"),
+    ] {
+        rt.lb.run(&["ip", fam, "route", "del", far]);
+        rt.lb.run(&[
+            "ip", fam, "route", "add", "default", "nexthop", "via", a, "nexthop", "via", b,
+        ]);
+    }
+    let cfg = rt.config(true, "");
+    rt.start(&sluice(), &cfg);
+    wait_ready(&rt, &rt.client);
+    let before = [rt.router_count(0), rt.router_count(1)];
+    for (name, seen) in every_vip(&rt.far, 30) {
+        assert!(
+            seen.failed.is_empty(),
+            "far -> {name}: {} failed, first {:?}; drops {}\n{}",
+            seen.failed.len(),
+            seen.failed.first(),
+            drops(&rt.status()),
+            rt.log()
+        );
+    }
+    let after = [rt.router_count(0), rt.router_count(1)];
+    let d = |k: usize| (after[k].0 - before[k].0, after[k].1 - before[k].1);
+    let (r1, r2) = (d(0), d(1));
+    println!("MEASURE routes multipath: packets toward far by r1 {r1:?}, by r2 {r2:?} (v4, v6)");
+    for (fam, a, b) in [("v4", r1.0, r2.0), ("v6", r1.1, r2.1)] {
+        let total = a + b;
+        assert!(total > 0, "{fam}: nothing counted");
+        assert!(
+            a * 10 >= total && b * 10 >= total,
+            "{fam}: r1 {a}, r2 {b}: not spread over both next hops"
+        );
+    }
+    let (clean, took) = rt.stop(Duration::from_secs(5));
+    assert!(clean, "exit on SIGTERM ({took:?}):\n{}", rt.log());
+}
+
+/// The route toward far moves from r1 to r2 in the middle of a 4 MiB download through the
+/// NAT VIP: the download arrives intact and the frames after the change leave by r2.
+#[test]
+fn rt_route_change_mid_download_keeps_the_bytes_and_moves_the_path() {
+    let _serial = serial();
+    let mut rt = Rt::build();
+    let cfg = rt.config(true, "");
+    rt.start(&sluice(), &cfg);
+    wait_ready(&rt, &rt.client);
+    // A small receive window so that the download lasts seconds.
+    rt.far.sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let download = rt
+        .far
+        .in_thread(move || lab::slow_download(vip("192.0.2.10", 80), Duration::from_millis(4), tx))
+        .expect("thread");
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("download headers");
+    std::thread::sleep(Duration::from_millis(800));
+    let c0 = [rt.router_count(0).0, rt.router_count(1).0];
+    rt.lb
+        .run(&["ip", "route", "replace", "10.9.0.1/32", "via", "10.0.0.3"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let c1 = [rt.router_count(0).0, rt.router_count(1).0];
+    assert!(
+        !download.is_finished(),
+        "the download ended before the route change: it must span it"
+    );
+    let body = download
+        .join()
+        .expect("download thread")
+        .unwrap_or_else(|e| panic!("download broke: {e}\n{}", rt.log()));
+    let c2 = [rt.router_count(0).0, rt.router_count(1).0];
+    let want = blob();
+    println!(
+        "MEASURE routes route change mid-download: {} bytes, digest {:016x} (want {:016x}); \
+         r1/r2 packets before {c0:?}, 0.5 s after the change {c1:?}, at the end {c2:?}",
+        body.len(),
+        digest(&body),
+        digest(&want)
+    );
+    assert_eq!(body.len(), want.len(), "download length");
+    assert_eq!(digest(&body), digest(&want), "download bytes differ");
+    assert!(
+        c0[0] > 0,
+        "before the change the download went by r1: {c0:?}"
+    );
+    assert!(
+        c2[1] > c1[1],
+        "after the change the download goes by r2: {c1:?} -> {c2:?}"
+    );
+    assert_eq!(
+        c2[0], c1[0],
+        "nothing by r1 once the change applied: {c1:?} -> {c2:?}"
+    );
+    let (clean, took) = rt.stop(Duration::from_secs(5));
+    assert!(clean, "exit on SIGTERM ({took:?}):\n{}", rt.log());
+}
