@@ -118,6 +118,9 @@ pub enum Event {
     /// an Established session ends at once with Cease/BFD Down (RFC 9384); in any other
     /// state there is nothing to protect yet and the event is ignored.
     BfdDown,
+    /// The peer announced more prefixes than it may (RFC 4486): an Established session
+    /// ends with this Cease.
+    PrefixLimit(Notification),
 }
 
 /// Why a session left for Idle.
@@ -327,6 +330,11 @@ impl Fsm {
             Event::BfdDown => {
                 if self.state == State::Established {
                     let n = Notification::cease(cease::BFD_DOWN, "");
+                    self.fail(DownReason::Sent(n.clone()), Some(n), now, &mut out);
+                }
+            }
+            Event::PrefixLimit(n) => {
+                if self.state == State::Established {
                     self.fail(DownReason::Sent(n.clone()), Some(n), now, &mut out);
                 }
             }

@@ -32,5 +32,5 @@ pub use fsm::State;
 pub use ipnet::IpNet;
 pub use speaker::{
     BfdConfig, BfdDiscards, BfdStatus, Md5Key, PeerConfig, PeerStatus, RouteAttrs, SocketOptions,
-    Speaker, SpeakerConfig, SpeakerConfigError, SpeakerError, validate,
+    Speaker, SpeakerConfig, SpeakerConfigError, SpeakerError, TRACKED_PREFIXES, validate,
 };

@@ -189,9 +189,15 @@ pub(crate) enum Received {
     Closed(Option<io::Error>),
 }
 
-/// Reads messages until the connection closes or one fails to decode, handing each to
-/// `deliver`; stops early when `deliver` returns false (nobody listens any more).
-pub(crate) async fn read_messages(mut r: OwnedReadHalf, mut deliver: impl FnMut(Received) -> bool) {
+/// Reads messages until the connection closes or one fails to decode, handing each to the
+/// peer task on `tx` as connection `id`; while that bounded channel is full the socket is
+/// not read (TCP pushes back on the peer). Stops early when nobody listens any more.
+pub(crate) async fn read_messages(
+    mut r: OwnedReadHalf,
+    id: crate::fsm::ConnId,
+    tx: tokio::sync::mpsc::Sender<(crate::fsm::ConnId, Received)>,
+) {
+    let deliver = async |item| tx.send((id, item)).await.is_ok();
     let mut buf: Vec<u8> = Vec::with_capacity(codec::MAX_MESSAGE_LEN * 2);
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
@@ -201,30 +207,30 @@ pub(crate) async fn read_messages(mut r: OwnedReadHalf, mut deliver: impl FnMut(
                     let item = match codec::decode(&buf[..len]) {
                         Ok(m) => Received::Message(m),
                         Err(e) => {
-                            deliver(Received::Malformed(e));
+                            deliver(Received::Malformed(e)).await;
                             return;
                         }
                     };
                     buf.drain(..len);
-                    if !deliver(item) {
+                    if !deliver(item).await {
                         return;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    deliver(Received::Malformed(e));
+                    deliver(Received::Malformed(e)).await;
                     return;
                 }
             }
         }
         match r.read(&mut chunk).await {
             Ok(0) => {
-                deliver(Received::Closed(None));
+                deliver(Received::Closed(None)).await;
                 return;
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) => {
-                deliver(Received::Closed(Some(e)));
+                deliver(Received::Closed(Some(e))).await;
                 return;
             }
         }

@@ -120,6 +120,12 @@ pub struct PeerConfig {
     pub ttl_security: bool,
     /// RFC 2385 TCP MD5 key shared with the peer (needs [`SpeakerConfig::socket_options`]).
     pub md5_key: Option<Md5Key>,
+    /// The most prefixes the peer may announce to us (RFC 4486): one more ends the session
+    /// with Cease/Maximum Number of Prefixes Reached. `None` (the default) keeps the session
+    /// whatever the peer sends, and Sluice, which only announces, then tracks at most
+    /// [`TRACKED_PREFIXES`] of them (the count saturates there), so a full table costs a
+    /// bounded few megabytes.
+    pub max_prefixes: Option<usize>,
     /// NEXT_HOP for IPv4 VIPs when the route has none; default: the session's local address.
     pub next_hop_v4: Option<Ipv4Addr>,
     /// Next hop for IPv6 VIPs when the route has none; default: the session's local address.
@@ -258,6 +264,9 @@ impl Default for BfdStatus {
     }
 }
 
+/// Received prefixes a peer without `max_prefixes` has tracked (for its count) at most.
+pub const TRACKED_PREFIXES: usize = 100_000;
+
 impl PeerConfig {
     /// A peer with the defaults listed on each field.
     pub fn new(address: IpAddr, asn: u32) -> PeerConfig {
@@ -271,6 +280,7 @@ impl PeerConfig {
             connect_retry: Duration::from_secs(5),
             idle_hold: Duration::from_secs(1),
             ttl_security: false,
+            max_prefixes: None,
             md5_key: None,
             next_hop_v4: None,
             next_hop_v6: None,

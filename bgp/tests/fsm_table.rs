@@ -518,6 +518,26 @@ fn rows(t: Instant) -> Vec<Row> {
             .concat(),
         },
         Row {
+            name: "Established + too many prefixes -> Cease/Maximum Number of Prefixes (RFC 4486 subcode 1), down",
+            from: State::Established,
+            passive: false,
+            event: Event::PrefixLimit(notif(6, 1)),
+            to: State::Idle,
+            actions: [
+                vec![send_notif(OUT, notif(6, 1)), Action::Close(OUT)],
+                idle_after_error(DownReason::Sent(notif(6, 1)), true, t),
+            ]
+            .concat(),
+        },
+        Row {
+            name: "OpenSent + too many prefixes -> ignored (no UPDATE before Established)",
+            from: State::OpenSent,
+            passive: false,
+            event: Event::PrefixLimit(notif(6, 1)),
+            to: State::OpenSent,
+            actions: vec![],
+        },
+        Row {
             name: "OpenConfirm + BFD down -> ignored (nothing to protect yet)",
             from: State::OpenConfirm,
             passive: false,

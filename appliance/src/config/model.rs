@@ -179,6 +179,10 @@ pub struct Peer {
     /// RFC 5082 GTSM: require TTL 255 from the peer, send with TTL 255. Without it the
     /// session uses the system's default TTL, which also reaches multihop eBGP peers.
     pub ttl_security: bool,
+    /// `max_prefixes`: the most prefixes the peer may announce; one more ends the session
+    /// with Cease subcode 1 (RFC 4486). `None`: no limit (Sluice tracks at most
+    /// `bgp::TRACKED_PREFIXES` of them).
+    pub max_prefixes: Option<u32>,
     /// BFD for this session (RFC 5880/5881, single hop), after applying the `[bgp]`
     /// default; `None` when off.
     pub bfd: Option<Bfd>,

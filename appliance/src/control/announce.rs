@@ -29,6 +29,7 @@ pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {
             pc.local_address = p.source;
             pc.passive = p.passive;
             pc.ttl_security = p.ttl_security;
+            pc.max_prefixes = p.max_prefixes.map(|n| n as usize);
             pc.bfd = p.bfd.map(|f| BfdConfig {
                 interval: f.interval,
                 multiplier: f.multiplier,

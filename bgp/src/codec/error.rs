@@ -24,6 +24,8 @@ pub mod code {
 
 /// Cease subcodes (IANA "BGP Cease NOTIFICATION message subcodes", RFC 4486).
 pub mod cease {
+    /// Maximum Number of Prefixes Reached (RFC 4486 §3); data: AFI, SAFI, upper bound.
+    pub const MAX_PREFIXES: u8 = 1;
     /// Administrative Shutdown.
     pub const ADMINISTRATIVE_SHUTDOWN: u8 = 2;
     /// Peer De-configured.

@@ -102,10 +102,7 @@ impl PeerTask {
         self.next_id += 1;
         let id = ConnId(self.next_id);
         let (r, w) = stream.into_split();
-        let tx = self.tx.clone();
-        let reader = tokio::spawn(network::read_messages(r, move |item| {
-            tx.send(Input::Read(id, item)).is_ok()
-        }));
+        let reader = tokio::spawn(network::read_messages(r, id, self.reads.clone()));
         self.writers.insert(id, w);
         self.readers.insert(id, reader);
         Some(id)

@@ -8,10 +8,12 @@
 //!  listener task ──Input::Accepted(stream) by peer address────┤
 //!                                                             ▼
 //!  connect task (one per attempt) ──Input::Connected──► peer task ──► Fsm::on_event
-//!  reader task (one per connection) ──Input::Read────►   │  │
+//!  reader task (one per connection) ──bounded reads──►   │  │
 //!                                                        │  └─ writes: OwnedWriteHalf per conn
 //!                                                        └─► Arc<Mutex<PeerStatus>> ◄── Speaker::peers()
 //! ```
+//! The reads channel is bounded ([`READ_QUEUE`] messages): a peer task that falls behind
+//! stops its readers, whose sockets then stop being read, and TCP pushes back on the peer.
 //! Timers are deadlines in the peer task's map; its `select!` sleeps until the earliest one.
 //! BFD runs in its own task (`bfd/tasks.rs`): a peer task starts its BFD session on
 //! Established and receives `Input::BfdDown` when it fails.
@@ -64,13 +66,18 @@ pub(crate) enum PeerCmd {
     InitialRoutesDone,
 }
 
+/// Decoded messages a peer task's readers may queue before they stop reading.
+const READ_QUEUE: usize = 64;
+
+/// What a reader hands its peer task: the connection and what arrived on it.
+type Read = (ConnId, Received);
+
 /// Everything a peer task reacts to.
 #[derive(Debug)]
 enum Input {
     Cmd(PeerCmd),
     Accepted(TcpStream),
     Connected(u64, std::io::Result<TcpStream>),
-    Read(ConnId, Received),
     /// The BFD session went from Up to Down.
     BfdDown,
 }
@@ -150,6 +157,7 @@ pub(crate) fn spawn_peer(
     bfd: Option<mpsc::UnboundedSender<BfdCmd>>,
 ) -> PeerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
+    let (reads_tx, reads_rx) = mpsc::channel(READ_QUEUE);
     let status = Arc::new(Mutex::new(PeerStatus {
         address: cfg.address,
         asn: cfg.asn,
@@ -199,13 +207,14 @@ pub(crate) fn spawn_peer(
         status: status.clone(),
         established_at: established_at.clone(),
         tx: tx.clone(),
+        reads: reads_tx,
         events: VecDeque::new(),
         bfd,
         first_session: true,
         initial_done: cfg.graceful_restart.is_none(),
         eor_due: None,
     };
-    let handle = tokio::spawn(task.run(rx));
+    let handle = tokio::spawn(task.run(rx, reads_rx));
     PeerHandle {
         address: cfg.address,
         tx,
@@ -243,6 +252,8 @@ struct PeerTask {
     status: Arc<Mutex<PeerStatus>>,
     established_at: Arc<Mutex<Option<Instant>>>,
     tx: mpsc::UnboundedSender<Input>,
+    /// The readers' side of the bounded reads channel.
+    reads: mpsc::Sender<Read>,
     /// FSM events produced while carrying out actions (a failed write), fed next.
     events: VecDeque<Event>,
     /// The speaker's BFD task, when any peer uses BFD.
@@ -256,7 +267,7 @@ struct PeerTask {
 }
 
 impl PeerTask {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Input>) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Input>, mut reads: mpsc::Receiver<Read>) {
         self.events.push_back(Event::ManualStart);
         self.drain().await;
         loop {
@@ -274,6 +285,8 @@ impl PeerTask {
                         break;
                     }
                 }
+                // Never closed: the task holds a sender for new connections.
+                Some((id, r)) = reads.recv() => self.on_read(id, r),
                 () = sleep => {
                     let now = Instant::now();
                     let due: Vec<Timer> = self
@@ -326,7 +339,6 @@ impl PeerTask {
                 }
             }
             Input::Connected(attempt, result) => self.on_connected(attempt, result),
-            Input::Read(id, r) => self.on_read(id, r),
         }
         false
     }

@@ -8,10 +8,11 @@ use tracing::{debug, warn};
 
 use super::{PeerTask, Up, lock};
 use crate::codec::{
-    AFI_IPV4, AFI_IPV6, AsSegment, AsSegmentKind, Capability, GRACEFUL_SHUTDOWN, Message, MpReach,
+    AFI_IPV4, AFI_IPV6, Notification, cease, code, AsSegment, AsSegmentKind, Capability, GRACEFUL_SHUTDOWN, Message, MpReach,
     MpUnreach, Origin, PathAttr, RouteRefresh, SAFI_UNICAST, Update,
 };
-use crate::speaker::RouteAttrs;
+use crate::fsm::Event;
+use crate::speaker::{RouteAttrs, TRACKED_PREFIXES};
 
 /// Why a route cannot be sent on this session (counted in `unsendable_routes`).
 #[derive(Debug, thiserror::Error)]
@@ -161,10 +162,36 @@ impl PeerTask {
         }
         let announced = u.announced();
         if !announced.is_empty() {
-            debug!(peer = %self.cfg.address, ?announced, "bgp: routes received (not installed)");
+            debug!(peer = %self.cfg.address, n = announced.len(), "bgp: routes received (not installed)");
         }
+        let Some(max) = self.cfg.max_prefixes else {
+            // No limit: keep the session and bound what counting costs.
+            for p in announced {
+                if self.received.len() >= TRACKED_PREFIXES {
+                    break;
+                }
+                self.received.insert(p);
+            }
+            lock(&self.status).prefixes_received = self.received.len();
+            return;
+        };
+        let afi = announced.first().map(|p| p.addr().is_ipv4());
         self.received.extend(announced);
         lock(&self.status).prefixes_received = self.received.len();
+        if self.received.len() > max {
+            warn!(peer = %self.cfg.address, max, "bgp: peer exceeded max_prefixes; closing the session (RFC 4486)");
+            let afi = if afi.unwrap_or(true) { AFI_IPV4 } else { AFI_IPV6 };
+            // RFC 4486 §4: AFI, SAFI and the upper bound.
+            let mut data = afi.to_be_bytes().to_vec();
+            data.push(SAFI_UNICAST);
+            data.extend_from_slice(&u32::try_from(max).unwrap_or(u32::MAX).to_be_bytes());
+            let n = Notification {
+                code: code::CEASE,
+                subcode: cease::MAX_PREFIXES,
+                data,
+            };
+            self.events.push_back(Event::PrefixLimit(n));
+        }
     }
 
     pub(super) async fn on_route_refresh(&mut self, r: RouteRefresh) {

@@ -213,6 +213,9 @@ fn peer(
     let passive = p.bool("passive", errs).unwrap_or(false);
     let password = password(p, errs);
     let ttl_security = p.bool("ttl_security", errs).unwrap_or(false);
+    let max_prefixes = p
+        .int("max_prefixes", 1..=i64::from(u32::MAX), errs)
+        .map(|n| n as u32);
     let bfd = effective_bfd(raw_bfd(p, errs), default_bfd);
     let peer = match (address, peer_asn) {
         (Some(address), Some(asn)) => Some(Peer {
@@ -226,6 +229,7 @@ fn peer(
             passive,
             password,
             ttl_security,
+            max_prefixes,
             bfd,
         }),
         _ => None,
