@@ -1,0 +1,579 @@
+//! The control plane under hostile load, in lab namespaces (root): idle connections held to
+//! the metrics and TCP API listeners under the usual soft limit of 1,024 descriptors, a BGP
+//! peer that announces a million prefixes, and a reload whose steering-map update fails.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bgp::codec::{self, AsSegment, AsSegmentKind, Capability, Message, Open, Origin, PathAttr};
+use lab::{LB_LAN4, Lab, LabMode, LabOptions, ROUTER_LAN4, http_get};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use serde_json::Value;
+
+fn sluice() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
+}
+
+fn nat_vip() -> SocketAddr {
+    SocketAddr::new(LabMode::Nat.vip(false), 80)
+}
+
+/// `sluice ctl --json ARGS` over `socket`: its exit status, stdout and stderr.
+fn ctl(socket: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(sluice())
+        .args(["ctl", "--json", "--socket", &socket.to_string_lossy()])
+        .args(args)
+        .output()
+        .expect("run sluice ctl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ctl_json(socket: &Path, args: &[&str]) -> Value {
+    let (ok, out, err) = ctl(socket, args);
+    assert!(ok, "sluice ctl {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ctl {args:?} JSON: {e}: {out}"))
+}
+
+fn version(socket: &Path) -> u64 {
+    ctl_json(socket, &["status"])["config_version"]
+        .as_u64()
+        .expect("config_version")
+}
+
+/// The newest event's sequence number.
+fn last_event(socket: &Path) -> u64 {
+    let ev = ctl_json(socket, &["events"]);
+    ev.as_array()
+        .and_then(|a| a.iter().filter_map(|e| e["seq"].as_u64()).max())
+        .unwrap_or(0)
+}
+
+/// The health events after `since`.
+fn health_events(socket: &Path, since: u64) -> Vec<String> {
+    let ev = ctl_json(socket, &["events", "--since", &since.to_string()]);
+    ev.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "health")
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// One sample of the Prometheus text, 0 when absent.
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The resident memory of `pid`, in kB.
+fn vm_rss_kb(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A script that starts sluice under a soft descriptor limit of 1,024, as systemd and a
+/// login shell leave it.
+fn soft_limited_sluice(dir: &Path) -> PathBuf {
+    let p = dir.join("sluice-nofile-1024");
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\nulimit -S -n 1024 || exit 1\nexec {} \"$@\"\n",
+            sluice().display()
+        ),
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    p
+}
+
+/// A client in the lab that sends a request through the NAT VIP every 100 ms until `stop`;
+/// returns (requests, failures).
+fn steady_client(lab: &Lab, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
+    lab.client
+        .in_thread(move || {
+            let (mut n, mut failed) = (0, 0);
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                match http_get(nat_vip(), "/whoami", Duration::from_secs(3)) {
+                    Ok((200, _)) => {}
+                    _ => failed += 1,
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (n, failed)
+        })
+        .expect("client thread")
+}
+
+#[test]
+fn hd_idle_connections_to_metrics_and_tcp_api_change_no_health_and_ctl_answers() {
+    lab::netns::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let socket = lab.api_socket_at(0);
+    let token_file = lab.dir.join("token");
+    std::fs::write(&token_file, "hd-0123456789abcdef-token\n").expect("token");
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
+    let cfg = lab.config(&socket).replace(
+        "metrics = \"\"\n",
+        &format!(
+            "metrics = \"127.0.0.1:9300\"\nlisten = \"127.0.0.1:9400\"\ntoken_file = \"{}\"\n",
+            token_file.display()
+        ),
+    );
+    lab.write_config(&cfg).expect("config");
+    let log = lab
+        .start_appliance(&soft_limited_sluice(&lab.dir))
+        .expect("start");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        lab.wait_vip(nat_vip(), Duration::from_secs(20))
+            .expect("client"),
+        "VIP never answered:\n{}",
+        log_text()
+    );
+    // Let the probes settle, then note where the events are.
+    std::thread::sleep(Duration::from_secs(2));
+    let since = last_event(&socket);
+
+    // 4,000 idle connections to each listener, from the appliance's namespace (the
+    // listeners are on its loopback), held for 15 s.
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicU64::new(0));
+    let holder = {
+        let (stop, opened) = (Arc::clone(&stop), Arc::clone(&opened));
+        lab.lb
+            .in_thread(move || {
+                use nix::sys::resource::{Resource, getrlimit, setrlimit};
+                if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+                    let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+                }
+                let mut held = Vec::new();
+                for port in [9300u16, 9400] {
+                    for _ in 0..4000 {
+                        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+                            opened.fetch_add(1, Ordering::Relaxed);
+                            held.push(s);
+                        }
+                    }
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                held.len()
+            })
+            .expect("holder thread")
+    };
+    let client = steady_client(&lab, Arc::clone(&stop));
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    let mut answers = 0;
+    while started.elapsed() < Duration::from_secs(15) {
+        let t = Instant::now();
+        let (ok, _, err) = ctl(&socket, &["status"]);
+        let took = t.elapsed();
+        assert!(ok, "ctl status failed under load: {err}\n{}", log_text());
+        slowest = slowest.max(took);
+        answers += 1;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (_, metrics, _) = ctl(&socket, &["metrics"]);
+    stop.store(true, Ordering::Relaxed);
+    let held = holder.join().expect("holder");
+    let (requests, failed) = client.join().expect("client");
+    let health = health_events(&socket, since);
+    println!(
+        "hd idle: {held} connections held ({} opened), ctl status answered {answers} times, \
+         slowest {slowest:?}; VIP {requests} requests, {failed} failed; refused: metrics {} \
+         tcp {}; timed out: metrics {} tcp {}",
+        opened.load(Ordering::Relaxed),
+        sample(
+            &metrics,
+            "sluice_api_connections_refused_total{listener=\"metrics\"}"
+        ),
+        sample(
+            &metrics,
+            "sluice_api_connections_refused_total{listener=\"tcp\"}"
+        ),
+        sample(
+            &metrics,
+            "sluice_api_connection_timeouts_total{listener=\"metrics\"}"
+        ),
+        sample(
+            &metrics,
+            "sluice_api_connection_timeouts_total{listener=\"tcp\"}"
+        ),
+    );
+    assert!(
+        held >= 7000,
+        "the test held only {held} connections: it did not load the listeners"
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "ctl status took {slowest:?} under load"
+    );
+    assert!(health.is_empty(), "backends changed health: {health:?}");
+    assert_eq!(failed, 0, "{failed} of {requests} VIP requests failed");
+    assert!(
+        sample(
+            &metrics,
+            "sluice_api_connections_refused_total{listener=\"metrics\"}"
+        ) > 0.0,
+        "the metrics listener's cap never refused:\n{metrics}"
+    );
+    assert!(
+        sample(&metrics, "sluice_api_connections{listener=\"metrics\"}") <= 256.0,
+        "more connections open than the cap"
+    );
+    assert!(
+        log_text().contains("descriptor limit raised from 1024"),
+        "{}",
+        log_text()
+    );
+    assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
+    assert!(!socket.exists(), "the socket is removed at exit");
+}
+
+/// The steering map of the appliance process `pid`, found through its descriptors.
+fn steering_map(pid: u32) -> MapHandle {
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("fdinfo") {
+        let Ok(text) = std::fs::read_to_string(fd.expect("entry").path()) else {
+            continue;
+        };
+        let Some(id) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("map_id:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(m) = MapHandle::from_map_id(id)
+            && m.name() == "steer_keys"
+        {
+            return m;
+        }
+    }
+    panic!("appliance {pid} holds no steer_keys map");
+}
+
+/// Fills `map` with keys of a kind the program never looks up (0xEE); returns them.
+fn fill(map: &MapHandle) -> Vec<Vec<u8>> {
+    let size = map.key_size() as usize;
+    let present = map.keys().count();
+    let room = map.max_entries() as usize - present;
+    let mut junk = Vec::with_capacity(room);
+    for i in 0..room as u32 {
+        let mut k = vec![0u8; size];
+        k[..4].copy_from_slice(&i.to_be_bytes());
+        k[19] = 0xEE;
+        map.update(&k, &1u32.to_ne_bytes(), MapFlags::NO_EXIST)
+            .expect("fill the steering map");
+        junk.push(k);
+    }
+    junk
+}
+
+#[test]
+fn hd_a_reload_whose_steering_update_fails_is_rejected_whole() {
+    lab::netns::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        health_checks: false,
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let socket = lab.api_socket_at(0);
+    let cfg = lab.config(&socket);
+    lab.write_config(&cfg).expect("config");
+    let log = lab.start_appliance(&sluice()).expect("start");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        lab.wait_vip(nat_vip(), Duration::from_secs(20))
+            .expect("client"),
+        "VIP never answered:\n{}",
+        log_text()
+    );
+    let before = version(&socket);
+    let map = steering_map(lab.appliance_pid(0).expect("pid"));
+    let junk = fill(&map);
+
+    // A new VIP needs steering keys the full map cannot take.
+    let extra = format!(
+        "{cfg}\n[[vip]]\nname = \"hd-extra\"\naddress = \"192.0.2.77\"\nport = 80\n\
+         mode = \"nat\"\n[[vip.backend]]\naddress = \"10.0.0.21\"\nport = 8080\n"
+    );
+    lab.write_config(&extra).expect("config");
+    let (ok, out, err) = ctl(&socket, &["reload"]);
+    println!("hd reload with a full steering map: ok={ok} {out}{err}");
+    assert!(!ok, "the reload was reported applied: {out}");
+    assert!(
+        err.contains("steering maps"),
+        "the reply names the failure: {err}"
+    );
+    assert_eq!(version(&socket), before, "the old version still runs");
+    let vips = ctl_json(&socket, &["vips"]);
+    assert!(
+        !vips.to_string().contains("hd-extra"),
+        "the rejected VIP was published: {vips}"
+    );
+    for _ in 0..5 {
+        let (status, _) = lab
+            .from_client(|| http_get(nat_vip(), "/whoami", Duration::from_secs(3)))
+            .expect("client")
+            .expect("old VIP serves");
+        assert_eq!(status, 200);
+    }
+    let rejected = {
+        let (_, m, _) = ctl(&socket, &["metrics"]);
+        sample(&m, "sluice_config_reloads_rejected_total")
+    };
+    assert!(rejected >= 1.0, "rejection counted");
+
+    // With room again the same file applies.
+    for k in &junk {
+        map.delete(k).expect("remove a filler key");
+    }
+    let (ok, out, err) = ctl(&socket, &["reload"]);
+    assert!(ok, "reload with room: {err}\n{}", log_text());
+    assert!(version(&socket) > before, "{out}");
+    assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
+}
+
+/// A minimal BGP peer on the router side: accepts the appliance's session and exchanges
+/// OPEN and KEEPALIVE.
+struct Peer {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Peer {
+    fn accept(l: &TcpListener) -> Peer {
+        l.set_nonblocking(false).expect("blocking");
+        let (s, _) = l.accept().expect("the appliance connects");
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut p = Peer { s, buf: Vec::new() };
+        match p.read() {
+            Some(Message::Open(_)) => {}
+            other => panic!("expected OPEN, got {other:?}"),
+        }
+        let open = Open::new(
+            65000,
+            30,
+            ROUTER_LAN4.parse().expect("literal"),
+            vec![
+                Capability::FourOctetAs(65000),
+                Capability::Multiprotocol { afi: 1, safi: 1 },
+            ],
+        );
+        p.send(&Message::Open(open));
+        p.send(&Message::Keepalive);
+        p
+    }
+
+    fn send(&mut self, m: &Message) -> bool {
+        self.s.write_all(&m.encode()).is_ok()
+    }
+
+    /// The next message, or None when the session closed.
+    fn read(&mut self) -> Option<Message> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Ok(Some(len)) = codec::frame_len(&self.buf) {
+                let m = codec::decode(&self.buf[..len]).expect("decodable message");
+                self.buf.drain(..len);
+                return Some(m);
+            }
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// UPDATEs announcing `count` /24s from 16.0.0.0, 900 a message; false when the session
+    /// broke.
+    fn announce(&mut self, count: u32) -> bool {
+        let attrs = vec![
+            PathAttr::Origin(Origin::Igp),
+            PathAttr::AsPath(vec![AsSegment {
+                kind: AsSegmentKind::Sequence,
+                asns: vec![65000],
+            }]),
+            PathAttr::NextHop(ROUTER_LAN4.parse().expect("literal")),
+        ];
+        let mut i = 0;
+        let mut last_keepalive = Instant::now();
+        while i < count {
+            let n = (count - i).min(900);
+            let nlri = (i..i + n)
+                .map(|k| {
+                    let addr = std::net::Ipv4Addr::from(0x1000_0000u32 + (k << 8));
+                    match format!("{addr}/24").parse::<bgp::IpNet>() {
+                        Ok(bgp::IpNet::V4(p)) => p,
+                        _ => unreachable!("an IPv4 prefix"),
+                    }
+                })
+                .collect();
+            let u = codec::Update {
+                attrs: attrs.clone(),
+                nlri,
+                ..codec::Update::default()
+            };
+            if !self.send(&Message::Update(u)) {
+                return false;
+            }
+            if last_keepalive.elapsed() > Duration::from_secs(5) {
+                last_keepalive = Instant::now();
+                self.send(&Message::Keepalive);
+            }
+            i += n;
+        }
+        true
+    }
+}
+
+fn bgp_config(cfg: &str, max_prefixes: Option<u32>) -> String {
+    let limit = max_prefixes.map_or(String::new(), |n| format!("max_prefixes = {n}\n"));
+    format!(
+        "{cfg}\n[bgp]\nasn = 65001\nrouter_id = \"{LB_LAN4}\"\n\n[[bgp.peer]]\n\
+         address = \"{ROUTER_LAN4}\"\nasn = 65000\nhold_time = \"30s\"\nconnect_retry = \"1s\"\n\
+         source = \"{LB_LAN4}\"\n{limit}"
+    )
+}
+
+#[test]
+fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without() {
+    lab::netns::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        health_checks: false,
+        bgp: Some(false),
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let socket = lab.api_socket_at(0);
+    let base = lab.config(&socket);
+    // The router's side of the session: this test.
+    let listener = lab
+        .router
+        .in_thread(|| TcpListener::bind((ROUTER_LAN4, 179)).expect("bind 179 on the router"))
+        .expect("thread")
+        .join()
+        .expect("listener");
+    lab.write_config(&bgp_config(&base, Some(1000)))
+        .expect("config");
+    let log = lab.start_appliance(&sluice()).expect("start");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        lab.wait_vip(nat_vip(), Duration::from_secs(20))
+            .expect("client"),
+        "VIP never answered:\n{}",
+        log_text()
+    );
+
+    // With max_prefixes = 1000: 1,800 prefixes end the session with Cease subcode 1.
+    let mut peer = Peer::accept(&listener);
+    assert!(
+        matches!(peer.read(), Some(Message::Keepalive)),
+        "session up"
+    );
+    assert!(peer.announce(1800), "announce");
+    let notification = loop {
+        match peer.read() {
+            Some(Message::Notification(n)) => break n,
+            Some(_) => continue,
+            None => panic!("closed without a NOTIFICATION:\n{}", log_text()),
+        }
+    };
+    println!("hd max_prefixes 1000: received {notification:?}");
+    assert_eq!(
+        (notification.code, notification.subcode),
+        (6, 1),
+        "Cease/Max Prefixes"
+    );
+    assert_eq!(
+        notification.data,
+        [0, 1, 1, 0, 0, 0x03, 0xe8],
+        "AFI 1, SAFI 1, bound 1000"
+    );
+    drop(peer);
+
+    // Without a limit (a reload restarts the speaker): a million prefixes, the process
+    // grows by less than 24 MB and the VIP keeps answering.
+    lab.write_config(&bgp_config(&base, None)).expect("config");
+    let (ok, _, err) = ctl(&socket, &["reload"]);
+    assert!(ok, "reload: {err}");
+    let mut peer = Peer::accept(&listener);
+    assert!(
+        matches!(peer.read(), Some(Message::Keepalive)),
+        "session up"
+    );
+    let pid = lab.appliance_pid(0).expect("pid");
+    let rss_before = vm_rss_kb(pid);
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = steady_client(&lab, Arc::clone(&stop));
+    let t = Instant::now();
+    assert!(
+        peer.announce(1_000_000),
+        "the session broke:\n{}",
+        log_text()
+    );
+    let sent_in = t.elapsed();
+    // Keepalives until the appliance has counted everything it tracks.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut received = 0;
+    while Instant::now() < deadline {
+        let bgp = ctl_json(&socket, &["bgp"]);
+        received = bgp["peers"][0]["prefixes_received"].as_u64().unwrap_or(0);
+        if received >= bgp::TRACKED_PREFIXES as u64 {
+            break;
+        }
+        peer.send(&Message::Keepalive);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_after = vm_rss_kb(pid);
+    stop.store(true, Ordering::Relaxed);
+    let (requests, failed) = client.join().expect("client");
+    println!(
+        "hd 1,000,000 prefixes sent in {sent_in:?}; prefixes_received {received}; VmRSS \
+         {rss_before} kB -> {rss_after} kB; VIP {requests} requests, {failed} failed"
+    );
+    assert_eq!(
+        received,
+        bgp::TRACKED_PREFIXES as u64,
+        "tracked up to the bound"
+    );
+    assert!(
+        rss_after < rss_before + 24 * 1024,
+        "memory grew by {} kB",
+        rss_after.saturating_sub(rss_before)
+    );
+    assert_eq!(failed, 0, "{failed} of {requests} VIP requests failed");
+    let bgp = ctl_json(&socket, &["bgp"]);
+    assert_eq!(bgp["peers"][0]["state"], "Established", "{bgp}");
+    assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
+}
