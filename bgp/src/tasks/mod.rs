@@ -267,7 +267,11 @@ struct PeerTask {
 }
 
 impl PeerTask {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Input>, mut reads: mpsc::Receiver<Read>) {
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Input>,
+        mut reads: mpsc::Receiver<Read>,
+    ) {
         self.events.push_back(Event::ManualStart);
         self.drain().await;
         loop {

@@ -8,8 +8,8 @@ use tracing::{debug, warn};
 
 use super::{PeerTask, Up, lock};
 use crate::codec::{
-    AFI_IPV4, AFI_IPV6, Notification, cease, code, AsSegment, AsSegmentKind, Capability, GRACEFUL_SHUTDOWN, Message, MpReach,
-    MpUnreach, Origin, PathAttr, RouteRefresh, SAFI_UNICAST, Update,
+    AFI_IPV4, AFI_IPV6, AsSegment, AsSegmentKind, Capability, GRACEFUL_SHUTDOWN, Message, MpReach,
+    MpUnreach, Notification, Origin, PathAttr, RouteRefresh, SAFI_UNICAST, Update, cease, code,
 };
 use crate::fsm::Event;
 use crate::speaker::{RouteAttrs, TRACKED_PREFIXES};
@@ -180,7 +180,11 @@ impl PeerTask {
         lock(&self.status).prefixes_received = self.received.len();
         if self.received.len() > max {
             warn!(peer = %self.cfg.address, max, "bgp: peer exceeded max_prefixes; closing the session (RFC 4486)");
-            let afi = if afi.unwrap_or(true) { AFI_IPV4 } else { AFI_IPV6 };
+            let afi = if afi.unwrap_or(true) {
+                AFI_IPV4
+            } else {
+                AFI_IPV6
+            };
             // RFC 4486 §4: AFI, SAFI and the upper bound.
             let mut data = afi.to_be_bytes().to_vec();
             data.push(SAFI_UNICAST);
