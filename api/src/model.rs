@@ -38,6 +38,9 @@ pub struct Status {
     pub conntrack_capacity: u64,
     /// New flows answered from the Maglev ring because a connection table was full.
     pub conntrack_fallbacks: u64,
+    /// The connection tables by state, and what admitted, promoted and removed entries.
+    #[serde(default)]
+    pub conntrack: Conntrack,
     /// True when `[bgp]` is configured.
     pub bgp: bool,
     /// The XDP flow cache (`[appliance] flow_cache`), `None` when it is off.
@@ -45,6 +48,40 @@ pub struct Status {
     /// Flood mode (`[flood]`): `None` before the datapath's counters were first read.
     #[serde(default)]
     pub flood: Option<Flood>,
+}
+
+/// The connection tables, summed over the workers: entries per state (embryonic entries
+/// are a SYN or one datagram that has not earned established yet) and counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conntrack {
+    /// Entries now: embryonic TCP (a SYN seen).
+    pub embryonic_tcp: u64,
+    pub established_tcp: u64,
+    /// FIN or RST seen.
+    pub closing_tcp: u64,
+    /// Entries now: embryonic UDP (one datagram seen).
+    pub embryonic_udp: u64,
+    pub established_udp: u64,
+    /// Entries created.
+    pub inserted: u64,
+    /// Embryonic entries promoted to established.
+    pub promoted: u64,
+    /// Entries removed at their idle timeout.
+    pub expired: u64,
+    /// Live embryonic entries evicted to make room for new flows.
+    pub evicted_embryonic: u64,
+    /// Live closing entries evicted to make room for new flows.
+    pub evicted_closing: u64,
+    /// New flows refused an entry: the table was full of established flows.
+    pub table_full: u64,
+    /// TCP segments other than a SYN without an entry: answered from the Maglev ring with
+    /// no state (FullNAT: dropped).
+    pub stateless_no_entry: u64,
+    /// New flows answered from the Maglev ring because the table was full (FullNAT:
+    /// dropped).
+    pub stateless_table_full: u64,
+    /// FullNAT new flows dropped for want of a free local port.
+    pub snat_exhausted: u64,
 }
 
 /// Flood mode: the XDP program sheds first packets of sources over their rate while a

@@ -55,6 +55,34 @@ pub struct Appliance {
     /// Maglev lookup table size (a prime).
     pub maglev_table_size: u32,
     pub timeouts: Timeouts,
+    /// `[appliance.icmp_limits]`: how many ICMP messages the engine originates.
+    pub icmp_limits: IcmpLimits,
+}
+
+/// Rate limits on the ICMP and ICMPv6 messages the engine originates (echo replies for VIPs
+/// and the errors it generates, RFC 4443 section 2.4(f)): a token bucket per VIP address and
+/// one per address family, each message taking a token from both. Rates are messages a
+/// second for the whole appliance (each worker gets its share); 0 turns a limit off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpLimits {
+    /// Per VIP address.
+    pub per_vip: u32,
+    /// Per address family, over all VIPs.
+    pub per_family: u32,
+    /// Messages a bucket may send at once after being idle.
+    pub burst: u32,
+}
+
+impl Default for IcmpLimits {
+    fn default() -> Self {
+        // Linux's defaults for its own ICMP (icmp_msgs_per_sec 1000, burst 50) per family;
+        // one VIP gets a tenth of it, so one reflected flood cannot use it all.
+        Self {
+            per_vip: 100,
+            per_family: 1000,
+            burst: 50,
+        }
+    }
 }
 
 /// `[flood]`: flood mode. Each CPU that runs the XDP program counts the VIP frames that may

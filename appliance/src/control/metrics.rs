@@ -16,6 +16,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+mod conntrack;
+
 use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
 use crate::config::{Backend, Config, Vip};
 use crate::engine::BackendId;
@@ -90,6 +92,7 @@ pub fn render(s: &Shared) -> String {
     info(&mut b, s, &view);
     config_sync(&mut b, s, &agg);
     datapath(&mut b, &view, &agg);
+    conntrack::families(&mut b, &agg);
     flood(&mut b, &view);
     if let Some(cfg) = &view.config {
         vips(&mut b, cfg, &view, &tables, &agg);
@@ -579,6 +582,11 @@ address = "10.1.0.21"
         snap.drops[2] = 1;
         snap.stats.passed = 12;
         snap.stats.conntrack_fallback = 1;
+        snap.stats.stateless_no_entry = 7;
+        snap.stats.icmp_rate_limited = 2;
+        snap.conntrack.promoted = 4;
+        snap.conntrack.evicted_embryonic = 6;
+        snap.conntrack_fill = [3, 2, 1, 0, 5];
         snap.stats.rechosen = 2;
         snap.retired_backends.insert(
             BackendId::new(&web.name, web.backends[0].address, 80),
@@ -753,6 +761,7 @@ sluice_dropped_packets_total{reason="family_mismatch"} 0
 sluice_dropped_packets_total{reason="fragment_ambiguous"} 0
 sluice_dropped_packets_total{reason="fragment_nat"} 0
 sluice_dropped_packets_total{reason="icmp_no_flow"} 0
+sluice_dropped_packets_total{reason="icmp_rate_limited"} 0
 sluice_dropped_packets_total{reason="malformed"} 0
 sluice_dropped_packets_total{reason="no_backend"} 0
 sluice_dropped_packets_total{reason="no_flow"} 0
@@ -776,6 +785,33 @@ sluice_conntrack_fallbacks_total 1
 # HELP sluice_flows_rechosen Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
 # TYPE sluice_flows_rechosen counter
 sluice_flows_rechosen_total 2
+# HELP sluice_conntrack_state_entries Connection-table entries by state (syn and udp_new are embryonic), over all workers.
+# TYPE sluice_conntrack_state_entries gauge
+sluice_conntrack_state_entries{state="closing"} 1
+sluice_conntrack_state_entries{state="established"} 2
+sluice_conntrack_state_entries{state="syn"} 3
+sluice_conntrack_state_entries{state="udp"} 0
+sluice_conntrack_state_entries{state="udp_new"} 5
+# HELP sluice_conntrack_inserted Connection-table entries created (embryonic, but for re-chosen flows).
+# TYPE sluice_conntrack_inserted counter
+sluice_conntrack_inserted_total 0
+# HELP sluice_conntrack_promoted Embryonic connection-table entries promoted to established.
+# TYPE sluice_conntrack_promoted counter
+sluice_conntrack_promoted_total 4
+# HELP sluice_conntrack_expired Connection-table entries removed at their idle timeout.
+# TYPE sluice_conntrack_expired counter
+sluice_conntrack_expired_total 0
+# HELP sluice_conntrack_evicted Live connection-table entries evicted for new flows, by state.
+# TYPE sluice_conntrack_evicted counter
+sluice_conntrack_evicted_total{state="closing"} 0
+sluice_conntrack_evicted_total{state="embryonic"} 6
+# HELP sluice_stateless_answers Packets answered from the Maglev ring without a connection entry, by cause.
+# TYPE sluice_stateless_answers counter
+sluice_stateless_answers_total{cause="no_entry"} 7
+sluice_stateless_answers_total{cause="table_full"} 1
+# HELP sluice_icmp_rate_limited ICMP echo replies and errors not sent because of [appliance.icmp_limits].
+# TYPE sluice_icmp_rate_limited counter
+sluice_icmp_rate_limited_total 2
 # HELP sluice_flood_active_cpus CPUs in flood mode now (0: off).
 # TYPE sluice_flood_active_cpus gauge
 sluice_flood_active_cpus 1

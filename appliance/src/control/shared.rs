@@ -133,6 +133,10 @@ pub struct Aggregate {
     pub stats: crate::lb::process::WorkerStats,
     pub conntrack_entries: u64,
     pub conntrack_capacity: u64,
+    /// Connection-table counters, summed.
+    pub conntrack: crate::lb::conntrack::ConnStats,
+    /// Entries per timeout class ([`crate::lb::FlowState::class`]), summed.
+    pub conntrack_fill: [u64; crate::lb::conntrack::CLASSES],
     /// Per worker, the version it runs.
     pub running: Vec<u64>,
     /// Per worker, (new flows, connection-table entries).
@@ -256,6 +260,18 @@ impl Shared {
             a.stats.icmp_errors_forwarded += st.icmp_errors_forwarded;
             a.stats.time_exceeded_sent += st.time_exceeded_sent;
             a.stats.fragments += st.fragments;
+            a.stats.stateless_no_entry += st.stateless_no_entry;
+            a.stats.icmp_rate_limited += st.icmp_rate_limited;
+            let c = &s.conntrack;
+            a.conntrack.inserted += c.inserted;
+            a.conntrack.promoted += c.promoted;
+            a.conntrack.expired += c.expired;
+            a.conntrack.evicted_embryonic += c.evicted_embryonic;
+            a.conntrack.evicted_closing += c.evicted_closing;
+            a.conntrack.full += c.full;
+            for (f, n) in a.conntrack_fill.iter_mut().zip(s.conntrack_fill) {
+                *f += n as u64;
+            }
             a.conntrack_entries += s.conntrack_len as u64;
             a.conntrack_capacity += s.conntrack_capacity as u64;
         }
@@ -324,6 +340,7 @@ impl Shared {
             conntrack_entries: agg.conntrack_entries,
             conntrack_capacity: agg.conntrack_capacity,
             conntrack_fallbacks: agg.stats.conntrack_fallback,
+            conntrack: conntrack_doc(&agg),
             bgp: view.config.as_ref().is_some_and(|c| c.bgp.is_some()),
             flow_cache: self.cache_stats().map(|c| api::FlowCache {
                 hits: c.hits,
@@ -522,5 +539,28 @@ fn vip_doc(
         new_flows: totals.new_flows,
         active_flows: agg.vip_flows.get(&v.name).copied().unwrap_or(0),
         hash_imbalance: imbalance(&shares),
+    }
+}
+
+/// The connection tables' fill by state and their counters, summed over the workers.
+fn conntrack_doc(agg: &Aggregate) -> api::Conntrack {
+    use crate::lb::FlowState as S;
+    let fill = |s: S| agg.conntrack_fill[s.class()];
+    let c = &agg.conntrack;
+    api::Conntrack {
+        embryonic_tcp: fill(S::TcpSyn),
+        established_tcp: fill(S::TcpEstablished),
+        closing_tcp: fill(S::TcpClosing),
+        embryonic_udp: fill(S::UdpNew),
+        established_udp: fill(S::Udp),
+        inserted: c.inserted,
+        promoted: c.promoted,
+        expired: c.expired,
+        evicted_embryonic: c.evicted_embryonic,
+        evicted_closing: c.evicted_closing,
+        table_full: c.full,
+        stateless_no_entry: agg.stats.stateless_no_entry,
+        stateless_table_full: agg.stats.conntrack_fallback,
+        snat_exhausted: agg.drops[DropReason::SnatExhausted.index()],
     }
 }

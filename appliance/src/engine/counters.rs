@@ -46,6 +46,10 @@ pub struct CounterSnapshot {
     pub backend_flows: Vec<(u32, u32)>,
     pub conntrack_len: usize,
     pub conntrack_capacity: usize,
+    /// The connection table's counters.
+    pub conntrack: lb::conntrack::ConnStats,
+    /// Entries per timeout class ([`lb::FlowState::class`]).
+    pub conntrack_fill: [usize; lb::conntrack::CLASSES],
     /// Counters of earlier versions.
     pub retired_vips: HashMap<String, VipTotals>,
     pub retired_backends: HashMap<BackendId, BackendTotals>,

@@ -159,6 +159,8 @@ impl LbHandler {
         );
         s.conntrack_len = self.ct.len();
         s.conntrack_capacity = self.ct.capacity();
+        s.conntrack = self.ct.stats;
+        s.conntrack_fill = self.ct.fill();
     }
 }
 

@@ -314,6 +314,8 @@ pub struct Core {
     pub tunnel_source: TunnelSource,
     /// Connection-table timeouts.
     pub timeouts: Timeouts,
+    /// Limits on the ICMP messages the engine originates.
+    pub icmp_limits: crate::config::IcmpLimits,
     /// Maglev table size.
     pub maglev_size: u32,
 }
@@ -368,6 +370,7 @@ impl Tables {
             local_addresses: TupleIndex::with_capacity(4),
             tunnel_source: TunnelSource::default(),
             timeouts: config.appliance.timeouts,
+            icmp_limits: config.appliance.icmp_limits,
             maglev_size: config.appliance.maglev_table_size,
         };
         for v in &config.vips {
@@ -656,6 +659,7 @@ pub(crate) mod tests {
                 conntrack_capacity: 1024,
                 maglev_table_size: 65537,
                 timeouts: Timeouts::default(),
+                icmp_limits: Default::default(),
             },
             api: Api {
                 socket: PathBuf::from("/run/sluice.sock"),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{MAX_DURATION, check_name, is_prime};
 use crate::config::error::ConfigErrors;
-use crate::config::model::{Appliance, Timeouts, XdpMode};
+use crate::config::model::{Appliance, IcmpLimits, Timeouts, XdpMode};
 use crate::config::reader::Table;
 
 /// The UMEM and ring sizes of each AF_XDP socket.
@@ -48,6 +48,10 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         Some(tt) => timeouts(tt, errs),
         None => Timeouts::default(),
     };
+    let icmp_limits = match t.table("icmp_limits", errs) {
+        Some(tt) => icmp_limits(tt, errs),
+        None => IcmpLimits::default(),
+    };
     t.finish(errs);
     Some(Appliance {
         name: name?,
@@ -61,6 +65,7 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         conntrack_capacity,
         maglev_table_size,
         timeouts,
+        icmp_limits,
     })
 }
 
@@ -139,6 +144,25 @@ fn maglev_table_size(t: &mut Table<'_>, errs: &mut ConfigErrors) -> u32 {
         );
     }
     maglev_table_size
+}
+
+/// `[appliance.icmp_limits]`, each key defaulting on its own.
+fn icmp_limits(mut tt: Table<'_>, errs: &mut ConfigErrors) -> IcmpLimits {
+    let d = IcmpLimits::default();
+    let rate = 0..=10_000_000;
+    let out = IcmpLimits {
+        per_vip: tt
+            .int("per_vip", rate.clone(), errs)
+            .map_or(d.per_vip, |v| v as u32),
+        per_family: tt
+            .int("per_family", rate, errs)
+            .map_or(d.per_family, |v| v as u32),
+        burst: tt
+            .int("burst", 1..=1_000_000, errs)
+            .map_or(d.burst, |v| v as u32),
+    };
+    tt.finish(errs);
+    out
 }
 
 /// `[appliance.timeouts]`, each key defaulting on its own.

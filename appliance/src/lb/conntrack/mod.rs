@@ -281,6 +281,11 @@ impl ConnTable {
         self.len == 0
     }
 
+    /// How many workers share the FullNAT port space (and the appliance's rate limits).
+    pub fn workers(&self) -> u16 {
+        self.workers
+    }
+
     /// Fixed capacity.
     pub fn capacity(&self) -> usize {
         self.slots.len()

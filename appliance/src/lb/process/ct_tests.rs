@@ -198,3 +198,64 @@ fn syn_flood_cannot_evict_an_established_flow() {
     let (v, _) = send(&t, &mut ct, &mut w, 7001, 0x02, 20_000);
     assert!(matches!(v, Verdict::Tx { .. }));
 }
+
+/// Spoofed echo requests and TTL-1 packets to VIPs: the engine answers the burst, then the
+/// configured rate, and counts what it held back (issue 18 item 7).
+#[test]
+fn icmp_echo_replies_and_errors_are_rate_limited() {
+    let mut c = one_vip(Mode::Nat, Scheduler::Maglev, 1);
+    c.appliance.icmp_limits = crate::config::IcmpLimits {
+        per_vip: 10,
+        per_family: 1000,
+        burst: 5,
+    };
+    let t = tables(&c, 1, &|_| true);
+    let mut ct = ct_for(&t, 64);
+    let mut w = WorkerState::new();
+    let echo = |i: u32| {
+        Pkt::new(
+            &client(i),
+            "192.0.2.100",
+            1,
+            testkit::golden::icmp(8, 0, [0, 1, 0, 1], b"p"),
+        )
+        .build()
+    };
+    // 1000 requests within 1 s: the burst of 5 plus 10 a second.
+    let mut replies = 0;
+    for i in 0..1000u32 {
+        let (v, _) = run(
+            &t,
+            &mut ct,
+            &mut w,
+            &echo(i),
+            SEC + u64::from(i) * 1_000_000,
+        );
+        match v {
+            Verdict::Tx { .. } => replies += 1,
+            Verdict::Drop(DropReason::IcmpRateLimited) => {}
+            v => panic!("echo {i}: {v:?}"),
+        }
+    }
+    assert!((14..=16).contains(&replies), "{replies} replies");
+    assert_eq!(w.stats.echo_replies, replies);
+    assert_eq!(w.stats.icmp_rate_limited, 1000 - replies);
+    // TTL 1 toward the VIP, a second later (the bucket refilled): time exceeded within the
+    // same limits, the rest dropped as ttl_exceeded without an answer.
+    let mut answered = 0;
+    for i in 0..100u32 {
+        let p = Pkt::new(&client(i), "192.0.2.100", 6, tcp(2000, 80, 0x02, 1, b""))
+            .ttl(1)
+            .build();
+        let (v, _) = run(&t, &mut ct, &mut w, &p, 3 * SEC + u64::from(i));
+        match v {
+            Verdict::Tx { .. } => answered += 1,
+            Verdict::Drop(DropReason::TtlExceeded) => {}
+            v => panic!("ttl 1 packet {i}: {v:?}"),
+        }
+    }
+    assert_eq!(answered, 5, "the burst only");
+    assert_eq!(w.stats.time_exceeded_sent, 5);
+    assert_eq!(w.drops[DropReason::TtlExceeded.index()], 100);
+    assert_eq!(w.stats.icmp_rate_limited, 1000 - replies + 95);
+}

@@ -1,6 +1,7 @@
 //! ICMP and ICMPv6 the appliance answers or forwards.
 //!
-//! Echo requests to any VIP address are answered in place (v4 and v6). Errors (destination
+//! Echo requests to any VIP address are answered in place (v4 and v6), within the ICMP rate
+//! limits (`super::ratelimit`). Errors (destination
 //! unreachable incl. fragmentation needed, packet too big, time exceeded) addressed to a VIP
 //! that quote a VIP flow are sent to that flow's backend, rewritten as its mode needs, so
 //! path-MTU discovery works through the balancer. Other ICMP to a VIP address goes to the
@@ -58,6 +59,11 @@ pub(super) fn icmp(
         )
     };
     if echo {
+        let vip = tables.vip_by_address(ip.dst).unwrap_or(NONE);
+        if !worker.icmp.allow(vip, ip.v6, now) {
+            worker.stats.icmp_rate_limited += 1;
+            return worker.drop(DropReason::IcmpRateLimited);
+        }
         let n = match reply_egress(tables, ip) {
             Ok(n) => n,
             Err(m) => return worker.drop(m.into()),

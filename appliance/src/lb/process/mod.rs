@@ -24,7 +24,8 @@
 //!   leave the inner TTL alone: the appliance is a bump in the wire there, like Katran.
 //! - **Fragments.** Fragments of DR and tunnel VIPs go statelessly by 3-tuple Maglev; those
 //!   of NAT and FullNAT VIPs are dropped and counted (see `fragment`).
-//! - **ICMP.** Echo requests to any VIP address are answered; errors quoting a VIP flow go to
+//! - **ICMP.** Echo requests to any VIP address are answered, and time-exceeded sent,
+//!   within the ICMP rate limits (`ratelimit`: per VIP address and per family); errors quoting a VIP flow go to
 //!   that flow's backend (see `icmp`).
 //! - **Tunnels.** Outer TTL / hop limit is 64. The outer source address varies with the flow
 //!   hash (low 16 bits for IPv4, low 32 for IPv6, within [`TunnelSource`]) and GUE/VXLAN use a
@@ -44,12 +45,14 @@ mod headers;
 mod icmp;
 mod nat;
 mod owner;
+mod ratelimit;
 #[cfg(test)]
 mod tests;
 mod tunnel;
 
 pub use flow::{Choice, Load, choose_backend};
 pub use owner::owner;
+pub use ratelimit::IcmpLimiter;
 pub use tunnel::tunnel_source;
 
 use crate::config::Mode;
@@ -111,11 +114,13 @@ pub enum DropReason {
     NoRoom,
     /// VIP and backend families differ where the mode cannot translate.
     FamilyMismatch,
+    /// An echo request over the ICMP rate limits (`[appliance.icmp_limits]`).
+    IcmpRateLimited,
 }
 
 impl DropReason {
     /// Number of reasons (the counter array length).
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 18;
 
     /// All reasons in index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -136,6 +141,7 @@ impl DropReason {
         DropReason::IcmpNoFlow,
         DropReason::NoRoom,
         DropReason::FamilyMismatch,
+        DropReason::IcmpRateLimited,
     ];
 
     /// Counter index.
@@ -164,6 +170,7 @@ impl DropReason {
             DropReason::IcmpNoFlow => "icmp_no_flow",
             DropReason::NoRoom => "no_room",
             DropReason::FamilyMismatch => "family_mismatch",
+            DropReason::IcmpRateLimited => "icmp_rate_limited",
         }
     }
 }
@@ -227,6 +234,8 @@ pub struct WorkerStats {
     pub icmp_errors_forwarded: u64,
     /// ICMP time-exceeded messages sent.
     pub time_exceeded_sent: u64,
+    /// ICMP messages not sent because of the rate limits (echo replies and errors).
+    pub icmp_rate_limited: u64,
     /// Fragments forwarded.
     pub fragments: u64,
 }
@@ -253,6 +262,8 @@ pub struct WorkerState {
     sched_prints: Vec<u64>,
     /// Client MACs learned from first frames, until the tables have the kernel's entry.
     pub(crate) learned: crate::lb::egress::LearnedMacs,
+    /// Buckets for the ICMP messages this worker originates.
+    icmp: IcmpLimiter,
     version: Option<u64>,
     /// The `built_as` of the core `sched` and the connection table were bound to.
     core: Option<u64>,
@@ -293,6 +304,7 @@ impl WorkerState {
             sched: Vec::new(),
             sched_prints: Vec::new(),
             learned: Default::default(),
+            icmp: IcmpLimiter::default(),
             version: None,
             core: None,
         }
@@ -349,6 +361,7 @@ impl WorkerState {
             })
             .collect();
         self.sched_prints = prints;
+        self.icmp = IcmpLimiter::new(tables.icmp_limits, tables.vips.len(), ct.workers());
         ct.adopt(tables.version, tables.backends.len(), |f| {
             let vip = tables.vip_lookup(f.key.dst, f.key.dport, f.key.proto)?;
             let backend = tables
@@ -548,6 +561,10 @@ fn forward<R: Record>(
     }
     if nat && frame.data()[ip.ttl_at()] <= 1 {
         worker.drops[DropReason::TtlExceeded.index()] += 1;
+        if !worker.icmp.allow(vip, ip.v6, now) {
+            worker.stats.icmp_rate_limited += 1;
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
         return icmp::time_exceeded(frame, tables, worker, ip);
     }
     let FlowHit {

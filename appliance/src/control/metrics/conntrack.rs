@@ -1,0 +1,68 @@
+//! The metrics of what protects the engine from hostile load: the connection tables' fill
+//! per state (embryonic, established, closing) and what admitted, promoted, evicted and
+//! refused entries, so an operator sees a flood fill the embryonic classes while the
+//! established ones stay put; and the ICMP messages the rate limits held back.
+
+use super::{Builder, labels, set};
+use crate::control::shared::Aggregate;
+use crate::lb::FlowState;
+
+/// Registers the connection-table families with `agg`'s values.
+pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
+    let fill = b.gauge(
+        "sluice_conntrack_state_entries",
+        "Connection-table entries by state (syn and udp_new are embryonic), over all workers",
+    );
+    for s in FlowState::ALL {
+        super::gset(
+            &fill,
+            labels(&[("state", s.name())]),
+            agg.conntrack_fill[s.class()] as i64,
+        );
+    }
+    let c = &agg.conntrack;
+    b.counter1(
+        "sluice_conntrack_inserted",
+        "Connection-table entries created (embryonic, but for re-chosen flows)",
+        c.inserted,
+    );
+    b.counter1(
+        "sluice_conntrack_promoted",
+        "Embryonic connection-table entries promoted to established",
+        c.promoted,
+    );
+    b.counter1(
+        "sluice_conntrack_expired",
+        "Connection-table entries removed at their idle timeout",
+        c.expired,
+    );
+    let evicted = b.counter(
+        "sluice_conntrack_evicted",
+        "Live connection-table entries evicted for new flows, by state",
+    );
+    set(
+        &evicted,
+        labels(&[("state", "embryonic")]),
+        c.evicted_embryonic,
+    );
+    set(&evicted, labels(&[("state", "closing")]), c.evicted_closing);
+    let stateless = b.counter(
+        "sluice_stateless_answers",
+        "Packets answered from the Maglev ring without a connection entry, by cause",
+    );
+    set(
+        &stateless,
+        labels(&[("cause", "no_entry")]),
+        agg.stats.stateless_no_entry,
+    );
+    set(
+        &stateless,
+        labels(&[("cause", "table_full")]),
+        agg.stats.conntrack_fallback,
+    );
+    b.counter1(
+        "sluice_icmp_rate_limited",
+        "ICMP echo replies and errors not sent because of [appliance.icmp_limits]",
+        agg.stats.icmp_rate_limited,
+    );
+}
