@@ -775,3 +775,161 @@ fn rt_route_change_mid_download_keeps_the_bytes_and_moves_the_path() {
     let (clean, took) = rt.stop(Duration::from_secs(5));
     assert!(clean, "exit on SIGTERM ({took:?}):\n{}", rt.log());
 }
+
+/// `sluice ctl status` over the socket; how long it took and whether it answered.
+fn ctl_status(bin: &Path, socket: &Path) -> (bool, Duration) {
+    let t0 = Instant::now();
+    let ok = std::process::Command::new(bin)
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .arg("status")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    (ok, t0.elapsed())
+}
+
+/// Ten backends whose next hops nobody answers for (10.1.0.51-60, on the backend subnet):
+/// resolution never holds the control loop, so `sluice ctl status` answers within 1 s
+/// throughout, a SIGHUP applies within 2 s and SIGTERM ends within 3 s with the graceful
+/// BGP shutdown that BIRD, the peer on r1, sees.
+#[test]
+fn rt_unreachable_backends_never_stall_the_control_loop() {
+    let _serial = serial();
+    lab::netns::require_program("bird", "bird2");
+    let mut rt = Rt::build();
+    let lb_addr: IpAddr = "10.0.0.10".parse().expect("literal");
+    let bird = lab::bird::Bird::start(
+        &rt.routers[0],
+        &rt.dir,
+        &lab::bird::config("10.0.0.2", &rt.dir.join("bird.log"), &[lb_addr]),
+    )
+    .expect("bird");
+    let bgp = format!(
+        "[bgp]\nasn = {}\nrouter_id = \"10.0.0.10\"\ngraceful_shutdown_wait = \"1s\"\n\n\
+         [[bgp.peer]]\naddress = \"10.0.0.2\"\nasn = {}\nhold_time = \"3s\"\n\
+         connect_retry = \"1s\"\nsource = \"10.0.0.10\"\nnext_hop = \"2001:db8:a::10\"\n\n",
+        lab::bird::APPLIANCE_ASN,
+        lab::bird::ROUTER_ASN
+    );
+    let mut dead = String::from(
+        "[[vip]]\nname = \"dead\"\naddress = \"192.0.2.30\"\nport = 80\nmode = \"nat\"\n",
+    );
+    for i in 51..=60 {
+        dead.push_str(&format!(
+            "[[vip.backend]]\naddress = \"10.1.0.{i}\"\nport = 8080\n"
+        ));
+    }
+    let cfg = rt.config(true, &bgp) + &dead;
+    let bin = sluice();
+    rt.start(&bin, &cfg);
+    wait_ready(&rt, &rt.client);
+    // BIRD has the NAT VIP from us.
+    let route = |rt: &Rt| {
+        bird.cmd(&rt.routers[0], &["show", "route", "all", "192.0.2.10/32"])
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !route(&rt).contains("192.0.2.10/32") {
+        assert!(
+            Instant::now() < deadline,
+            "BIRD never learned the VIP:\n{}",
+            rt.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Status answers within 1 s, every 200 ms for 6 s.
+    let socket = rt.socket();
+    let mut worst = Duration::ZERO;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(6) {
+        let (ok, took) = ctl_status(&bin, &socket);
+        assert!(ok, "sluice ctl status failed:\n{}", rt.log());
+        worst = worst.max(took);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // SIGHUP: a changed config (one dead backend fewer) runs within 2 s.
+    let before = rt.status().config_version;
+    let path = rt.dir.join("sluice.toml");
+    let fewer = cfg.replace(
+        "[[vip.backend]]\naddress = \"10.1.0.60\"\nport = 8080\n",
+        "",
+    );
+    std::fs::write(&path, &fewer).expect("config");
+    let pid = rt.sluice.as_ref().expect("running").id().to_string();
+    let hup = Instant::now();
+    run_kill("-HUP", &pid);
+    let applied = loop {
+        let (ok, took) = ctl_status(&bin, &socket);
+        worst = worst.max(took);
+        assert!(ok, "status after SIGHUP");
+        if rt.status().config_version > before {
+            break hup.elapsed();
+        }
+        assert!(
+            hup.elapsed() < Duration::from_secs(2),
+            "SIGHUP not applied within 2 s:\n{}",
+            rt.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SIGTERM: BIRD sees the path tagged GRACEFUL_SHUTDOWN, then the session go down.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let watch_router = rt.routers[0].name.clone();
+    let sock = bird.socket.clone();
+    let watcher = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let mut gshut = false;
+        while t0.elapsed() < Duration::from_secs(6) {
+            let out = std::process::Command::new("ip")
+                .args(["netns", "exec", &watch_router, "birdc", "-s"])
+                .arg(&sock)
+                .args(["show", "route", "all", "192.0.2.10/32"])
+                .output();
+            if let Ok(o) = out
+                && String::from_utf8_lossy(&o.stdout).contains("(65535,0)")
+            {
+                gshut = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = tx.send(gshut);
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let (clean, exit) = rt.stop(Duration::from_secs(3));
+    let gshut = rx.recv_timeout(Duration::from_secs(8)).unwrap_or(false);
+    let _ = watcher.join();
+    let protocols = bird
+        .cmd(&rt.routers[0], &["show", "protocols", "all", "lb1"])
+        .unwrap_or_default();
+    println!(
+        "MEASURE routes 10 unreachable backends: slowest ctl status {worst:?}, SIGHUP applied \
+         in {applied:?}, SIGTERM exit in {exit:?} (clean {clean}), BIRD saw GRACEFUL_SHUTDOWN \
+         {gshut}"
+    );
+    assert!(
+        worst < Duration::from_secs(1),
+        "ctl status took {worst:?}:\n{}",
+        rt.log()
+    );
+    assert!(
+        clean,
+        "SIGTERM: no clean exit within 3 s ({exit:?}):\n{}",
+        rt.log()
+    );
+    assert!(
+        gshut,
+        "BIRD never saw the VIP with GRACEFUL_SHUTDOWN:\n{protocols}\n{}",
+        rt.log()
+    );
+    assert!(
+        !protocols.contains("Established"),
+        "the session is still up after the exit:\n{protocols}"
+    );
+}
+
+fn run_kill(sig: &str, pid: &str) {
+    let _ = std::process::Command::new("kill").args([sig, pid]).status();
+}

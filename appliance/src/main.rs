@@ -379,7 +379,11 @@ fn trace(path: &std::path::Path, flow: &str) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match sluice::trace::trace(&cfg, flow) {
+    // The egress lines need the kernel's routes; without them the rest still stands.
+    let net = sluice::trace::kernel_routes()
+        .map_err(|e| eprintln!("sluice trace: routes not read ({e}); no egress shown"))
+        .ok();
+    match sluice::trace::trace_with(&cfg, flow, net.as_ref()) {
         Ok(report) => {
             print!("{report}");
             ExitCode::SUCCESS

@@ -12,7 +12,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 
 use crate::config::{Config, Mode, Protocol, Scheduler};
+use crate::lb::DropReason;
 use crate::lb::conntrack::ConnTable;
+use crate::lb::egress::{Choice as EgressChoice, Egress, NetState, return_hash};
 use crate::lb::hash::{FlowKey, addr_to_u128};
 use crate::lb::process::{Choice, Load, choose_backend, tunnel_source};
 use crate::lb::sched::SchedState;
@@ -99,6 +101,77 @@ pub struct TraceReport {
     pub snat: Option<SocketAddr>,
     /// Tunnel outer source address and (GUE/VXLAN) UDP source port.
     pub tunnel_source: Option<(IpAddr, u16)>,
+    /// Where the frames leave (toward the backend, and replies toward the client), when
+    /// the kernel's routes were read ([`trace_with`]).
+    pub egress: Vec<TraceEgress>,
+}
+
+/// One egress decision of a traced flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceEgress {
+    /// "backend" or "reply".
+    pub leg: &'static str,
+    /// The destination routed.
+    pub toward: IpAddr,
+    /// The route, next hop and interface taken; `None` without a route.
+    pub choice: Option<EgressChoice>,
+    /// The interface's name.
+    pub interface: Option<String>,
+}
+
+/// [`trace`], plus the egress the datapath would take with the kernel's routes and
+/// neighbours `net` (what `sluice trace` reads through rtnetlink).
+pub fn trace_with(
+    config: &Config,
+    flow: &str,
+    net: Option<&NetState>,
+) -> Result<TraceReport, TraceError> {
+    let mut r = trace(config, flow)?;
+    if let (Some(net), Some(c)) = (net, r.chosen) {
+        let (baddr, bport) = (r.backends[c].address, r.backends[c].port);
+        let e = Egress::build(net, &config.appliance.interfaces, &[baddr], None);
+        let name = |c: &Option<EgressChoice>| {
+            c.and_then(|c| net.links.get(&c.ifindex).map(|l| l.name.clone()))
+        };
+        let to_backend = e.explain(baddr, 0);
+        r.egress.push(TraceEgress {
+            leg: "backend",
+            toward: baddr,
+            interface: name(&to_backend),
+            choice: to_backend,
+        });
+        if matches!(r.mode, Mode::Nat | Mode::FullNat) {
+            let to = r.snat.unwrap_or(r.src);
+            let key = FlowKey {
+                src: addr_to_u128(baddr),
+                dst: addr_to_u128(to.ip()),
+                sport: bport,
+                dport: to.port(),
+                proto: r.protocol.number(),
+                v6: baddr.is_ipv6(),
+            };
+            let reply = e.explain(r.src.ip(), return_hash(&key));
+            r.egress.push(TraceEgress {
+                leg: "reply",
+                toward: r.src.ip(),
+                interface: name(&reply),
+                choice: reply,
+            });
+        }
+    }
+    Ok(r)
+}
+
+/// The kernel's interfaces, routes and neighbours, read now through rtnetlink.
+pub fn kernel_routes() -> Result<NetState, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let r = crate::datapath::neigh::Resolver::new().map_err(|e| e.to_string())?;
+        r.snapshot().await.map_err(|e| e.to_string())
+    })
 }
 
 fn parse_endpoint(s: &str, flow: &str) -> Result<SocketAddr, TraceError> {
@@ -209,6 +282,7 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
         backends,
         snat,
         tunnel_source,
+        egress: Vec::new(),
     })
 }
 
@@ -299,6 +373,27 @@ impl fmt::Display for TraceReport {
         }
         if let Some((a, p)) = self.tunnel_source {
             writeln!(f, "outer src  {a} (udp source port {p} for gue/vxlan)")?;
+        }
+        for e in &self.egress {
+            match &e.choice {
+                None => writeln!(f, "egress     {} {}: no route (no_route)", e.leg, e.toward)?,
+                Some(c) => {
+                    let how = match c.result {
+                        Ok(n) => format!("{} -> {}", n.src_mac, n.dst_mac),
+                        Err(m) => format!("dropped as {}", DropReason::from(m).name()),
+                    };
+                    writeln!(
+                        f,
+                        "egress     {} {} via {}/{} next hop {} dev {}: {how}",
+                        e.leg,
+                        e.toward,
+                        c.prefix.0,
+                        c.prefix.1,
+                        c.next_hop,
+                        e.interface.as_deref().unwrap_or("?"),
+                    )?
+                }
+            }
         }
         writeln!(f, "pool")?;
         for (i, b) in self.backends.iter().enumerate() {
@@ -403,7 +498,47 @@ mod tests {
         );
         let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.70:80").unwrap();
         assert_eq!(r.chosen, None);
+        assert!(r.egress.is_empty(), "no routes read");
         assert!(r.to_string().contains("backend    none"));
+        // With routes: the backend on-link, the reply through a router without a MAC yet.
+        let mut net = NetState::default();
+        let mac = wire::MacAddr([2, 0, 0, 0, 0, 1]);
+        let link = |name: &str| crate::lb::egress::Link {
+            name: name.into(),
+            mac: Some(mac),
+        };
+        net.links.insert(2, link(&c.appliance.interfaces[0]));
+        let hop = |gw: Option<&str>| crate::lb::egress::RouteHop {
+            ifindex: 2,
+            gateway: gw.map(|g| g.parse().unwrap()),
+            weight: 1,
+        };
+        net.routes = vec![
+            crate::lb::egress::Route {
+                dst: "10.0.0.0".parse().unwrap(),
+                len: 16,
+                metric: 0,
+                hops: vec![hop(None)],
+            },
+            crate::lb::egress::Route {
+                dst: "0.0.0.0".parse().unwrap(),
+                len: 0,
+                metric: 0,
+                hops: vec![hop(Some("10.1.0.254"))],
+            },
+        ];
+        let r = trace_with(&c, "tcp 198.51.100.7:1 -> 192.0.2.10:80", Some(&net)).unwrap();
+        let text = r.to_string();
+        assert_eq!(r.egress.len(), 2, "{text}");
+        assert!(
+            text.contains("egress     reply 198.51.100.7 via 0.0.0.0/0 next hop 10.1.0.254")
+                && text.contains("dropped as no_neighbor"),
+            "{text}"
+        );
+        assert!(
+            text.contains("egress     backend 10.0.0.1 via 10.0.0.0/16 next hop 10.0.0.1"),
+            "{text}"
+        );
         let e = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.10:22").unwrap_err();
         assert!(
             e.to_string().contains("no vip serves tcp 192.0.2.10:22"),
