@@ -326,6 +326,34 @@ fn reason(choice: Option<(u32, Choice)>, hash: u32, v: &VipEntry) -> String {
     }
 }
 
+impl TraceReport {
+    /// The `egress` lines of the report.
+    fn fmt_egress(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in &self.egress {
+            match &e.choice {
+                None => writeln!(f, "egress     {} {}: no route (no_route)", e.leg, e.toward)?,
+                Some(c) => {
+                    let how = match c.result {
+                        Ok(n) => format!("{} -> {}", n.src_mac, n.dst_mac),
+                        Err(m) => format!("dropped as {}", DropReason::from(m).name()),
+                    };
+                    writeln!(
+                        f,
+                        "egress     {} {} via {}/{} next hop {} dev {}: {how}",
+                        e.leg,
+                        e.toward,
+                        c.prefix.0,
+                        c.prefix.1,
+                        c.next_hop,
+                        e.interface.as_deref().unwrap_or("?"),
+                    )?
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for TraceReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -374,27 +402,7 @@ impl fmt::Display for TraceReport {
         if let Some((a, p)) = self.tunnel_source {
             writeln!(f, "outer src  {a} (udp source port {p} for gue/vxlan)")?;
         }
-        for e in &self.egress {
-            match &e.choice {
-                None => writeln!(f, "egress     {} {}: no route (no_route)", e.leg, e.toward)?,
-                Some(c) => {
-                    let how = match c.result {
-                        Ok(n) => format!("{} -> {}", n.src_mac, n.dst_mac),
-                        Err(m) => format!("dropped as {}", DropReason::from(m).name()),
-                    };
-                    writeln!(
-                        f,
-                        "egress     {} {} via {}/{} next hop {} dev {}: {how}",
-                        e.leg,
-                        e.toward,
-                        c.prefix.0,
-                        c.prefix.1,
-                        c.next_hop,
-                        e.interface.as_deref().unwrap_or("?"),
-                    )?
-                }
-            }
-        }
+        self.fmt_egress(f)?;
         writeln!(f, "pool")?;
         for (i, b) in self.backends.iter().enumerate() {
             let mark = if Some(i) == self.chosen { "*" } else { " " };
