@@ -246,6 +246,7 @@ fn target(addr: &str, port: u16, check: &Arc<HealthCheck>) -> Target {
         address: addr.parse::<IpAddr>().expect("address"),
         port,
         check: Arc::clone(check),
+        via_vip: None,
     }
 }
 

@@ -471,6 +471,7 @@ fn run(addrs: u8, ports: u16, secs: u64, arrangement: Arrangement) {
             address: IpAddr::from([10, 202, 0, a + 2]),
             port: FIRST_PORT + p,
             check: Arc::clone(&check),
+            via_vip: None,
         })
         .collect();
 

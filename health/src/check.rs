@@ -10,6 +10,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::vip::ViaVip;
+
 /// One named health check definition, shared by every backend that uses it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HealthCheck {
@@ -135,6 +137,8 @@ pub struct Target {
     pub port: u16,
     /// The check definition.
     pub check: Arc<HealthCheck>,
+    /// DR and tunnel VIPs: the VIP the backend must also answer for (see [`crate::vip`]).
+    pub via_vip: Option<ViaVip>,
 }
 
 impl Target {
@@ -149,6 +153,7 @@ impl Target {
             address: self.address,
             port,
             check: Arc::clone(&self.check),
+            via_vip: self.via_vip,
         }
     }
 }
@@ -165,6 +170,8 @@ pub struct ProbeKey {
     pub port: u16,
     /// The check definition.
     pub check: Arc<HealthCheck>,
+    /// The VIP the backend must also answer for, if any.
+    pub via_vip: Option<ViaVip>,
 }
 
 impl std::fmt::Display for ProbeKey {
@@ -174,6 +181,10 @@ impl std::fmt::Display for ProbeKey {
             (a, true) => write!(f, "{} {kind} {a}", self.check.name),
             (IpAddr::V4(a), false) => write!(f, "{} {kind} {a}:{}", self.check.name, self.port),
             (IpAddr::V6(a), false) => write!(f, "{} {kind} [{a}]:{}", self.check.name, self.port),
+        }?;
+        match &self.via_vip {
+            Some(v) => write!(f, " {v}"),
+            None => Ok(()),
         }
     }
 }
@@ -210,6 +221,7 @@ mod tests {
             address: "10.0.0.1".parse().unwrap(),
             port: 80,
             check: tcp,
+            via_vip: None,
         };
         assert_eq!(t.key().port, 8080);
         assert_eq!(t.key().to_string(), "c tcp 10.0.0.1:8080");
@@ -219,6 +231,7 @@ mod tests {
             address: "10.0.0.1".parse().unwrap(),
             port: 80,
             check: Arc::clone(&icmp),
+            via_vip: None,
         };
         let b = Target {
             port: 443,
@@ -226,5 +239,26 @@ mod tests {
         };
         assert_eq!(a.key(), b.key());
         assert_eq!(a.key().to_string(), "c icmp 10.0.0.1");
+
+        // The VIP is part of the identity: one backend in two DR VIPs is two probes.
+        let via = |vip: &str| ViaVip {
+            vip: vip.parse().unwrap(),
+            protocol: crate::vip::VipProtocol::Tcp,
+            backend_port: 80,
+        };
+        let c = Target {
+            via_vip: Some(via("192.0.2.12:80")),
+            ..a.clone()
+        };
+        let d = Target {
+            via_vip: Some(via("192.0.2.13:80")),
+            ..a.clone()
+        };
+        assert_ne!(c.key(), d.key());
+        assert_ne!(c.key(), a.key());
+        assert_eq!(
+            c.key().to_string(),
+            "c icmp 10.0.0.1 via vip tcp 192.0.2.12:80"
+        );
     }
 }

@@ -9,7 +9,9 @@
 //! Typical use from the appliance: build [`Target`]s from the config model, start a
 //! [`Prober`], feed it with [`Prober::set_targets`] on every reload, consume
 //! [`Transition`]s from the returned channel to change pool membership, and read
-//! [`Prober::status`] for the console.
+//! [`Prober::status`] for the console. DR and tunnel targets also carry the VIP their
+//! backend must answer for ([`vip`]); the appliance supplies the prober that sends those
+//! probes through its datapath ([`Prober::spawn_with`]).
 #![forbid(unsafe_code)]
 
 pub mod check;
@@ -19,6 +21,7 @@ pub mod outcome;
 pub mod probe;
 pub mod scheduler;
 pub mod tasks;
+pub mod vip;
 
 pub use check::{CheckKind, HealthCheck, HttpCheck, HttpMethod, InitialHealth, ProbeKey, Target};
 pub use hysteresis::{Health, Hysteresis, Reason};
@@ -28,3 +31,4 @@ pub use scheduler::{
     Counters, Dispatch, ProbeId, Reload, Scheduler, Status, Transition, sort_status,
 };
 pub use tasks::{Prober, probe_once};
+pub use vip::{ViaVip, VipFailure, VipFuture, VipProbe, VipProber, VipProtocol};

@@ -80,6 +80,9 @@ pub enum Failure {
     /// Any other socket error, with the OS's words.
     #[error("{0}")]
     Io(String),
+    /// The check passed on the backend's address but the VIP probe failed.
+    #[error(transparent)]
+    Vip(#[from] crate::vip::VipFailure),
 }
 
 /// Whether `e` is the appliance's own shortage (EMFILE, ENFILE, ENOBUFS, EADDRNOTAVAIL,
@@ -125,6 +128,7 @@ impl Failure {
             Failure::ServerName(_) => "server_name",
             Failure::Local(_) => "local",
             Failure::Io(_) => "io",
+            Failure::Vip(v) => v.label(),
         }
     }
 }

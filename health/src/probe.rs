@@ -1,5 +1,6 @@
 //! The probes themselves: every socket this crate opens is opened here, except those of
-//! plain TCP connect checks run by the prober's loop (`crate::connect`).
+//! plain TCP connect checks run by the prober's loop (`crate::connect`). A target's VIP
+//! probe goes through the [`VipProber`] the appliance supplies (see [`crate::vip`]).
 //!
 //! One async function per check kind turns a [`ProbeKey`] into an [`Outcome`] whose
 //! failure names the cause. The caller ([`crate::tasks`]) bounds each probe with the
@@ -22,6 +23,7 @@ use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 
 use crate::check::{CheckKind, HttpCheck, HttpMethod, ProbeKey};
 use crate::outcome::{Failure, Outcome, Pass};
+use crate::vip::{ViaVip, VipFailure, VipProbe, VipProber, VipProtocol};
 
 /// The most of a TCP/UDP reply searched for `expect`.
 const MAX_REPLY: usize = 64 * 1024;
@@ -31,11 +33,14 @@ const MAX_HEAD: usize = 16 * 1024;
 const MAX_BODY: usize = 1024 * 1024;
 /// Headers parsed in an HTTP response head.
 const MAX_HEADERS: usize = 64;
+/// How much earlier than the check's timeout a VIP probe gives up (at most a tenth of it).
+const VIP_MARGIN: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Shared state for probes: TLS client configurations and ICMP sockets, built once
 /// and reused by every probe.
 #[derive(Debug, Default)]
 pub struct ProbeContext {
+    vip: Option<Arc<dyn VipProber>>,
     tls_verify: OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>,
     tls_insecure: OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>,
     icmp: Mutex<Vec<IcmpClient>>,
@@ -63,9 +68,63 @@ impl ProbeContext {
         ProbeContext::default()
     }
 
+    /// This context, sending the VIP probes of DR and tunnel targets through `prober`.
+    pub fn with_vip_prober(mut self, prober: Arc<dyn VipProber>) -> ProbeContext {
+        self.vip = Some(prober);
+        self
+    }
+
     /// Runs one probe to completion, without a timeout (the caller bounds it).
     /// Must be called inside a tokio runtime (ICMP sockets spawn their receive task).
+    ///
+    /// A target with a VIP passes when both its check on the backend's address and the VIP
+    /// probe pass; they run at once, so the VIP adds nothing to the time a probe takes. The
+    /// check's failure is reported first: a backend that is down also fails for its VIP,
+    /// and "connection refused" is the more useful word then.
     pub async fn probe(&self, key: &ProbeKey) -> Outcome {
+        let Some(via) = key.via_vip else {
+            return self.probe_backend(key).await;
+        };
+        let (app, vip) =
+            Box::pin(async { tokio::join!(self.probe_backend(key), self.probe_vip(key, via)) })
+                .await;
+        let pass = app?;
+        vip?;
+        Ok(pass)
+    }
+
+    async fn probe_vip(&self, key: &ProbeKey, via: ViaVip) -> Result<(), Failure> {
+        let Some(prober) = &self.vip else {
+            return Err(VipFailure::Unavailable.into());
+        };
+        // Ends just before the caller's deadline, so a missing answer is reported as what
+        // it means rather than as a bare timeout.
+        let timeout = key
+            .check
+            .timeout
+            .saturating_sub(VIP_MARGIN.min(key.check.timeout / 10));
+        let udp = match (&key.check.kind, via.protocol) {
+            (_, VipProtocol::Tcp) => None,
+            (CheckKind::Udp { payload, expect }, VipProtocol::Udp) => Some((
+                payload.as_bytes().to_vec(),
+                expect.as_ref().map(|e| e.as_bytes().to_vec()),
+            )),
+            (_, VipProtocol::Udp) => Some((Vec::new(), None)),
+        };
+        let probe = VipProbe {
+            backend: key.address,
+            via,
+            udp,
+            timeout,
+        };
+        match tokio::time::timeout(timeout, prober.probe(probe)).await {
+            Ok(r) => r.map_err(Failure::Vip),
+            Err(_) => Err(VipFailure::NoAnswer(via.vip).into()),
+        }
+    }
+
+    /// The check itself, on the backend's own address.
+    async fn probe_backend(&self, key: &ProbeKey) -> Outcome {
         let addr = SocketAddr::new(key.address, key.port);
         let source = key.check.source;
         // The TLS, HTTP and ICMP futures are large (a TLS session alone is kilobytes);
@@ -724,6 +783,83 @@ mod tests {
         assert_eq!(sni_name(None, Some("b.example:8443"), ip), "b.example");
         assert_eq!(sni_name(None, Some("[fd00::2]:443"), ip), "fd00::2");
         assert_eq!(sni_name(None, None, ip), "10.0.0.1");
+    }
+
+    /// A VIP prober that answers as told, or never.
+    #[derive(Debug)]
+    struct Fake(Option<Result<(), VipFailure>>);
+
+    impl VipProber for Fake {
+        fn probe(&self, _probe: VipProbe) -> crate::vip::VipFuture {
+            let answer = self.0.clone();
+            Box::pin(async move {
+                match answer {
+                    Some(a) => a,
+                    None => std::future::pending().await,
+                }
+            })
+        }
+    }
+
+    fn vip_key(port: u16) -> ProbeKey {
+        let check = crate::check::HealthCheck {
+            name: "c".into(),
+            kind: CheckKind::Tcp {
+                send: None,
+                expect: None,
+            },
+            port: None,
+            interval: std::time::Duration::from_secs(1),
+            timeout: std::time::Duration::from_millis(400),
+            rise: 1,
+            fall: 1,
+            jitter: std::time::Duration::ZERO,
+            initial: crate::check::InitialHealth::Down,
+            source: None,
+        };
+        ProbeKey {
+            address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port,
+            check: Arc::new(check),
+            via_vip: Some(ViaVip {
+                vip: "192.0.2.12:80".parse().unwrap(),
+                protocol: VipProtocol::Tcp,
+                backend_port: port,
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_vip_target_needs_both_the_check_and_the_vip_probe() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = listener.local_addr().unwrap().port();
+        let ctx = |a| ProbeContext::new().with_vip_prober(Arc::new(Fake(a)));
+        let vip = "192.0.2.12:80".parse().unwrap();
+
+        // Without a VIP prober (outside the appliance) the VIP cannot be proven.
+        let bare = ProbeContext::new().probe(&vip_key(open)).await;
+        assert_eq!(bare, Err(Failure::Vip(VipFailure::Unavailable)));
+        let both = ctx(Some(Ok(()))).probe(&vip_key(open)).await;
+        assert_eq!(both, Ok(Pass::Connected));
+        let closed = ctx(Some(Err(VipFailure::Closed(vip))))
+            .probe(&vip_key(open))
+            .await;
+        assert_eq!(closed, Err(Failure::Vip(VipFailure::Closed(vip))));
+        // Silence ends as "did not answer for the VIP", before the caller's deadline.
+        let started = std::time::Instant::now();
+        let silent = ctx(None).probe(&vip_key(open)).await;
+        assert_eq!(silent, Err(Failure::Vip(VipFailure::NoAnswer(vip))));
+        assert!(started.elapsed() < std::time::Duration::from_millis(400));
+        assert!(
+            silent
+                .unwrap_err()
+                .to_string()
+                .contains("did not answer for VIP")
+        );
+        // The check's own failure comes first: the backend is down, not just the VIP.
+        drop(listener);
+        let down = ctx(None).probe(&vip_key(open)).await;
+        assert_eq!(down, Err(Failure::Refused));
     }
 
     #[test]

@@ -628,6 +628,7 @@ mod tests {
             address: addr.parse::<IpAddr>().unwrap(),
             port,
             check: Arc::clone(check),
+            via_vip: None,
         }
     }
 

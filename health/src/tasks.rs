@@ -54,6 +54,11 @@ impl Prober {
     /// Starts the prober's task on the current tokio runtime (which must have the time and
     /// io drivers enabled). Returns the handle and the stream of health transitions.
     pub fn spawn() -> (Prober, mpsc::UnboundedReceiver<Transition>) {
+        Prober::spawn_with(ProbeContext::new())
+    }
+
+    /// [`Prober::spawn`] with a context of the caller's (one that sends VIP probes).
+    pub fn spawn_with(ctx: ProbeContext) -> (Prober, mpsc::UnboundedReceiver<Transition>) {
         let scheduler = Arc::new(Mutex::new(Scheduler::new()));
         let wake = Arc::new(Notify::new());
         let (tx, rx) = mpsc::unbounded_channel();
@@ -61,7 +66,7 @@ impl Prober {
             Arc::clone(&scheduler),
             Arc::clone(&wake),
             tx,
-            Arc::new(ProbeContext::new()),
+            Arc::new(ctx),
         ));
         (
             Prober {
@@ -219,6 +224,7 @@ fn start(
             send: None,
             expect: None,
         } = &d.key.check.kind
+        && d.key.via_vip.is_none()
     {
         let addr = SocketAddr::new(d.key.address, d.key.port);
         let (source, timeout) = (d.key.check.source, d.key.check.timeout);

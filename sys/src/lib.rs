@@ -5,6 +5,7 @@
 //! is the BGP speaker's session security (`TCP_MD5SIG`, `IP_MINTTL`, `IPV6_MINHOPCOUNT`).
 //! [`ethtool`] installs and removes the NIC's ntuple rules that steer FullNAT return traffic
 //! to the queue of the worker that owns it.
+//! [`packet`] is AF_PACKET with a classic BPF filter, for the health probes that prove a VIP.
 //! Everything else in the workspace is `#![forbid(unsafe_code)]` and reaches the kernel
 //! through these safe functions or through maintained crates (libbpf-rs, rtnetlink, nix).
 //! Each module opts in with `#![allow(unsafe_code)]`, and every `unsafe` block carries a
@@ -13,5 +14,6 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod ethtool;
+pub mod packet;
 pub mod sockopt;
 pub mod xsk;

@@ -249,6 +249,9 @@ pub struct Vip {
     pub hash: HashFields,
     /// Name of a `[[health_check]]`; `None` treats every backend as healthy.
     pub health_check: Option<String>,
+    /// DR and tunnel: a backend is healthy only when it also answers a probe sent to the
+    /// VIP the way the datapath forwards (it holds the VIP and serves the port on it).
+    pub health_via_vip: bool,
     /// Local source pool for `fullnat` (same family as the VIP).
     pub snat: Vec<IpAddr>,
     /// Communities added to this VIP's announcement.

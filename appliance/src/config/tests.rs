@@ -660,3 +660,59 @@ fn flow_cache_is_on_by_default_and_switches_off() {
     );
     assert_error(&bad, "appliance.flow_cache", "");
 }
+
+/// `BASE` with its VIP in `mode` (and extra VIP keys), plus checks "h" (http) and "u" (udp).
+fn via_vip_config(mode: &str, extra: &str) -> String {
+    let checks = "[[health_check]]\nname = \"h\"\nkind = \"http\"\n\n\
+                  [[health_check]]\nname = \"u\"\nkind = \"udp\"\npayload = \"x\"\n";
+    let vip = format!("port = 80\nmode = \"{mode}\"\n{extra}\n");
+    format!("{checks}{}", BASE.replacen("port = 80\n", &vip, 1))
+}
+
+#[test]
+fn health_via_vip_defaults_on_for_dr_and_tunnel_with_a_check() {
+    let vip = |mode: &str, extra: &str| {
+        Config::from_toml_str(&via_vip_config(mode, extra))
+            .expect("valid")
+            .vips[0]
+            .clone()
+    };
+    assert!(vip("dr", "health_check = \"h\"").health_via_vip);
+    assert!(vip("tunnel", "tunnel = \"ipip\"\nhealth_check = \"h\"").health_via_vip);
+    assert!(
+        !vip("dr", "").health_via_vip,
+        "no check, nothing to probe with"
+    );
+    assert!(!vip("nat", "health_check = \"h\"").health_via_vip);
+    assert!(!vip("dr", "health_check = \"h\"\nhealth_via_vip = false").health_via_vip);
+    let udp = vip("dr", "protocol = \"udp\"\nhealth_check = \"u\"");
+    assert!(udp.health_via_vip);
+}
+
+#[test]
+fn health_via_vip_is_refused_where_it_cannot_prove_anything() {
+    for mode in ["nat", "fullnat"] {
+        let extra = match mode {
+            "nat" => "health_check = \"h\"\nhealth_via_vip = true",
+            _ => "health_check = \"h\"\nhealth_via_vip = true\nsnat = [\"10.1.0.1\"]",
+        };
+        assert_error(
+            &via_vip_config(mode, extra),
+            "vip \"web\".health_via_vip",
+            "needs mode \"dr\" or \"tunnel\"",
+        );
+    }
+    assert_error(
+        &via_vip_config("dr", "health_via_vip = true"),
+        "vip \"web\".health_via_vip",
+        "needs a health_check",
+    );
+    assert_error(
+        &via_vip_config(
+            "dr",
+            "protocol = \"udp\"\nhealth_check = \"h\"\nhealth_via_vip = true",
+        ),
+        "vip \"web\".health_via_vip",
+        "use a udp check or set health_via_vip = false",
+    );
+}

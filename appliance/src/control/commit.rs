@@ -263,6 +263,7 @@ pub(super) fn set_probes(prober: &health::Prober, targets: &Targets) {
         address: k.address,
         port: k.port,
         check: std::sync::Arc::clone(&k.check),
+        via_vip: k.via_vip,
     }));
 }
 

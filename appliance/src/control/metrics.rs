@@ -20,6 +20,7 @@ mod conntrack;
 
 use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
 use crate::config::{Backend, Config, Vip};
+use crate::datapath::vipprobe::{FAILURE_LABELS, VipProbeCounters};
 use crate::engine::BackendId;
 use crate::lb::{DropReason, Tables};
 
@@ -101,6 +102,7 @@ pub fn render(s: &Shared) -> String {
         BackendFamilies::register(&mut b);
     }
     bgp(&mut b, &view);
+    vip_probes(&mut b, &s.vip_probes);
     b.counter1(
         "sluice_events",
         "Events recorded (see /v1/events)",
@@ -146,6 +148,31 @@ fn listeners(b: &mut Builder, s: &Shared) {
         gset(&open, l(), c.open.load(Ordering::Relaxed) as i64);
         set(&refused, l(), c.refused.load(Ordering::Relaxed));
         set(&timed_out, l(), c.timed_out.load(Ordering::Relaxed));
+    }
+}
+
+/// The VIP probes of DR and tunnel backends (`health_via_vip`).
+fn vip_probes(b: &mut Builder, c: &VipProbeCounters) {
+    b.counter1(
+        "sluice_vip_probes_sent",
+        "VIP health probes sent to DR and tunnel backends",
+        c.sent.load(Ordering::Relaxed),
+    );
+    b.counter1(
+        "sluice_vip_probes_passed",
+        "VIP health probes the backend answered from the VIP",
+        c.passed.load(Ordering::Relaxed),
+    );
+    let failed = b.counter(
+        "sluice_vip_probes_failed",
+        "VIP health probes failed, by reason",
+    );
+    for (label, n) in FAILURE_LABELS.iter().zip(&c.failed) {
+        set(
+            &failed,
+            labels(&[("reason", label)]),
+            n.load(Ordering::Relaxed),
+        );
     }
 }
 
@@ -683,6 +710,13 @@ address = "10.1.0.21"
             listeners: Default::default(),
             reloads_rejected: AtomicU64::new(1),
             flow_cache: None,
+            vip_probes: {
+                let c = crate::datapath::vipprobe::VipProbeCounters::default();
+                c.sent.store(5, std::sync::atomic::Ordering::Relaxed);
+                c.passed.store(3, std::sync::atomic::Ordering::Relaxed);
+                c.failed[0].store(2, std::sync::atomic::Ordering::Relaxed);
+                Arc::new(c)
+            },
         }
     }
 
@@ -929,6 +963,19 @@ sluice_bgp_bfd_discarded_packets_total{peer="192.0.2.1",reason="zero_your_discri
 # HELP sluice_bgp_announced_prefixes VIP prefixes the appliance announces.
 # TYPE sluice_bgp_announced_prefixes gauge
 sluice_bgp_announced_prefixes 1
+# HELP sluice_vip_probes_sent VIP health probes sent to DR and tunnel backends.
+# TYPE sluice_vip_probes_sent counter
+sluice_vip_probes_sent_total 5
+# HELP sluice_vip_probes_passed VIP health probes the backend answered from the VIP.
+# TYPE sluice_vip_probes_passed counter
+sluice_vip_probes_passed_total 3
+# HELP sluice_vip_probes_failed VIP health probes failed, by reason.
+# TYPE sluice_vip_probes_failed counter
+sluice_vip_probes_failed_total{reason="vip_closed"} 0
+sluice_vip_probes_failed_total{reason="vip_io"} 0
+sluice_vip_probes_failed_total{reason="vip_no_answer"} 2
+sluice_vip_probes_failed_total{reason="vip_not_sent"} 0
+sluice_vip_probes_failed_total{reason="vip_reply_mismatch"} 0
 # HELP sluice_events Events recorded (see /v1/events).
 # TYPE sluice_events counter
 sluice_events_total 2

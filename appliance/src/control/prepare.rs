@@ -179,6 +179,7 @@ pub fn health_targets(config: &Config) -> Targets {
                 address: b.address,
                 port: b.port,
                 check: Arc::clone(check),
+                via_vip: via_vip(v, b, check),
             };
             out.entry(target.key())
                 .or_default()
@@ -186,6 +187,25 @@ pub fn health_targets(config: &Config) -> Targets {
         }
     }
     out
+}
+
+/// The VIP a DR or tunnel backend must also answer for, on the VIP's port (for a VIP of
+/// every port: the backend's, else the check's port; none when that leaves no port).
+fn via_vip(v: &Vip, b: &Backend, check: &config::HealthCheck) -> Option<health::ViaVip> {
+    if !v.health_via_vip || !matches!(v.mode, Mode::Dr | Mode::Tunnel(_)) {
+        return None;
+    }
+    let port = [v.port, b.port, check.port.unwrap_or(0)]
+        .into_iter()
+        .find(|p| *p != 0)?;
+    Some(health::ViaVip {
+        vip: std::net::SocketAddr::new(v.address, port),
+        protocol: match v.protocol {
+            config::Protocol::Tcp => health::VipProtocol::Tcp,
+            config::Protocol::Udp => health::VipProtocol::Udp,
+        },
+        backend_port: b.port,
+    })
 }
 
 /// The prober's current verdict for every VIP/backend pair of `targets`.

@@ -24,6 +24,7 @@ use super::{RunError, api, neighbours};
 use crate::config;
 use crate::datapath::flowcache::{self, FlowCache};
 use crate::datapath::neigh::Resolver;
+use crate::datapath::vipprobe::VipProbes;
 use crate::datapath::{Datapath, DatapathConfig, DatapathStats, FrameHandler};
 use crate::engine::{CounterSnapshot, LbHandler, Published};
 
@@ -96,7 +97,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         st.config.appliance.name
     );
     let sync_task = tokio::spawn(view::watch_sync(Arc::clone(&shared)));
-    let (prober, transitions) = health::Prober::spawn();
+    let (prober, transitions) = health::Prober::spawn_with(probe_context(&shared));
     set_probes(&prober, &targets);
     let settle_by = Instant::now() + prepare::settle_time(&st.config);
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
@@ -146,6 +147,17 @@ fn first_version(st: &mut State) -> Result<(Arc<Published>, Targets), RunError> 
     Ok((Arc::new(Published::new(rest.tables)), rest.targets))
 }
 
+/// The prober's context: DR and tunnel backends' VIP probes go out through the datapath's
+/// path to them, read from the tables published when each probe runs.
+fn probe_context(shared: &Arc<Shared>) -> health::ProbeContext {
+    let published = Arc::clone(&shared.published);
+    let vip = VipProbes::new(
+        Arc::new(move || published.current()),
+        Arc::clone(&shared.vip_probes),
+    );
+    health::ProbeContext::new().with_vip_prober(Arc::new(vip))
+}
+
 /// What the loop shares with the API and metrics, before the workers exist.
 fn shared(
     st: &State,
@@ -160,6 +172,7 @@ fn shared(
     };
     Ok(Shared {
         flow_cache,
+        vip_probes: Default::default(),
         started: Instant::now(),
         config_path: path.to_path_buf(),
         published: Arc::clone(published),

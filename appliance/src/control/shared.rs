@@ -119,6 +119,8 @@ pub struct Shared {
     pub reloads_rejected: AtomicU64,
     /// The XDP flow cache (`[appliance] flow_cache`).
     pub flow_cache: Option<Arc<crate::datapath::flowcache::FlowCache>>,
+    /// VIP health probes of DR and tunnel backends: sent, passed, failed by reason.
+    pub vip_probes: Arc<crate::datapath::vipprobe::VipProbeCounters>,
 }
 
 /// Counters summed over the workers, keyed by names that survive reloads.

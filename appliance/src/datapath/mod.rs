@@ -27,6 +27,7 @@ mod handoff;
 pub mod neigh;
 mod ntuple;
 pub mod steer;
+pub mod vipprobe;
 mod worker;
 
 use std::net::IpAddr;

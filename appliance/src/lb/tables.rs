@@ -639,6 +639,7 @@ pub(crate) mod tests {
             scheduler: Scheduler::Maglev,
             hash: HashFields::FiveTuple,
             health_check: None,
+            health_via_vip: false,
             snat: Vec::new(),
             communities: Vec::new(),
             backends,

@@ -10,7 +10,7 @@ mod flood;
 mod health;
 mod vip;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -46,7 +46,10 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
     };
     let bgp = top.table("bgp", &mut errs).map(|t| bgp::bgp(t, &mut errs));
     let health_checks = health::health_checks(&mut top, &mut errs);
-    let check_names: HashSet<String> = health_checks.iter().map(|c| c.name.clone()).collect();
+    let check_names: HashMap<String, &'static str> = health_checks
+        .iter()
+        .map(|c| (c.name.clone(), c.kind.name()))
+        .collect();
     let vips = vip::vips(&mut top, &check_names, appliance.as_ref(), &mut errs);
     let flood = match top.table("flood", &mut errs) {
         Some(t) => flood::flood(t, &mut errs),

@@ -1,7 +1,8 @@
 //! `[[vip]]` and its `[[vip.backend]]`s: address, port and protocol, the forwarding mode
-//! with its keys, scheduling, the health check it refers to, and the backends.
+//! with its keys, scheduling, the health check it refers to (and whether DR and tunnel
+//! backends must also answer for the VIP), and the backends.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::bgp::communities;
@@ -14,7 +15,7 @@ use crate::config::reader::{Table, element_path};
 
 pub(super) fn vips(
     top: &mut Table<'_>,
-    checks: &HashSet<String>,
+    checks: &HashMap<String, &'static str>,
     appliance: Option<&Appliance>,
     errs: &mut ConfigErrors,
 ) -> Vec<Vip> {
@@ -59,7 +60,7 @@ pub(super) fn vips(
 
 fn vip(
     t: &mut Table<'_>,
-    checks: &HashSet<String>,
+    checks: &HashMap<String, &'static str>,
     appliance: Option<&Appliance>,
     errs: &mut ConfigErrors,
 ) -> Option<Vip> {
@@ -99,6 +100,7 @@ fn vip(
         )
         .unwrap_or(HashFields::FiveTuple);
     let health_check = health_check(t, checks, errs);
+    let health_via_vip = via_vip(t, mode, protocol, health_check.as_deref(), checks, errs);
     let snat = snat(t, mode, mode_name, address, errs);
     let comms = communities(t, errs);
     let backends = backends(t, address, port, mode, errs);
@@ -123,6 +125,7 @@ fn vip(
         scheduler,
         hash,
         health_check,
+        health_via_vip,
         snat,
         communities: comms,
         backends,
@@ -146,12 +149,12 @@ fn address(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<IpAddr> {
 /// `health_check`: the name of a `[[health_check]]` defined in the file.
 fn health_check(
     t: &mut Table<'_>,
-    checks: &HashSet<String>,
+    checks: &HashMap<String, &'static str>,
     errs: &mut ConfigErrors,
 ) -> Option<String> {
     let health_check = t.string("health_check", errs);
     if let Some(hc) = &health_check
-        && !checks.contains(hc)
+        && !checks.contains_key(hc)
     {
         errs.push(
             t.key("health_check"),
@@ -159,6 +162,57 @@ fn health_check(
         );
     }
     health_check
+}
+
+/// `health_via_vip`: whether the health check also sends a probe to the VIP through the
+/// backend, the way the datapath forwards (default: on for DR and tunnel, which it alone
+/// can prove anything for; NAT and FullNAT backends never see the VIP address).
+fn via_vip(
+    t: &mut Table<'_>,
+    mode: Option<Mode>,
+    protocol: Protocol,
+    check: Option<&str>,
+    checks: &HashMap<String, &'static str>,
+    errs: &mut ConfigErrors,
+) -> bool {
+    let direct = matches!(mode, Some(Mode::Dr | Mode::Tunnel(_)));
+    let Some(on) = t.bool("health_via_vip", errs) else {
+        return direct && check.is_some();
+    };
+    if on && !direct {
+        let name = mode.map(Mode::name).unwrap_or("?");
+        errs.push(
+            t.key("health_via_vip"),
+            format!(
+                "true needs mode \"dr\" or \"tunnel\": mode {name:?} backends never receive \
+                 the VIP address, so there is nothing to prove"
+            ),
+        );
+        return false;
+    }
+    if on && check.is_none() {
+        errs.push(
+            t.key("health_via_vip"),
+            "true needs a health_check: the VIP probe runs with the VIP's check",
+        );
+        return false;
+    }
+    if on
+        && protocol == Protocol::Udp
+        && let Some(kind) = check.and_then(|c| checks.get(c))
+        && *kind != "udp"
+    {
+        errs.push(
+            t.key("health_via_vip"),
+            format!(
+                "a udp VIP's probe sends the check's payload, but health_check {:?} is a {kind} \
+                 check: use a udp check or set health_via_vip = false",
+                check.unwrap_or_default()
+            ),
+        );
+        return false;
+    }
+    on
 }
 
 /// `mode` as written (for messages) and the mode with its keys: only mode "tunnel" takes

@@ -53,7 +53,7 @@ mod tunnel;
 pub use flow::{Choice, Load, choose_backend};
 pub use owner::owner;
 pub use ratelimit::IcmpLimiter;
-pub use tunnel::tunnel_source;
+pub use tunnel::{encapsulate_probe, tunnel_source};
 
 use crate::config::Mode;
 use crate::lb::conntrack::{ConnTable, FlowState};

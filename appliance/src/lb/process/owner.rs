@@ -95,6 +95,7 @@ mod tests {
             scheduler: Scheduler::Maglev,
             hash: HashFields::FiveTuple,
             health_check: None,
+            health_via_vip: false,
             snat: vec![snat.parse().expect("literal")],
             communities: Vec::new(),
             backends: vec![Backend {

@@ -9,9 +9,9 @@
 use std::net::Ipv6Addr;
 
 use wire::checksum::{self, l4_checksum_full};
-use wire::{EtherType, IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket, VxlanHeader};
+use wire::{EtherType, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket, VxlanHeader};
 
-use super::headers::{Ip, UDP_CSUM_AT, set_macs, u128_v4};
+use super::headers::{Ip, UDP_CSUM_AT, parse_ip, set_macs, u128_v4};
 use super::{DropReason, OUTER_TTL, Verdict, WorkerState};
 use crate::config::Encap;
 use crate::lb::frame::Frame;
@@ -19,6 +19,8 @@ use crate::lb::tables::{BackendEntry, NextHop, Tables, TunnelSource};
 
 /// Length of the inner Ethernet header VXLAN carries.
 const INNER_ETH: usize = 14;
+/// Length of an untagged Ethernet header (the probe frames').
+const ETH_LEN: usize = 14;
 
 /// Tunnel mode: encapsulate toward backend `b` and send to its next hop.
 #[allow(clippy::too_many_arguments)]
@@ -43,6 +45,29 @@ pub(super) fn to_backend(
         Ok(()) => worker.tx(n.ifindex),
         Err(r) => worker.drop(r),
     }
+}
+
+/// Encapsulates a frame the appliance originates (the VIP health probe) toward backend `b`
+/// exactly as [`to_backend`] does a client's: the probe must reach the backend by the path
+/// the clients' traffic takes, or it proves nothing. The frame starts with an untagged
+/// Ethernet header; `hash` picks the outer source address and port as a flow hash would.
+pub fn encapsulate_probe(
+    frame: &mut Frame<'_>,
+    encap: Encap,
+    b: &BackendEntry,
+    n: &NextHop,
+    src: &TunnelSource,
+    hash: u32,
+) -> Result<(), DropReason> {
+    let ethertype = EthernetFrame::new_checked(frame.data())?.ethertype();
+    let ip = parse_ip(frame.data(), ETH_LEN, ethertype)?.ok_or(DropReason::Malformed)?;
+    let outer = Outer {
+        encap,
+        v6: b.v6,
+        backend: b.address,
+        hash,
+    };
+    encapsulate(frame, &ip, &outer, n, src)
 }
 
 /// What the outer headers are made of.
