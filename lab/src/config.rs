@@ -148,8 +148,8 @@ fn bgp_section(k: usize) -> String {
     )
 }
 
-/// The distinct (health check, backend address, port) pairs of a config file, leaving out
-/// disabled backends: what an appliance running it reports up once every backend is
+/// The distinct (health check, backend address, port, DR/tunnel VIP) probes of a config
+/// file, leaving out disabled backends: what an appliance running it reports up once every backend is
 /// healthy. A backend without a port serves on its VIP's. `None` when the text is not TOML.
 pub(crate) fn health_checked_backends(text: &str) -> Option<usize> {
     let doc: toml::Table = text.parse().ok()?;
@@ -163,6 +163,15 @@ pub(crate) fn health_checked_backends(text: &str) -> Option<usize> {
             .get("port")
             .and_then(toml::Value::as_integer)
             .unwrap_or(0);
+        // DR and tunnel backends are probed once per VIP too (`health_via_vip`, on by
+        // default): each VIP is a probe of its own.
+        let mode = vip.get("mode").and_then(toml::Value::as_str);
+        let via_vip = matches!(mode, Some("dr" | "tunnel"))
+            && vip.get("health_via_vip").and_then(toml::Value::as_bool) != Some(false);
+        let via = via_vip.then(|| {
+            let get = |k| vip.get(k).and_then(toml::Value::as_str).unwrap_or_default();
+            format!("{} {} {vip_port}", get("address"), get("protocol"))
+        });
         let backends = vip.get("backend").and_then(toml::Value::as_array);
         for b in backends.into_iter().flatten() {
             if b.get("state").and_then(toml::Value::as_str) == Some("disabled") {
@@ -179,7 +188,7 @@ pub(crate) fn health_checked_backends(text: &str) -> Option<usize> {
                 .get("port")
                 .and_then(toml::Value::as_integer)
                 .unwrap_or(vip_port);
-            keys.insert((check.to_string(), addr, port));
+            keys.insert((check.to_string(), addr, port, via.clone()));
         }
     }
     Some(keys.len())
@@ -226,6 +235,20 @@ address = "10.0.0.24"
 "#;
         // 10.0.0.21:8080 (twice, one pair) and 10.0.0.23:80 (the VIP's port).
         assert_eq!(health_checked_backends(text), Some(2));
+        // DR VIPs: one probe per VIP, unless health_via_vip = false folds them again.
+        let dr = |via: &str| {
+            format!(
+                "[[vip]]\nname = \"a\"\naddress = \"192.0.2.20\"\nport = 80\nmode = \"dr\"\n\
+                 health_check = \"http\"\n{via}\n[[vip.backend]]\naddress = \"10.0.0.21\"\n\
+                 [[vip]]\nname = \"b\"\naddress = \"192.0.2.21\"\nport = 80\nmode = \"dr\"\n\
+                 health_check = \"http\"\n{via}\n[[vip.backend]]\naddress = \"10.0.0.21\"\n"
+            )
+        };
+        assert_eq!(health_checked_backends(&dr("")), Some(2));
+        assert_eq!(
+            health_checked_backends(&dr("health_via_vip = false")),
+            Some(1)
+        );
         assert_eq!(
             health_checked_backends("[appliance]\nname = \"x\"\n"),
             Some(0)
