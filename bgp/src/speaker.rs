@@ -650,7 +650,10 @@ impl Speaker {
             tokio::time::sleep(self.wait).await;
         }
         if let Some(l) = self.listener.take() {
+            // Waiting for the aborted task closes the listening socket before this returns,
+            // so a speaker started next (a reload) can bind the same port.
             l.abort();
+            let _ = l.await;
         }
         let mut done = Vec::new();
         for p in &self.peers {
