@@ -426,6 +426,12 @@ fn check_socket_dir(path: &Path, dir: &Path) -> Result<(), ApiStartError> {
             .recursive(true)
             .mode(0o700)
             .create(dir)
+            .and_then(|()| {
+                // The umask (process-wide, and narrowed while a socket binds) must not
+                // decide the directory's mode.
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            })
             .map_err(|source| ApiStartError::Socket {
                 path: path.display().to_string(),
                 source,

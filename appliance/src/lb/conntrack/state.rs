@@ -138,14 +138,11 @@ pub fn advance(cur: FlowState, m: u8, flags: u8, seen: Seen) -> (FlowState, u8) 
     use FlowState as S;
     match cur {
         S::Udp => (S::Udp, m),
-        S::UdpNew => {
-            let earned = if seen.both_ways {
-                seen.reverse
-            } else {
-                !seen.reverse
-            };
-            if earned { (S::Udp, m) } else { (S::UdpNew, m) }
-        }
+        // A second datagram of the flow, either way, earns it: the backend's answer where
+        // the mode sees it, or the client's next one. One-way services (syslog, statsd,
+        // NetFlow) never answer and must still be established and cached; a spoofed flood
+        // that moves to a new source port every datagram stays embryonic.
+        S::UdpNew => (S::Udp, m),
         _ if flags & (tcp_flags::FIN | tcp_flags::RST) != 0 => (S::TcpClosing, m),
         // A fresh SYN on a closing tuple is a new connection on the same backend.
         S::TcpClosing if !seen.reverse && is_syn(flags) => (S::TcpSyn, 0),
@@ -261,7 +258,8 @@ mod tests {
 
     #[test]
     fn udp_needs_an_answer_or_a_second_datagram() {
-        assert_eq!(run(&[(0, FWD_NAT)], FlowState::UdpNew), FlowState::UdpNew);
+        assert_eq!(run(&[], FlowState::UdpNew), FlowState::UdpNew);
+        assert_eq!(run(&[(0, FWD_NAT)], FlowState::UdpNew), FlowState::Udp);
         assert_eq!(run(&[(0, REV_NAT)], FlowState::UdpNew), FlowState::Udp);
         assert_eq!(run(&[(0, FWD_DR)], FlowState::UdpNew), FlowState::Udp);
     }

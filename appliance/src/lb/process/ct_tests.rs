@@ -112,15 +112,23 @@ fn nat_establishes_on_the_seen_handshake() {
     let mut ct = ct_for(&t, 16);
     let q = Pkt::new("198.51.100.7", "192.0.2.100", 17, udp(5000, 80, b"q")).build();
     run(&t, &mut ct, &mut w, &q, 0);
-    run(&t, &mut ct, &mut w, &q, 1);
     assert_eq!(
         state(&ct),
         Some(FlowState::UdpNew),
-        "NAT waits for the answer"
+        "one datagram earns nothing"
     );
     let a = Pkt::new("10.9.0.1", "198.51.100.7", 17, udp(80, 5000, b"a")).build();
-    run(&t, &mut ct, &mut w, &a, 2);
-    assert_eq!(state(&ct), Some(FlowState::Udp));
+    run(&t, &mut ct, &mut w, &a, 1);
+    assert_eq!(
+        state(&ct),
+        Some(FlowState::Udp),
+        "the backend's answer earns"
+    );
+    // A one-way service (syslog, statsd) never answers: the client's second datagram earns.
+    let q2 = Pkt::new("198.51.100.8", "192.0.2.100", 17, udp(5001, 80, b"q")).build();
+    run(&t, &mut ct, &mut w, &q2, 2);
+    run(&t, &mut ct, &mut w, &q2, 3);
+    assert_eq!(ct.stats.promoted, 2);
 }
 
 /// An LVS-scheduler VIP whose SYN got the stateless answer (table full of established
