@@ -17,7 +17,7 @@ use crate::lb::conntrack::ConnTable;
 use crate::lb::egress::{Choice as EgressChoice, Egress, NetState, return_hash};
 use crate::lb::hash::{FlowKey, addr_to_u128};
 use crate::lb::process::{Choice, Load, choose_backend, tunnel_source};
-use crate::lb::sched::SchedState;
+use crate::lb::sched::{self, SchedState};
 use crate::lb::tables::{TableError, Tables, VipEntry};
 
 /// Why a trace could not be produced.
@@ -104,6 +104,8 @@ pub struct TraceReport {
     /// Where the frames leave (toward the backend, and replies toward the client), when
     /// the kernel's routes were read ([`trace_with`]).
     pub egress: Vec<TraceEgress>,
+    /// `sh` / `dh`: the fields their bucket hash reads and the bucket (of 256) it gives.
+    pub lvs_hash: Option<(&'static str, usize)>,
 }
 
 /// One egress decision of a traced flow.
@@ -283,6 +285,11 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
         snat,
         tunnel_source,
         egress: Vec::new(),
+        lvs_hash: sched::hashed_fields(v.scheduler, v.hash_ports).zip(sched::bucket_of(
+            v.scheduler,
+            &key,
+            v.hash_ports,
+        )),
     })
 }
 
@@ -373,6 +380,14 @@ impl fmt::Display for TraceReport {
             words.join(" "),
             self.hash
         )?;
+        if let Some((fields, bucket)) = self.lvs_hash {
+            writeln!(
+                f,
+                "{:<10} {fields} -> bucket {bucket} of {}",
+                self.scheduler.name(),
+                sched::BUCKETS
+            )?;
+        }
         match (self.ring_slot, self.ring_backend) {
             (Some(s), Some(b)) => {
                 let be = &self.backends[b];

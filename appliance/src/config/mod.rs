@@ -126,4 +126,6 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
 }
 
 #[cfg(test)]
+mod lvs_tests;
+#[cfg(test)]
 mod tests;

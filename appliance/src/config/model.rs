@@ -257,6 +257,86 @@ pub struct Vip {
     /// Communities added to this VIP's announcement.
     pub communities: Vec<Community>,
     pub backends: Vec<Backend>,
+    /// `scheduler_flags`: LVS scheduler flags; only `sh-port` (with `sh`) and `dh-port`
+    /// (with `dh`), which add the client's (sh) or the VIP's (dh) port to the hashed address.
+    pub scheduler_flags: Vec<SchedulerFlag>,
+    /// `persistence`: how long after a client's last new connection its next ones still go
+    /// to the same backend (like `ipvsadm -p`); `None` when off.
+    pub persistence: Option<Duration>,
+    /// `persistence_netmask`: the prefix length that groups clients for persistence (like
+    /// `ipvsadm -M`, written as a length: 24, or 64 for IPv6); the full address by default.
+    pub persistence_netmask: u8,
+    /// `overflow`: what a new flow gets when every eligible backend is at its
+    /// `max_connections`.
+    pub overflow: Overflow,
+    /// `slow_start`: how long a backend that is added or becomes healthy takes to ramp from a
+    /// small share to its full weight; `None` when off (backends may override it).
+    pub slow_start: Option<Duration>,
+    /// `udp_one_packet`: each datagram is scheduled on its own and makes no connection-table
+    /// entry (like `ipvsadm -o`); UDP VIPs only.
+    pub udp_one_packet: bool,
+}
+
+impl Vip {
+    /// Whether `sh` or `dh` hashes a port with the address (`sh-port` / `dh-port`).
+    pub fn hashes_port(&self) -> bool {
+        self.scheduler_flags
+            .iter()
+            .any(|f| matches!(f, SchedulerFlag::ShPort | SchedulerFlag::DhPort))
+    }
+}
+
+/// A `scheduler_flags` word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SchedulerFlag {
+    /// `sh-port`: `sh` hashes the client's address and port (ipvsadm `-b sh-port`).
+    ShPort,
+    /// `dh-port`: `dh` hashes the VIP's address and the destination port.
+    DhPort,
+}
+
+impl SchedulerFlag {
+    /// Every flag with its config spelling.
+    pub const ALL: [(&'static str, SchedulerFlag); 2] = [
+        ("sh-port", SchedulerFlag::ShPort),
+        ("dh-port", SchedulerFlag::DhPort),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SchedulerFlag::ShPort => "sh-port",
+            SchedulerFlag::DhPort => "dh-port",
+        }
+    }
+}
+
+/// `overflow`: a new flow when every eligible backend is at its connection limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Overflow {
+    /// Drop the first packet (the client's SYN retry comes back when a slot may be free).
+    Drop,
+    /// Answer a TCP SYN with a RST from the VIP (the client fails at once); UDP datagrams are
+    /// dropped.
+    Reset,
+    /// Ignore the limits: schedule as if no backend had one.
+    Ignore,
+}
+
+impl Overflow {
+    /// Every policy with its config spelling.
+    pub const ALL: [(&'static str, Overflow); 3] = [
+        ("drop", Overflow::Drop),
+        ("reset", Overflow::Reset),
+        ("ignore", Overflow::Ignore),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Overflow::Drop => "drop",
+            Overflow::Reset => "reset",
+            Overflow::Ignore => "ignore",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -396,6 +476,21 @@ pub struct Backend {
     pub port: u16,
     pub weight: u32,
     pub state: BackendState,
+    /// `max_connections`: connections (established and not) above which the backend takes
+    /// no new flows (ipvsadm `-x`); `None`: no limit.
+    pub max_connections: Option<u32>,
+    /// `resume_connections`: once at the limit, the backend takes new flows again when its
+    /// connections fall below this (ipvsadm `-y`); equals `max_connections` when not given.
+    pub resume_connections: Option<u32>,
+    /// `slow_start` for this backend, overriding the VIP's (`Some(ZERO)` turns it off).
+    pub slow_start: Option<Duration>,
+}
+
+impl Backend {
+    /// The slow-start period that applies to this backend of `vip`, if any.
+    pub fn slow_start(&self, vip: &Vip) -> Option<Duration> {
+        self.slow_start.or(vip.slow_start).filter(|d| !d.is_zero())
+    }
 }
 
 /// Operator-set backend state (health is separate and comes from the prober).

@@ -14,12 +14,12 @@
 //! (`active == 0`) and otherwise behaves as `sed`. `wrr` is LVS's interleaved
 //! max-weight/gcd walk. `sh` / `dh` index a 256-bucket table built by the control plane from
 //! the eligible backends (`lvs_bucket_table`), hashed on the source / destination address
-//! (and port when the VIP hashes the 5-tuple, as LVS's `sh-port` flag does). `lblc` / `lblcr`
+//! only (and the port with the VIP's `sh-port` / `dh-port` flag, as in LVS). `lblc` / `lblcr`
 //! keep a per-destination-address locality cache with LVS's overload rule: a cached server is
 //! overloaded when `active > weight` *and* some server has `active * 2 < weight`; then the
 //! least-loaded (`wlc`) server is chosen instead.
 
-use crate::config::{HashFields, Scheduler};
+use crate::config::Scheduler;
 use crate::lb::hash::{FlowKey, mix64};
 
 /// Size of the `sh` and `dh` bucket tables (`IP_VS_SH_TAB_SIZE`, `IP_VS_DH_TAB_SIZE`).
@@ -138,26 +138,20 @@ fn addr_fold(addr: u128, v6: bool) -> u32 {
     }
 }
 
-/// `ip_vs_sh_hashkey`: `hash_32(port + fold(addr), 8)`, with
-/// `hash_32(v, bits) = (v * 0x61C88647) >> (32 - bits)`.
-pub fn sh_bucket(key: &FlowKey, fields: HashFields) -> usize {
-    let port = if fields == HashFields::FiveTuple {
-        u32::from(key.sport)
-    } else {
-        0
-    };
+/// `ip_vs_sh_hashkey`: `hash_32(port + fold(addr), 8)` over the client's address, with
+/// `hash_32(v, bits) = (v * 0x61C88647) >> (32 - bits)`; the client's port is added only
+/// with `ports` (the `sh-port` flag), so by default every connection of a client lands in
+/// one bucket.
+pub fn sh_bucket(key: &FlowKey, ports: bool) -> usize {
+    let port = if ports { u32::from(key.sport) } else { 0 };
     let v = port.wrapping_add(addr_fold(key.src, key.v6));
     (v.wrapping_mul(0x61C8_8647) >> (32 - 8)) as usize
 }
 
-/// `ip_vs_dh_hashkey`: `(fold(addr) * 2654435761) & 255`, with the destination port added to
-/// the folded address when the VIP hashes the 5-tuple.
-pub fn dh_bucket(key: &FlowKey, fields: HashFields) -> usize {
-    let port = if fields == HashFields::FiveTuple {
-        u32::from(key.dport)
-    } else {
-        0
-    };
+/// `ip_vs_dh_hashkey`: `(fold(addr) * 2654435761) & 255` over the destination address, with
+/// the destination port added to the folded address only with `ports` (the `dh-port` flag).
+pub fn dh_bucket(key: &FlowKey, ports: bool) -> usize {
+    let port = if ports { u32::from(key.dport) } else { 0 };
     let v = port.wrapping_add(addr_fold(key.dst, key.v6));
     (v.wrapping_mul(2_654_435_761) & (BUCKETS as u32 - 1)) as usize
 }
@@ -412,10 +406,32 @@ fn add_member(pool: &PoolView<'_>, e: &mut LocalityEntry, d: usize, now: u64) {
     e.last_mod = now;
 }
 
-/// Runs `scheduler` (not Maglev) for a new flow. `buckets` is the VIP's `sh`/`dh` table.
+/// What `sh` / `dh` hash, in the operator's words (for `sluice trace`); `None` for the
+/// other schedulers.
+pub fn hashed_fields(scheduler: Scheduler, ports: bool) -> Option<&'static str> {
+    match (scheduler, ports) {
+        (Scheduler::Sh, false) => Some("client address"),
+        (Scheduler::Sh, true) => Some("client address + client port (sh-port)"),
+        (Scheduler::Dh, false) => Some("destination address"),
+        (Scheduler::Dh, true) => Some("destination address + destination port (dh-port)"),
+        _ => None,
+    }
+}
+
+/// The `sh` / `dh` bucket of a flow (`None` for the other schedulers).
+pub fn bucket_of(scheduler: Scheduler, key: &FlowKey, ports: bool) -> Option<usize> {
+    match scheduler {
+        Scheduler::Sh => Some(sh_bucket(key, ports)),
+        Scheduler::Dh => Some(dh_bucket(key, ports)),
+        _ => None,
+    }
+}
+
+/// Runs `scheduler` (not Maglev) for a new flow. `buckets` is the VIP's `sh`/`dh` table;
+/// `ports` adds the port to what `sh`/`dh` hash (the VIP's `sh-port` / `dh-port` flag).
 pub fn pick(
     scheduler: Scheduler,
-    fields: HashFields,
+    ports: bool,
     pool: &PoolView<'_>,
     buckets: &[u16],
     st: &mut SchedState,
@@ -435,9 +451,9 @@ pub fn pick(
                 return None;
             }
             let b = if scheduler == Scheduler::Sh {
-                sh_bucket(key, fields)
+                sh_bucket(key, ports)
             } else {
-                dh_bucket(key, fields)
+                dh_bucket(key, ports)
             };
             let d = buckets[b % buckets.len()] as usize;
             (d < pool.len() && pool.eligible[d]).then_some(d)
@@ -574,22 +590,22 @@ mod tests {
         let k = key("198.51.100.7", "192.0.2.10", 40000, 80);
         let src = 0xc633_6407u32; // 198.51.100.7
         assert_eq!(
-            sh_bucket(&k, HashFields::ThreeTuple),
+            sh_bucket(&k, false),
             (src.wrapping_mul(0x61C8_8647) >> 24) as usize
         );
         assert_eq!(
-            sh_bucket(&k, HashFields::FiveTuple),
+            sh_bucket(&k, true),
             ((src + 40000).wrapping_mul(0x61C8_8647) >> 24) as usize
         );
         let dst = 0xc000_020au32;
         assert_eq!(
-            dh_bucket(&k, HashFields::ThreeTuple),
+            dh_bucket(&k, false),
             (dst.wrapping_mul(2_654_435_761) & 255) as usize
         );
         // IPv6 folds the four words.
         let k6 = key("2001:db8::7", "2001:db8::10", 1, 2);
         assert_eq!(
-            sh_bucket(&k6, HashFields::TwoTuple),
+            sh_bucket(&k6, false),
             ((0x2001_0db8u32 ^ 7).wrapping_mul(0x61C8_8647) >> 24) as usize
         );
     }
@@ -611,26 +627,58 @@ mod tests {
         let mut st = SchedState::new(Scheduler::Sh);
         let k1 = key("198.51.100.7", "192.0.2.10", 1000, 80);
         let k2 = key("198.51.100.7", "192.0.2.10", 2000, 80);
-        let a = pick(
-            Scheduler::Sh,
-            HashFields::ThreeTuple,
-            &p.view(),
-            &t,
-            &mut st,
-            &k1,
-            0,
-        );
-        let b = pick(
-            Scheduler::Sh,
-            HashFields::ThreeTuple,
-            &p.view(),
-            &t,
-            &mut st,
-            &k2,
-            0,
-        );
+        let a = pick(Scheduler::Sh, false, &p.view(), &t, &mut st, &k1, 0);
+        let b = pick(Scheduler::Sh, false, &p.view(), &t, &mut st, &k2, 0);
         assert_eq!(a, b);
-        assert_eq!(a, Some(t[sh_bucket(&k1, HashFields::ThreeTuple)] as usize));
+        assert_eq!(a, Some(t[sh_bucket(&k1, false)] as usize));
+    }
+
+    /// Backends chosen for `keys` by `scheduler` over four equal backends.
+    fn spread(scheduler: Scheduler, ports: bool, keys: &[FlowKey]) -> [u32; 4] {
+        let p = Pool::new(&[1, 1, 1, 1]);
+        let t = lvs_bucket_table(&p.weight, &p.eligible, scheduler == Scheduler::Sh);
+        let mut st = SchedState::new(scheduler);
+        let mut n = [0u32; 4];
+        for k in keys {
+            let d = pick(scheduler, ports, &p.view(), &t, &mut st, k, 0).unwrap();
+            n[d] += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn sh_and_dh_hash_addresses_unless_the_port_flag_says_so() {
+        // 300 connections of one client (source ports 40000..40300) to one VIP.
+        let one: Vec<FlowKey> = (0..300)
+            .map(|i| key("198.51.100.7", "192.0.2.10", 40000 + i, 80))
+            .collect();
+        let shares = spread(Scheduler::Sh, false, &one);
+        assert_eq!(shares.iter().filter(|&&c| c > 0).count(), 1, "{shares:?}");
+        let shares = spread(Scheduler::Sh, true, &one);
+        assert!(
+            shares.iter().all(|&c| c >= 30),
+            "sh-port spreads: {shares:?}"
+        );
+        // dh: one destination address, any ports, one backend; dh-port spreads by port.
+        let dports: Vec<FlowKey> = (0..300)
+            .map(|i| key("198.51.100.7", "192.0.2.10", 40000, 1000 + i))
+            .collect();
+        let shares = spread(Scheduler::Dh, false, &dports);
+        assert_eq!(shares.iter().filter(|&&c| c > 0).count(), 1, "{shares:?}");
+        let shares = spread(Scheduler::Dh, true, &dports);
+        assert!(
+            shares.iter().all(|&c| c >= 30),
+            "dh-port spreads: {shares:?}"
+        );
+        // 30 clients spread under sh.
+        let many: Vec<FlowKey> = (0..30)
+            .map(|i| key(&format!("198.51.100.{}", 10 + i), "192.0.2.10", 40000, 80))
+            .collect();
+        let shares = spread(Scheduler::Sh, false, &many);
+        assert!(
+            shares.iter().all(|&c| c >= 3),
+            "30 clients spread: {shares:?}"
+        );
     }
 
     #[test]

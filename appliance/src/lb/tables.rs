@@ -197,6 +197,8 @@ pub struct VipEntry {
     pub buckets: Vec<u16>,
     /// FullNAT local address pool, IPv4-mapped for IPv4.
     pub snat: Vec<u128>,
+    /// `sh`/`dh` hash the port with the address (`sh-port` / `dh-port`).
+    pub hash_ports: bool,
 }
 
 /// One backend of one VIP.
@@ -503,6 +505,7 @@ impl Core {
             ring,
             buckets,
             snat,
+            hash_ports: v.hashes_port(),
         });
         Ok(())
     }
@@ -620,6 +623,9 @@ pub(crate) mod tests {
             port,
             weight,
             state: BackendState::Active,
+            max_connections: None,
+            resume_connections: None,
+            slow_start: None,
         }
     }
 
@@ -643,6 +649,12 @@ pub(crate) mod tests {
             snat: Vec::new(),
             communities: Vec::new(),
             backends,
+            scheduler_flags: Vec::new(),
+            persistence: None,
+            persistence_netmask: 32,
+            overflow: crate::config::Overflow::Drop,
+            slow_start: None,
+            udp_one_packet: false,
         }
     }
 

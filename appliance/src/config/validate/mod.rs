@@ -8,6 +8,7 @@ mod appliance;
 mod bgp;
 mod flood;
 mod health;
+mod lvs;
 mod vip;
 
 use std::collections::HashMap;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::bgp::communities;
-use super::{check_name, family};
+use super::{check_name, family, lvs};
 use crate::config::error::ConfigErrors;
 use crate::config::model::{
     Appliance, Backend, BackendState, Encap, HashFields, Mode, Protocol, Scheduler, Vip,
@@ -88,22 +88,19 @@ fn vip(
     let scheduler = t
         .choice("scheduler", &Scheduler::ALL, errs)
         .unwrap_or(Scheduler::Maglev);
-    let hash = t
-        .choice(
-            "hash",
-            &[
-                ("5-tuple", HashFields::FiveTuple),
-                ("3-tuple", HashFields::ThreeTuple),
-                ("2-tuple", HashFields::TwoTuple),
-            ],
-            errs,
-        )
-        .unwrap_or(HashFields::FiveTuple);
+    let hash = hash(t, scheduler, errs);
     let health_check = health_check(t, checks, errs);
     let health_via_vip = via_vip(t, mode, protocol, health_check.as_deref(), checks, errs);
     let snat = snat(t, mode, mode_name, address, errs);
     let comms = communities(t, errs);
-    let backends = backends(t, address, port, mode, errs);
+    let facts = lvs::VipFacts {
+        scheduler,
+        protocol,
+        mode,
+        address,
+    };
+    let lvs = lvs::vip_keys(t, &facts, errs);
+    let backends = backends(t, port, &facts, lvs.udp_one_packet, errs);
     if let Some(a) = appliance
         && backends.len() as u64 >= u64::from(a.maglev_table_size)
     {
@@ -129,7 +126,32 @@ fn vip(
         snat,
         communities: comms,
         backends,
+        scheduler_flags: lvs.scheduler_flags,
+        persistence: lvs.persistence,
+        persistence_netmask: lvs.persistence_netmask,
+        overflow: lvs.overflow,
+        slow_start: lvs.slow_start,
+        udp_one_packet: lvs.udp_one_packet,
     })
+}
+
+/// `hash`: the flow hash's fields (5-tuple by default); `sh` and `dh` hash addresses as LVS
+/// does and refuse it.
+fn hash(t: &mut Table<'_>, scheduler: Scheduler, errs: &mut ConfigErrors) -> HashFields {
+    if matches!(scheduler, Scheduler::Sh | Scheduler::Dh) {
+        lvs::hash_with_lvs_hash(t, scheduler, errs);
+        return HashFields::FiveTuple;
+    }
+    t.choice(
+        "hash",
+        &[
+            ("5-tuple", HashFields::FiveTuple),
+            ("3-tuple", HashFields::ThreeTuple),
+            ("2-tuple", HashFields::TwoTuple),
+        ],
+        errs,
+    )
+    .unwrap_or(HashFields::FiveTuple)
 }
 
 /// `address`, required: one the VIP's clients can reach.
@@ -337,9 +359,9 @@ fn snat(
 
 fn backends(
     t: &mut Table<'_>,
-    vip_addr: Option<IpAddr>,
     vip_port: Option<u16>,
-    mode: Option<Mode>,
+    facts: &lvs::VipFacts,
+    one_packet: bool,
     errs: &mut ConfigErrors,
 ) -> Vec<Backend> {
     let raw = t.tables("backend", errs);
@@ -352,8 +374,15 @@ fn backends(
     let mut out: Vec<Backend> = Vec::new();
     for (i, map) in raw {
         let mut b = Table::new(format!("{}[{i}]", t.key("backend")), map);
-        let backend = backend(&mut b, vip_addr, vip_port, mode, errs);
+        let backend = backend(&mut b, facts.address, vip_port, facts.mode, errs);
+        let keys = lvs::backend_keys(&mut b, facts, one_packet, errs);
         b.finish(errs);
+        let backend = backend.map(|mut be| {
+            be.max_connections = keys.max_connections;
+            be.resume_connections = keys.resume_connections;
+            be.slow_start = keys.slow_start;
+            be
+        });
         let Some(backend) = backend else { continue };
         let (address, port) = (backend.address, backend.port);
         if out.iter().any(|o| o.address == address && o.port == port) {
@@ -434,5 +463,8 @@ fn backend(
         port,
         weight,
         state,
+        max_connections: None,
+        resume_connections: None,
+        slow_start: None,
     })
 }

@@ -77,7 +77,7 @@ pub fn choose_backend(
         active: a,
         inactive: i,
     };
-    let pos = sched::pick(v.scheduler, v.hash, &pool, &v.buckets, st, key, now)?;
+    let pos = sched::pick(v.scheduler, v.hash_ports, &pool, &v.buckets, st, key, now)?;
     Some((r.start as u32 + pos as u32, Choice::Scheduler(v.scheduler)))
 }
 

@@ -103,7 +103,16 @@ mod tests {
                 port: 8080,
                 weight: 1,
                 state: BackendState::Active,
+                max_connections: None,
+                resume_connections: None,
+                slow_start: None,
             }],
+            scheduler_flags: Vec::new(),
+            persistence: None,
+            persistence_netmask: 32,
+            overflow: crate::config::Overflow::Drop,
+            slow_start: None,
+            udp_one_packet: false,
         }];
         Tables::build(&c, &|_, _| true, 1).expect("tables")
     }

@@ -85,6 +85,9 @@ fn backends(n: u8) -> Vec<Backend> {
             port: 80,
             weight: 1,
             state: BackendState::Active,
+            max_connections: None,
+            resume_connections: None,
+            slow_start: None,
         })
         .collect()
 }
@@ -105,6 +108,12 @@ pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
         snat: vec!["10.1.0.1".parse().unwrap()],
         communities: Vec::new(),
         backends: backends(n),
+        scheduler_flags: Vec::new(),
+        persistence: None,
+        persistence_netmask: 32,
+        overflow: crate::config::Overflow::Drop,
+        slow_start: None,
+        udp_one_packet: false,
     }];
     c
 }
