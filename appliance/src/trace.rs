@@ -251,21 +251,7 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
     let chosen = choice.map(|(slot, _)| slot as usize - range.start);
     let reason = reason(choice, hash, v);
     let picked = choice.map(|(slot, _)| &tables.backends[slot as usize]);
-    let snat = match (v.mode, picked) {
-        (Mode::FullNat, Some(b)) => {
-            let mut ct = ConnTable::new(1, tables.timeouts, 0, 0, 1);
-            ct.alloc_snat(proto, b.address, b.port, &v.snat, hash, 0)
-                .map(|(a, p)| SocketAddr::new(crate::lb::hash::u128_to_addr(a, v.v6), p))
-        }
-        _ => None,
-    };
-    let tunnel_source = match (v.mode, picked) {
-        (Mode::Tunnel(_), Some(b)) => {
-            let (a, p) = tunnel_source(&tables.tunnel_source, b.v6, hash);
-            Some((crate::lb::hash::u128_to_addr(a, b.v6), p))
-        }
-        _ => None,
-    };
+    let (snat, tunnel_source) = rewrites(&tables, v, picked, proto, hash);
     Ok(TraceReport {
         protocol,
         src,
@@ -291,6 +277,33 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
             v.hash_ports,
         )),
     })
+}
+
+/// The FullNAT local address and the tunnel outer source a fresh worker would give the
+/// flow toward `picked`.
+fn rewrites(
+    tables: &Tables,
+    v: &VipEntry,
+    picked: Option<&crate::lb::tables::BackendEntry>,
+    proto: u8,
+    hash: u32,
+) -> (Option<SocketAddr>, Option<(IpAddr, u16)>) {
+    let snat = match (v.mode, picked) {
+        (Mode::FullNat, Some(b)) => {
+            let mut ct = ConnTable::new(1, tables.timeouts, 0, 0, 1);
+            ct.alloc_snat(proto, b.address, b.port, &v.snat, hash, 0)
+                .map(|(a, p)| SocketAddr::new(crate::lb::hash::u128_to_addr(a, v.v6), p))
+        }
+        _ => None,
+    };
+    let tunnel_source = match (v.mode, picked) {
+        (Mode::Tunnel(_), Some(b)) => {
+            let (a, p) = tunnel_source(&tables.tunnel_source, b.v6, hash);
+            Some((crate::lb::hash::u128_to_addr(a, b.v6), p))
+        }
+        _ => None,
+    };
+    (snat, tunnel_source)
 }
 
 /// The VIP's backends in pool order, with the ring slots each holds.
