@@ -14,7 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use lab::netns::{Netns, require_program, require_root, veth};
-use sluice::config::model::{Protocol, XdpMode};
+use sluice::config::model::{Mode, Protocol, XdpMode};
 use sluice::datapath::neigh::Resolver;
 use sluice::datapath::{
     Datapath, DatapathConfig, DatapathStats, Frame, FrameHandler, ReturnKey, VipKey,
@@ -311,11 +311,15 @@ fn run_datapath(
                         addr,
                         port: TCP_PORT,
                         proto: Protocol::Tcp,
+                        mode: Mode::Nat,
+                        slot: 0,
                     },
                     VipKey {
                         addr,
                         port: UDP_PORT,
                         proto: Protocol::Udp,
+                        mode: Mode::Nat,
+                        slot: 1,
                     },
                 ]
             })

@@ -519,7 +519,7 @@ mod traffic {
     use super::enter;
     use lab::netns::{Netns, require_program, require_root, veth_mq};
     use sluice::config::Protocol;
-    use sluice::config::{BackendState, Config};
+    use sluice::config::{BackendState, Config, Mode};
     use sluice::control::cache::{after_commit, stats};
     use sluice::datapath::flowcache::FlowCache;
     use sluice::datapath::{Datapath, DatapathConfig, ReturnKey, VipKey};
@@ -829,6 +829,12 @@ port = {PORT}
                 addr: VIP.into(),
                 port,
                 proto: Protocol::Udp,
+                mode: if port == FULLNAT_PORT {
+                    Mode::FullNat
+                } else {
+                    Mode::Nat
+                },
+                slot: u32::from(port == FULLNAT_PORT),
             })
             .collect();
         dp.set_vips(&vips).expect("vips");

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lab::netns::require_root;
-use sluice::config::Protocol;
+use sluice::config::{Mode, Protocol};
 use sluice::datapath::steer::Steer;
 use sluice::datapath::{ReturnKey, VipKey};
 
@@ -89,16 +89,22 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
                 addr: IpAddr::V4(VIP4),
                 port: 80,
                 proto: Protocol::Tcp,
+                mode: Mode::Nat,
+                slot: 0,
             },
             VipKey {
                 addr: IpAddr::V4(VIP4),
                 port: 0,
                 proto: Protocol::Udp,
+                mode: Mode::Nat,
+                slot: 0,
             },
             VipKey {
                 addr: IpAddr::V6(vip6()),
                 port: 443,
                 proto: Protocol::Tcp,
+                mode: Mode::Nat,
+                slot: 0,
             },
         ])
         .expect("vips");
@@ -284,6 +290,8 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
             addr: IpAddr::V4(VIP4),
             port: 80,
             proto: Protocol::Tcp,
+            mode: Mode::Nat,
+            slot: 0,
         }])
         .expect("vips again");
     assert!(
@@ -305,6 +313,8 @@ fn a_vip_set_that_does_not_fit_changes_nothing() {
         addr: IpAddr::V4(VIP4),
         port: 80,
         proto: Protocol::Tcp,
+        mode: Mode::Nat,
+        slot: 0,
     };
     steer.set_vips(&[web]).expect("one vip");
     // 40 000 addresses need 80 000 keys (each with its address-only twin): more than the
@@ -314,6 +324,8 @@ fn a_vip_set_that_does_not_fit_changes_nothing() {
             addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)),
             port: 80,
             proto: Protocol::Tcp,
+            mode: Mode::Nat,
+            slot: 0,
         })
         .collect();
     let e = steer.set_vips(&too_many).expect_err("cannot fit");

@@ -101,6 +101,10 @@ pub struct Flood {
     pub switched_off: u64,
     /// First packets from sources the bucket map had no room for (let through).
     pub no_room: u64,
+    /// Flows that proved themselves in flood mode (their first frame forwarded by the flow
+    /// cache) and gave tokens back to their source's bucket.
+    #[serde(default)]
+    pub refunded: u64,
 }
 
 /// The XDP flow cache: established flows the kernel forwards without the engine.

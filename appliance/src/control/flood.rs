@@ -49,6 +49,7 @@ pub(super) fn document(f: FloodCounters) -> api::Flood {
         switched_on: f.switched_on,
         switched_off: f.switched_off,
         no_room: f.no_room,
+        refunded: f.refunded,
     }
 }
 

@@ -314,6 +314,11 @@ fn flood(b: &mut Builder, view: &View) {
         "First packets let through in flood mode because the bucket map was full",
         f.no_room,
     );
+    b.counter1(
+        "sluice_flood_refunded_flows",
+        "Flows that proved themselves in flood mode and paid their source's tokens back",
+        f.refunded,
+    );
 }
 
 /// The per-VIP families, labelled `vip`.
@@ -680,6 +685,7 @@ address = "10.1.0.21"
                         switched_on: 3,
                         switched_off: 2,
                         no_room: 1,
+                        refunded: 6,
                         active_cpus: 1,
                     },
                     ..SteerCounters::default()
@@ -865,6 +871,9 @@ sluice_flood_switches_total{to="on"} 3
 # HELP sluice_flood_no_room_packets First packets let through in flood mode because the bucket map was full.
 # TYPE sluice_flood_no_room_packets counter
 sluice_flood_no_room_packets_total 1
+# HELP sluice_flood_refunded_flows Flows that proved themselves in flood mode and paid their source's tokens back.
+# TYPE sluice_flood_refunded_flows counter
+sluice_flood_refunded_flows_total 6
 # HELP sluice_vip_packets Packets of a VIP (both directions).
 # TYPE sluice_vip_packets counter
 sluice_vip_packets_total{vip="dns"} 7

@@ -130,11 +130,13 @@ fn healthy(config: &Config, health: &HashMap<BackendId, bool>, v: &Vip, b: &Back
 pub fn steering(config: &Config) -> Steering {
     let mut vips = Vec::new();
     let mut ret = Vec::new();
-    for v in &config.vips {
+    for (slot, v) in config.vips.iter().enumerate() {
         vips.push(VipKey {
             addr: v.address,
             port: v.port,
             proto: v.protocol,
+            mode: v.mode,
+            slot: slot as u32,
         });
         match v.mode {
             Mode::Nat => {

@@ -6,16 +6,16 @@
 //! Attaching first removes a Sluice program a crashed run left behind, and refuses to touch
 //! anybody else's program.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, RawFd};
 
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
 use super::DatapathError;
-use super::abi::{flood_conf, flood_cpu, steer_key, xdp_md};
+use super::abi::{flood_conf, flood_cpu, steer_key, steer_val, xdp_md};
 use super::flowcache::{self, FlowCache};
-use crate::config::model::{Flood, Protocol, XdpMode};
+use crate::config::model::{Flood, Mode, Protocol, XdpMode};
 
 /// The object clang built from bpf/steer.bpf.c (see build.rs).
 static STEER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o"));
@@ -33,9 +33,16 @@ const KIND_LOCAL: u8 = 2;
 const KIND_HOST: u8 = 3;
 const KIND_ADDR: u8 = 0x80;
 
+/// `steer_val.mode` (steer.bpf.c VMODE_*): what flood mode needs to know of a VIP.
+const VMODE_NONE: u8 = 0;
+const VMODE_NAT: u8 = 1;
+const VMODE_FULLNAT: u8 = 2;
+const VMODE_DR: u8 = 3;
+const VMODE_TUNNEL: u8 = 4;
+
 /// A virtual service: frames to `addr:port/proto` are steered (port 0 = every port). ICMP
 /// and later fragments to `addr` are steered too, since they carry no ports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VipKey {
     /// VIP address.
     pub addr: IpAddr,
@@ -43,6 +50,11 @@ pub struct VipKey {
     pub port: u16,
     /// Transport protocol.
     pub proto: Protocol,
+    /// Forwarding mode: the XDP program polices a flood by it (tunnel VIPs are never in
+    /// the flow cache, so their established flows are not told apart by a cache miss).
+    pub mode: Mode,
+    /// The VIP's slot in the engine's tables (its index in the config's VIP list).
+    pub slot: u32,
 }
 
 /// Return traffic the engine owns.
@@ -120,6 +132,31 @@ impl SteerKey {
     }
 }
 
+/// The value of a `steer_keys` entry (steer.bpf.c `struct steer_val`).
+fn steer_value(vip: Option<(Mode, u32)>) -> [u8; steer_val::LEN] {
+    let (mode, slot) = match vip {
+        None => (VMODE_NONE, 0),
+        Some((m, slot)) => {
+            let mode = match m {
+                Mode::Nat => VMODE_NAT,
+                Mode::FullNat => VMODE_FULLNAT,
+                Mode::Dr => VMODE_DR,
+                Mode::Tunnel(_) => VMODE_TUNNEL,
+            };
+            (mode, slot)
+        }
+    };
+    steer_val {
+        vip: slot,
+        mode,
+        ..Default::default()
+    }
+    .to_bytes()
+}
+
+/// What one of the program's key sets holds: each key with its value's bytes.
+type KeySet = HashMap<SteerKey, [u8; steer_val::LEN]>;
+
 /// Counters the program keeps, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SteerCounters {
@@ -152,12 +189,15 @@ pub struct FloodCounters {
     /// First frames from a source that got no bucket (the bucket map refused the insert),
     /// let through.
     pub no_room: u64,
+    /// Flows that proved themselves (their first frame forwarded by the flow cache) and
+    /// gave their source's bucket tokens back.
+    pub refunded: u64,
     /// CPUs in flood mode now: on, and still seeing first frames in the last two seconds.
     pub active_cpus: u32,
 }
 
 /// `flood_counters` slots (steer.bpf.c FL_*), in [`FloodCounters`] order.
-const FL_MAX: usize = 6;
+const FL_MAX: usize = 7;
 /// How recent a CPU's last first frame must be for its mode to count as on: a CPU the flood
 /// left sees no frame that would switch it off.
 const FLOOD_ACTIVE_NS: u64 = 2_000_000_000;
@@ -191,9 +231,9 @@ impl AttachMode {
 /// The loaded program and its maps.
 pub struct Steer {
     obj: Object,
-    vips: HashSet<SteerKey>,
-    returns: HashSet<SteerKey>,
-    hosts: HashSet<SteerKey>,
+    vips: KeySet,
+    returns: KeySet,
+    hosts: KeySet,
 }
 
 impl std::fmt::Debug for Steer {
@@ -260,9 +300,9 @@ impl Steer {
             .map_err(|e| bpf_err("loading the steering program", e))?;
         Ok(Steer {
             obj,
-            vips: HashSet::new(),
-            returns: HashSet::new(),
-            hosts: HashSet::new(),
+            vips: KeySet::new(),
+            returns: KeySet::new(),
+            hosts: KeySet::new(),
         })
     }
 
@@ -361,7 +401,7 @@ impl Steer {
             .map_err(|e| bpf_err("inserting an AF_XDP socket into the XSKMAP", e))
     }
 
-    fn sync(&mut self, which: Which, want: HashSet<SteerKey>) -> Result<(), DatapathError> {
+    fn sync(&mut self, which: Which, want: KeySet) -> Result<(), DatapathError> {
         let map = self.map("steer_keys")?;
         let current = match which {
             Which::Vips => &self.vips,
@@ -369,20 +409,28 @@ impl Steer {
             Which::Hosts => &self.hosts,
         };
         // Add before removing, so a key present in both versions is never missing. When an
-        // add fails (map full), take back this call's additions: the old set stays whole.
-        let mut added = Vec::new();
-        for k in want.difference(current) {
-            if let Err(e) = map.update(&k.bytes(), &1u32.to_ne_bytes(), MapFlags::ANY) {
-                for k in &added {
-                    let _ = map.delete(&SteerKey::bytes(k));
+        // add fails (map full), take back this call's additions and changes: the old set
+        // stays whole. A changed value (a VIP's mode or slot) is one update in place.
+        let mut done: Vec<(SteerKey, Option<[u8; steer_val::LEN]>)> = Vec::new();
+        for (k, v) in &want {
+            let old = current.get(k);
+            if old == Some(v) {
+                continue;
+            }
+            if let Err(e) = map.update(&k.bytes(), v, MapFlags::ANY) {
+                for (k, old) in &done {
+                    let _ = match old {
+                        Some(old) => map.update(&k.bytes(), old, MapFlags::ANY),
+                        None => map.delete(&k.bytes()),
+                    };
                 }
                 return Err(bpf_err("adding a steering key (map full?)", e));
             }
-            added.push(*k);
+            done.push((*k, old.copied()));
         }
         // The kind byte keeps the three sets' keys apart, so removing one never removes
         // another set's key. A key that is already gone is what we wanted.
-        for k in current.difference(&want) {
+        for k in current.keys().filter(|k| !want.contains_key(k)) {
             let _ = map.delete(&k.bytes());
         }
         match which {
@@ -397,7 +445,10 @@ impl Steer {
     pub fn set_vips(&mut self, vips: &[VipKey]) -> Result<(), DatapathError> {
         let want = vips
             .iter()
-            .flat_map(|v| SteerKey::pair(v.addr, v.port, v.proto, KIND_VIP))
+            .flat_map(|v| {
+                let val = steer_value(Some((v.mode, v.slot)));
+                SteerKey::pair(v.addr, v.port, v.proto, KIND_VIP).map(|k| (k, val))
+            })
             .collect();
         self.sync(Which::Vips, want)
     }
@@ -414,6 +465,7 @@ impl Steer {
                     SteerKey::pair(addr, port, proto, KIND_LOCAL)
                 }
             })
+            .map(|k| (k, steer_value(None)))
             .collect();
         self.sync(Which::Returns, want)
     }
@@ -423,7 +475,12 @@ impl Steer {
     pub fn set_host_addresses(&mut self, addrs: &[IpAddr]) -> Result<(), DatapathError> {
         let want = addrs
             .iter()
-            .map(|a| SteerKey::new(*a, 0, 0, KIND_HOST | KIND_ADDR))
+            .map(|a| {
+                (
+                    SteerKey::new(*a, 0, 0, KIND_HOST | KIND_ADDR),
+                    steer_value(None),
+                )
+            })
             .collect();
         self.sync(Which::Hosts, want)
     }
@@ -532,8 +589,15 @@ impl Steer {
     }
 
     fn flood_counters(&self) -> Result<FloodCounters, DatapathError> {
-        let [first, admitted, shed, switched_on, switched_off, no_room] =
-            self.sums::<FL_MAX>("flood_counters")?;
+        let [
+            first,
+            admitted,
+            shed,
+            switched_on,
+            switched_off,
+            no_room,
+            refunded,
+        ] = self.sums::<FL_MAX>("flood_counters")?;
         let per_cpu = self
             .map("flood_cpus")?
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
@@ -553,6 +617,7 @@ impl Steer {
             switched_on,
             switched_off,
             no_room,
+            refunded,
             active_cpus,
         })
     }

@@ -53,11 +53,25 @@ struct steer_key {
 	__u8 pad[3];
 };
 
+// What a VIP is to flood mode; keep in step with VMODE_* in steer.rs. Other keys (return
+// traffic, our own addresses) carry VMODE_NONE.
+#define VMODE_NONE 0
+#define VMODE_NAT 1
+#define VMODE_FULLNAT 2
+#define VMODE_DR 3
+#define VMODE_TUNNEL 4 // never in the flow cache: its established flows miss it frame by frame
+
+struct steer_val {
+	__u32 vip; // the VIP's slot in the engine's tables
+	__u8 mode; // VMODE_*
+	__u8 pad[3];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct steer_key);
-	__type(value, __u32);
+	__type(value, struct steer_val);
 } steer_keys SEC(".maps");
 
 // Keep in step with MAX_QUEUES and MAX_INTERFACES in steer.rs (defines are not in BTF).
@@ -111,10 +125,12 @@ static __always_inline void count(__u32 idx)
 		*v += 1;
 }
 
-static __always_inline int lookup(const __u8 *addr, __be16 port, __u8 proto, __u8 kind,
-				  __u8 family, int has_ports)
+// The key's value, or NULL when nothing matches.
+static __always_inline const struct steer_val *lookup(const __u8 *addr, __be16 port, __u8 proto,
+						      __u8 kind, __u8 family, int has_ports)
 {
 	struct steer_key k;
+	const struct steer_val *v;
 	__builtin_memset(&k, 0, sizeof(k));
 	__builtin_memcpy(k.addr, addr, 16);
 	k.family = family;
@@ -122,15 +138,14 @@ static __always_inline int lookup(const __u8 *addr, __be16 port, __u8 proto, __u
 		k.kind = kind;
 		k.proto = proto;
 		k.port = port;
-		if (bpf_map_lookup_elem(&steer_keys, &k))
-			return 1;
+		v = bpf_map_lookup_elem(&steer_keys, &k);
+		if (v)
+			return v;
 		k.port = 0;
-		if (bpf_map_lookup_elem(&steer_keys, &k))
-			return 1;
-		return 0;
+		return bpf_map_lookup_elem(&steer_keys, &k);
 	}
 	k.kind = kind | KIND_ADDR;
-	return bpf_map_lookup_elem(&steer_keys, &k) != NULL;
+	return bpf_map_lookup_elem(&steer_keys, &k);
 }
 
 static __always_inline int parse_ports(void *l4, void *end, struct flow *f)
@@ -237,6 +252,9 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 	return -1;
 }
 
+
+// Flood mode (below): a flow the engine established pays its source's bucket back.
+static __always_inline void flood_refund(const void *addr, __u8 family);
 
 // ---- flow cache ------------------------------------------------------------------------
 
@@ -358,6 +376,7 @@ static __always_inline void cache_count(__u32 idx)
 #define TCP_FIN 0x01
 #define TCP_SYN 0x02
 #define TCP_RST 0x04
+#define TCP_ACK 0x10
 
 // lb::process's fold64: a 64-bit one's-complement sum folded to 16 bits, the same value
 // without branches (each step adds the carry out of the previous one back in, which is
@@ -536,6 +555,8 @@ static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *
 	struct cache_val *v = bpf_map_lookup_elem(&flow_cache4, &k);
 	if (!v)
 		return -1;
+	if (!v->last_seen)
+		flood_refund(&ip->saddr, FAMILY_V4);
 
 	if (v->action == ACT_NAT) {
 		if (ip->ttl <= 1)
@@ -593,6 +614,8 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 	struct cache_val *v = bpf_map_lookup_elem(&flow_cache6, &k);
 	if (!v)
 		return -1;
+	if (!v->last_seen)
+		flood_refund(&ip6->saddr, FAMILY_V6);
 
 	if (v->action == ACT_NAT) {
 		if (ip6->hop_limit <= 1)
@@ -614,19 +637,29 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 //
 // A spoofed-source flood (SYN, ACK or UDP to a VIP) misses the flow cache frame by frame, and
 // at full rate it fills the AF_XDP rx ring, where legitimate first packets are dropped with
-// the flood's. Flood mode sheds it here, before the ring: every CPU that runs this program
-// counts the VIP frames that may open a flow (a TCP SYN; with the cache on, any VIP frame it
-// missed, since established flows hit it), and above `threshold` of them a second it switches
-// the mode on. While it is on, each source address gets a token bucket (`src_rate` frames a
-// second, `src_burst` deep) in an LRU map: a steady client stays inside its bucket, a
-// flooding source is cut to its rate and the rest is dropped here, counted. The mode
-// switches off after a second below half the threshold. The control plane writes
-// `flood_conf` at every commit ([flood] in the config) and reads the counters and states.
+// the flood's. Flood mode sheds it here, before the ring. What it polices are the frames
+// that may open a flow or belong to none, and that an established flow does not send at its
+// data rate: a TCP SYN without ACK to any VIP; and, with the cache on, every frame of a
+// cached mode (NAT, FullNAT, DR) the cache missed, since those modes' established flows hit
+// it. Tunnel VIPs are never cached, so their non-SYN frames and their UDP are never policed:
+// an established tunnel flow is never shed. Every CPU counts the policed frames, and above
+// `threshold` of them a second it switches the mode on. While it is on, each source address
+// gets a token bucket (`src_rate` frames a second, `src_burst` deep) in an LRU map: a
+// flooding source is cut to its rate and the rest is dropped here, counted. A source earns
+// its tokens back with flows that prove themselves: the first frame the flow cache forwards
+// for a flow (the engine saw its handshake, or its second datagram, and installed it) puts
+// FLOOD_REFUND tokens back in its source's bucket, so many clients behind one NAT address
+// open as many flows as they complete, while spoofed sources, which never complete one,
+// stay at their rate. The mode switches off after a second below half the threshold. The
+// control plane writes `flood_conf` at every commit ([flood] in the config) and reads the
+// counters and states.
 
 #define FLOOD_WINDOW_NS 100000000ULL // 100 ms: the detector's window
 #define FLOOD_QUIET_WINDOWS 10	     // windows under half the threshold before the mode ends
 #define NS_PER_SEC 1000000000ULL
 #define FLOOD_MAX_IDLE_NS (10 * NS_PER_SEC) // refill cap: keeps the arithmetic in 64 bits
+#define FLOOD_REFUND 4 // tokens a proven flow pays back: about what its handshake, first
+		       // data and teardown cost in misses before and after it is cached
 
 // Keep in step with FL_* in steer.rs.
 #define FL_FIRST 0    // VIP frames that may open a flow (the detector's input)
@@ -635,7 +668,8 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 #define FL_ON 3	      // switches on
 #define FL_OFF 4      // switches off
 #define FL_NO_ROOM 5  // sources without a bucket (the LRU insert failed): let through
-#define FL_MAX 6
+#define FL_REFUNDED 6 // proven flows that paid their source's bucket back
+#define FL_MAX 7
 
 struct flood_conf {
 	__u64 threshold; // first frames a second (per CPU) that switch the mode on; 0: never
@@ -765,18 +799,46 @@ static __always_inline int flood_admit(const struct flow *f, const struct flood_
 	return 1;
 }
 
-// A VIP frame on its way to the engine: returns whether flood mode drops it.
-static __always_inline int flood_shed(const struct flow *f)
+// A proven flow's first cached frame: its source's bucket, if it has one, gets
+// FLOOD_REFUND tokens back (up to its depth). Outside a flood no source has a bucket and
+// this is one failed lookup per new cache entry.
+static __always_inline void flood_refund(const void *addr, __u8 family)
 {
-	int first;
-	if (f->proto == IPPROTO_TCP)
-		// SYN without ACK opens a flow; with the cache on, a miss that is not one is a
-		// segment of no flow the kernel forwards (a spoofed ACK) or a flow's handshake
-		// and teardown, which a legitimate source's bucket has room for.
-		first = (f->tcp_flags & 0x12) == TCP_SYN || cache_on;
+	struct flood_src k;
+	__builtin_memset(&k, 0, sizeof(k));
+	if (family == FAMILY_V4)
+		__builtin_memcpy(k.addr, addr, 4);
 	else
-		first = f->proto == IPPROTO_UDP && cache_on;
-	if (!first || !f->has_ports)
+		__builtin_memcpy(k.addr, addr, 16);
+	k.family = family;
+	struct flood_bucket *b = bpf_map_lookup_elem(&flood_buckets, &k);
+	if (!b)
+		return;
+	__u32 zero = 0;
+	const struct flood_conf *c = bpf_map_lookup_elem(&flood_conf, &zero);
+	if (!c)
+		return;
+	__u64 cap = c->src_burst * NS_PER_SEC;
+	__u64 credit = b->credit + FLOOD_REFUND * NS_PER_SEC;
+	b->credit = credit > cap ? cap : credit;
+	flood_count(FL_REFUNDED);
+}
+
+// Whether flood mode polices this VIP frame (see the section's comment).
+static __always_inline int flood_policed(const struct flow *f, const struct steer_val *vip)
+{
+	int cached = cache_on && vip->mode != VMODE_TUNNEL;
+	if (!f->has_ports)
+		return 0;
+	if (f->proto == IPPROTO_TCP)
+		return (f->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN || cached;
+	return f->proto == IPPROTO_UDP && cached;
+}
+
+// A VIP frame on its way to the engine: returns whether flood mode drops it.
+static __always_inline int flood_shed(const struct flow *f, const struct steer_val *vip)
+{
+	if (!flood_policed(f, vip))
 		return 0;
 	__u32 zero = 0;
 	const struct flood_conf *c = bpf_map_lookup_elem(&flood_conf, &zero);
@@ -822,8 +884,9 @@ int sluice_steer(struct xdp_md *ctx)
 	if (r < 0 || f.never)
 		goto pass;
 
-	if (lookup(f.dst, f.dport, f.proto, KIND_VIP, f.family, f.has_ports)) {
-		if (flood_shed(&f))
+	const struct steer_val *vip = lookup(f.dst, f.dport, f.proto, KIND_VIP, f.family, f.has_ports);
+	if (vip) {
+		if (flood_shed(&f, vip))
 			return XDP_DROP;
 		owned = 1;
 	} else if (lookup(f.dst, f.dport, f.proto, KIND_LOCAL, f.family, f.has_ports))
