@@ -12,5 +12,6 @@ pub mod control;
 pub mod ctl;
 pub mod datapath;
 pub mod engine;
+pub mod import;
 pub mod lb;
 pub mod trace;

@@ -78,6 +78,11 @@ enum Command {
         #[command(subcommand)]
         command: CtlCmd,
     },
+    /// Turn another load balancer's configuration into a commented sluice.toml.
+    Import {
+        #[command(subcommand)]
+        from: ImportFrom,
+    },
     /// The terminal console: VIPs, backends, health, BGP and events, with actions. Talks to
     /// the running appliance through its local API only.
     Console {
@@ -105,6 +110,19 @@ enum Command {
         /// Print the report as JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ImportFrom {
+    /// keepalived.conf's virtual_server blocks as [[vip]]s; prints what it could not carry
+    /// over on stderr (and as comments in the output).
+    Keepalived {
+        /// The keepalived.conf to read.
+        file: PathBuf,
+        /// Write the sluice.toml here instead of to standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
     },
 }
 
@@ -202,6 +220,9 @@ fn main() -> ExitCode {
             refresh,
         } => console(&api, no_color, refresh),
         Command::Run { config } => run(&config),
+        Command::Import {
+            from: ImportFrom::Keepalived { file, output },
+        } => import_keepalived(&file, output.as_deref()),
         Command::Trace { config, flow } => trace(&config, &flow),
         Command::Lab {
             backends,
@@ -310,6 +331,50 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             ExitCode::from(e.code())
         }
     }
+}
+
+/// `sluice import keepalived`: 0 when the file was written (its placeholders still to be
+/// filled in), 1 when the input cannot be imported or the output not written.
+fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -> ExitCode {
+    let bytes = match std::fs::read(file) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("sluice import: {}: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let source = file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let imported = match sluice::import::keepalived::import(&bytes, &source) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("sluice import: {}: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    for n in &imported.notes {
+        eprintln!("{}: {n}", file.display());
+    }
+    match output {
+        Some(out) => {
+            if let Err(e) = std::fs::write(out, &imported.toml) {
+                eprintln!("sluice import: {}: {e}", out.display());
+                return ExitCode::FAILURE;
+            }
+            eprintln!(
+                "sluice import: wrote {} vip(s) to {}, {} line(s) not carried over as they were; \
+                 fill in its placeholders, then `sluice check --config {}`",
+                imported.vips,
+                out.display(),
+                imported.notes.len(),
+                out.display()
+            );
+        }
+        None => print!("{}", imported.toml),
+    }
+    ExitCode::SUCCESS
 }
 
 fn console(api: &ApiArgs, no_color: bool, refresh: std::time::Duration) -> ExitCode {

@@ -9,6 +9,7 @@ mod bgp;
 mod flood;
 mod health;
 mod lvs;
+mod placeholder;
 mod vip;
 
 use std::collections::HashMap;
@@ -57,6 +58,7 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
         None => Flood::default(),
     };
     top.finish(&mut errs);
+    placeholder::placeholders(root, &mut errs);
 
     if !errs.is_empty() {
         return Err(errs);

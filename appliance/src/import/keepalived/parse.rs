@@ -1,0 +1,323 @@
+//! keepalived.conf's grammar, read the way keepalived's own parser (`lib/parser.c`) reads it:
+//! a tree of statements, each a line of words, some followed by a `{ ... }` block. `#` and `!`
+//! start a comment anywhere outside quotes; `"` and `'` quote (the quotes are removed, the
+//! spaces inside kept); `{` and `}` are tokens of their own wherever they stand outside
+//! quotes, and a block's `{` may stand on the line after its keyword; `$NAME=value` lines
+//! define parameters that `$NAME` and `${NAME}` expand to. Conditional lines (`@id ...`)
+//! cannot be evaluated without keepalived's config id: they are skipped and reported.
+//!
+//! The parser is total: any input gives a tree or an error naming the line, never a panic.
+//! It builds the tree without recursion and refuses nesting deeper than keepalived's own
+//! deepest block needs, so hostile input cannot exhaust the stack.
+
+use std::collections::HashMap;
+
+/// Deepest block nesting accepted (keepalived's deepest, `url` inside a checker inside a
+/// `real_server` inside a `virtual_server`, is 4).
+pub const MAX_DEPTH: usize = 16;
+
+/// One statement: its words (keyword first) and, when a `{` followed, its block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub words: Vec<String>,
+    /// 1-based line of the keyword.
+    pub line: usize,
+    /// Line of the block's closing `}` (the keyword's line when there is no block).
+    pub end_line: usize,
+    pub block: Option<Vec<Node>>,
+}
+
+impl Node {
+    /// The keyword (first word).
+    pub fn keyword(&self) -> &str {
+        self.words.first().map_or("", String::as_str)
+    }
+
+    /// The words after the keyword.
+    pub fn args(&self) -> &[String] {
+        self.words.get(1..).unwrap_or(&[])
+    }
+
+    /// The block's statements (none without a block).
+    pub fn children(&self) -> &[Node] {
+        self.block.as_deref().unwrap_or(&[])
+    }
+}
+
+/// A file that is not keepalived.conf text, or whose braces or quotes do not balance.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyntaxError {
+    #[error(
+        "line {line}: byte 0x{byte:02x} is not text (keepalived.conf is a text file: is this the right file?)"
+    )]
+    NotText { line: usize, byte: u8 },
+    #[error("line {line}: the quoted string has no closing {quote}")]
+    UnterminatedQuote { line: usize, quote: char },
+    #[error("line {line}: '}}' closes no block (one '}}' too many, or a '{{' missing above)")]
+    ExtraClose { line: usize },
+    #[error(
+        "line {line}: the block of {keyword:?} opened here is never closed (a '}}' is missing)"
+    )]
+    Unclosed { line: usize, keyword: String },
+    #[error("line {line}: '{{' has no keyword before it")]
+    BareOpen { line: usize },
+    #[error("line {line}: blocks nested deeper than {MAX_DEPTH} (a '}}' is missing above?)")]
+    TooDeep { line: usize },
+}
+
+/// A line the parser skipped on purpose, with why (conditional configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub line: usize,
+    pub text: String,
+}
+
+/// What one line holds once comments are gone: words and braces in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Word(String),
+    Open,
+    Close,
+}
+
+/// Parses a whole file into its top-level statements.
+pub fn parse(bytes: &[u8]) -> Result<(Vec<Node>, Vec<Skipped>), SyntaxError> {
+    let text = as_text(bytes)?;
+    let mut builder = Builder::default();
+    let mut defs: HashMap<String, String> = HashMap::new();
+    let mut skipped = Vec::new();
+    for (i, raw) in text.split('\n').enumerate() {
+        let line = i + 1;
+        let trimmed = raw.trim_start();
+        if let Some(def) = trimmed.strip_prefix('$')
+            && let Some((name, value)) = def.split_once('=')
+            && is_param_name(name.trim())
+        {
+            defs.insert(name.trim().to_string(), value.trim().to_string());
+            continue;
+        }
+        if trimmed.starts_with('@') {
+            skipped.push(Skipped {
+                line,
+                text: trimmed.trim_end().to_string(),
+            });
+            continue;
+        }
+        let expanded = expand(raw, &defs);
+        for token in tokens(&expanded, line)? {
+            builder.push(token, line)?;
+        }
+        builder.end_line();
+    }
+    Ok((builder.finish()?, skipped))
+}
+
+/// The file as UTF-8 text without control bytes other than tab, CR, LF and form feed.
+fn as_text(bytes: &[u8]) -> Result<&str, SyntaxError> {
+    let line_of = |at: usize| 1 + bytes[..at].iter().filter(|b| **b == b'\n').count();
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let at = e.valid_up_to();
+        SyntaxError::NotText {
+            line: line_of(at),
+            byte: bytes[at],
+        }
+    })?;
+    if let Some(at) = bytes
+        .iter()
+        .position(|b| *b < 0x20 && !matches!(b, b'\t' | b'\r' | b'\n' | 0x0c) || *b == 0x7f)
+    {
+        return Err(SyntaxError::NotText {
+            line: line_of(at),
+            byte: bytes[at],
+        });
+    }
+    Ok(text)
+}
+
+fn is_param_name(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Replaces `${NAME}` and `$NAME` by the definitions seen so far (others stay as written).
+fn expand(line: &str, defs: &HashMap<String, String>) -> String {
+    if defs.is_empty() || !line.contains('$') {
+        return line.to_string();
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, used) = match after.strip_prefix('{') {
+            Some(b) => match b.find('}') {
+                Some(end) => (&b[..end], end + 2),
+                None => ("", 0),
+            },
+            None => {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                (&after[..end], end)
+            }
+        };
+        match defs.get(name) {
+            Some(v) if used > 0 => {
+                out.push_str(v);
+                rest = &after[used..];
+            }
+            _ => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Splits one line into words and braces, dropping its comment.
+fn tokens(line: &str, lineno: usize) -> Result<Vec<Token>, SyntaxError> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    // A word has started even when it is empty so far (`""` is an empty word).
+    let mut in_word = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '#' | '!' => break,
+            '{' | '}' => {
+                if in_word {
+                    out.push(Token::Word(std::mem::take(&mut word)));
+                    in_word = false;
+                }
+                out.push(if c == '{' { Token::Open } else { Token::Close });
+            }
+            '"' | '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        None => {
+                            return Err(SyntaxError::UnterminatedQuote {
+                                line: lineno,
+                                quote: c,
+                            });
+                        }
+                        Some(q) if q == c => break,
+                        Some('\\') => match chars.next() {
+                            Some(e) => word.push(e),
+                            None => word.push('\\'),
+                        },
+                        Some(o) => word.push(o),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(Token::Word(std::mem::take(&mut word)));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        out.push(Token::Word(word));
+    }
+    Ok(out)
+}
+
+/// Builds the tree from tokens line by line, with an explicit stack of open blocks.
+#[derive(Default)]
+struct Builder {
+    /// Finished statements of each open level; `[0]` is the top level.
+    levels: Vec<Vec<Node>>,
+    /// The statement being read on the current line.
+    current: Option<Node>,
+    /// The last statement ended at a line end without a block: a `{` first on the next
+    /// line opens its block.
+    last_may_open: bool,
+}
+
+impl Builder {
+    fn level(&mut self) -> &mut Vec<Node> {
+        if self.levels.is_empty() {
+            self.levels.push(Vec::new());
+        }
+        let top = self.levels.len() - 1;
+        &mut self.levels[top]
+    }
+
+    fn push(&mut self, token: Token, line: usize) -> Result<(), SyntaxError> {
+        match token {
+            Token::Word(w) => {
+                self.last_may_open = false;
+                let node = self.current.get_or_insert_with(|| Node {
+                    words: Vec::new(),
+                    line,
+                    end_line: line,
+                    block: None,
+                });
+                node.words.push(w);
+            }
+            Token::Open => {
+                let node = match self.current.take() {
+                    Some(n) => n,
+                    None if self.last_may_open => match self.level().pop() {
+                        Some(n) => n,
+                        None => return Err(SyntaxError::BareOpen { line }),
+                    },
+                    None => return Err(SyntaxError::BareOpen { line }),
+                };
+                self.last_may_open = false;
+                if self.levels.len() > MAX_DEPTH {
+                    return Err(SyntaxError::TooDeep { line });
+                }
+                // The opener waits, block-less, as the last statement of its level.
+                self.level().push(node);
+                self.levels.push(Vec::new());
+            }
+            Token::Close => {
+                self.end_statement();
+                self.last_may_open = false;
+                if self.levels.len() < 2 {
+                    return Err(SyntaxError::ExtraClose { line });
+                }
+                let children = self.levels.pop().unwrap_or_default();
+                let Some(opener) = self.level().last_mut() else {
+                    return Err(SyntaxError::ExtraClose { line });
+                };
+                opener.block = Some(children);
+                opener.end_line = line;
+            }
+        }
+        Ok(())
+    }
+
+    fn end_statement(&mut self) {
+        if let Some(n) = self.current.take() {
+            self.level().push(n);
+            self.last_may_open = true;
+        }
+    }
+
+    fn end_line(&mut self) {
+        self.end_statement();
+    }
+
+    fn finish(mut self) -> Result<Vec<Node>, SyntaxError> {
+        self.end_statement();
+        if self.levels.len() > 1 {
+            // The innermost unclosed block's opener is the last statement one level up.
+            let depth = self.levels.len() - 2;
+            let opener = self.levels[depth].last();
+            return Err(SyntaxError::Unclosed {
+                line: opener.map_or(0, |n| n.line),
+                keyword: opener.map_or(String::new(), |n| n.words.join(" ")),
+            });
+        }
+        Ok(self.levels.pop().unwrap_or_default())
+    }
+}
