@@ -19,6 +19,9 @@ packages=(
     python3-prometheus-client
     # BGP peers for the integration tests
     bird2 frr gobgpd
+    # tests/client_address.rs: nginx as a FullNAT backend reading PROXY v2, tcpdump to
+    # capture the TOA option at a backend
+    nginx tcpdump
 )
 
 missing=()
@@ -34,8 +37,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The router daemons must not run as system services: tests start their own instances.
-for svc in bird frr gobgpd; do
+# The router daemons and nginx must not run as system services: tests start their own
+# instances.
+for svc in bird frr gobgpd nginx; do
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 

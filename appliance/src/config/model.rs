@@ -254,6 +254,8 @@ pub struct Vip {
     pub health_via_vip: bool,
     /// Local source pool for `fullnat` (same family as the VIP).
     pub snat: Vec<IpAddr>,
+    /// How a FullNAT TCP VIP tells its backends the client's address.
+    pub client_address: ClientAddress,
     /// Communities added to this VIP's announcement.
     pub communities: Vec<Community>,
     pub backends: Vec<Backend>,
@@ -358,6 +360,32 @@ impl Protocol {
         match self {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// `client_address`: how a FullNAT TCP VIP passes the client's address to its backends,
+/// which otherwise see only the SNAT address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientAddress {
+    /// Nothing is added.
+    #[default]
+    None,
+    /// A PROXY protocol version 2 header (HAProxy's specification) before the client's
+    /// first byte; nginx, HAProxy and Envoy read it.
+    ProxyV2,
+    /// The TOA TCP option (kind 254, the LVS/DPVS layout) on the client's first segments;
+    /// a kernel module on the backend reads it.
+    Toa,
+}
+
+impl ClientAddress {
+    /// The name as written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientAddress::None => "none",
+            ClientAddress::ProxyV2 => "proxy-v2",
+            ClientAddress::Toa => "toa",
         }
     }
 }

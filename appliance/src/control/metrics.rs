@@ -616,6 +616,7 @@ address = "10.1.0.21"
         snap.stats.conntrack_fallback = 1;
         snap.stats.stateless_no_entry = 7;
         snap.stats.icmp_rate_limited = 2;
+        snap.stats.proxy_headers = 3;
         snap.conntrack.promoted = 4;
         snap.conntrack.evicted_embryonic = 6;
         snap.conntrack_fill = [3, 2, 1, 0, 5];
@@ -852,6 +853,13 @@ sluice_stateless_answers_total{cause="table_full"} 1
 # HELP sluice_icmp_rate_limited ICMP echo replies and errors not sent because of [appliance.icmp_limits].
 # TYPE sluice_icmp_rate_limited counter
 sluice_icmp_rate_limited_total 2
+# HELP sluice_client_address_added FullNAT segments that carried the client's address to the backend (client_address), by kind.
+# TYPE sluice_client_address_added counter
+sluice_client_address_added_total{kind="proxy-v2"} 3
+sluice_client_address_added_total{kind="toa"} 0
+# HELP sluice_client_address_toa_no_room Segments that should have carried the TOA option but had no room in their TCP header.
+# TYPE sluice_client_address_toa_no_room counter
+sluice_client_address_toa_no_room_total 0
 # HELP sluice_flood_active_cpus CPUs in flood mode now (0: off).
 # TYPE sluice_flood_active_cpus gauge
 sluice_flood_active_cpus 1

@@ -264,6 +264,9 @@ impl Shared {
             a.stats.fragments += st.fragments;
             a.stats.stateless_no_entry += st.stateless_no_entry;
             a.stats.icmp_rate_limited += st.icmp_rate_limited;
+            a.stats.proxy_headers += st.proxy_headers;
+            a.stats.toa_options += st.toa_options;
+            a.stats.toa_no_room += st.toa_no_room;
             let c = &s.conntrack;
             a.conntrack.inserted += c.inserted;
             a.conntrack.promoted += c.promoted;

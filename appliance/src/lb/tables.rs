@@ -199,6 +199,8 @@ pub struct VipEntry {
     pub snat: Vec<u128>,
     /// `sh`/`dh` hash the port with the address (`sh-port` / `dh-port`).
     pub hash_ports: bool,
+    /// How the client's address reaches the backends (FullNAT TCP only).
+    pub client_address: crate::config::ClientAddress,
 }
 
 /// One backend of one VIP.
@@ -506,6 +508,7 @@ impl Core {
             buckets,
             snat,
             hash_ports: v.hashes_port(),
+            client_address: v.client_address,
         });
         Ok(())
     }
@@ -646,6 +649,7 @@ pub(crate) mod tests {
             hash: HashFields::FiveTuple,
             health_check: None,
             health_via_vip: false,
+            client_address: Default::default(),
             snat: Vec::new(),
             communities: Vec::new(),
             backends,

@@ -10,6 +10,7 @@
 //! all, in a fixed order, for the tests, the benches and the XDP flow-cache parity test.
 
 pub mod build;
+mod clientaddr;
 mod dr;
 mod fragment;
 mod fullnat;
@@ -72,6 +73,10 @@ pub enum Counter {
     IcmpErrorsForwarded,
     /// `fragments`: a fragment forwarded.
     Fragments,
+    /// `proxy_headers`: a PROXY v2 header put in front of a flow's first data.
+    ProxyHeaders,
+    /// `toa_options`: a TOA option added.
+    ToaOptions,
 }
 
 impl Counter {
@@ -83,6 +88,8 @@ impl Counter {
             Counter::EchoReplies => s.echo_replies,
             Counter::IcmpErrorsForwarded => s.icmp_errors_forwarded,
             Counter::Fragments => s.fragments,
+            Counter::ProxyHeaders => s.proxy_headers,
+            Counter::ToaOptions => s.toa_options,
         }
     }
 }
@@ -167,7 +174,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 9] = [
+    let groups: [&[Row]; 10] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
@@ -177,6 +184,7 @@ pub fn fixtures() -> Vec<Fixture> {
         malformed::ROWS,
         kernel::ROWS,
         unserved::ROWS,
+        clientaddr::ROWS,
     ];
     groups
         .iter()

@@ -6,6 +6,7 @@
 mod api;
 mod appliance;
 mod bgp;
+mod client_address;
 mod flood;
 mod health;
 mod lvs;

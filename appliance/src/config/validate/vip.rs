@@ -92,6 +92,7 @@ fn vip(
     let health_check = health_check(t, checks, errs);
     let health_via_vip = via_vip(t, mode, protocol, health_check.as_deref(), checks, errs);
     let snat = snat(t, mode, mode_name, address, errs);
+    let client_address = super::client_address::client_address(t, mode, protocol, errs);
     let comms = communities(t, errs);
     let facts = lvs::VipFacts {
         scheduler,
@@ -124,6 +125,7 @@ fn vip(
         health_check,
         health_via_vip,
         snat,
+        client_address,
         communities: comms,
         backends,
         scheduler_flags: lvs.scheduler_flags,

@@ -65,4 +65,19 @@ pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
         "ICMP echo replies and errors not sent because of [appliance.icmp_limits]",
         agg.stats.icmp_rate_limited,
     );
+    let added = b.counter(
+        "sluice_client_address_added",
+        "FullNAT segments that carried the client's address to the backend (client_address), by kind",
+    );
+    set(
+        &added,
+        labels(&[("kind", "proxy-v2")]),
+        agg.stats.proxy_headers,
+    );
+    set(&added, labels(&[("kind", "toa")]), agg.stats.toa_options);
+    b.counter1(
+        "sluice_client_address_toa_no_room",
+        "Segments that should have carried the TOA option but had no room in their TCP header",
+        agg.stats.toa_no_room,
+    );
 }

@@ -285,6 +285,14 @@ struct cache_key6 {
 #define SET_SRC 1
 #define SET_DST 2
 
+// cache_val.carry (lb::process proxyhdr and toa; a FullNAT TCP VIP with client_address).
+#define CARRY_SEQ 1 // client -> backend: seq + delta; the first data segment (seq == base)
+		    // goes to the engine, which puts the PROXY header in again
+#define CARRY_ACK 2 // backend -> client: ack and SACK edges beyond base less delta; segments
+		    // with options other than timestamps (SACK blocks) go to the engine
+#define CARRY_TOA 4 // client -> backend: segments acknowledging exactly base go to the
+		    // engine, which adds the TOA option
+
 // cache_val.tx: how a hit that leaves through the interface it came in on is sent.
 #define TX_XDP_TX 0    // XDP_TX (real NICs)
 #define TX_REDIRECT 1  // a DEVMAP redirect: veth kicks its peer's NAPI after an XDP_TX only
@@ -306,7 +314,10 @@ struct cache_val {
 	__u8 flags;
 	__u8 tx;
 	__u8 tx_port;  // the egress's slot in tx_ports
-	__u8 pad[4];
+	__u32 carry_base;  // host order: where the client-address rewrite starts (CARRY_*)
+	__u8 carry;	   // CARRY_* bits
+	__u8 carry_delta;  // bytes the backend's view of the client's stream runs ahead
+	__u8 pad[2];
 };
 
 struct {
@@ -488,6 +499,61 @@ static __always_inline __be16 *l4_csum(__u8 *l4, void *end, __u8 proto, __u32 av
 	return NULL;
 }
 
+// lb::process::tcpopt::unshift: a backend-side number in the client's space.
+static __always_inline __u32 carry_unshift(__u32 x, __u32 base, __u32 delta)
+{
+	__s32 d = (__s32)(x - base);
+	if (d <= 0)
+		return x;
+	if ((__u32)d < delta)
+		return base;
+	return x - delta;
+}
+
+// The client-address part of an entry (cache_val.carry) on a TCP segment at `l4` (20 bytes
+// known to be in the frame): 0 with the sequence numbers rewritten and their checksum
+// change added to `l4_acc`, -1 for a frame the engine must see.
+static __always_inline int carry_tcp(__u8 *l4, void *end, const struct cache_val *v,
+				     __u64 *l4_acc)
+{
+	// l4_csum checked this, but through another register the verifier may not connect.
+	if ((void *)(l4 + 20) > end)
+		return -1;
+	__u32 *seqp = (__u32 *)(l4 + 4);
+	__u32 *ackp = (__u32 *)(l4 + 8);
+	__u32 base = v->carry_base;
+	int ack = l4[13] & 0x10;
+	// Every check before any store: a declined frame goes to the engine untouched.
+	if ((v->carry & CARRY_TOA) && ack && bpf_ntohl(*ackp) == base)
+		return -1;
+	if ((v->carry & CARRY_SEQ) && bpf_ntohl(*seqp) == base)
+		return -1;
+	if (v->carry & CARRY_ACK) {
+		__u32 doff = (l4[12] >> 4) * 4;
+		// Timestamps alone (NOP NOP TS, Linux's layout) hold no number of the client's
+		// stream; any other options may be SACK blocks, which the engine shifts.
+		if (doff != 20) {
+			if (doff != 32 || (void *)(l4 + 24) > end)
+				return -1;
+			if (l4[20] != 1 || l4[21] != 1 || l4[22] != 8 || l4[23] != 10)
+				return -1;
+		}
+	}
+	if (v->carry & CARRY_SEQ) {
+		__u32 o = *seqp;
+		__u32 n = bpf_htonl(bpf_ntohl(o) + v->carry_delta);
+		*seqp = n;
+		*l4_acc += not32(o) + n;
+	}
+	if ((v->carry & CARRY_ACK) && ack) {
+		__u32 o = *ackp;
+		__u32 n = bpf_htonl(carry_unshift(bpf_ntohl(o), base, v->carry_delta));
+		*ackp = n;
+		*l4_acc += not32(o) + n;
+	}
+	return 0;
+}
+
 // After the rewrite: MACs, activity, counters, and out.
 static __always_inline int cache_send(struct xdp_md *ctx, struct ethhdr *eth,
 				      struct cache_val *v, __u64 len)
@@ -564,6 +630,8 @@ static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *
 		// Sums as loaded (see patch_l4). TTL is the first byte of its 16-bit word with the
 		// protocol: one less TTL is that word minus htons(0x100).
 		__u64 l4_acc = 0;
+		if (v->carry && (proto != IPPROTO_TCP || carry_tcp(l4, end, v, &l4_acc)))
+			return -1;
 		__u16 *tw = (__u16 *)&ip->ttl;
 		__u16 old = *tw;
 		__u16 nw = old - bpf_htons(0x100);
@@ -621,6 +689,8 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 		if (ip6->hop_limit <= 1)
 			return -1;
 		__u64 l4_acc = 0;
+		if (v->carry && (proto != IPPROTO_TCP || carry_tcp(l4, end, v, &l4_acc)))
+			return -1;
 		ip6->hop_limit -= 1;
 		if (v->flags & SET_SRC)
 			set_addr6((__u32 *)&ip6->saddr, v->new_src, &ports[0], v->new_sport, &l4_acc);

@@ -2,7 +2,7 @@
 //! `cache_key6`, `cache_val`, generated from the object's BTF in datapath/abi.rs), and the
 //! codes the program reads from them.
 
-use super::{CacheAction, CacheEntry};
+use super::{CacheAction, CacheCarry, CacheEntry};
 use crate::datapath::abi::{cache_key4, cache_key6, cache_val};
 use crate::lb::hash::FlowKey;
 
@@ -15,6 +15,10 @@ const ACT_DR: u8 = 2;
 const SET_SRC: u8 = 1;
 /// `cache_val.flags` (steer.bpf.c SET_DST): `new_dst`/`new_dport` apply.
 const SET_DST: u8 = 2;
+/// `cache_val.carry` bits (steer.bpf.c CARRY_SEQ, CARRY_ACK, CARRY_TOA).
+const CARRY_SEQ: u8 = 1;
+const CARRY_ACK: u8 = 2;
+const CARRY_TOA: u8 = 4;
 /// `cache_val.tx` (steer.bpf.c TX_REDIRECT): a hit that leaves through the interface it came
 /// in on is sent with a DEVMAP redirect instead of XDP_TX (see [`super::Hairpin`]).
 pub(super) const TX_REDIRECT: u8 = 1;
@@ -126,6 +130,12 @@ impl CacheEntry {
             }
             CacheAction::Dr => v.action = ACT_DR,
         }
+        (v.carry, v.carry_base, v.carry_delta) = match self.carry {
+            CacheCarry::None => (0, 0, 0),
+            CacheCarry::Seq { base, delta } => (CARRY_SEQ, base, delta),
+            CacheCarry::Ack { base, delta } => (CARRY_ACK, base, delta),
+            CacheCarry::Toa { base } => (CARRY_TOA, base, 0),
+        };
         v
     }
 
@@ -142,8 +152,17 @@ impl CacheEntry {
             ACT_DR => CacheAction::Dr,
             _ => return None,
         };
+        let (base, delta) = (v.carry_base, v.carry_delta);
+        let carry = match v.carry {
+            0 => CacheCarry::None,
+            CARRY_SEQ => CacheCarry::Seq { base, delta },
+            CARRY_ACK => CacheCarry::Ack { base, delta },
+            CARRY_TOA => CacheCarry::Toa { base },
+            _ => return None,
+        };
         Some(CacheEntry {
             action,
+            carry,
             v6,
             dst_mac: v.dst_mac,
             src_mac: v.src_mac,
@@ -212,6 +231,7 @@ mod tests {
                 src: Some((v4([10, 1, 0, 1]), 1025)),
                 dst: Some((v4([10, 0, 0, 1]), 8080)),
             },
+            carry: CacheCarry::None,
             v6: false,
             dst_mac: [2, 0, 0, 0, 1, 1],
             src_mac: [2, 0, 0, 0, 0, 0xaa],
@@ -235,5 +255,19 @@ mod tests {
             ..e
         };
         assert_eq!(CacheEntry::from_value(&dr.value(), false), Some(dr));
+        for carry in [
+            CacheCarry::Seq { base: 7, delta: 28 },
+            CacheCarry::Ack {
+                base: 0xffff_fff0,
+                delta: 52,
+            },
+            CacheCarry::Toa { base: 9 },
+        ] {
+            let c = CacheEntry { carry, ..e };
+            let v = c.value();
+            assert_eq!(v.carry.count_ones(), 1, "one CARRY_* bit");
+            let back = cache_val::from_bytes(&v.to_bytes()).expect("whole value");
+            assert_eq!(CacheEntry::from_value(&back, false), Some(c));
+        }
     }
 }

@@ -34,7 +34,7 @@ pub use worker::{SWEEP_NS, WorkerCache};
 use super::DatapathError;
 use super::abi::{cache_key4, cache_key6, cache_stat, cache_val};
 use super::steer::bpf_err;
-use crate::config::Mode;
+use crate::config::{ClientAddress, Mode};
 use crate::engine::BackendId;
 use crate::lb::FlowState;
 use crate::lb::conntrack::tcp_flags;
@@ -102,11 +102,44 @@ pub enum CacheAction {
     Dr,
 }
 
+/// What the kernel repeats of a flow's client-address rewrite (`client_address`, see
+/// `lb::process` proxyhdr and toa), and which of its frames it leaves to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheCarry {
+    /// Nothing.
+    #[default]
+    None,
+    /// proxy-v2, client → backend: sequence numbers `delta` ahead; the first data segment
+    /// (sequence number `base`) goes to the engine, which puts the header in again.
+    Seq {
+        /// The client's first sequence number after its SYN.
+        base: u32,
+        /// The header's length.
+        delta: u8,
+    },
+    /// proxy-v2, backend → client: acknowledgements beyond `base` moved back by `delta`;
+    /// segments with options other than timestamps (SACK blocks) go to the engine.
+    Ack {
+        /// The client's first sequence number after its SYN.
+        base: u32,
+        /// The header's length.
+        delta: u8,
+    },
+    /// toa, client → backend: segments acknowledging exactly `base` go to the engine,
+    /// which adds the option.
+    Toa {
+        /// The backend's first sequence number after its SYN-ACK.
+        base: u32,
+    },
+}
+
 /// One cache entry: the rewrite, the MACs and egress, the counter slot, last-seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheEntry {
     /// The rewrite.
     pub action: CacheAction,
+    /// The client-address part of the rewrite.
+    pub carry: CacheCarry,
     /// Addresses are IPv6.
     pub v6: bool,
     /// Destination MAC written.
@@ -127,6 +160,12 @@ pub struct CacheEntry {
 /// opens nor closes it (the XDP program hands every SYN, FIN and RST to the engine anyway).
 pub fn cacheable(d: &Decision) -> bool {
     const SYN_ACK: u8 = tcp_flags::SYN | tcp_flags::ACK;
+    // A proxy-v2 flow before its header went out: the next client segment gets the header
+    // and every later one a shift the entry could not know yet. A toa flow before its
+    // SYN-ACK: the entry would not know which segments carry the option.
+    if d.carry.kind != ClientAddress::None && !d.carry.armed {
+        return false;
+    }
     match d.flow {
         Some((_, FlowState::TcpEstablished)) => {
             d.tcp_flags & (tcp_flags::SYN | tcp_flags::FIN | tcp_flags::RST) == 0
@@ -156,8 +195,22 @@ pub fn entry_for(d: &Decision, stat: u32) -> Option<CacheEntry> {
         Mode::Dr if !d.reverse => CacheAction::Dr,
         _ => return None,
     };
+    let c = d.carry;
+    let carry = match (c.kind, d.reverse) {
+        (ClientAddress::ProxyV2, false) => CacheCarry::Seq {
+            base: c.base,
+            delta: c.delta,
+        },
+        (ClientAddress::ProxyV2, true) => CacheCarry::Ack {
+            base: c.base,
+            delta: c.delta,
+        },
+        (ClientAddress::Toa, false) => CacheCarry::Toa { base: c.base },
+        (ClientAddress::Toa, true) | (ClientAddress::None, _) => CacheCarry::None,
+    };
     Some(CacheEntry {
         action,
+        carry,
         v6: d.key.v6,
         dst_mac: d.next_hop.dst_mac.0,
         src_mac: d.next_hop.src_mac.0,
@@ -480,7 +533,61 @@ mod tests {
             },
             flow: Some((key, state)),
             tcp_flags: flags,
+            carry: Default::default(),
         }
+    }
+
+    #[test]
+    fn client_address_flows_are_cached_once_armed_with_their_shift() {
+        use crate::lb::conntrack::Carry;
+        let est = decision(Mode::FullNat, FlowState::TcpEstablished, tcp_flags::ACK);
+        let waiting = Carry {
+            kind: ClientAddress::ProxyV2,
+            base: 1001,
+            delta: 28,
+            armed: false,
+        };
+        let d = Decision {
+            carry: waiting,
+            ..est
+        };
+        assert!(!cacheable(&d), "the header has not gone out yet");
+        let sent = Carry {
+            armed: true,
+            ..waiting
+        };
+        let d = Decision { carry: sent, ..est };
+        assert!(cacheable(&d));
+        let e = entry_for(&d, 1).expect("entry");
+        assert_eq!(
+            e.carry,
+            CacheCarry::Seq {
+                base: 1001,
+                delta: 28
+            }
+        );
+        let r = Decision { reverse: true, ..d };
+        let e = entry_for(&r, 1).expect("entry");
+        assert_eq!(
+            e.carry,
+            CacheCarry::Ack {
+                base: 1001,
+                delta: 28
+            }
+        );
+        let toa = Carry {
+            kind: ClientAddress::Toa,
+            base: 77,
+            delta: 0,
+            armed: true,
+        };
+        let t = Decision { carry: toa, ..est };
+        assert_eq!(
+            entry_for(&t, 1).expect("entry").carry,
+            CacheCarry::Toa { base: 77 }
+        );
+        let t = Decision { reverse: true, ..t };
+        assert_eq!(entry_for(&t, 1).expect("entry").carry, CacheCarry::None);
     }
 
     #[test]

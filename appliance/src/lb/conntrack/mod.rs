@@ -45,7 +45,7 @@ mod tests;
 pub use snat::{SNAT_PORT_MIN, SNAT_PROBES};
 pub use state::{CLASSES, FlowState, Seen, first_state, is_syn, tcp_flags};
 
-use crate::config::Timeouts;
+use crate::config::{ClientAddress, Timeouts};
 use crate::lb::hash::FlowKey;
 use index::{Index, NONE, fwd_hash, rev_hash};
 
@@ -98,6 +98,28 @@ pub struct Flow {
     pub snat: Option<(u128, u16)>,
     /// Whether the reverse index holds this flow (NAT, FullNAT).
     pub reverse: bool,
+    /// How this flow carries the client's address to the backend (FullNAT TCP VIPs with
+    /// `client_address`), and where it stands.
+    pub carry: Carry,
+}
+
+/// A FullNAT TCP flow that tells the backend the client's address (`client_address`):
+/// what the rewrites of its later segments need to know. `Carry::default()` for every
+/// other flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Carry {
+    /// What the flow adds.
+    pub kind: ClientAddress,
+    /// proxy-v2: the client's first sequence number after its SYN, where the header goes in
+    /// the backend's view. toa: the backend's first sequence number after its SYN-ACK; the
+    /// client's segments that acknowledge exactly it (sent before the backend sent any
+    /// data, the handshake's ACK first) carry the option, as DPVS does.
+    pub base: u32,
+    /// proxy-v2: the header's length, by which the backend's sequence space runs ahead of
+    /// the client's once the header went out.
+    pub delta: u8,
+    /// proxy-v2: the header went out (the shift applies). toa: `base` is known.
+    pub armed: bool,
 }
 
 impl Flow {
@@ -231,6 +253,7 @@ impl ConnTable {
                 hash: 0,
                 snat: None,
                 reverse: false,
+                carry: Carry::default(),
             },
             used: false,
             counted_backend: NONE,
@@ -444,6 +467,12 @@ impl ConnTable {
         f.marks = m;
         self.touch(id, now, st);
         st
+    }
+
+    /// Records where a flow's client-address rewrite stands ([`Carry`]).
+    #[inline]
+    pub fn set_carry(&mut self, id: u32, carry: Carry) {
+        self.slots[id as usize].flow.carry = carry;
     }
 
     /// Moves a flow to the head of its list (see [`ConnTable::touch`]).

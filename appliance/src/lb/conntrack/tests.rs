@@ -50,6 +50,7 @@ fn flow(i: u32, backend: u32, state: FlowState) -> Flow {
         hash: i,
         snat: None,
         reverse: false,
+        carry: Default::default(),
     }
 }
 

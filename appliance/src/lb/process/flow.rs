@@ -16,7 +16,9 @@
 
 use super::{DropReason, NONE, WorkerState, fullnat};
 use crate::config::{Mode, Scheduler};
-use crate::lb::conntrack::{ConnTable, Flow, FlowState, InsertError, Seen, first_state, is_syn};
+use crate::lb::conntrack::{
+    Carry, ConnTable, Flow, FlowState, InsertError, Seen, first_state, is_syn,
+};
 use crate::lb::hash::FlowKey;
 use crate::lb::sched::{self, PoolView, SchedState};
 use crate::lb::tables::Tables;
@@ -87,6 +89,8 @@ pub(super) struct FlowHit {
     pub(super) hash: u32,
     /// FullNAT local address and port.
     pub(super) snat: Option<(u128, u16)>,
+    /// The flow's client-address state (`client_address`), before this packet.
+    pub(super) carry: Carry,
 }
 
 /// The client → VIP packet [`flow_for`] decides for.
@@ -110,9 +114,9 @@ pub(super) fn flow_for(
 ) -> Result<FlowHit, DropReason> {
     let key = p.key;
     if let Some(id) = ct.lookup(key, now) {
-        let (backend, state, hash, snat) = {
+        let (backend, state, hash, snat, carry) = {
             let f = ct.flow(id);
-            (f.backend, f.state, f.hash, f.snat)
+            (f.backend, f.state, f.hash, f.snat, f.carry)
         };
         let ok = backend != NONE
             && tables
@@ -130,6 +134,7 @@ pub(super) fn flow_for(
                 backend,
                 hash,
                 snat,
+                carry,
             });
         }
         worker.stats.rechosen += 1;
@@ -164,6 +169,7 @@ fn stateless(tables: &Tables, vip: u32, hash: u32) -> Result<FlowHit, DropReason
         backend: v.backends.start + pos,
         hash,
         snat: None,
+        carry: Carry::default(),
     })
 }
 
@@ -215,12 +221,14 @@ fn new_flow(
         hash,
         snat,
         reverse: matches!(v.mode, Mode::Nat | Mode::FullNat),
+        carry: Default::default(),
     };
     match ct.insert(flow, now) {
         Ok(_) => Ok(FlowHit {
             backend,
             hash,
             snat,
+            carry: Carry::default(),
         }),
         Err(InsertError::Full) => {
             worker.stats.conntrack_fallback += 1;

@@ -45,9 +45,12 @@ mod headers;
 mod icmp;
 mod nat;
 mod owner;
+mod proxyhdr;
 mod ratelimit;
+mod tcpopt;
 #[cfg(test)]
 mod tests;
+mod toa;
 mod tunnel;
 
 pub use flow::{Choice, Load, choose_backend};
@@ -56,7 +59,7 @@ pub use ratelimit::IcmpLimiter;
 pub use tunnel::{encapsulate_probe, tunnel_source};
 
 use crate::config::Mode;
-use crate::lb::conntrack::{ConnTable, FlowState};
+use crate::lb::conntrack::{Carry, ConnTable, FlowState};
 use crate::lb::egress::Miss;
 use crate::lb::frame::Frame;
 use crate::lb::hash::FlowKey;
@@ -64,7 +67,7 @@ use crate::lb::sched::SchedState;
 #[cfg(doc)]
 use crate::lb::tables::TunnelSource;
 use crate::lb::tables::{NextHop, Tables};
-use flow::{FlowHit, Packet, flow_for};
+use flow::{Packet, flow_for};
 use headers::{Ip, L4, parse_ip, parse_l4};
 use wire::{EthernetFrame, IpProtocol, l3_offset};
 
@@ -238,6 +241,12 @@ pub struct WorkerStats {
     pub icmp_rate_limited: u64,
     /// Fragments forwarded.
     pub fragments: u64,
+    /// PROXY v2 headers put in front of a flow's first data (retransmissions included).
+    pub proxy_headers: u64,
+    /// TOA options added.
+    pub toa_options: u64,
+    /// Segments that should have carried the TOA option but had no room in their header.
+    pub toa_no_room: u64,
 }
 
 /// Per-worker mutable state: counters and scheduler state, sized for one table version.
@@ -395,6 +404,15 @@ impl WorkerState {
         Verdict::Tx { ifindex }
     }
 
+    /// Counts a forwarded client → VIP frame of `len` bytes for its VIP and backend slots.
+    #[inline(always)]
+    fn count_forward(&mut self, vip: u32, backend: u32, len: u64) {
+        self.vip_packets[vip as usize] += 1;
+        self.vip_bytes[vip as usize] += len;
+        self.backend_packets[backend as usize] += 1;
+        self.backend_bytes[backend as usize] += len;
+    }
+
     /// Sum of all drops.
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().sum()
@@ -441,6 +459,10 @@ pub struct Decision {
     pub flow: Option<(FlowKey, FlowState)>,
     /// The frame's TCP flags (0 for UDP).
     pub tcp_flags: u8,
+    /// The flow's client-address state after this frame (`client_address`): a flow cache
+    /// must shift sequence numbers as the engine does, and leave the frames that get a
+    /// header or an option to the engine.
+    pub carry: Carry,
 }
 
 /// Where [`process_recorded`] puts its [`Decision`]: `()` records nothing and compiles to
@@ -567,40 +589,41 @@ fn forward<R: Record>(
         }
         return icmp::time_exceeded(frame, tables, worker, ip);
     }
-    let FlowHit {
-        backend,
-        hash,
-        snat,
-    } = match flow_for(tables, ct, worker, vip, packet(&key, l4), now) {
+    let hit = match flow_for(tables, ct, worker, vip, packet(&key, l4), now) {
         Ok(x) => x,
         Err(r) => return worker.drop(r),
     };
+    let backend = hit.backend;
     let n = match tables.backend_egress(backend) {
         Ok(n) => n,
         Err(m) => return worker.drop(m.into()),
     };
     let b = tables.backends[backend as usize];
-    worker.vip_packets[vip as usize] += 1;
-    worker.vip_bytes[vip as usize] += len;
-    worker.backend_packets[backend as usize] += 1;
-    worker.backend_bytes[backend as usize] += len;
+    worker.count_forward(vip, backend, len);
+    if fullnat::carries(v, &hit.carry, ip, &b, hit.snat)
+        && let Err(r) = fullnat::carry_forward(frame, ct, worker, ip, l4, &key, v, now)
+    {
+        return worker.drop(r);
+    }
     let verdict = if nat {
-        nat::to_backend(frame, worker, ip, l4, v.mode, &n, &b, snat)
+        nat::to_backend(frame, worker, ip, l4, v.mode, &n, &b, hit.snat)
     } else {
-        dr::direct_to_backend(frame, tables, worker, ip, v.mode, &n, &b, hash)
+        dr::direct_to_backend(frame, tables, worker, ip, v.mode, &n, &b, hit.hash)
     };
     if R::ON && matches!(verdict, Verdict::Tx { .. }) {
+        let f = ct.lookup(&key, now).map(|id| *ct.flow(id));
         rec.decision(Decision {
             key,
             reverse: false,
             mode: v.mode,
             vip,
             backend,
-            src: if nat { snat } else { None },
+            src: if nat { hit.snat } else { None },
             dst: nat.then_some((b.address, b.port)),
             next_hop: n,
-            flow: ct.lookup(&key, now).map(|id| (key, ct.flow(id).state)),
+            flow: f.map(|f| (key, f.state)),
             tcp_flags: l4.flags,
+            carry: f.map_or(Carry::default(), |f| f.carry),
         });
     }
     verdict

@@ -14,8 +14,8 @@ use wire::checksum::{self, addr_delta_v4, addr_delta_v6, delta16};
 
 use super::headers::{Ip, L4, set_macs};
 use super::{Decision, DropReason, Record, Verdict, WorkerState, fullnat};
-use crate::config::Mode;
-use crate::lb::conntrack::{ConnTable, RevKey, Seen};
+use crate::config::{ClientAddress, Mode};
+use crate::lb::conntrack::{Carry, ConnTable, RevKey, Seen};
 use crate::lb::frame::Frame;
 use crate::lb::hash::FlowKey;
 use crate::lb::tables::{BackendEntry, NextHop, Tables};
@@ -55,6 +55,8 @@ pub(super) struct Return {
     pub(super) client: (u128, u16),
     pub(super) vip: u32,
     pub(super) backend: u32,
+    /// The flow's id and client-address state, for a FullNAT flow that has one.
+    pub(super) carry: Option<(u32, Carry)>,
 }
 
 /// A return packet matched a connection-table flow: refresh it and read what to rewrite.
@@ -76,6 +78,7 @@ pub(super) fn from_flow(ct: &mut ConnTable, id: u32, ip: &Ip, l4: &L4, now: u64)
         client,
         vip: f.vip,
         backend: f.backend,
+        carry: (f.carry.kind != ClientAddress::None).then_some((id, f.carry)),
     }
 }
 
@@ -108,6 +111,7 @@ fn nat_return(
         client: (ip.dst, l4.dport),
         vip,
         backend: slot,
+        carry: None,
     })
 }
 
@@ -156,6 +160,9 @@ pub(super) fn reverse<R: Record>(
         return worker.drop(DropReason::TtlExceeded);
     }
     nat_rewrite(d, ip, l4, Some(r.vip_addr), client);
+    if let Some((id, c)) = r.carry {
+        fullnat::carry_reverse(d, ct, ip, l4, id, c);
+    }
     set_macs(d, &gw);
     if let Some(c) = worker.vip_packets.get_mut(r.vip as usize) {
         *c += 1;
@@ -201,6 +208,7 @@ fn reverse_decision(
     gw: NextHop,
     now: u64,
 ) -> Decision {
+    let f = ct.lookup_rev(rk, now).map(|id| *ct.flow(id));
     Decision {
         key: FlowKey {
             src: ip.src,
@@ -217,11 +225,9 @@ fn reverse_decision(
         src: Some(r.vip_addr),
         dst: client,
         next_hop: gw,
-        flow: ct.lookup_rev(rk, now).map(|id| {
-            let f = ct.flow(id);
-            (f.key, f.state)
-        }),
+        flow: f.map(|f| (f.key, f.state)),
         tcp_flags: l4.flags,
+        carry: f.map_or(Carry::default(), |f| f.carry),
     }
 }
 

@@ -96,6 +96,7 @@ mod tests {
             hash: HashFields::FiveTuple,
             health_check: None,
             health_via_vip: false,
+            client_address: Default::default(),
             snat: vec![snat.parse().expect("literal")],
             communities: Vec::new(),
             backends: vec![Backend {
