@@ -219,6 +219,18 @@ pub struct Vip {
     /// Largest ring share of an eligible backend divided by its ideal (weighted) share;
     /// 1.0 is perfect, `None` without eligible backends.
     pub hash_imbalance: Option<f64>,
+    /// `scheduler_flags` (`sh-port`, `dh-port`).
+    #[serde(default)]
+    pub scheduler_flags: Vec<String>,
+    /// `persistence` in seconds, `None` when off.
+    #[serde(default)]
+    pub persistence_seconds: Option<u64>,
+    /// `persistence_netmask` (a prefix length) when persistence is on.
+    #[serde(default)]
+    pub persistence_netmask: Option<u8>,
+    /// `udp_one_packet`: every datagram scheduled on its own.
+    #[serde(default)]
+    pub udp_one_packet: bool,
 }
 
 /// `GET /v1/vips/{vip}/backends`.
@@ -249,6 +261,12 @@ pub struct Backend {
     pub active_flows: u64,
     pub packets: u64,
     pub bytes: u64,
+    /// Of `active_flows`, established TCP (ipvsadm's ActiveConn) and the rest: embryonic,
+    /// closing and UDP entries (InActConn).
+    #[serde(default)]
+    pub active_connections: u64,
+    #[serde(default)]
+    pub inactive_connections: u64,
 }
 
 /// `GET /v1/bgp`.

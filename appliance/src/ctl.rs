@@ -9,6 +9,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use api::fmt::{bytes, duration, mode, percent, ratio, si, vip_addr};
 use api::{ApiError, Client, ClientError};
 
+pub mod list;
+
+pub use list::ListKind;
+
 /// One `sluice ctl` command: a read, or a change the API makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CtlCommand {
@@ -22,6 +26,12 @@ pub enum CtlCommand {
     },
     Bgp,
     Metrics,
+    /// Services and backends like `ipvsadm -L -n`; `interval` between the two samples of
+    /// `--rate`.
+    List {
+        kind: ListKind,
+        interval: std::time::Duration,
+    },
     /// Drain, undrain, disable, enable, weight, withdraw, announce, reload.
     Send(api::Command),
 }
@@ -104,6 +114,43 @@ pub async fn run(client: &Client, cmd: CtlCommand, json: bool) -> Result<String,
             if json { to_json(&b) } else { format_bgp(&b) }
         }
         CtlCommand::Metrics => client.metrics().await?,
+        CtlCommand::List { kind, interval } => list(client, kind, interval, json).await?,
+    })
+}
+
+/// Every VIP with its backends, in ipvsadm's order.
+async fn services(client: &Client) -> Result<Vec<list::Service>, CtlError> {
+    let mut out = Vec::new();
+    for vip in client.vips().await? {
+        let backends = client.backends(&vip.name).await?;
+        out.push(list::Service { vip, backends });
+    }
+    Ok(list::sorted(out))
+}
+
+async fn list(
+    client: &Client,
+    kind: ListKind,
+    interval: std::time::Duration,
+    json: bool,
+) -> Result<String, CtlError> {
+    let status = client.status().await?;
+    let first = services(client).await?;
+    Ok(match kind {
+        _ if json && kind != ListKind::Rate => to_json(&first),
+        ListKind::Conns => list::format_list(&status, &first),
+        ListKind::Stats => list::format_stats(&status, &first),
+        ListKind::Rate => {
+            let started = std::time::Instant::now();
+            tokio::time::sleep(interval).await;
+            let second = services(client).await?;
+            let seconds = started.elapsed().as_secs_f64();
+            if json {
+                to_json(&list::rates(&first, &second, seconds))
+            } else {
+                list::format_rate(&status, &first, &second, seconds)
+            }
+        }
     })
 }
 

@@ -203,6 +203,18 @@ enum CtlCmd {
         #[arg(long, default_value_t = 0)]
         since: u64,
     },
+    /// Services and backends like `ipvsadm -L -n` (Forward, Weight, ActiveConn, InActConn).
+    List {
+        /// ipvsadm's --stats: connections, packets and bytes since start.
+        #[arg(long, conflicts_with = "rate")]
+        stats: bool,
+        /// ipvsadm's --rate: per second, from two samples --interval apart.
+        #[arg(long)]
+        rate: bool,
+        /// Time between the two samples of --rate.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
+    },
     /// BGP peers and announced prefixes.
     Bgp,
     /// The Prometheus exposition.
@@ -305,6 +317,11 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
         CtlCmd::Reload => C::Send(W::Reload),
         CtlCmd::Events { since } => C::Events { since },
         CtlCmd::Bgp => C::Bgp,
+        CtlCmd::List {
+            stats,
+            rate,
+            interval,
+        } => list_command(stats, rate, interval),
         CtlCmd::Metrics => C::Metrics,
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -375,6 +392,17 @@ fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -
         None => print!("{}", imported.toml),
     }
     ExitCode::SUCCESS
+}
+
+/// `ctl list`, `ctl list --stats` or `ctl list --rate`.
+fn list_command(stats: bool, rate: bool, interval: std::time::Duration) -> sluice::ctl::CtlCommand {
+    use sluice::ctl::ListKind;
+    let kind = match (stats, rate) {
+        (_, true) => ListKind::Rate,
+        (true, false) => ListKind::Stats,
+        (false, false) => ListKind::Conns,
+    };
+    sluice::ctl::CtlCommand::List { kind, interval }
 }
 
 fn console(api: &ApiArgs, no_color: bool, refresh: std::time::Duration) -> ExitCode {

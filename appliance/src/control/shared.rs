@@ -130,6 +130,8 @@ pub struct Aggregate {
     pub backends: HashMap<BackendId, BackendTotals>,
     /// Connection-table entries per backend (active + inactive), running version only.
     pub backend_flows: HashMap<BackendId, u64>,
+    /// The same entries as (active: established TCP, inactive: the rest).
+    pub backend_conns: HashMap<BackendId, (u64, u64)>,
     pub vip_flows: HashMap<String, u64>,
     pub drops: [u64; DropReason::COUNT],
     pub stats: crate::lb::process::WorkerStats,
@@ -245,6 +247,9 @@ impl Shared {
                         continue;
                     };
                     let n = u64::from(*act) + u64::from(*inact);
+                    let c = a.backend_conns.entry(id.clone()).or_default();
+                    c.0 += u64::from(*act);
+                    c.1 += u64::from(*inact);
                     *a.vip_flows.entry(id.vip.clone()).or_default() += n;
                     *a.backend_flows.entry(id).or_default() += n;
                 }
@@ -404,6 +409,7 @@ impl Shared {
                         })
                     };
                     let totals = agg.backends.get(&id).copied().unwrap_or_default();
+                    let conns = agg.backend_conns.get(&id).copied().unwrap_or_default();
                     let (ring_share, ideal_share, eligible) =
                         shares.get(i).copied().unwrap_or((0.0, 0.0, false));
                     api::Backend {
@@ -422,6 +428,8 @@ impl Shared {
                         active_flows: agg.backend_flows.get(&id).copied().unwrap_or(0),
                         packets: totals.packets,
                         bytes: totals.bytes,
+                        active_connections: conns.0,
+                        inactive_connections: conns.1,
                     }
                 })
                 .collect(),
@@ -544,6 +552,14 @@ fn vip_doc(
         new_flows: totals.new_flows,
         active_flows: agg.vip_flows.get(&v.name).copied().unwrap_or(0),
         hash_imbalance: imbalance(&shares),
+        scheduler_flags: v
+            .scheduler_flags
+            .iter()
+            .map(|f| f.name().to_string())
+            .collect(),
+        persistence_seconds: v.persistence.map(|d| d.as_secs()),
+        persistence_netmask: v.persistence.map(|_| v.persistence_netmask),
+        udp_one_packet: v.udp_one_packet,
     }
 }
 

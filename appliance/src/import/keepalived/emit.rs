@@ -281,7 +281,7 @@ fn vip(o: &mut String, v: &Vip, check: Option<&str>) {
     if let Some(p) = v.overflow {
         let _ = writeln!(
             o,
-            "overflow = {}   # every backend at uthreshold: IPVS answered ICMP port unreachable, a reset fails the client as fast",
+            "overflow = {}   # every backend at uthreshold: IPVS answered ICMP port unreachable",
             q(p)
         );
     }

@@ -503,12 +503,33 @@ fn virtual_server(n: &Node, groups: &HashMap<&str, &Node>, cx: &mut Cx) -> Vec<V
             })
             .collect();
         v.check = check.clone();
-        if v.backends.iter().any(|b| b.max_connections.is_some()) {
-            v.overflow = Some("reset");
-        }
+        limits(&mut v, n.line, group_line.is_none() || out.is_empty(), cx);
         out.push(v);
     }
     out
+}
+
+/// Connection limits as Sluice can hold them: none for a one-packet service (it counts no
+/// connections), and the overflow policy closest to IPVS's answer when all are full.
+fn limits(v: &mut Vip, line: usize, first: bool, cx: &mut Cx) {
+    if v.udp_one_packet && v.backends.iter().any(|b| b.max_connections.is_some()) {
+        if first {
+            cx.note(
+                line,
+                "uthreshold/lthreshold with ops: Sluice counts no connections for a \
+                 one-packet service: left out",
+            );
+        }
+        for b in &mut v.backends {
+            b.max_connections = None;
+            b.resume_connections = None;
+        }
+    }
+    if v.backends.iter().any(|b| b.max_connections.is_some()) {
+        // IPVS answers ICMP port unreachable when every real server is over its
+        // threshold: a reset fails a TCP client as fast; UDP has nothing to reset.
+        v.overflow = Some(if v.protocol == "udp" { "drop" } else { "reset" });
+    }
 }
 
 /// Reads one keyword of the service itself; false when it is not one.

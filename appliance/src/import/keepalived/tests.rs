@@ -311,3 +311,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn one_packet_services_keep_no_thresholds_and_udp_overflow_drops() {
+    let ops = "virtual_server 192.0.2.53 53 {\n  protocol UDP\n  ops\n  real_server 10.0.0.1 53 {\n    uthreshold 10\n  }\n}\n";
+    let out = import(ops.as_bytes(), "t.conf").expect("imports");
+    assert!(out.toml.contains("udp_one_packet = true"));
+    assert!(!out.toml.contains("max_connections"), "{}", out.toml);
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.line == 1 && n.text.contains("one-packet"))
+    );
+    let udp = ops.replace("  ops\n", "");
+    let out = import(udp.as_bytes(), "t.conf").expect("imports");
+    assert!(out.toml.contains("max_connections = 10"));
+    assert!(
+        out.toml.contains("overflow = \"drop\""),
+        "a UDP VIP has nothing to reset"
+    );
+}

@@ -1,0 +1,226 @@
+//! `sluice ctl list` against a running appliance in a lab: the ipvsadm-shaped lines parse as
+//! ipvsadm's do, and their connection counts follow real connections through a NAT VIP
+//! (held open: ActiveConn; closed: InActConn until the closing timeout). Needs root.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lab::{Lab, LabMode, LabOptions};
+
+/// Connections the client holds open through the NAT VIP.
+const HELD: usize = 6;
+
+fn ctl(socket: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("run sluice ctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sluice ctl {args:?}: {stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One `  -> address:port Forward Weight ActiveConn InActConn` line.
+#[derive(Debug)]
+struct Real {
+    addr: SocketAddr,
+    forward: String,
+    weight: u32,
+    active: u64,
+    inactive: u64,
+}
+
+/// The service line starting with `head` and its backends; panics on any line that does not
+/// have ipvsadm's shape.
+fn service(list: &str, head: &str) -> (String, Vec<Real>) {
+    let mut lines = list.lines();
+    let version = lines.next().unwrap_or_default();
+    assert!(
+        version.starts_with("Sluice ") && version.contains("config version"),
+        "{list}"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("Prot LocalAddress:Port Scheduler Flags"),
+        "{list}"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn"),
+        "{list}"
+    );
+    let mut found: Option<(String, Vec<Real>)> = None;
+    for l in lines {
+        if let Some(rest) = l.strip_prefix("  -> ") {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            assert_eq!(f.len(), 5, "backend line {l:?}");
+            let real = Real {
+                addr: f[0].parse().unwrap_or_else(|_| panic!("address in {l:?}")),
+                forward: f[1].to_string(),
+                weight: f[2].parse().unwrap_or_else(|_| panic!("weight in {l:?}")),
+                active: f[3]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("ActiveConn in {l:?}")),
+                inactive: f[4]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("InActConn in {l:?}")),
+            };
+            if let Some((_, reals)) = found.as_mut().filter(|(h, _)| h.starts_with(head)) {
+                reals.push(real);
+            }
+        } else {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert!(
+                f.len() >= 3 && matches!(f[0], "TCP" | "UDP"),
+                "service line {l:?}"
+            );
+            if l.starts_with(head) {
+                found = Some((l.to_string(), Vec::new()));
+            } else if found.as_ref().is_some_and(|(h, _)| h.starts_with(head)) {
+                // The next service: keep what was found.
+                return found.unwrap_or_default();
+            }
+        }
+    }
+    found.unwrap_or_else(|| panic!("no service line {head:?} in:\n{list}"))
+}
+
+fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn list_follows_real_connections() {
+    lab::netns::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat, LabMode::Dr],
+        prefix: "ia",
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    lab.start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
+        .expect("start");
+    let socket = lab.api_socket_at(0);
+    let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
+    assert!(
+        lab.wait_vip(vip, Duration::from_secs(20)).expect("client"),
+        "VIP answers"
+    );
+    let head = format!("TCP  {vip} ");
+
+    let held: Vec<TcpStream> = lab
+        .from_client(move || {
+            (0..HELD)
+                .map(|_| {
+                    // A lost SYN on a busy machine is retried, as a client would.
+                    (0..5)
+                        .find_map(|_| TcpStream::connect_timeout(&vip, Duration::from_secs(2)).ok())
+                        .expect("connect through the VIP")
+                })
+                .collect()
+        })
+        .expect("client");
+    // Each held connection is established TCP on its backend: ActiveConn.
+    let (line, reals) = wait_for(
+        "the held connections as ActiveConn",
+        Duration::from_secs(10),
+        || {
+            let (line, reals) = service(&ctl(&socket, &["list"]), &head);
+            let active: u64 = reals.iter().map(|r| r.active).sum();
+            (active == HELD as u64).then_some((line, reals))
+        },
+    );
+    println!("{line}\n{reals:#?}");
+    assert!(
+        line.ends_with(" mh (mh-port)"),
+        "maglev with the 5-tuple hash is mh-port: {line}"
+    );
+    assert_eq!(reals.len(), 3, "{reals:?}");
+    for r in &reals {
+        assert_eq!(r.forward, "Masq", "{r:?}");
+        assert_eq!(r.addr.port(), 8080, "{r:?}");
+        assert!(r.weight > 0, "healthy backends take new flows: {r:?}");
+    }
+    let dr = service(
+        &ctl(&socket, &["list"]),
+        &format!("TCP  {} ", SocketAddr::new(LabMode::Dr.vip(false), 80)),
+    );
+    assert!(
+        dr.1.iter()
+            .all(|r| r.forward == "Route" && r.addr.port() == 80),
+        "{dr:?}"
+    );
+
+    // Closed: no longer active; closing entries are InActConn until tcp_closing expires them.
+    drop(held);
+    wait_for(
+        "the closed connections to leave ActiveConn",
+        Duration::from_secs(10),
+        || {
+            let (_, reals) = service(&ctl(&socket, &["list"]), &head);
+            let active: u64 = reals.iter().map(|r| r.active).sum();
+            let inactive: u64 = reals.iter().map(|r| r.inactive).sum();
+            (active == 0 && inactive >= 1).then_some(())
+        },
+    );
+
+    let stats = ctl(&socket, &["list", "--stats"]);
+    let row = stats
+        .lines()
+        .find(|l| l.starts_with(&head.trim_end().to_string()))
+        .unwrap_or_else(|| panic!("no {head:?} in:\n{stats}"));
+    let cols: Vec<&str> = row.split_whitespace().skip(2).collect();
+    assert_eq!(cols.len(), 5, "{row}");
+    let conns: u64 = cols[0].parse().expect("Conns");
+    assert!(conns >= HELD as u64, "every connection counted: {row}");
+    let words = |text: &str| -> Vec<String> {
+        text.lines()
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        words(&stats),
+        [
+            "Prot",
+            "LocalAddress:Port",
+            "Conns",
+            "InPkts",
+            "OutPkts",
+            "InBytes",
+            "OutBytes"
+        ],
+        "{stats}"
+    );
+    let rate = ctl(&socket, &["list", "--rate"]);
+    assert_eq!(
+        words(&rate),
+        [
+            "Prot",
+            "LocalAddress:Port",
+            "CPS",
+            "InPPS",
+            "OutPPS",
+            "InBPS",
+            "OutBPS"
+        ],
+        "{rate}"
+    );
+    assert!(
+        rate.lines().any(|l| l.starts_with(head.trim_end())),
+        "{rate}"
+    );
+}
