@@ -18,6 +18,8 @@ pub struct Config {
     pub vips: Vec<Vip>,
     /// `[flood]`: shedding spoofed-source floods in the XDP program.
     pub flood: Flood,
+    /// `[metrics]`: how much of the scrape is per backend.
+    pub metrics: Metrics,
 }
 
 impl Config {
@@ -52,8 +54,11 @@ pub struct Appliance {
     pub ring_size: u32,
     /// Connection-table entries per worker.
     pub conntrack_capacity: u32,
-    /// Maglev lookup table size (a prime).
+    /// Maglev ring size (a prime) of every VIP that does not set its own.
     pub maglev_table_size: u32,
+    /// Health transitions arriving within this window of the first are committed as one
+    /// version (`health_batch`); zero commits each on its own.
+    pub health_batch: Duration,
     pub timeouts: Timeouts,
     /// `[appliance.icmp_limits]`: how many ICMP messages the engine originates.
     pub icmp_limits: IcmpLimits,
@@ -247,6 +252,8 @@ pub struct Vip {
     pub mode: Mode,
     pub scheduler: Scheduler,
     pub hash: HashFields,
+    /// Maglev ring size (a prime): the VIP's own `maglev_table_size`, else the appliance's.
+    pub maglev_table_size: u32,
     /// Name of a `[[health_check]]`; `None` treats every backend as healthy.
     pub health_check: Option<String>,
     /// DR and tunnel: a backend is healthy only when it also answers a probe sent to the
@@ -540,4 +547,25 @@ impl BackendState {
             BackendState::Disabled => "disabled",
         }
     }
+}
+
+/// `[metrics]`: limits on the scrape's size. Per-VIP series are always there; per-backend
+/// series (a dozen per backend) are what grows with the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Metrics {
+    /// Which backends get their own series (`per_backend`).
+    pub per_backend: PerBackend,
+}
+
+/// `[metrics] per_backend`: `"all"`, `"none"` (per VIP only) or a number N (the N backends
+/// with the most traffic, the others summed into one `backend="other"` series per VIP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PerBackend {
+    /// Every backend.
+    #[default]
+    All,
+    /// None: per-VIP series only.
+    None,
+    /// The N backends with the most packets, over all VIPs.
+    Top(u32),
 }

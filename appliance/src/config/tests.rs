@@ -1,6 +1,7 @@
 //! Validation tests: each invalid config asserts the exact key path of its error.
 
 use super::*;
+use std::time::Duration;
 
 /// A minimal valid file; tests append to it or replace parts of it.
 const BASE: &str = r#"
@@ -57,7 +58,10 @@ fn base_is_valid_with_defaults() {
     );
     assert_eq!(v.backends[0].weight, 100);
     assert_eq!(v.backends[0].state, BackendState::Active);
-    assert_eq!(c.appliance.maglev_table_size, 65537);
+    assert_eq!(c.appliance.maglev_table_size, 16381);
+    assert_eq!(c.appliance.health_batch, Duration::from_millis(50));
+    assert_eq!(c.metrics.per_backend, PerBackend::All);
+    assert!(c.vips.iter().all(|v| v.maglev_table_size == 16381));
 }
 
 #[test]
@@ -714,5 +718,90 @@ fn health_via_vip_is_refused_where_it_cannot_prove_anything() {
         ),
         "vip \"web\".health_via_vip",
         "use a udp check or set health_via_vip = false",
+    );
+}
+
+#[test]
+fn a_vip_ring_size_is_its_own_or_the_appliances_and_balanced_for_its_pool() {
+    let own = BASE.replace("port = 80\n", "port = 80\nmaglev_table_size = 1009\n");
+    let c = Config::from_toml_str(&own).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.vips[0].maglev_table_size, 1009);
+    let wide = BASE.replace(
+        "interfaces = [\"eth0\"]",
+        "interfaces = [\"eth0\"]\nmaglev_table_size = 65537",
+    );
+    let c = Config::from_toml_str(&wide).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.vips[0].maglev_table_size, 65537);
+    let not_prime = BASE.replace("port = 80\n", "port = 80\nmaglev_table_size = 1000\n");
+    assert_error(&not_prime, "vip \"web\".maglev_table_size", "not a prime");
+    // Eleven backends need 1100 slots: 1009 is too small, and the message says what to set.
+    let mut crowded = BASE.replace("port = 80\n", "port = 80\nmaglev_table_size = 1009\n");
+    for i in 12..22 {
+        crowded.push_str(&format!("\n[[vip.backend]]\naddress = \"10.1.0.{i}\"\n"));
+    }
+    assert_error(
+        &crowded,
+        "vip \"web\".maglev_table_size",
+        "11 backends need a Maglev table of at least 1100 slots",
+    );
+    assert_error(&crowded, "vip \"web\".maglev_table_size", "e.g. 1103");
+    // The appliance's size applies to a VIP without its own; the error names where it came from.
+    let small = crowded.replace("maglev_table_size = 1009\n", "").replace(
+        "interfaces = [\"eth0\"]",
+        "interfaces = [\"eth0\"]\nmaglev_table_size = 1009",
+    );
+    assert_error(
+        &small,
+        "vip \"web\".maglev_table_size",
+        "appliance.maglev_table_size is 1009",
+    );
+}
+
+#[test]
+fn health_batch_and_per_backend_metrics() {
+    let with = |appliance: &str, tail: &str| {
+        BASE.replace(
+            "interfaces = [\"eth0\"]",
+            &format!("interfaces = [\"eth0\"]\n{appliance}"),
+        ) + tail
+    };
+    let c = Config::from_toml_str(&with(
+        "health_batch = \"0s\"",
+        "\n[metrics]\nper_backend = 25\n",
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.appliance.health_batch, Duration::ZERO);
+    assert_eq!(c.metrics.per_backend, PerBackend::Top(25));
+    for (text, want) in [
+        ("\"none\"", PerBackend::None),
+        ("\"all\"", PerBackend::All),
+        ("\"7\"", PerBackend::Top(7)),
+    ] {
+        let c = Config::from_toml_str(&with("", &format!("\n[metrics]\nper_backend = {text}\n")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.metrics.per_backend, want, "{text}");
+    }
+    assert_error(
+        &with("health_batch = \"2s\"", ""),
+        "appliance.health_batch",
+        "out of range",
+    );
+    assert_error(
+        &with("health_batch = 5", ""),
+        "appliance.health_batch",
+        "a duration",
+    );
+    for bad in ["0", "\"some\"", "true"] {
+        let text = with("", &format!("\n[metrics]\nper_backend = {bad}\n"));
+        assert_error(
+            &text,
+            "metrics.per_backend",
+            "is not \"all\", \"none\" or a number",
+        );
+    }
+    assert_error(
+        &with("", "\n[metrics]\ntop = 3\n"),
+        "metrics.top",
+        "unknown key",
     );
 }

@@ -11,6 +11,11 @@
 //! Backends are sorted by their identity (address, port) before population so the table does
 //! not depend on configuration order. The inner loop allocates nothing and uses no division:
 //! a backend's permutation position advances by `skip` with a conditional subtraction.
+//!
+//! A slot holds a 16-bit position in the pool (a pool has at most 65536 backends), so a ring
+//! costs 2 bytes per slot. A ring remembers what it was built from ([`Ring::built_from`]) so
+//! that a new table version can share an unchanged VIP's ring instead of building it again,
+//! and carries a stable digest of its slots for comparing tables across appliances.
 
 use crate::lb::hash::maglev_offset_skip;
 
@@ -24,14 +29,25 @@ pub struct MaglevBackend<'a> {
     pub weight: u32,
 }
 
-/// Default ring size: a prime comfortably above 100 x the largest expected pool.
-pub const DEFAULT_M: u32 = 65537;
+pub use crate::config::{
+    DEFAULT_MAGLEV_TABLE_SIZE as DEFAULT_M, MIN_SLOTS_PER_BACKEND, min_table_size, prime_at_least,
+};
 
-/// A built lookup table: each slot holds an index into the backend list passed to
+/// Most backends a pool may have: slots hold 16-bit positions.
+pub const MAX_POOL: usize = 1 << 16;
+
+/// A built lookup table: each slot holds a position in the backend list passed to
 /// [`Ring::build`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ring {
-    slots: Vec<u32>,
+    slots: Vec<u16>,
+    /// The table size asked for (also when the ring is empty).
+    m: u32,
+    /// Identity bytes of every backend in list order, concatenated.
+    ids: Vec<u8>,
+    /// Identity length and weight of every backend in list order.
+    inputs: Vec<(u8, u32)>,
+    digest: u64,
 }
 
 /// Why a ring could not be built.
@@ -48,6 +64,9 @@ pub enum MaglevError {
         /// Table size.
         m: u32,
     },
+    /// Slots hold 16-bit pool positions.
+    #[error("{0} backends exceed the 65536 a maglev ring can index")]
+    PoolTooLarge(usize),
 }
 
 /// Whether `n` is prime (trial division; only called when a table is built).
@@ -68,85 +87,86 @@ pub fn is_prime(n: u32) -> bool {
     true
 }
 
+/// FNV-1a over 64 bits: a digest that is the same on every machine and release.
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// FNV-1a's offset basis.
+pub const DIGEST_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
 impl Ring {
     /// Populates a table of `m` slots. Returns an empty ring when no backend has weight.
     pub fn build(backends: &[MaglevBackend<'_>], m: u32) -> Result<Ring, MaglevError> {
         if !is_prime(m) {
             return Err(MaglevError::NotPrime(m));
         }
-        let mut order: Vec<u32> = (0..backends.len() as u32)
-            .filter(|&i| backends[i as usize].weight > 0)
+        if backends.len() > MAX_POOL {
+            return Err(MaglevError::PoolTooLarge(backends.len()));
+        }
+        let mut order: Vec<u16> = (0..backends.len())
+            .filter(|&i| backends[i].weight > 0)
+            .map(|i| i as u16)
             .collect();
-        if order.is_empty() {
-            return Ok(Ring { slots: Vec::new() });
+        let mut ids = Vec::with_capacity(backends.iter().map(|b| b.id.len()).sum());
+        let mut inputs = Vec::with_capacity(backends.len());
+        for b in backends {
+            ids.extend_from_slice(b.id);
+            inputs.push((b.id.len() as u8, b.weight));
         }
-        if order.len() > m as usize {
-            return Err(MaglevError::TooManyBackends {
-                backends: order.len(),
-                m,
-            });
-        }
-        order.sort_by(|&a, &b| backends[a as usize].id.cmp(backends[b as usize].id));
-
-        struct Perm {
-            pos: u32,
-            skip: u32,
-            weight: u64,
-            credit: u64,
-            index: u32,
-        }
-        let mut perms: Vec<Perm> = order
-            .iter()
-            .map(|&i| {
-                let b = &backends[i as usize];
-                let (offset, skip) = maglev_offset_skip(b.id, m);
-                Perm {
-                    pos: offset,
-                    skip,
-                    weight: u64::from(b.weight),
-                    credit: 0,
-                    index: i,
-                }
-            })
-            .collect();
-        let max_weight = perms.iter().map(|p| p.weight).max().unwrap_or(1);
-
-        let mut slots = vec![0u32; m as usize];
-        // Occupancy as a bitmap (8 KiB for M = 65537) stays in L1 while the permutation
-        // walks probe it; late in the fill most probes hit taken slots.
-        let mut taken = vec![0u64; (m as usize).div_ceil(64)];
-        let mut filled = 0u32;
-        'fill: loop {
-            for p in perms.iter_mut() {
-                p.credit += p.weight;
-                while p.credit >= max_weight {
-                    p.credit -= max_weight;
-                    // Walk this backend's permutation to its next free slot.
-                    while taken[(p.pos >> 6) as usize] & (1u64 << (p.pos & 63)) != 0 {
-                        p.pos += p.skip;
-                        if p.pos >= m {
-                            p.pos -= m;
-                        }
-                    }
-                    taken[(p.pos >> 6) as usize] |= 1u64 << (p.pos & 63);
-                    slots[p.pos as usize] = p.index;
-                    filled += 1;
-                    if filled == m {
-                        break 'fill;
-                    }
-                }
+        let slots = if order.is_empty() {
+            Vec::new()
+        } else {
+            if order.len() > m as usize {
+                return Err(MaglevError::TooManyBackends {
+                    backends: order.len(),
+                    m,
+                });
             }
+            order.sort_by(|&a, &b| backends[a as usize].id.cmp(backends[b as usize].id));
+            populate(backends, &order, m)
+        };
+        let mut digest = fnv(DIGEST_SEED, &m.to_le_bytes());
+        for s in &slots {
+            digest = fnv(digest, &s.to_le_bytes());
         }
-        Ok(Ring { slots })
+        Ok(Ring {
+            slots,
+            m,
+            ids,
+            inputs,
+            digest,
+        })
     }
 
-    /// The backend index for a flow hash, `None` for an empty ring.
+    /// Whether building from `backends` at size `m` would give this ring: the same table
+    /// size and the same identities and weights in the same order.
+    pub fn built_from(&self, backends: &[MaglevBackend<'_>], m: u32) -> bool {
+        if self.m != m || self.inputs.len() != backends.len() {
+            return false;
+        }
+        let mut at = 0usize;
+        for (b, &(len, weight)) in backends.iter().zip(&self.inputs) {
+            let len = usize::from(len);
+            if b.weight != weight || b.id.len() != len || self.ids[at..at + len] != *b.id {
+                return false;
+            }
+            at += len;
+        }
+        true
+    }
+
+    /// The backend position for a flow hash, `None` for an empty ring.
     #[inline(always)]
     pub fn lookup(&self, hash: u32) -> Option<u32> {
         if self.slots.is_empty() {
             return None;
         }
-        Some(self.slots[(hash as usize) % self.slots.len()])
+        Some(u32::from(self.slots[(hash as usize) % self.slots.len()]))
     }
 
     /// The slot a hash maps to (for `trace`), `None` for an empty ring.
@@ -158,8 +178,8 @@ impl Ring {
         }
     }
 
-    /// All slots (backend indexes).
-    pub fn slots(&self) -> &[u32] {
+    /// All slots (backend positions).
+    pub fn slots(&self) -> &[u16] {
         &self.slots
     }
 
@@ -168,19 +188,89 @@ impl Ring {
         self.slots.len()
     }
 
+    /// The table size this ring was built for, also when it is empty.
+    pub fn table_size(&self) -> u32 {
+        self.m
+    }
+
     /// Whether no backend holds a slot.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
-    /// Slot count per backend index (`n` = length of the backend list used to build).
+    /// A stable 64-bit digest of the table size and every slot (FNV-1a): equal on every
+    /// appliance that built the same ring.
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    /// Heap bytes this ring holds (slots and the inputs it remembers).
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * 2 + self.ids.capacity() + self.inputs.capacity() * 8
+    }
+
+    /// Slot count per backend position (`n` = length of the backend list used to build).
     pub fn counts(&self, n: usize) -> Vec<u32> {
         let mut c = vec![0u32; n];
         for &s in &self.slots {
-            c[s as usize] += 1;
+            c[usize::from(s)] += 1;
         }
         c
     }
+}
+
+/// Fills `m` slots from the backends at positions `order` (weight > 0, sorted by identity).
+fn populate(backends: &[MaglevBackend<'_>], order: &[u16], m: u32) -> Vec<u16> {
+    struct Perm {
+        pos: u32,
+        skip: u32,
+        weight: u64,
+        credit: u64,
+        index: u16,
+    }
+    let mut perms: Vec<Perm> = order
+        .iter()
+        .map(|&i| {
+            let b = &backends[usize::from(i)];
+            let (offset, skip) = maglev_offset_skip(b.id, m);
+            Perm {
+                pos: offset,
+                skip,
+                weight: u64::from(b.weight),
+                credit: 0,
+                index: i,
+            }
+        })
+        .collect();
+    let max_weight = perms.iter().map(|p| p.weight).max().unwrap_or(1);
+
+    let mut slots = vec![0u16; m as usize];
+    // Occupancy as a bitmap (8 KiB for M = 65537) stays in L1 while the permutation
+    // walks probe it; late in the fill most probes hit taken slots.
+    let mut taken = vec![0u64; (m as usize).div_ceil(64)];
+    let mut filled = 0u32;
+    'fill: loop {
+        for p in perms.iter_mut() {
+            p.credit += p.weight;
+            while p.credit >= max_weight {
+                p.credit -= max_weight;
+                // Walk this backend's permutation to its next free slot.
+                while taken[(p.pos >> 6) as usize] & (1u64 << (p.pos & 63)) != 0 {
+                    p.pos += p.skip;
+                    if p.pos >= m {
+                        p.pos -= m;
+                    }
+                }
+                taken[(p.pos >> 6) as usize] |= 1u64 << (p.pos & 63);
+                slots[p.pos as usize] = p.index;
+                filled += 1;
+                if filled == m {
+                    break 'fill;
+                }
+            }
+        }
+    }
+    slots
 }
 
 #[cfg(test)]
@@ -237,51 +327,115 @@ mod tests {
         assert!(!is_prime(1) && !is_prime(65535) && !is_prime(9));
     }
 
+    /// The sizes the property tests cover: the default, Katran's 65537 (the golden
+    /// fixtures' size), and the smallest the balance rule allows for `n` backends.
+    fn sizes(n: usize) -> Vec<u32> {
+        let mut m = vec![prime_at_least(min_table_size(n)) as u32, DEFAULT_M, 65537];
+        m.retain(|&m| u64::from(m) >= min_table_size(n));
+        m.sort_unstable();
+        m.dedup();
+        m
+    }
+
     /// Removing one backend of N: the slots of the removed backend must move; anything else
-    /// that moves is collateral. Print it so regressions in disruption are visible.
+    /// that moves is collateral. Printed for every size the validation allows so regressions
+    /// in disruption are visible.
     #[test]
     fn disruption_on_removal_is_near_one_over_n() {
-        for n in [10usize, 100, 1000] {
+        for n in [10usize, 100, 163, 650] {
             let id = ids(n);
-            let full = Ring::build(&backends(&id, &vec![1; n]), DEFAULT_M).unwrap();
-            let fewer: Vec<MaglevBackend<'_>> = backends(&id[1..], &vec![1; n - 1]);
-            let part = Ring::build(&fewer, DEFAULT_M).unwrap();
-            let mut moved = 0usize;
-            let mut collateral = 0usize;
-            for (&a, &b) in full.slots().iter().zip(part.slots()) {
-                let before = a as usize;
-                let after = b as usize + 1;
-                if before != after {
-                    moved += 1;
-                    if before != 0 {
-                        collateral += 1;
+            for m in sizes(n) {
+                let full = Ring::build(&backends(&id, &vec![1; n]), m).unwrap();
+                let fewer: Vec<MaglevBackend<'_>> = backends(&id[1..], &vec![1; n - 1]);
+                let part = Ring::build(&fewer, m).unwrap();
+                let mut moved = 0usize;
+                let mut collateral = 0usize;
+                for (&a, &b) in full.slots().iter().zip(part.slots()) {
+                    let before = usize::from(a);
+                    let after = usize::from(b) + 1;
+                    if before != after {
+                        moved += 1;
+                        if before != 0 {
+                            collateral += 1;
+                        }
                     }
                 }
+                let mf = f64::from(m);
+                println!(
+                    "maglev N={n} M={m}: removing 1 moved {:.3}% of slots (ideal {:.3}%), collateral {:.3}%",
+                    100.0 * moved as f64 / mf,
+                    100.0 / n as f64,
+                    100.0 * collateral as f64 / mf
+                );
+                assert!(moved as f64 / mf >= 1.0 / n as f64 * 0.99);
+                // Collateral shrinks as M/N grows (the paper wants M > 100 N): at 65537 it
+                // stays under 1% of the slots even for N = 650, and at the smallest size
+                // the validation allows (100 slots per backend) under 3%.
+                let bound = if m == 65537 {
+                    (2.0 / n as f64).max(0.01)
+                } else {
+                    0.03
+                };
+                assert!(
+                    (collateral as f64 / mf) < bound,
+                    "collateral {collateral} too high for N={n} M={m}"
+                );
             }
-            let m = DEFAULT_M as f64;
-            println!(
-                "maglev N={n}: removing 1 moved {:.3}% of slots (ideal {:.3}%), collateral {:.3}%",
-                100.0 * moved as f64 / m,
-                100.0 / n as f64,
-                100.0 * collateral as f64 / m
-            );
-            assert!(moved as f64 / m >= 1.0 / n as f64 * 0.99);
-            // Collateral shrinks as M/N grows (the paper wants M > 100 N); at M = 65537 it
-            // stays under 1% of the slots even for N = 1000.
-            assert!(
-                (collateral as f64 / m) < (2.0 / n as f64).max(0.01),
-                "collateral {collateral} too high for N={n}"
-            );
         }
+    }
+
+    #[test]
+    fn the_balance_rule_holds_at_the_smallest_allowed_size() {
+        for n in [1usize, 10, 100, 163] {
+            for m in sizes(n) {
+                let id = ids(n);
+                let r = Ring::build(&backends(&id, &vec![1; n]), m).unwrap();
+                let c = r.counts(n);
+                let even = f64::from(m) / n as f64;
+                let worst = c
+                    .iter()
+                    .map(|&x| (f64::from(x) - even).abs() / even)
+                    .fold(0.0, f64::max);
+                assert!(worst <= 0.01, "N={n} M={m}: worst deviation {worst:.4}");
+            }
+        }
+        assert_eq!(sizes(10)[0], 1009);
+        assert_eq!(sizes(163), vec![16301, DEFAULT_M, 65537]);
+        assert_eq!(sizes(164)[1..], [65537], "the default is too small for 164");
+    }
+
+    #[test]
+    fn a_ring_knows_its_inputs_and_digest() {
+        let id = ids(4);
+        let b = backends(&id, &[1, 2, 0, 1]);
+        let r = Ring::build(&b, 251).unwrap();
+        assert!(r.built_from(&b, 251));
+        assert!(!r.built_from(&b, 257), "other size");
+        assert!(
+            !r.built_from(&backends(&id, &[1, 2, 1, 1]), 251),
+            "other weight"
+        );
+        assert!(!r.built_from(&b[..3], 251), "fewer backends");
+        let mut swapped = b.clone();
+        swapped.swap(0, 1);
+        assert!(!r.built_from(&swapped, 251), "other order");
+        let again = Ring::build(&b, 251).unwrap();
+        assert_eq!(r.digest(), again.digest());
+        let other = Ring::build(&backends(&id, &[1, 1, 0, 1]), 251).unwrap();
+        assert_ne!(r.digest(), other.digest());
+        let empty = Ring::build(&backends(&id, &[0; 4]), 251).unwrap();
+        assert!(empty.is_empty() && empty.built_from(&backends(&id, &[0; 4]), 251));
+        assert_eq!(empty.table_size(), 251);
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
 
         #[test]
-        fn equal_weights_differ_by_at_most_one(n in 1usize..300, w in 1u32..100) {
+        fn equal_weights_differ_by_at_most_one(n in 1usize..300, w in 1u32..100, big in any::<bool>()) {
             let id = ids(n);
-            let r = Ring::build(&backends(&id, &vec![w; n]), DEFAULT_M).unwrap();
+            let m = if big { 65537 } else { DEFAULT_M };
+            let r = Ring::build(&backends(&id, &vec![w; n]), m).unwrap();
             let c = r.counts(n);
             let min = *c.iter().min().unwrap();
             let max = *c.iter().max().unwrap();
@@ -289,14 +443,15 @@ mod tests {
         }
 
         #[test]
-        fn weights_respected_within_one_percent(weights in proptest::collection::vec(1u32..20, 2..40)) {
+        fn weights_respected_within_one_percent(weights in proptest::collection::vec(1u32..20, 2..40), big in any::<bool>()) {
             let n = weights.len();
             let id = ids(n);
-            let r = Ring::build(&backends(&id, &weights), DEFAULT_M).unwrap();
+            let m = if big { 65537 } else { DEFAULT_M };
+            let r = Ring::build(&backends(&id, &weights), m).unwrap();
             let c = r.counts(n);
             let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
             for (i, &w) in weights.iter().enumerate() {
-                let want = f64::from(DEFAULT_M) * f64::from(w) / total as f64;
+                let want = f64::from(m) * f64::from(w) / total as f64;
                 let got = f64::from(c[i]);
                 prop_assert!((got - want).abs() <= want * 0.01 + 1.0,
                     "backend {} weight {} got {} want {:.1}", i, w, got, want);
@@ -315,7 +470,7 @@ mod tests {
             let w2: Vec<u32> = perm.iter().map(|&i| weights[i]).collect();
             let b = Ring::build(&backends(&id2, &w2), 4099).unwrap();
             for (x, y) in a.slots().iter().zip(b.slots()) {
-                prop_assert_eq!(*x as usize, perm[*y as usize]);
+                prop_assert_eq!(usize::from(*x), perm[usize::from(*y)]);
             }
         }
     }

@@ -13,6 +13,8 @@ pub mod maglev;
 pub mod process;
 pub mod sched;
 pub mod tables;
+#[cfg(test)]
+mod tables_incremental;
 
 pub use conntrack::{ConnTable, Flow, FlowState, RevKey};
 pub use egress::{Egress, Miss, MissQueue, NetState};

@@ -9,6 +9,11 @@
 //! counters); each VIP owns a contiguous range of slots, so a scheduler sees its pool as
 //! plain slices. Every VIP gets a Maglev ring, also when it uses an LVS scheduler: the ring
 //! is the stateless answer used when the connection table is full.
+//!
+//! A new version is built against the running one ([`Tables::build_from`]): a VIP whose
+//! ring inputs (table size, backend identities and effective weights) are unchanged shares
+//! the running version's ring (`Arc`), so a commit builds only the rings of what changed
+//! and two versions in memory cost one set of rings plus the changed ones.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -191,8 +196,9 @@ pub struct VipEntry {
     pub hash: HashFields,
     /// This VIP's backend slots.
     pub backends: Range<u32>,
-    /// Maglev ring over the eligible backends (values are positions within `backends`).
-    pub ring: Ring,
+    /// Maglev ring over the eligible backends (values are positions within `backends`),
+    /// shared with earlier versions while its inputs stay the same.
+    pub ring: Arc<Ring>,
     /// `sh`/`dh` bucket table (positions within `backends`), empty for other schedulers.
     pub buckets: Vec<u16>,
     /// FullNAT local address pool, IPv4-mapped for IPv4.
@@ -320,8 +326,8 @@ pub struct Core {
     pub timeouts: Timeouts,
     /// Limits on the ICMP messages the engine originates.
     pub icmp_limits: crate::config::IcmpLimits,
-    /// Maglev table size.
-    pub maglev_size: u32,
+    /// Rings built for this version (the others are shared with the version before).
+    pub rings_built: u32,
 }
 
 impl Deref for Tables {
@@ -359,6 +365,20 @@ impl Tables {
         healthy: &dyn Fn(&Vip, &Backend) -> bool,
         version: u64,
     ) -> Result<Tables, TableError> {
+        Tables::build_from(config, healthy, version, None)
+    }
+
+    /// Builds version `version` like [`Tables::build`], sharing every ring of `previous`
+    /// whose VIP (same name) has the same ring inputs: the result equals a full build.
+    pub fn build_from(
+        config: &Config,
+        healthy: &dyn Fn(&Vip, &Backend) -> bool,
+        version: u64,
+        previous: Option<&Tables>,
+    ) -> Result<Tables, TableError> {
+        let prev: FastMap<&str, &Arc<Ring>> = previous
+            .map(|p| p.vips.iter().map(|v| (v.name.as_str(), &v.ring)).collect())
+            .unwrap_or_default();
         let mut t = Core {
             built_as: version,
             vips: Vec::with_capacity(config.vips.len()),
@@ -375,10 +395,10 @@ impl Tables {
             tunnel_source: TunnelSource::default(),
             timeouts: config.appliance.timeouts,
             icmp_limits: config.appliance.icmp_limits,
-            maglev_size: config.appliance.maglev_table_size,
+            rings_built: 0,
         };
         for v in &config.vips {
-            t.add_vip(v, healthy)?;
+            t.add_vip(v, healthy, prev.get(v.name.as_str()).copied())?;
         }
         let egress = Egress::default().with_backends(t.backends.len());
         Ok(Tables {
@@ -449,11 +469,13 @@ impl Tables {
 }
 
 impl Core {
-    /// Adds one VIP: its backends, Maglev ring, bucket table and indexes.
+    /// Adds one VIP: its backends, Maglev ring (`prev`'s when the inputs match), bucket
+    /// table and indexes.
     fn add_vip(
         &mut self,
         v: &Vip,
         healthy: &dyn Fn(&Vip, &Backend) -> bool,
+        prev: Option<&Arc<Ring>>,
     ) -> Result<(), TableError> {
         let vslot = self.vips.len() as u32;
         if v.backends.len() > usize::from(u16::MAX) {
@@ -473,7 +495,7 @@ impl Core {
             });
         }
         let range = self.add_backends(vslot, v, proto, healthy);
-        let ring = self.ring(v, range.clone())?;
+        let ring = self.ring(v, range.clone(), prev)?;
         let pool = range.start as usize..range.end as usize;
         let buckets = match v.scheduler {
             Scheduler::Sh => {
@@ -537,8 +559,14 @@ impl Core {
         first..self.backends.len() as u32
     }
 
-    /// The Maglev ring of a VIP whose backends hold slots `range` (ineligible ones weigh 0).
-    fn ring(&self, v: &Vip, range: Range<u32>) -> Result<Ring, TableError> {
+    /// The Maglev ring of a VIP whose backends hold slots `range` (ineligible ones weigh 0):
+    /// `prev` when it was built from the same inputs, else a new one.
+    fn ring(
+        &mut self,
+        v: &Vip,
+        range: Range<u32>,
+        prev: Option<&Arc<Ring>>,
+    ) -> Result<Arc<Ring>, TableError> {
         let ids: Vec<[u8; 18]> = v
             .backends
             .iter()
@@ -556,10 +584,53 @@ impl Core {
                 },
             })
             .collect();
-        Ring::build(&mb, self.maglev_size).map_err(|source| TableError::Maglev {
-            vip: v.name.clone(),
-            source,
-        })
+        if let Some(p) = prev
+            && p.built_from(&mb, v.maglev_table_size)
+        {
+            return Ok(Arc::clone(p));
+        }
+        self.rings_built += 1;
+        Ring::build(&mb, v.maglev_table_size)
+            .map(Arc::new)
+            .map_err(|source| TableError::Maglev {
+                vip: v.name.clone(),
+                source,
+            })
+    }
+
+    /// A stable 64-bit digest of every VIP (name, address, port, protocol, mode), its
+    /// backend list (address, port, weight, state, health) and its ring, in VIP order:
+    /// equal on every appliance of the same release forwarding the same way.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = crate::lb::maglev::DIGEST_SEED;
+        let mut put = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for v in &self.vips {
+            put(&(v.name.len() as u32).to_le_bytes());
+            put(v.name.as_bytes());
+            put(&v.address.to_le_bytes());
+            put(&v.port.to_le_bytes());
+            put(&[v.proto, v.v6 as u8]);
+            put(format!("{:?}", v.mode).as_bytes());
+            put(&(v.backends.len() as u32).to_le_bytes());
+            for b in &self.backends[v.backends.start as usize..v.backends.end as usize] {
+                put(&b.address.to_le_bytes());
+                put(&b.port.to_le_bytes());
+                put(&b.weight.to_le_bytes());
+                put(&[b.state as u8, b.healthy as u8]);
+            }
+            put(&v.ring.digest().to_le_bytes());
+        }
+        h
+    }
+
+    /// Heap bytes of every ring this version uses, shared ones included.
+    pub fn ring_bytes(&self) -> usize {
+        self.vips.iter().map(|v| v.ring.heap_bytes()).sum()
     }
 
     /// The VIP serving `addr:port` over `proto`: an exact port first, then a port-0 VIP.
@@ -647,6 +718,7 @@ pub(crate) mod tests {
             mode,
             scheduler: Scheduler::Maglev,
             hash: HashFields::FiveTuple,
+            maglev_table_size: 65537,
             health_check: None,
             health_via_vip: false,
             client_address: Default::default(),
@@ -675,6 +747,7 @@ pub(crate) mod tests {
                 ring_size: 2048,
                 conntrack_capacity: 1024,
                 maglev_table_size: 65537,
+                health_batch: crate::config::DEFAULT_HEALTH_BATCH,
                 timeouts: Timeouts::default(),
                 icmp_limits: Default::default(),
             },
@@ -688,6 +761,7 @@ pub(crate) mod tests {
             health_checks: Vec::new(),
             vips,
             flood: crate::config::Flood::default(),
+            metrics: crate::config::Metrics::default(),
         }
     }
 

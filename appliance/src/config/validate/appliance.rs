@@ -44,6 +44,7 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         .int("conntrack_capacity", 1024..=1 << 26, errs)
         .unwrap_or(1 << 18) as u32;
     let maglev_table_size = maglev_table_size(&mut t, errs);
+    let health_batch = super::scale::health_batch(&mut t, errs);
     let timeouts = match t.table("timeouts", errs) {
         Some(tt) => timeouts(tt, errs),
         None => Timeouts::default(),
@@ -64,6 +65,7 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         ring_size,
         conntrack_capacity,
         maglev_table_size,
+        health_batch,
         timeouts,
         icmp_limits,
     })
@@ -130,11 +132,12 @@ fn rings(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Rings {
     }
 }
 
-/// `maglev_table_size`: Maglev's permutation needs a prime.
+/// `maglev_table_size`: every VIP's ring size unless it sets its own; Maglev's permutation
+/// needs a prime.
 fn maglev_table_size(t: &mut Table<'_>, errs: &mut ConfigErrors) -> u32 {
-    let maglev_table_size = t
-        .int("maglev_table_size", 13..=(1 << 24), errs)
-        .unwrap_or(65537) as u32;
+    let maglev_table_size =
+        t.int("maglev_table_size", 13..=(1 << 24), errs)
+            .unwrap_or(i64::from(super::scale::DEFAULT_MAGLEV_TABLE_SIZE)) as u32;
     if !is_prime(maglev_table_size) {
         errs.push(
             t.key("maglev_table_size"),

@@ -1,6 +1,7 @@
 //! Turns the raw configuration tree into a validated [`Config`], checking every key, range
 //! and cross-reference, and collecting all errors of a file. One file per section:
-//! `[appliance]`, `[api]`, `[bgp]`, `[[health_check]]` and `[[vip]]` with its backends; this
+//! `[appliance]`, `[api]`, `[bgp]`, `[[health_check]]`, `[[vip]]` with its backends, `[flood]`
+//! and the scale keys (ring sizes, `health_batch`, `[metrics]`); this
 //! one walks the top level and holds what the sections share.
 
 mod api;
@@ -11,6 +12,7 @@ mod flood;
 mod health;
 mod lvs;
 mod placeholder;
+mod scale;
 mod vip;
 
 use std::collections::HashMap;
@@ -24,6 +26,10 @@ use super::model::*;
 use super::reader::Table;
 
 pub use api::{DEFAULT_METRICS, DEFAULT_SOCKET};
+pub use scale::{
+    DEFAULT_HEALTH_BATCH, DEFAULT_MAGLEV_TABLE_SIZE, MIN_SLOTS_PER_BACKEND, min_table_size,
+    prime_at_least,
+};
 
 /// The longest duration any key accepts unless it says otherwise.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
@@ -58,6 +64,10 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
         Some(t) => flood::flood(t, &mut errs),
         None => Flood::default(),
     };
+    let metrics = match top.table("metrics", &mut errs) {
+        Some(t) => scale::metrics(t, &mut errs),
+        None => Metrics::default(),
+    };
     top.finish(&mut errs);
     placeholder::placeholders(root, &mut errs);
 
@@ -72,6 +82,7 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
             health_checks,
             vips,
             flood,
+            metrics,
         }),
         // A part that failed always records an error, so this is unreachable in practice;
         // stay total anyway.

@@ -102,18 +102,7 @@ fn vip(
     };
     let lvs = lvs::vip_keys(t, &facts, errs);
     let backends = backends(t, port, &facts, lvs.udp_one_packet, errs);
-    if let Some(a) = appliance
-        && backends.len() as u64 >= u64::from(a.maglev_table_size)
-    {
-        errs.push(
-            t.key("backend"),
-            format!(
-                "{} backends do not fit a Maglev table of {} slots (appliance.maglev_table_size)",
-                backends.len(),
-                a.maglev_table_size
-            ),
-        );
-    }
+    let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     Some(Vip {
         name: name?,
         address: address?,
@@ -122,6 +111,7 @@ fn vip(
         mode: mode?,
         scheduler,
         hash,
+        maglev_table_size: maglev_table_size?,
         health_check,
         health_via_vip,
         snat,

@@ -60,7 +60,7 @@ pub fn choose_backend(
     let r = tables.pool_range(vip);
     if v.scheduler == Scheduler::Maglev {
         let slot = v.ring.slot_of(hash)?;
-        let pos = v.ring.slots()[slot];
+        let pos = u32::from(v.ring.slots()[slot]);
         return Some((r.start as u32 + pos, Choice::Maglev { slot }));
     }
     let counts =

@@ -94,6 +94,7 @@ mod tests {
             mode: Mode::FullNat,
             scheduler: Scheduler::Maglev,
             hash: HashFields::FiveTuple,
+            maglev_table_size: 65537,
             health_check: None,
             health_via_vip: false,
             client_address: Default::default(),

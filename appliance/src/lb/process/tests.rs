@@ -103,6 +103,7 @@ pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
         mode,
         scheduler,
         hash: HashFields::FiveTuple,
+        maglev_table_size: 65537,
         health_check: None,
         health_via_vip: false,
         client_address: Default::default(),
