@@ -558,7 +558,7 @@ pub struct Metrics {
 }
 
 /// `[metrics] per_backend`: `"all"`, `"none"` (per VIP only) or a number N (the N backends
-/// with the most traffic, the others summed into one `backend="other"` series per VIP).
+/// with the most packets get their own series; the VIP series count every backend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PerBackend {
     /// Every backend.

@@ -81,7 +81,9 @@ impl Control {
         let now = Instant::now();
         let version = self.st.next_version();
         let st = &self.st;
+        let running = self.shared.published.current();
         let prepared = prepare::prepare(Inputs {
+            running: Some(&running),
             file: &st.file_config,
             overrides,
             health: HealthSource::Verdicts(&st.health),
@@ -136,7 +138,7 @@ impl Control {
             set_probes(&self.prober, &self.targets);
         }
         self.apply_flood(why);
-        let version = publish(&self.shared, rest.tables, why);
+        let version = publish(&self.shared, rest.tables, why, self.health_since.take());
         if let Some(t) = rest.settle_by {
             self.settle_by = t;
         }
@@ -268,8 +270,9 @@ pub(super) fn set_probes(prober: &health::Prober, targets: &Targets) {
 }
 
 /// Swaps `t` in for the workers, evicts the flow-cache entries it would not repeat, and
-/// restarts the sync-lag clock; returns its version.
-pub(super) fn publish(shared: &Shared, t: Tables, why: &str) -> u64 {
+/// restarts the sync-lag clock (for a health version also the one counting from its first
+/// transition, `health_since`); returns its version.
+pub(super) fn publish(shared: &Shared, t: Tables, why: &str, health_since: Option<Instant>) -> u64 {
     let version = t.version;
     let old = shared.published.current();
     shared.published.publish(t);
@@ -290,6 +293,7 @@ pub(super) fn publish(shared: &Shared, t: Tables, why: &str) -> u64 {
             version,
             published_at: Instant::now(),
             lag: None,
+            health_since,
         };
     }
     view::event(shared, Kind::Commit, format!("version {version}: {why}"));
@@ -331,6 +335,7 @@ port = 8080
         let file = Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"));
         let mut st = State::new("sluice.toml".into(), file);
         let p = prepare::prepare(Inputs {
+            running: None,
             file: &Arc::clone(&st.file_config),
             overrides: &HashMap::new(),
             health: HealthSource::Verdicts(&HashMap::new()),

@@ -65,26 +65,74 @@ impl Control {
         }
     }
 
-    /// A probe changed state: every VIP/backend pair it decides follows.
-    pub(super) async fn on_transition(&mut self, tr: health::Transition) {
+    /// Probes changed state: `first` and every transition already queued behind it join
+    /// the health batch (each logged and counted now); the batch commits `health_batch`
+    /// after its first transition, or at once when the window is zero or already over.
+    pub(super) async fn on_transitions(
+        &mut self,
+        first: health::Transition,
+        queued: &mut tokio::sync::mpsc::UnboundedReceiver<health::Transition>,
+    ) {
+        let now = Instant::now();
+        self.record_transition(first, now);
+        while let Ok(tr) = queued.try_recv() {
+            self.record_transition(tr, now);
+        }
+        if self
+            .health_batch
+            .is_due(self.st.config.appliance.health_batch, Instant::now())
+        {
+            self.commit_health().await;
+        }
+    }
+
+    /// One transition: its reason, event and counter now; its verdicts into the batch.
+    fn record_transition(&mut self, tr: health::Transition, now: Instant) {
         let up = tr.to == health::Health::Up;
         info!("health: {tr}");
-        if let Some(pairs) = self.targets.get(&tr.key) {
-            for p in pairs {
-                self.st.health.insert(p.clone(), up);
-                self.st.reasons.insert(p.clone(), tr.reason.to_string());
-            }
+        self.shared
+            .health
+            .transitions
+            .fetch_add(1, Ordering::Relaxed);
+        let pairs = self.targets.get(&tr.key).map(Vec::as_slice).unwrap_or(&[]);
+        for p in pairs {
+            self.st.reasons.insert(p.clone(), tr.reason.to_string());
         }
+        self.health_batch.add(pairs, up, now);
         event(
             &self.shared,
             Kind::Health,
             format!("{}: {} -> {} ({})", tr.key, tr.from, tr.to, tr.reason),
         );
-        let overrides = self.st.overrides.clone();
-        if self.update(&overrides, "health change").await.is_err() {
-            // The reasons changed even if the tables could not follow.
-            self.sync_bgp(Instant::now());
+    }
+
+    /// Commits the health batch as one version: every pair takes its newest verdict. A
+    /// batch that changes no verdict (flaps that went back) makes no version.
+    pub(super) async fn commit_health(&mut self) {
+        let Some(batch) = self.health_batch.take() else {
+            return;
+        };
+        if !batch.apply(&mut self.st.health) {
             self.view(None);
+            return;
+        }
+        let why = match batch.transitions {
+            1 => "health change".to_string(),
+            n => format!("health: {n} transitions"),
+        };
+        self.health_since = Some(batch.first);
+        let overrides = self.st.overrides.clone();
+        let r = self.update(&overrides, &why).await;
+        self.health_since = None;
+        match r {
+            Ok(_) => {
+                self.shared.health.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                // The reasons changed even if the tables could not follow.
+                self.sync_bgp(Instant::now());
+                self.view(None);
+            }
         }
     }
 
@@ -107,6 +155,7 @@ impl Control {
             &self.shared,
             running.with_egress(egress, version),
             "routes or neighbours changed",
+            None,
         );
         self.view(None);
     }
@@ -222,7 +271,9 @@ impl Control {
         let now = Instant::now();
         let version = self.st.next_version();
         let status = self.prober.status();
+        let running = self.shared.published.current();
         let prepared = prepare::prepare(Inputs {
+            running: Some(&running),
             file: &file,
             overrides: &self.st.overrides,
             health: HealthSource::Prober(&status),

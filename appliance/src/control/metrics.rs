@@ -19,7 +19,7 @@ use prometheus_client::registry::Registry;
 mod conntrack;
 
 use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
-use crate::config::{Backend, Config, Vip};
+use crate::config::{Backend, Config, PerBackend, Vip};
 use crate::datapath::vipprobe::{FAILURE_LABELS, VipProbeCounters};
 use crate::engine::BackendId;
 use crate::lb::{DropReason, Tables};
@@ -101,6 +101,7 @@ pub fn render(s: &Shared) -> String {
         VipFamilies::register(&mut b);
         BackendFamilies::register(&mut b);
     }
+    health_commits(&mut b, s);
     bgp(&mut b, &view);
     vip_probes(&mut b, &s.vip_probes);
     b.counter1(
@@ -233,6 +234,32 @@ fn config_sync(b: &mut Builder, s: &Shared, agg: &Aggregate) {
         "Reloads rejected (validation or table build); the running version stayed",
         s.reloads_rejected.load(Ordering::Relaxed),
     );
+}
+
+/// Health transitions, the versions their batches made, and the last one's sync lag.
+fn health_commits(b: &mut Builder, s: &Shared) {
+    b.counter1(
+        "sluice_health_transitions",
+        "Health transitions received from the prober (each also in the event log)",
+        s.health.transitions.load(Ordering::Relaxed),
+    );
+    b.counter1(
+        "sluice_health_commits",
+        "Table versions committed for batches of health transitions ([appliance] health_batch)",
+        s.health.commits.load(Ordering::Relaxed),
+    );
+    // Absent until a health version has reached every worker.
+    if let Ok(lag) = s.health.lag.lock()
+        && let Some(l) = *lag
+    {
+        let g = Gauge::<f64, AtomicU64>::default();
+        g.set(l.as_secs_f64());
+        b.reg.register(
+            "sluice_health_sync_lag_seconds",
+            "From the first health transition of the last health version to every worker running it",
+            g,
+        );
+    }
 }
 
 /// Datapath totals: frames in, out, passed and dropped, and the connection tables.
@@ -399,6 +426,7 @@ impl BackendFamilies {
 fn vips(b: &mut Builder, cfg: &Config, view: &View, tables: &Tables, agg: &Aggregate) {
     let vf = VipFamilies::register(b);
     let bf = BackendFamilies::register(b);
+    let shown = Shown::pick(cfg, agg);
     for (slot, v) in cfg.vips.iter().enumerate() {
         let vl = labels(&[("vip", &v.name)]);
         let t = agg.vips.get(&v.name).copied().unwrap_or_default();
@@ -425,9 +453,63 @@ fn vips(b: &mut Builder, cfg: &Config, view: &View, tables: &Tables, agg: &Aggre
             vf.imbalance.get_or_create(&vl).set(r);
         }
         for (i, bk) in v.backends.iter().enumerate() {
+            if !shown.shows(slot, i) {
+                continue;
+            }
             let share = shares.get(i).copied().unwrap_or((0.0, 0.0, false));
             backend(&bf, v, bk, share, view, agg);
         }
+    }
+    b.gauge1(
+        "sluice_backend_series_omitted",
+        "Backends without their own series ([metrics] per_backend); their VIP's series count them",
+        shown.omitted as i64,
+    );
+}
+
+/// Which backends get their own series under `[metrics] per_backend`.
+struct Shown {
+    /// `None`: every backend; else the (VIP slot, backend position) pairs shown.
+    only: Option<std::collections::HashSet<(usize, usize)>>,
+    omitted: usize,
+}
+
+impl Shown {
+    /// `all`, `none`, or the `n` backends with the most packets (ties by config order).
+    fn pick(cfg: &Config, agg: &Aggregate) -> Shown {
+        let total: usize = cfg.vips.iter().map(|v| v.backends.len()).sum();
+        let n = match cfg.metrics.per_backend {
+            PerBackend::All => {
+                return Shown {
+                    only: None,
+                    omitted: 0,
+                };
+            }
+            PerBackend::None => 0,
+            PerBackend::Top(n) => n as usize,
+        };
+        let mut all: Vec<(u64, usize, usize)> = Vec::with_capacity(total);
+        for (slot, v) in cfg.vips.iter().enumerate() {
+            for (i, bk) in v.backends.iter().enumerate() {
+                let p = agg
+                    .backends
+                    .get(&BackendId::of(v, bk))
+                    .map_or(0, |t| t.packets);
+                all.push((p, slot, i));
+            }
+        }
+        if n < all.len() {
+            all.select_nth_unstable_by(n, |a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+            all.truncate(n);
+        }
+        Shown {
+            omitted: total - all.len(),
+            only: Some(all.into_iter().map(|(_, s, i)| (s, i)).collect()),
+        }
+    }
+
+    fn shows(&self, slot: usize, i: usize) -> bool {
+        self.only.as_ref().is_none_or(|o| o.contains(&(slot, i)))
     }
 }
 
@@ -533,7 +615,7 @@ pub(super) mod tests {
     use super::super::events::{EventRing, Kind};
     use super::super::shared::{HealthView, Shared, Sync, View, WorkerView};
     use super::render;
-    use crate::config::Config;
+    use crate::config::{Config, PerBackend};
     use crate::datapath::{DatapathStats, FloodCounters, RingStats, SteerCounters};
     use crate::engine::BackendId;
     use crate::engine::{BackendTotals, CounterSnapshot, Published};
@@ -710,12 +792,20 @@ address = "10.1.0.21"
                 version: 3,
                 published_at: Instant::now(),
                 lag: Some(Duration::from_millis(1500)),
+                health_since: None,
             }),
             commands: tokio::sync::mpsc::channel(1).0,
             api_errors: AtomicU64::new(4),
             probes_not_run: AtomicU64::new(0),
             listeners: Default::default(),
             reloads_rejected: AtomicU64::new(1),
+            health: {
+                let h = crate::control::batch::HealthStats::default();
+                h.transitions.store(5, std::sync::atomic::Ordering::Relaxed);
+                h.commits.store(2, std::sync::atomic::Ordering::Relaxed);
+                *h.lag.lock().expect("fresh") = Some(Duration::from_millis(40));
+                h
+            },
             flow_cache: None,
             vip_probes: {
                 let c = crate::datapath::vipprobe::VipProbeCounters::default();
@@ -751,6 +841,54 @@ address = "10.1.0.21"
         samples.sort();
         out.append(&mut samples);
         out.join("\n") + "\n"
+    }
+
+    /// The backend series under `[metrics] per_backend` = `n` (`None` for "none").
+    fn backend_series(limit: PerBackend) -> (Vec<String>, String) {
+        let s = shared();
+        let mut view = (**s.view.load()).clone();
+        let mut cfg = (**view.config.as_ref().expect("a config")).clone();
+        cfg.metrics.per_backend = limit;
+        view.config = Some(Arc::new(cfg));
+        s.view.store(Arc::new(view));
+        let text = render(&s);
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("sluice_backend_packets_total{"))
+            .map(str::to_string)
+            .collect();
+        let omitted = text
+            .lines()
+            .find(|l| l.starts_with("sluice_backend_series_omitted "))
+            .expect("the omitted gauge")
+            .to_string();
+        (series, omitted)
+    }
+
+    #[test]
+    fn per_backend_limits_the_backend_series_to_the_busiest() {
+        let (all, omitted) = backend_series(PerBackend::All);
+        assert_eq!(
+            (all.len(), omitted.as_str()),
+            (3, "sluice_backend_series_omitted 0")
+        );
+        let (none, omitted) = backend_series(PerBackend::None);
+        assert!(none.is_empty(), "{none:?}");
+        assert_eq!(omitted, "sluice_backend_series_omitted 3");
+        let (top, omitted) = backend_series(PerBackend::Top(2));
+        assert_eq!(omitted, "sluice_backend_series_omitted 1");
+        let mut top = top;
+        top.sort();
+        assert_eq!(
+            top,
+            [
+                "sluice_backend_packets_total{vip=\"web\",backend=\"10.1.0.11:80\"} 63",
+                "sluice_backend_packets_total{vip=\"web\",backend=\"10.1.0.12:80\"} 40",
+            ],
+            "the two busiest backends; the dns one (7 packets) is left to its VIP's series"
+        );
+        let (big, _) = backend_series(PerBackend::Top(10));
+        assert_eq!(big.len(), 3);
     }
 
     #[test]
@@ -945,6 +1083,18 @@ sluice_backend_weight{vip="web",backend="10.1.0.12:80"} 50
 sluice_backend_ring_share_ratio{vip="dns",backend="10.1.0.21:53"} 1.0
 sluice_backend_ring_share_ratio{vip="web",backend="10.1.0.11:80"} 0.6693227091633466
 sluice_backend_ring_share_ratio{vip="web",backend="10.1.0.12:80"} 0.33067729083665339
+# HELP sluice_backend_series_omitted Backends without their own series ([metrics] per_backend); their VIP's series count them.
+# TYPE sluice_backend_series_omitted gauge
+sluice_backend_series_omitted 0
+# HELP sluice_health_transitions Health transitions received from the prober (each also in the event log).
+# TYPE sluice_health_transitions counter
+sluice_health_transitions_total 5
+# HELP sluice_health_commits Table versions committed for batches of health transitions ([appliance] health_batch).
+# TYPE sluice_health_commits counter
+sluice_health_commits_total 2
+# HELP sluice_health_sync_lag_seconds From the first health transition of the last health version to every worker running it.
+# TYPE sluice_health_sync_lag_seconds gauge
+sluice_health_sync_lag_seconds 0.04
 # HELP sluice_bgp_session_established 1 while the BGP session with the peer is Established.
 # TYPE sluice_bgp_session_established gauge
 sluice_bgp_session_established{peer="192.0.2.1"} 1

@@ -20,6 +20,7 @@
 
 pub mod announce;
 pub mod api;
+mod batch;
 pub mod cache;
 pub mod change;
 mod commit;

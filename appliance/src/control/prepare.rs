@@ -57,6 +57,9 @@ pub enum HealthSource<'a> {
 /// Everything [`prepare`] builds from.
 #[derive(Debug, Clone, Copy)]
 pub struct Inputs<'a> {
+    /// The running version: the new one shares its rings where their inputs are the same
+    /// (`None` builds every ring).
+    pub running: Option<&'a Tables>,
     /// The config file as loaded.
     pub file: &'a Arc<Config>,
     /// The operator's changes to backends, layered over the file.
@@ -98,7 +101,7 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         HealthSource::Prober(status) => verdicts(status, &targets),
     };
     let healthy = |v: &Vip, b: &Backend| healthy(&config, &health, v, b);
-    let mut tables = Tables::build(&config, &healthy, i.version)?;
+    let mut tables = Tables::build_from(&config, &healthy, i.version, i.running)?;
     let egress = super::neighbours::egress(&config, &tables, i.next_hops);
     tables.set_egress(egress);
     tables.set_local_addresses(i.host_addresses);
@@ -434,6 +437,7 @@ port = 8081
         );
         let now = Instant::now();
         let p = prepare(Inputs {
+            running: None,
             file: &file,
             overrides: &overrides,
             health: HealthSource::Verdicts(&HashMap::new()),

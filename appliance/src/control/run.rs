@@ -49,6 +49,10 @@ pub(super) struct Control {
     pub(super) flood: super::flood::Watch,
     /// Probes not run (local shortage) at the last event about them.
     pub(super) last_not_run: u64,
+    /// Health transitions received and not yet committed.
+    pub(super) health_batch: super::batch::HealthBatch,
+    /// Set while a health batch commits: when its first transition arrived.
+    pub(super) health_since: Option<Instant>,
 }
 
 impl Control {
@@ -117,6 +121,8 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         last_spike: None,
         flood: super::flood::Watch::default(),
         last_not_run: 0,
+        health_batch: Default::default(),
+        health_since: None,
     };
     c.sync_bgp(Instant::now());
     c.view(c.dp.stats().ok());
@@ -133,6 +139,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
 fn first_version(st: &mut State) -> Result<(Arc<Published>, Targets), RunError> {
     let version = st.next_version();
     let p = prepare::prepare(Inputs {
+        running: None,
         file: &st.file_config,
         overrides: &st.overrides,
         health: HealthSource::Verdicts(&st.health),
@@ -183,12 +190,14 @@ fn shared(
             version: published.version(),
             published_at: Instant::now(),
             lag: None,
+            health_since: None,
         }),
         commands,
         api_errors: Default::default(),
         probes_not_run: Default::default(),
         listeners: Default::default(),
         reloads_rejected: Default::default(),
+        health: Default::default(),
     })
 }
 
@@ -242,12 +251,19 @@ impl Control {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut ticks: u64 = 0;
         loop {
+            let window = self.st.config.appliance.health_batch;
+            let due = self.health_batch.due(window);
+            // A far deadline stands in while no batch waits (the branch is disabled then).
+            let batch_at = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 _ = term.recv() => { info!("SIGTERM: stopping"); return Ok(()); }
                 _ = int.recv() => { info!("SIGINT: stopping"); return Ok(()); }
                 _ = hup.recv() => self.on_hangup().await,
                 Some(cmd) = commands.recv() => self.on_command(cmd).await,
-                Some(tr) = transitions.recv() => self.on_transition(tr).await,
+                Some(tr) = transitions.recv() => self.on_transitions(tr, &mut transitions).await,
+                _ = tokio::time::sleep_until(batch_at.into()), if due.is_some() => {
+                    self.commit_health().await;
+                }
                 Some(ev) = self.net.events.recv() => self.on_net_event(ev),
                 _ = tick.tick() => {
                     ticks += 1;

@@ -71,6 +71,8 @@ pub struct Sync {
     pub version: u64,
     pub published_at: Instant,
     pub lag: Option<Duration>,
+    /// A health version: when the first transition of its batch arrived.
+    pub health_since: Option<Instant>,
 }
 
 /// A change the API asks the control loop for.
@@ -121,6 +123,8 @@ pub struct Shared {
     pub flow_cache: Option<Arc<crate::datapath::flowcache::FlowCache>>,
     /// VIP health probes of DR and tunnel backends: sent, passed, failed by reason.
     pub vip_probes: Arc<crate::datapath::vipprobe::VipProbeCounters>,
+    /// Health transitions, the versions they made and their sync lag.
+    pub health: super::batch::HealthStats,
 }
 
 /// Counters summed over the workers, keyed by names that survive reloads.

@@ -105,6 +105,11 @@ pub async fn watch_sync(shared: Arc<Shared>) {
                 && cur.version == s.version
             {
                 cur.lag = Some(lag);
+                if let Some(since) = s.health_since
+                    && let Ok(mut h) = shared.health.lag.lock()
+                {
+                    *h = Some(since.elapsed());
+                }
             }
         }
     }

@@ -14,7 +14,7 @@ pub mod process;
 pub mod sched;
 pub mod tables;
 #[cfg(test)]
-mod tables_incremental;
+mod incremental_tests;
 
 pub use conntrack::{ConnTable, Flow, FlowState, RevKey};
 pub use egress::{Egress, Miss, MissQueue, NetState};
