@@ -186,6 +186,12 @@ impl Client {
         self.call(Method::GET, "/v1/vips", None).await
     }
 
+    /// One page of the VIPs (see [`crate::Page`]).
+    pub async fn vips_page(&self, page: &crate::Page) -> Result<Vec<Vip>, ClientError> {
+        self.call(Method::GET, &format!("/v1/vips{}", page.query()), None)
+            .await
+    }
+
     pub async fn vip(&self, vip: &str) -> Result<Vip, ClientError> {
         self.call(Method::GET, &format!("/v1/vips/{}", seg(vip)), None)
             .await
@@ -286,7 +292,8 @@ impl Client {
     }
 }
 
-fn seg(s: &str) -> String {
+/// `s` percent-encoded for a path segment or a query value.
+pub(crate) fn seg(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
 }
 

@@ -11,7 +11,9 @@ pub mod client;
 pub mod command;
 pub mod fmt;
 pub mod model;
+pub mod page;
 
 pub use client::{Client, ClientError, Endpoint};
 pub use command::Command;
 pub use model::*;
+pub use page::{Page, PageError};

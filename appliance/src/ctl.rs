@@ -17,7 +17,8 @@ pub use list::ListKind;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CtlCommand {
     Status,
-    Vips,
+    /// A page of the VIPs (every one with the default page).
+    Vips(api::Page),
     Backends {
         vip: String,
     },
@@ -89,9 +90,17 @@ pub async fn run(client: &Client, cmd: CtlCommand, json: bool) -> Result<String,
             let s = client.status().await?;
             if json { to_json(&s) } else { format_status(&s) }
         }
-        CtlCommand::Vips => {
-            let v = client.vips().await?;
-            if json { to_json(&v) } else { format_vips(&v) }
+        CtlCommand::Vips(page) => {
+            let v = client.vips_page(&page).await?;
+            if json {
+                to_json(&v)
+            } else {
+                let mut out = format_vips(&v);
+                if page.limit.is_some_and(|l| l > 0 && v.len() == l) {
+                    let _ = writeln!(out, "(more may follow: --offset {})", page.offset + v.len());
+                }
+                out
+            }
         }
         CtlCommand::Backends { vip } => {
             let b = client.backends(&vip).await?;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use sluice::config::{self, Config, LoadError};
 
 #[derive(Parser)]
@@ -169,12 +169,37 @@ impl ApiArgs {
     }
 }
 
+/// `sluice ctl vips`: which page of the VIPs.
+#[derive(Args, Clone)]
+struct PageArgs {
+    /// Only VIPs whose name contains this text (ASCII case ignored).
+    #[arg(long)]
+    name: Option<String>,
+    /// VIPs to skip (after the filter).
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
+    /// Most VIPs to show.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+impl From<PageArgs> for api::Page {
+    fn from(a: PageArgs) -> api::Page {
+        api::Page {
+            offset: a.offset,
+            limit: a.limit,
+            name: a.name,
+        }
+    }
+}
+
 #[derive(Subcommand, Clone)]
 enum CtlCmd {
     /// The appliance: version and sync, interfaces, totals, drops.
     Status,
-    /// Every VIP with its announcement, backends, traffic and hash imbalance.
-    Vips,
+    /// The VIPs with their announcement, backends, traffic and hash imbalance (every one,
+    /// or a page of them).
+    Vips(PageArgs),
     /// The backends of a VIP: state, health, weight, ring share, flows, traffic.
     Backends { vip: String },
     /// Drain a backend: it keeps its flows and takes no new ones.
@@ -291,7 +316,7 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
     };
     let cmd = match command {
         CtlCmd::Status => C::Status,
-        CtlCmd::Vips => C::Vips,
+        CtlCmd::Vips(page) => C::Vips(page.into()),
         CtlCmd::Backends { vip } => C::Backends { vip },
         CtlCmd::Drain { vip, backend } => b(vip, backend, A::Drain),
         CtlCmd::Undrain { vip, backend } => b(vip, backend, A::Undrain),

@@ -329,3 +329,39 @@ fn docs_captures_are_current() {
         }
     }
 }
+
+/// 10,000 VIPs: the list builds a screenful of rows, keeps the selection in view as it
+/// moves to the end, and the filter narrows it at once.
+#[test]
+fn ten_thousand_vips_scroll_and_filter() {
+    let mut app = app_on(Tab::Vips);
+    let one = app.vips[0].clone();
+    app.vips = (0..10_000)
+        .map(|i| Vip {
+            name: format!("t{i:05}"),
+            ..one.clone()
+        })
+        .collect();
+    app.selected_vip = Some("t00000".into());
+    let screen = |app: &App| {
+        let mut buf = Buffer::empty(Rect::new(0, 0, 120, 40));
+        render_tab(app, Tab::Vips, buf.area, &mut buf);
+        lines(&buf)
+    };
+    let l = screen(&app);
+    assert!(l[0].contains("10000 of 10000 VIPs"), "{l:#?}");
+    key(&mut app, KeyCode::End);
+    let l = screen(&app);
+    assert!(
+        l.iter().any(|x| x.starts_with("t09999")),
+        "the last VIP is on screen: {l:#?}"
+    );
+    assert!(!l.iter().any(|x| x.starts_with("t00000")), "{l:#?}");
+    for c in "/t0424".chars() {
+        ch(&mut app, c);
+    }
+    let l = screen(&app);
+    assert!(l[0].contains("10 of 10000 VIPs"), "{l:#?}");
+    let rows: Vec<&String> = l.iter().filter(|x| x.starts_with("t0424")).collect();
+    assert_eq!(rows.len(), 10, "{l:#?}");
+}

@@ -156,8 +156,26 @@ async fn status(State(s): State<S>) -> Response {
     json(&s.status())
 }
 
-async fn vips(State(s): State<S>) -> Response {
-    json(&s.vips())
+/// The page a list route's query asks for, or a 400 naming the parameter.
+fn page(q: &[(String, String)]) -> Result<api::Page, Error> {
+    api::Page::from_pairs(q.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.to_string(), Some(e.param())))
+}
+
+/// A page of a list, with the number that matched before paging in `X-Total-Count`.
+fn paged<T: serde::Serialize>(total: usize, items: &[T]) -> Response {
+    let mut r = json(&items);
+    r.headers_mut()
+        .insert(api::page::TOTAL_HEADER, HeaderValue::from(total));
+    r
+}
+
+async fn vips(
+    State(s): State<S>,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Response, Error> {
+    let (total, vips) = s.vips_page(&page(&q)?);
+    Ok(paged(total, &vips))
 }
 
 fn unknown_vip(name: &str) -> Error {
@@ -174,9 +192,14 @@ async fn vip(State(s): State<S>, UrlPath(name): UrlPath<String>) -> Result<Respo
         .ok_or_else(|| unknown_vip(&name))
 }
 
-async fn backends(State(s): State<S>, UrlPath(name): UrlPath<String>) -> Result<Response, Error> {
-    s.backends(&name)
-        .map(|v| json(&v))
+async fn backends(
+    State(s): State<S>,
+    UrlPath(name): UrlPath<String>,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Response, Error> {
+    let p = page(&q)?;
+    s.backends_page(&name, &p)
+        .map(|(total, b)| paged(total, &b))
         .ok_or_else(|| unknown_vip(&name))
 }
 

@@ -234,16 +234,21 @@ pub fn announcements(
     let mut wanted = announce::wanted(&st.config, tables, &settled);
     let all_settled = !settling || st.config.vips.iter().all(settled);
     // An address stays wanted only while a VIP on it that no operator withdrew can serve.
-    wanted.retain(|addr, _| {
-        st.config.vips.iter().enumerate().any(|(slot, v)| {
-            v.address == *addr
-                && !st.withdrawn.contains(&v.name)
+    let serving: HashSet<IpAddr> = st
+        .config
+        .vips
+        .iter()
+        .enumerate()
+        .filter(|(slot, v)| {
+            !st.withdrawn.contains(&v.name)
                 && tables
                     .vips
-                    .get(slot)
+                    .get(*slot)
                     .is_some_and(|e| e.backends.clone().any(|b| tables.eligible[b as usize]))
         })
-    });
+        .map(|(_, v)| v.address)
+        .collect();
+    wanted.retain(|addr, _| serving.contains(addr));
     (wanted, all_settled)
 }
 

@@ -367,25 +367,53 @@ impl Shared {
 
     /// Every VIP, in config order.
     pub fn vips(&self) -> Vec<api::Vip> {
+        self.vips_page(&api::Page::default()).1
+    }
+
+    /// The VIPs `page` selects, in config order, and how many matched its filter; only
+    /// the page's documents are built.
+    pub fn vips_page(&self, page: &api::Page) -> (usize, Vec<api::Vip>) {
         let view = self.view.load();
+        let Some(cfg) = &view.config else {
+            return (0, Vec::new());
+        };
+        let matched: Vec<usize> = (0..cfg.vips.len())
+            .filter(|&i| page.matches(&cfg.vips[i].name))
+            .collect();
+        let window = page.window(matched.len());
+        if window.is_empty() {
+            return (matched.len(), Vec::new());
+        }
         let tables = self.published.current();
         let agg = self.aggregate();
-        let Some(cfg) = &view.config else {
-            return Vec::new();
-        };
-        cfg.vips
+        let docs = matched[window]
             .iter()
-            .enumerate()
-            .map(|(slot, v)| vip_doc(&view, &tables, &agg, slot, v))
-            .collect()
+            .map(|&slot| vip_doc(&view, &tables, &agg, slot, &cfg.vips[slot]))
+            .collect();
+        (matched.len(), docs)
     }
 
     pub fn vip(&self, name: &str) -> Option<api::Vip> {
-        self.vips().into_iter().find(|v| v.name == name)
+        let view = self.view.load();
+        let cfg = view.config.as_ref()?;
+        let slot = cfg.vips.iter().position(|v| v.name == name)?;
+        let tables = self.published.current();
+        let agg = self.aggregate();
+        Some(vip_doc(&view, &tables, &agg, slot, &cfg.vips[slot]))
     }
 
     /// The backends of VIP `name`, in config order; `None` for an unknown VIP.
     pub fn backends(&self, name: &str) -> Option<Vec<api::Backend>> {
+        self.backends_page(name, &api::Page::default()).map(|p| p.1)
+    }
+
+    /// The backends of VIP `name` that `page` selects (its filter on `address:port`), and
+    /// how many matched; `None` for an unknown VIP.
+    pub fn backends_page(
+        &self,
+        name: &str,
+        page: &api::Page,
+    ) -> Option<(usize, Vec<api::Backend>)> {
         let view = self.view.load();
         let tables = self.published.current();
         let agg = self.aggregate();
@@ -393,10 +421,18 @@ impl Shared {
         let slot = cfg.vips.iter().position(|v| v.name == name)?;
         let v = &cfg.vips[slot];
         let shares = ring_shares(&tables, slot);
-        Some(
-            v.backends
+        let matched: Vec<usize> = (0..v.backends.len())
+            .filter(|&i| {
+                let b = &v.backends[i];
+                page.matches(&std::net::SocketAddr::new(b.address, b.port).to_string())
+            })
+            .collect();
+        let window = page.window(matched.len());
+        Some((
+            matched.len(),
+            matched[window]
                 .iter()
-                .enumerate()
+                .map(|&i| (i, &v.backends[i]))
                 .map(|(i, b)| {
                     let key = BackendId::of(v, b);
                     let id = key.clone();
@@ -437,7 +473,7 @@ impl Shared {
                     }
                 })
                 .collect(),
-        )
+        ))
     }
 
     pub fn bgp(&self) -> api::Bgp {

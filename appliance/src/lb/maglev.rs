@@ -47,6 +47,8 @@ pub struct Ring {
     ids: Vec<u8>,
     /// Identity length and weight of every backend in list order.
     inputs: Vec<(u8, u32)>,
+    /// Slots per backend position, counted once at build (the API and metrics read them).
+    counts: Vec<u32>,
     digest: u64,
 }
 
@@ -131,14 +133,17 @@ impl Ring {
             populate(backends, &order, m)
         };
         let mut digest = fnv(DIGEST_SEED, &m.to_le_bytes());
-        for s in &slots {
+        let mut counts = vec![0u32; backends.len()];
+        for &s in &slots {
             digest = fnv(digest, &s.to_le_bytes());
+            counts[usize::from(s)] += 1;
         }
         Ok(Ring {
             slots,
             m,
             ids,
             inputs,
+            counts,
             digest,
         })
     }
@@ -206,15 +211,17 @@ impl Ring {
 
     /// Heap bytes this ring holds (slots and the inputs it remembers).
     pub fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * 2 + self.ids.capacity() + self.inputs.capacity() * 8
+        self.slots.capacity() * 2
+            + self.ids.capacity()
+            + self.inputs.capacity() * 8
+            + self.counts.capacity() * 4
     }
 
-    /// Slot count per backend position (`n` = length of the backend list used to build).
+    /// Slot count per backend position (`n` = length of the backend list used to build;
+    /// positions past the list count 0).
     pub fn counts(&self, n: usize) -> Vec<u32> {
-        let mut c = vec![0u32; n];
-        for &s in &self.slots {
-            c[usize::from(s)] += 1;
-        }
+        let mut c = self.counts.clone();
+        c.resize(n, 0);
         c
     }
 }

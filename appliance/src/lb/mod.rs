@@ -9,12 +9,12 @@ pub mod conntrack;
 pub mod egress;
 pub mod frame;
 pub mod hash;
+#[cfg(test)]
+mod incremental_tests;
 pub mod maglev;
 pub mod process;
 pub mod sched;
 pub mod tables;
-#[cfg(test)]
-mod incremental_tests;
 
 pub use conntrack::{ConnTable, Flow, FlowState, RevKey};
 pub use egress::{Egress, Miss, MissQueue, NetState};

@@ -1,5 +1,8 @@
 //! The VIP list (2): every VIP with its announcement, backends and traffic, sorted and
 //! filtered as the operator asked, and the selected VIP's details below.
+//!
+//! The list is virtualised: only the rows that fit the screen are built (the window that
+//! keeps the selected VIP in view), so 10,000 VIPs cost a screenful of rows per frame.
 
 use api::Vip;
 use api::fmt::{grouped, mode, ratio, si, vip_addr};
@@ -49,11 +52,20 @@ pub(super) fn vips(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
 
     let addrs: Vec<String> = list.iter().map(|v| vip_addr(v)).collect();
     let (header, widths) = columns(app, &list, &addrs, arrow, wide);
-    let rows = list
+    let selected = app
+        .selected_vip
+        .as_ref()
+        .and_then(|n| list.iter().position(|v| &v.name == n));
+    let shown = window(
+        selected,
+        usize::from(table.height.saturating_sub(1)),
+        list.len(),
+    );
+    let rows = list[shown.clone()]
         .iter()
-        .zip(&addrs)
+        .zip(&addrs[shown.clone()])
         .map(|(v, addr)| row(app, t, v, addr, wide));
-    let mut state = TableState::default().with_selected(app.vip_row());
+    let mut state = TableState::default().with_selected(selected.map(|s| s - shown.start));
     put_stateful(
         buf,
         Table::new(rows, widths)
@@ -64,6 +76,16 @@ pub(super) fn vips(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
         &mut state,
     );
     put(buf, Paragraph::new(details(app, t)), detail);
+}
+
+/// The rows of a list of `len` that a table of `height` rows shows: from the top while the
+/// selection fits, else with the selection on the last row (where scrolling down puts it).
+pub fn window(selected: Option<usize>, height: usize, len: usize) -> std::ops::Range<usize> {
+    let start = match selected {
+        Some(s) if height > 0 && s >= height => s + 1 - height,
+        _ => 0,
+    };
+    start..(start + height).min(len)
 }
 
 /// How many VIPs are shown, the sort and the filter.
@@ -186,5 +208,22 @@ fn details(app: &App, t: Theme) -> Vec<Line<'static>> {
                 )),
             ]
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[test]
+    fn the_window_keeps_the_selection_in_view() {
+        assert_eq!(window(None, 10, 10_000), 0..10);
+        assert_eq!(window(Some(3), 10, 10_000), 0..10);
+        assert_eq!(window(Some(9), 10, 10_000), 0..10);
+        assert_eq!(window(Some(10), 10, 10_000), 1..11);
+        assert_eq!(window(Some(9_999), 10, 10_000), 9_990..10_000);
+        assert_eq!(window(Some(2), 10, 3), 0..3, "short list");
+        assert_eq!(window(Some(5), 0, 10), 0..0, "no room");
+        assert_eq!(window(None, 5, 0), 0..0);
     }
 }

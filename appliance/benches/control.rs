@@ -1,0 +1,306 @@
+//! Control-plane cost at scale: 1,000 and 10,000 VIPs of 10 DR backends each, every
+//! backend under a health check. For each size and for two ways of committing:
+//!
+//! - `main`: what `sluice run` did before incremental commits: every version builds every
+//!   ring (`running: None`) at the old default ring size, 65537 slots, and every health
+//!   transition is its own version;
+//! - `now`: the defaults of this release: 16381-slot rings, each version built against the
+//!   running one (only changed rings are built), transitions batched for `health_batch`.
+//!
+//! Figures: the config's parse time; the first (full) build's time, the resident memory
+//! after it with the tables held and the peak (`VmHWM`); one health transition's commit
+//! (`prepare` of the next version: effective config, probe targets, steering, egress and
+//! tables, as the control loop does before the swap); a storm of 1,000 backends going down,
+//! their transitions arriving 1 ms apart (probes fail on their own schedules) or all at
+//! once: commits made, total commit work, and the sync lag (first transition of a batch to
+//! its version being published; workers adopt a published version within one poll of
+//! their rings). The storm runs on a virtual clock that advances by each commit's measured
+//! time, as the single control loop would. `main`'s storm is one full build per
+//! transition: measured for a few, extrapolated to 1,000.
+//!
+//! `cargo bench -p appliance --bench control` (the figures are printed; the issue's goals
+//! are one transition at 1,000 VIPs under 5 ms, 10,000 VIPs under 500 MB, a storm under 1 s
+//! of commit work with the lag under 200 ms).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice::config::Config;
+use sluice::control::prepare::{HealthSource, Inputs, NextHops, prepare};
+use sluice::engine::BackendId;
+use sluice::lb::Tables;
+use std::process::Command;
+
+const BACKENDS: usize = 10;
+const STORM: usize = 1000;
+
+/// The config text: `vips` DR VIPs of [`BACKENDS`] backends, one TCP health check.
+fn config_text(vips: usize, table_size: Option<u32>) -> String {
+    let mut t = String::from("[appliance]\nname = \"bench\"\ninterfaces = [\"eth0\"]\n");
+    if let Some(m) = table_size {
+        let _ = writeln!(t, "maglev_table_size = {m}");
+    }
+    t.push_str("\n[[health_check]]\nname = \"tcp\"\nkind = \"tcp\"\n");
+    for v in 0..vips {
+        let _ = write!(
+            t,
+            "\n[[vip]]\nname = \"v{v}\"\naddress = \"10.{}.{}.{}\"\nport = 80\nmode = \"dr\"\nhealth_check = \"tcp\"\n",
+            100 + v / 65536,
+            (v / 256) % 256,
+            v % 256
+        );
+        for b in 0..BACKENDS {
+            let n = v * BACKENDS + b;
+            let _ = write!(
+                t,
+                "[[vip.backend]]\naddress = \"172.{}.{}.{}\"\n",
+                16 + n / 65536,
+                (n / 256) % 256,
+                n % 256
+            );
+        }
+    }
+    t
+}
+
+/// A kernel figure from `/proc/self/status` in bytes (`VmRSS`, `VmHWM`).
+fn proc_status(key: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.0} MB", bytes as f64 / 1e6)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// One way of committing.
+#[derive(Clone, Copy)]
+struct Mode {
+    name: &'static str,
+    incremental: bool,
+    batch: Duration,
+}
+
+/// The control loop's inputs for one size, and the running version.
+struct Loop {
+    file: Arc<Config>,
+    health: HashMap<BackendId, bool>,
+    running: Option<Arc<Tables>>,
+    version: u64,
+    incremental: bool,
+}
+
+impl Loop {
+    /// Prepares the next version from the current health; returns its commit time.
+    fn commit(&mut self) -> Duration {
+        let t = Instant::now();
+        self.version += 1;
+        let p = prepare(Inputs {
+            running: self.running.as_deref().filter(|_| self.incremental),
+            file: &self.file,
+            overrides: &HashMap::new(),
+            health: HealthSource::Verdicts(&self.health),
+            next_hops: &NextHops::default(),
+            host_addresses: &[],
+            version: self.version,
+            now: Instant::now(),
+            resettle: false,
+        })
+        .expect("the bench config builds");
+        self.running = Some(Arc::new(p.tables));
+        t.elapsed()
+    }
+
+    /// The `i`-th backend of the storm: spread over the VIPs, one per VIP first.
+    fn storm_backend(&self, i: usize) -> BackendId {
+        let vips = self.file.vips.len();
+        let v = &self.file.vips[i % vips];
+        let b = &v.backends[(i / vips) % v.backends.len()];
+        BackendId::of(v, b)
+    }
+}
+
+/// A storm's outcome.
+struct Storm {
+    commits: usize,
+    work: Duration,
+    max_lag: Duration,
+    extrapolated: bool,
+}
+
+/// Transitions `i` at `spacing * i`; a batch commits `batch` after its first arrival (at
+/// once when `batch` is zero) or when the loop is free again, whichever is later; the
+/// virtual clock advances by each commit's measured time.
+fn storm(l: &mut Loop, batch: Duration, spacing: Duration) -> Storm {
+    let arrivals: Vec<Duration> = (0..STORM).map(|i| spacing * i as u32).collect();
+    if !l.incremental {
+        // One full build per transition: measure a few, the rest cost the same.
+        let sample = 3;
+        let mut work = Duration::ZERO;
+        for i in 0..sample {
+            l.health.insert(l.storm_backend(i), false);
+            work += l.commit();
+        }
+        let per = work / sample as u32;
+        // The loop serialises them: each transition waits behind every earlier commit.
+        let (mut free, mut max_lag) = (Duration::ZERO, Duration::ZERO);
+        for a in &arrivals {
+            free = free.max(*a) + per;
+            max_lag = max_lag.max(free - *a);
+        }
+        return Storm {
+            commits: STORM,
+            work: per * STORM as u32,
+            max_lag,
+            extrapolated: true,
+        };
+    }
+    let mut clock = Duration::ZERO;
+    let mut next = 0usize;
+    let (mut commits, mut work, mut max_lag) = (0usize, Duration::ZERO, Duration::ZERO);
+    while next < STORM {
+        let first = arrivals[next];
+        let due = clock.max(first + batch);
+        while next < STORM && arrivals[next] <= due {
+            l.health.insert(l.storm_backend(next), false);
+            next += 1;
+        }
+        let took = l.commit();
+        clock = due + took;
+        commits += 1;
+        work += took;
+        max_lag = max_lag.max(clock - first);
+    }
+    Storm {
+        commits,
+        work,
+        max_lag,
+        extrapolated: false,
+    }
+}
+
+fn run(vips: usize, mode: Mode, out: &mut Vec<String>) {
+    let table_size = (!mode.incremental).then_some(65537);
+    let text = config_text(vips, table_size);
+    let t = Instant::now();
+    let file = Arc::new(Config::from_toml_str(&text).expect("valid bench config"));
+    let parse = t.elapsed();
+    let health: HashMap<BackendId, bool> = file
+        .vips
+        .iter()
+        .flat_map(|v| v.backends.iter().map(move |b| (BackendId::of(v, b), true)))
+        .collect();
+    drop(text);
+    let rss_before = proc_status("VmRSS:");
+    let mut l = Loop {
+        running: None,
+        file,
+        health,
+        version: 0,
+        incremental: false,
+    };
+    let full = l.commit();
+    let rss = proc_status("VmRSS:");
+    let rings = l.running.as_ref().map_or(0, |t| t.ring_bytes()) as u64;
+    l.incremental = mode.incremental;
+    // One transition: a backend of the middle VIP goes down, then up again.
+    let one = {
+        let id = l.storm_backend(vips / 2);
+        let mut took = Duration::ZERO;
+        for up in [false, true] {
+            l.health.insert(id.clone(), up);
+            took += l.commit();
+        }
+        took / 2
+    };
+    let spread = storm(&mut l, mode.batch, Duration::from_millis(1));
+    for v in l.health.values_mut() {
+        *v = true;
+    }
+    l.commit();
+    let burst = storm(&mut l, mode.batch, Duration::ZERO);
+    let peak = proc_status("VmHWM:");
+    let storm_line = |s: &Storm| {
+        format!(
+            "{} commits, {} of commit work, lag {}{}",
+            s.commits,
+            ms(s.work),
+            ms(s.max_lag),
+            if s.extrapolated {
+                " (extrapolated)"
+            } else {
+                ""
+            }
+        )
+    };
+    out.push(format!(
+        "{vips:>6} VIPs  {:<4} parse {}  full build {}  rss {} (+{} for the tables, rings {})  peak {}\n\
+         {:>16}one transition {}\n\
+         {:>16}storm, 1 ms apart: {}\n\
+         {:>16}storm, at once:    {}",
+        mode.name,
+        ms(parse),
+        ms(full),
+        mb(rss),
+        mb(rss.saturating_sub(rss_before)),
+        mb(rings),
+        mb(peak),
+        "",
+        ms(one),
+        "",
+        storm_line(&spread),
+        "",
+        storm_line(&burst),
+    ));
+    println!("{}", out.last().map_or("", String::as_str));
+}
+
+const MODES: [Mode; 2] = [
+    Mode {
+        name: "now",
+        incremental: true,
+        batch: sluice::config::DEFAULT_HEALTH_BATCH,
+    },
+    Mode {
+        name: "main",
+        incremental: false,
+        batch: Duration::ZERO,
+    },
+];
+
+/// Each size and mode runs in a child process of its own, so that its peak memory is its
+/// own. `cargo bench` passes `--bench`; a number argument (e.g. `1000`) picks one size.
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        let vips: usize = args[i + 1].parse().expect("size");
+        let mode = MODES[args[i + 2].parse::<usize>().expect("mode")];
+        run(vips, mode, &mut Vec::new());
+        return;
+    }
+    let filter: Option<usize> = args.iter().skip(1).find_map(|a| a.parse().ok());
+    let exe = std::env::current_exe().expect("the bench binary");
+    println!("control plane at scale ({BACKENDS} DR backends per VIP, storms of {STORM})");
+    for vips in [1000usize, 10_000] {
+        if filter.is_some_and(|f| f != vips) {
+            continue;
+        }
+        for mode in 0..MODES.len() {
+            let ok = Command::new(&exe)
+                .args(["--child", &vips.to_string(), &mode.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "the {vips}-VIP run failed");
+        }
+    }
+}
