@@ -17,6 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 mod conntrack;
+mod mtu;
 
 use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
 use crate::config::{Backend, Config, PerBackend, Vip};
@@ -94,6 +95,7 @@ pub fn render(s: &Shared) -> String {
     config_sync(&mut b, s, &agg);
     datapath(&mut b, &view, &agg);
     conntrack::families(&mut b, &agg);
+    mtu::families(&mut b, &agg);
     flood(&mut b, &view);
     if let Some(cfg) = &view.config {
         vips(&mut b, cfg, &view, &tables, &agg);
@@ -938,7 +940,9 @@ sluice_dropped_packets_total{reason="bad_checksum"} 0
 sluice_dropped_packets_total{reason="bad_length"} 1
 sluice_dropped_packets_total{reason="family_mismatch"} 0
 sluice_dropped_packets_total{reason="fragment_ambiguous"} 0
-sluice_dropped_packets_total{reason="fragment_nat"} 0
+sluice_dropped_packets_total{reason="fragment_no_first"} 0
+sluice_dropped_packets_total{reason="fragment_overlap"} 0
+sluice_dropped_packets_total{reason="fragment_oversize"} 0
 sluice_dropped_packets_total{reason="icmp_no_flow"} 0
 sluice_dropped_packets_total{reason="icmp_rate_limited"} 0
 sluice_dropped_packets_total{reason="malformed"} 0
@@ -949,6 +953,7 @@ sluice_dropped_packets_total{reason="no_room"} 0
 sluice_dropped_packets_total{reason="no_route"} 0
 sluice_dropped_packets_total{reason="route_not_datapath"} 0
 sluice_dropped_packets_total{reason="snat_exhausted"} 0
+sluice_dropped_packets_total{reason="too_big"} 0
 sluice_dropped_packets_total{reason="too_many_headers"} 0
 sluice_dropped_packets_total{reason="truncated"} 5
 sluice_dropped_packets_total{reason="ttl_exceeded"} 0
@@ -998,6 +1003,18 @@ sluice_client_address_added_total{kind="toa"} 0
 # HELP sluice_client_address_toa_no_room Segments that should have carried the TOA option but had no room in their TCP header.
 # TYPE sluice_client_address_toa_no_room counter
 sluice_client_address_toa_no_room_total 0
+# HELP sluice_fragment_table NAT and FullNAT fragments through the fragment table, by event (tracked: first fragments remembered; rewritten: later fragments forwarded; completed: datagrams whole; evicted: live entries pushed out of a full table).
+# TYPE sluice_fragment_table counter
+sluice_fragment_table_total{event="completed"} 0
+sluice_fragment_table_total{event="evicted"} 0
+sluice_fragment_table_total{event="rewritten"} 0
+sluice_fragment_table_total{event="tracked"} 0
+# HELP sluice_icmp_too_big_sent ICMP fragmentation-needed and packet-too-big messages sent for tunnel frames over the egress MTU.
+# TYPE sluice_icmp_too_big_sent counter
+sluice_icmp_too_big_sent_total 0
+# HELP sluice_mss_clamped TCP SYN and SYN-ACK segments whose MSS was lowered to fit a tunnel.
+# TYPE sluice_mss_clamped counter
+sluice_mss_clamped_total 0
 # HELP sluice_flood_active_cpus CPUs in flood mode now (0: off).
 # TYPE sluice_flood_active_cpus gauge
 sluice_flood_active_cpus 1

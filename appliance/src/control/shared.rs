@@ -276,6 +276,9 @@ impl Shared {
             a.stats.proxy_headers += st.proxy_headers;
             a.stats.toa_options += st.toa_options;
             a.stats.toa_no_room += st.toa_no_room;
+            a.stats.frag.add(&st.frag);
+            a.stats.too_big_sent += st.too_big_sent;
+            a.stats.mss_clamped += st.mss_clamped;
             let c = &s.conntrack;
             a.conntrack.inserted += c.inserted;
             a.conntrack.promoted += c.promoted;

@@ -41,6 +41,8 @@ pub struct LbHandler {
     /// between them, see [`FrameHandler::owner`]).
     worker: u16,
     workers: u16,
+    /// Where this worker sent FullNAT return fragments (see `lb::process::owner`).
+    frag_owners: lb::process::FragOwners,
 }
 
 impl LbHandler {
@@ -75,6 +77,7 @@ impl LbHandler {
             flow_cache: None,
             worker,
             workers: workers.max(1),
+            frag_owners: Default::default(),
         }
     }
 
@@ -198,7 +201,7 @@ impl FrameHandler for LbHandler {
     #[inline]
     fn owner(&mut self, frame: &Frame<'_>) -> Option<usize> {
         self.refresh();
-        lb::process::owner(frame, &self.tables, self.workers)
+        lb::process::owner(frame, &self.tables, self.workers, &mut self.frag_owners)
             .filter(|o| *o != self.worker)
             .map(usize::from)
     }

@@ -1,6 +1,6 @@
 //! Fragment rows: fragments of DR and tunnel VIPs balanced by the 3-tuple so every piece
-//! reaches the same backend; fragments NAT would need to reassemble, or that cannot be
-//! told apart between two VIPs, dropped.
+//! reaches the same backend; fragments that cannot be told apart between two VIPs dropped.
+//! NAT and FullNAT fragments (first, later, replies) are in `fragnat`.
 
 use sluice::lb::{DropReason, Tables};
 
@@ -16,7 +16,6 @@ pub(super) const ROWS: &[super::Row] = &[
     dr4u_non_first,
     dr6_first,
     dr6_last,
-    nat_needs_reassembly,
     two_udp_vips,
     ipip4_fragment,
 ];
@@ -48,15 +47,6 @@ fn dr6_first(t: &Tables) -> Fixture {
 fn dr6_last(t: &Tables) -> Fixture {
     let fr = Pkt::new(C6, "2001:db8::30", TCP, vec![2u8; 16]).frag(48, false, 0xdead);
     forwarded(t, "dr6 ipv6 last fragment: same backend", fr, "dr6")
-}
-
-fn nat_needs_reassembly(_: &Tables) -> Fixture {
-    let fr = Pkt::new(C4, "192.0.2.10", UDP, udp(5555, 53, &[0u8; 16])).frag(0, true, 0);
-    Fixture::drop(
-        "fragment to a nat vip: needs reassembly",
-        fr.build(),
-        DropReason::FragmentNat,
-    )
 }
 
 fn two_udp_vips(_: &Tables) -> Fixture {

@@ -13,6 +13,7 @@ pub mod build;
 mod clientaddr;
 mod dr;
 mod fragment;
+mod fragnat;
 mod fullnat;
 mod icmp;
 mod kernel;
@@ -181,6 +182,7 @@ pub fn fixtures() -> Vec<Fixture> {
         tunnel::ROWS,
         icmp::ROWS,
         fragment::ROWS,
+        fragnat::ROWS,
         malformed::ROWS,
         kernel::ROWS,
         unserved::ROWS,

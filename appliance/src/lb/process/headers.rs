@@ -114,6 +114,17 @@ pub(super) const UDP_CSUM_AT: usize = 6;
 
 /// Checks the TCP or UDP header after `ip` fits the IP packet and reads its ports.
 pub(super) fn parse_l4(d: &[u8], ip: &Ip) -> Result<L4, DropReason> {
+    parse_l4_in(d, ip, false)
+}
+
+/// [`parse_l4`] for the first fragment of a datagram: the whole TCP or UDP header must be
+/// in it (RFC 1858: no tiny first fragments), and the UDP length, which counts the whole
+/// datagram, must be at least what this fragment carries.
+pub(super) fn parse_l4_first_fragment(d: &[u8], ip: &Ip) -> Result<L4, DropReason> {
+    parse_l4_in(d, ip, true)
+}
+
+fn parse_l4_in(d: &[u8], ip: &Ip, fragment: bool) -> Result<L4, DropReason> {
     let end = ip.end();
     let avail = end.saturating_sub(ip.l4);
     match ip.proto {
@@ -146,7 +157,8 @@ pub(super) fn parse_l4(d: &[u8], ip: &Ip) -> Result<L4, DropReason> {
             }
             let u = UdpPacket::new_unchecked(&d[ip.l4..end]);
             let ulen = usize::from(u.len());
-            if ulen < 8 || ulen > avail {
+            let short = if fragment { ulen < avail } else { ulen > avail };
+            if ulen < 8 || short {
                 return Err(DropReason::BadLength);
             }
             Ok(L4 {

@@ -6,7 +6,7 @@
 //! [`WorkerState::adopt`]), never locks and never formats. This file dispatches and keeps
 //! the verdicts and counters; each concept has its own file:
 //! `headers` (what is read from a frame), `flow` (which backend), `nat`, `fullnat`, `dr`,
-//! `tunnel` (one per mode), `icmp` and `fragment`.
+//! `tunnel` (one per mode), `icmp`, `fragment` and `fragtable`.
 //!
 //! Policies decided here (each has a golden fixture):
 //! - **Validation.** Ethernet (up to two VLAN tags, kept on output), IPv4 (version, IHL,
@@ -23,7 +23,8 @@
 //!   [`DropReason::TtlExceeded`] too); return traffic with TTL <= 1 is dropped. DR and tunnel
 //!   leave the inner TTL alone: the appliance is a bump in the wire there, like Katran.
 //! - **Fragments.** Fragments of DR and tunnel VIPs go statelessly by 3-tuple Maglev; those
-//!   of NAT and FullNAT VIPs are dropped and counted (see `fragment`).
+//!   of NAT and FullNAT VIPs (and their replies) follow their first fragment's decision,
+//!   remembered in the worker's fragment table (see `fragment` and `fragtable`).
 //! - **ICMP.** Echo requests to any VIP address are answered, and time-exceeded sent,
 //!   within the ICMP rate limits (`ratelimit`: per VIP address and per family); errors quoting a VIP flow go to
 //!   that flow's backend (see `icmp`).
@@ -40,6 +41,7 @@ mod ct_tests;
 mod dr;
 mod flow;
 mod fragment;
+mod fragtable;
 mod fullnat;
 mod headers;
 mod icmp;
@@ -54,6 +56,7 @@ mod toa;
 mod tunnel;
 
 pub use flow::{Choice, Load, choose_backend};
+pub use fragtable::{FragOwners, FragStats, FragTable};
 pub use owner::owner;
 pub use ratelimit::IcmpLimiter;
 pub use tunnel::{encapsulate_probe, tunnel_source};
@@ -103,8 +106,9 @@ pub enum DropReason {
     NoRoute,
     /// The route toward the destination leaves by an interface the datapath does not drive.
     RouteNotDatapath,
-    /// Fragment of a NAT/FullNAT VIP (needs reassembly).
-    FragmentNat,
+    /// A later fragment of a NAT/FullNAT datagram whose first fragment was not seen (or
+    /// came longer than the fragment table's timeout ago).
+    FragmentNoFirst,
     /// Non-first fragment for an address whose VIPs differ only by port.
     FragmentAmbiguous,
     /// FullNAT found no free local port.
@@ -119,11 +123,18 @@ pub enum DropReason {
     FamilyMismatch,
     /// An echo request over the ICMP rate limits (`[appliance.icmp_limits]`).
     IcmpRateLimited,
+    /// A fragment overlapping one already forwarded (or contradicting the datagram's end).
+    FragmentOverlap,
+    /// A fragment past 65,535 bytes, or of a datagram in too many pieces.
+    FragmentOversize,
+    /// An encapsulated frame over the egress MTU (answered with ICMP too-big when the
+    /// client allows no fragmentation).
+    TooBig,
 }
 
 impl DropReason {
     /// Number of reasons (the counter array length).
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 21;
 
     /// All reasons in index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -137,7 +148,7 @@ impl DropReason {
         DropReason::NoNeighbor,
         DropReason::NoRoute,
         DropReason::RouteNotDatapath,
-        DropReason::FragmentNat,
+        DropReason::FragmentNoFirst,
         DropReason::FragmentAmbiguous,
         DropReason::SnatExhausted,
         DropReason::NoFlow,
@@ -145,6 +156,9 @@ impl DropReason {
         DropReason::NoRoom,
         DropReason::FamilyMismatch,
         DropReason::IcmpRateLimited,
+        DropReason::FragmentOverlap,
+        DropReason::FragmentOversize,
+        DropReason::TooBig,
     ];
 
     /// Counter index.
@@ -166,7 +180,7 @@ impl DropReason {
             DropReason::NoNeighbor => "no_neighbor",
             DropReason::NoRoute => "no_route",
             DropReason::RouteNotDatapath => "route_not_datapath",
-            DropReason::FragmentNat => "fragment_nat",
+            DropReason::FragmentNoFirst => "fragment_no_first",
             DropReason::FragmentAmbiguous => "fragment_ambiguous",
             DropReason::SnatExhausted => "snat_exhausted",
             DropReason::NoFlow => "no_flow",
@@ -174,6 +188,9 @@ impl DropReason {
             DropReason::NoRoom => "no_room",
             DropReason::FamilyMismatch => "family_mismatch",
             DropReason::IcmpRateLimited => "icmp_rate_limited",
+            DropReason::FragmentOverlap => "fragment_overlap",
+            DropReason::FragmentOversize => "fragment_oversize",
+            DropReason::TooBig => "too_big",
         }
     }
 }
@@ -247,6 +264,13 @@ pub struct WorkerStats {
     pub toa_options: u64,
     /// Segments that should have carried the TOA option but had no room in their header.
     pub toa_no_room: u64,
+    /// The fragment table's own counters (NAT and FullNAT fragments).
+    pub frag: FragStats,
+    /// ICMP fragmentation-needed / packet-too-big messages sent for tunnel frames over the
+    /// egress MTU.
+    pub too_big_sent: u64,
+    /// TCP SYNs and SYN-ACKs whose MSS option was lowered to fit a tunnel.
+    pub mss_clamped: u64,
 }
 
 /// Per-worker mutable state: counters and scheduler state, sized for one table version.
@@ -273,6 +297,8 @@ pub struct WorkerState {
     pub(crate) learned: crate::lb::egress::LearnedMacs,
     /// Buckets for the ICMP messages this worker originates.
     icmp: IcmpLimiter,
+    /// First fragments' decisions for the later fragments of NAT and FullNAT datagrams.
+    frags: FragTable,
     version: Option<u64>,
     /// The `built_as` of the core `sched` and the connection table were bound to.
     core: Option<u64>,
@@ -314,6 +340,7 @@ impl WorkerState {
             sched_prints: Vec::new(),
             learned: Default::default(),
             icmp: IcmpLimiter::default(),
+            frags: FragTable::default(),
             version: None,
             core: None,
         }
@@ -522,7 +549,9 @@ pub fn process_recorded<R: Record>(
         _ => return worker.pass(),
     }
     if ip.frag {
-        return fragment::fragment(frame, tables, worker, &ip, len);
+        let v = fragment::fragment(frame, tables, ct, worker, &ip, len, now, rec);
+        worker.stats.frag = worker.frags.stats;
+        return v;
     }
     let l4 = match parse_l4(frame.data(), &ip) {
         Ok(l4) => l4,

@@ -269,7 +269,7 @@ pub(super) fn nat_rewrite(
 
 /// IPv4 header part of [`nat_rewrite`]; returns the addresses' L4 checksum delta.
 #[inline(always)]
-fn nat_rewrite_v4(
+pub(super) fn nat_rewrite_v4(
     d: &mut [u8],
     ip: &Ip,
     src: Option<(u128, u16)>,
@@ -309,7 +309,7 @@ fn nat_rewrite_v4(
 /// IPv6 header part of [`nat_rewrite`] (no header checksum); returns the addresses' L4
 /// checksum delta.
 #[inline(always)]
-fn nat_rewrite_v6(
+pub(super) fn nat_rewrite_v6(
     d: &mut [u8],
     ip: &Ip,
     src: Option<(u128, u16)>,

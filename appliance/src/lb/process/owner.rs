@@ -8,10 +8,20 @@
 //! flow (the quoted packet's source port is the local port) go the same way. Everything
 //! else (client → VIP, NAT return traffic, which is answered statelessly anywhere) belongs
 //! to the worker that received it.
+//!
+//! Fragments of FullNAT return traffic: the first fragment carries the local port and goes
+//! to its owner; the later ones carry no port. RSS hashes every fragment of a datagram on
+//! the addresses alone (NICs classify fragments as their own traffic type with a 2-tuple
+//! hash, and Linux's flow dissector, which picks a veth's queue, reads no ports from any
+//! fragment), so all of them arrive on one queue, in the order sent. The receiving worker
+//! remembers where it sent the first fragment ([`FragOwners`]) and sends the later ones
+//! after it, into the same ring, so they reach the owner behind their first fragment.
 
 use wire::{EthernetFrame, IpProtocol, l3_offset};
 
-use super::headers::{Ip, parse_ip, parse_l4};
+use super::fragment::frag_info;
+use super::fragtable::FragOwners;
+use super::headers::{Ip, parse_ip, parse_l4, parse_l4_first_fragment};
 use crate::lb::frame::Frame;
 use crate::lb::tables::Tables;
 
@@ -26,8 +36,14 @@ const ICMP_HEADER: usize = 8;
 
 /// The worker (of `workers`) whose connection table holds the FullNAT flow `frame` returns
 /// on, when that is not something any worker can answer; `None` for every other frame,
-/// including malformed ones (the receiving worker drops and counts those).
-pub fn owner(frame: &Frame<'_>, tables: &Tables, workers: u16) -> Option<u16> {
+/// including malformed ones (the receiving worker drops and counts those). `memo` is the
+/// receiving worker's memory of where FullNAT return fragments went.
+pub fn owner(
+    frame: &Frame<'_>,
+    tables: &Tables,
+    workers: u16,
+    memo: &mut FragOwners,
+) -> Option<u16> {
     if workers <= 1 || tables.vips.is_empty() {
         return None;
     }
@@ -37,8 +53,9 @@ pub fn owner(frame: &Frame<'_>, tables: &Tables, workers: u16) -> Option<u16> {
         l3_offset(&eth).ok().map(|(o, t, _)| (o, t))?
     };
     let ip = parse_ip(d, l3, ethertype).ok()??;
-    if tables.snat_vip(ip.dst).is_none() || ip.frag {
-        return None;
+    tables.snat_vip(ip.dst)?;
+    if ip.frag {
+        return fragment_owner(d, &ip, workers, memo);
     }
     let port = match ip.proto {
         IpProtocol::TCP | IpProtocol::UDP => parse_l4(d, &ip).ok()?.dport,
@@ -47,6 +64,21 @@ pub fn owner(frame: &Frame<'_>, tables: &Tables, workers: u16) -> Option<u16> {
         _ => return None,
     };
     Some(port % workers)
+}
+
+/// The owner of a FullNAT return fragment: by its port for the first, as remembered for the
+/// later ones.
+fn fragment_owner(d: &[u8], ip: &Ip, workers: u16, memo: &mut FragOwners) -> Option<u16> {
+    if !matches!(ip.proto, IpProtocol::TCP | IpProtocol::UDP) {
+        return None;
+    }
+    let f = frag_info(d, ip)?;
+    if f.piece.start != 0 {
+        return memo.recall(&f.key);
+    }
+    let o = parse_l4_first_fragment(d, ip).ok()?.dport % workers;
+    memo.remember(f.key, o);
+    Some(o)
 }
 
 /// The source port of the TCP/UDP packet an ICMP error quotes, when it quotes one sent from
@@ -120,10 +152,58 @@ mod tests {
     }
 
     fn owner_of(pkt: &[u8], t: &Tables, workers: u16) -> Option<u16> {
+        owner_with(pkt, t, workers, &mut FragOwners::default())
+    }
+
+    fn owner_with(pkt: &[u8], t: &Tables, workers: u16, memo: &mut FragOwners) -> Option<u16> {
         let mut buf = vec![0u8; 64 + pkt.len()];
         buf[64..].copy_from_slice(pkt);
         let f = Frame::new(&mut buf, 64, pkt.len(), 1).expect("frame");
-        owner(&f, t, workers)
+        owner(&f, t, workers, memo)
+    }
+
+    #[test]
+    fn fullnat_return_fragments_follow_their_first_fragment_to_its_owner() {
+        for v6 in [false, true] {
+            let t = fullnat_tables(v6);
+            let (snat, backend) = if v6 {
+                ("2001:db8:1::1", "2001:db8:2::1")
+            } else {
+                ("10.1.0.1", "10.2.0.1")
+            };
+            let mut memo = FragOwners::default();
+            let later = Pkt::new(backend, snat, 17, vec![7u8; 64])
+                .raw_l4()
+                .ident(99)
+                .frag(512, false, 99)
+                .build();
+            assert_eq!(owner_with(&later, &t, 4, &mut memo), None, "no first yet");
+            let first = Pkt::new(backend, snat, 17, udp(8080, 1026, &[1u8; 504]))
+                .raw_l4()
+                .ident(99)
+                .frag(0, true, 99)
+                .build();
+            assert_eq!(
+                owner_with(&first, &t, 4, &mut memo),
+                Some(1026 % 4),
+                "by port"
+            );
+            assert_eq!(
+                owner_with(&later, &t, 4, &mut memo),
+                Some(1026 % 4),
+                "v6 {v6}"
+            );
+            let other = Pkt::new(backend, snat, 17, vec![7u8; 64])
+                .raw_l4()
+                .ident(100)
+                .frag(512, false, 100)
+                .build();
+            assert_eq!(
+                owner_with(&other, &t, 4, &mut memo),
+                None,
+                "another datagram"
+            );
+        }
     }
 
     #[test]
