@@ -63,7 +63,8 @@ def udp_echo(port, address="::"):
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     s.bind((address, port))
     while True:
-        data, peer = s.recvfrom(2048)
+        # Whole datagrams, however large (the fragment tests send 9 KB).
+        data, peer = s.recvfrom(65535)
         s.sendto(NAME.encode() + b":" + data, peer)
 
 
