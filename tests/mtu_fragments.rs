@@ -2,7 +2,9 @@
 //! VIPs (IPv4 and IPv6) of the lab, over four queues so FullNAT return fragments that land
 //! on another worker's queue follow their first fragment through the handoff. The backends'
 //! echo servers answer each datagram whole, so the replies come back fragmented by the
-//! backends' kernels. Needs root.
+//! backends' kernels. And the VXLAN VIP over an underlay smaller than the client's path:
+//! the MSS clamp seen at the backend, 4 MB each way, and ICMP too-big that the client's
+//! kernel acts on. Needs root.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -169,4 +171,188 @@ fn large_udp_datagrams_cross_nat_and_fullnat_in_fragments_both_ways() {
         grew("sluice_dropped_packets_total{reason=\"fragment_no_first\"}"),
         0
     );
+}
+
+/// The lab with its LAN (the appliance, the backends and the router's bridge) at an
+/// underlay MTU of 1400 while the client's link stays at 1500: the VXLAN VIP's frames grow by
+/// 50 (IPv4 outer) or 70 (IPv6 outer) bytes on the way to the backends.
+fn start_small_underlay() -> Lab {
+    lab::netns::require_root();
+    lab::netns::require_program("python3", "python3");
+    lab::netns::require_program("tcpdump", "tcpdump");
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Vxlan],
+        backends: 1,
+        prefix: "mv",
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let mtu = |ns: &lab::netns::Netns, dev: &str| {
+        ns.try_run(&["ip", "link", "set", "dev", dev, "mtu", "1400"])
+            .unwrap_or_else(|e| panic!("mtu of {dev}: {e}"));
+    };
+    mtu(&lab.lb, "eth0");
+    mtu(&lab.backends[0], "eth0");
+    for dev in ["lb1", "be1", "lan"] {
+        mtu(&lab.router, dev);
+    }
+    let log = lab
+        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
+        .unwrap_or_else(|e| panic!("start appliance: {e}"));
+    for v6 in [false, true] {
+        let ready = lab
+            .wait_vip(
+                SocketAddr::new(LabMode::Vxlan.vip(v6), 80),
+                Duration::from_secs(20),
+            )
+            .expect("client thread");
+        assert!(
+            ready,
+            "the VXLAN VIP never answered; appliance log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+    lab
+}
+
+/// CRC-32 (IEEE), as Python's `zlib.crc32` computes it.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// One HTTP/1.1 request with `body` (POST) or without (GET); the response body.
+fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.set_write_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: lab\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    s.write_all(body)?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    Ok(buf[split + 4..].to_vec())
+}
+
+/// The MSS option of the first SYN tcpdump printed (`... options [mss 1310,...]`).
+fn mss_in(tcpdump: &str) -> Option<u16> {
+    let at = tcpdump.find("mss ")? + 4;
+    let digits: String = tcpdump[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// The VXLAN VIP with a 1400-byte underlay: the SYN the backend decapsulates carries the
+/// clamped MSS (1400 − 50 − 40 = 1310 over IPv4, 1400 − 70 − 60 = 1270 over IPv6), 4 MB go
+/// down and up intact, and a DF datagram too big for the tunnel gets ICMP
+/// fragmentation-needed / packet-too-big with the MTU that fits (1350 / 1330), which the
+/// client's kernel takes into its route cache.
+#[test]
+fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
+    let lab = start_small_underlay();
+    for (v6, dev, mss, fits) in [(false, "vx4", 1310, 1350), (true, "vx6", 1270, 1330)] {
+        let vip = SocketAddr::new(LabMode::Vxlan.vip(v6), 80);
+        // The SYN as the backend's kernel sees it, decapsulated.
+        // The client's SYN only (the VIP probes come from the appliance's address). tcpdump
+        // reads TCP flags through `tcp[]` over IPv4 only; over IPv6 at the fixed offset.
+        let filter = if v6 {
+            "src host 2001:db8:c::2 and ip6[6] == 6 and ip6[53] & 2 != 0"
+        } else {
+            "src host 198.51.100.2 and tcp[tcpflags] & tcp-syn != 0"
+        };
+        let cap = lab.backends[0]
+            .command("timeout")
+            .args([
+                "15", "tcpdump", "-l", "-nn", "-v", "-c", "1", "-i", dev, filter,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("tcpdump");
+        std::thread::sleep(Duration::from_millis(800));
+        let down = lab
+            .from_client(move || http(vip, "GET", "/blob4", b""))
+            .expect("client thread")
+            .unwrap_or_else(|e| panic!("{vip}: download: {e}"));
+        let out = cap.wait_with_output().expect("tcpdump output");
+        let seen = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(mss_in(&seen), Some(mss), "{vip}: the backend saw {seen:?}");
+        let blob = lab::blob();
+        assert_eq!(down.len(), 4 * blob.len(), "{vip}: download length");
+        assert!(
+            down.chunks(blob.len()).all(|c| c == blob.as_slice()),
+            "{vip}: download corrupted"
+        );
+        let up: Vec<u8> = (0..4u32 << 20).map(|i| (i * 13 + i / 509) as u8).collect();
+        let want = format!("{} {}", up.len(), crc32(&up));
+        let got = lab
+            .from_client(move || http(vip, "POST", "/upload", &up))
+            .expect("client thread")
+            .unwrap_or_else(|e| panic!("{vip}: upload: {e}"));
+        assert_eq!(String::from_utf8_lossy(&got), want, "{vip}: upload");
+        // A 1400-byte datagram (the kernel sets DF on what fits its path; IPv6 never
+        // fragments on the path): too big for the tunnel. The appliance answers from the VIP; the client's kernel caches the MTU.
+        let dgram = if v6 { 1400 - 48 } else { 1400 - 28 };
+        let cached = lab
+            .from_client(move || {
+                let s = UdpSocket::bind(if v6 { "[::]:0" } else { "0.0.0.0:0" }).expect("bind");
+                s.connect(vip).expect("connect");
+                let _ = s.send(&vec![0u8; dgram]);
+                std::thread::sleep(Duration::from_millis(300));
+                let _ = s.send(&vec![0u8; dgram]);
+                std::thread::sleep(Duration::from_millis(300));
+                let out = std::process::Command::new("ip")
+                    .args(["route", "get", &vip.ip().to_string()])
+                    .output()
+                    .expect("ip route get");
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            })
+            .expect("client thread");
+        assert!(
+            cached.contains(&format!("mtu {fits}")),
+            "{vip}: the client's route cache after the too-big frame: {cached}"
+        );
+    }
+    let metrics = {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let client =
+            Client::new(Endpoint::Unix(lab.api_socket_at(0))).with_timeout(Duration::from_secs(5));
+        rt.block_on(client.metrics()).expect("metrics")
+    };
+    let lines: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_mss_clamped") || l.starts_with("sluice_icmp_too_big"))
+        .collect();
+    println!("{}", lines.join("\n"));
+    for l in &lines {
+        let v: u64 = l
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(v > 0, "{l}");
+    }
 }

@@ -542,6 +542,7 @@ mod tests {
         let link = |name: &str| crate::lb::egress::Link {
             name: name.into(),
             mac: Some(mac),
+            mtu: 1500,
         };
         net.links.insert(2, link(&c.appliance.interfaces[0]));
         let hop = |gw: Option<&str>| crate::lb::egress::RouteHop {

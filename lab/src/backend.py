@@ -3,6 +3,8 @@
 
 GET /whoami  -> the backend's name
 GET /blob    -> BLOB_SIZE deterministic bytes (byte i is (i * 7 + i // 251) % 256)
+GET /blob4   -> the blob four times (4 MB)
+POST /upload -> "<length> <crc32>" of the request body (zlib.crc32)
 UDP datagram -> "<name>:<datagram>"
 
 argv: NAME PORTS [VIPS]. VIPS (comma separated) are addresses this backend holds on lo for
@@ -12,6 +14,7 @@ socket is bound to each of them (an unbound socket would answer from eth0's addr
 import socket
 import sys
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 NAME = sys.argv[1]
@@ -29,9 +32,24 @@ class Handler(BaseHTTPRequestHandler):
             body = NAME.encode()
         elif self.path == "/blob":
             body = BLOB
+        elif self.path == "/blob4":
+            body = BLOB * 4
         else:
             self.send_error(404)
             return
+        self.send_response(200)
+        self.send_header("X-Backend", NAME)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        if self.path != "/upload":
+            self.send_error(404)
+            return
+        length = int(self.headers.get("Content-Length", "0"))
+        data = self.rfile.read(length)
+        body = f"{len(data)} {zlib.crc32(data)}".encode()
         self.send_response(200)
         self.send_header("X-Backend", NAME)
         self.send_header("Content-Length", str(len(body)))

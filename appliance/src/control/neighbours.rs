@@ -166,7 +166,7 @@ async fn run(
                         return;
                     }
                 }
-                NetChange::Route { .. } => {
+                NetChange::Route { .. } | NetChange::Link { .. } => {
                     dump_at.get_or_insert(tokio::time::Instant::now() + ROUTE_SETTLE);
                 }
             },

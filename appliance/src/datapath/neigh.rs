@@ -192,10 +192,12 @@ impl Resolver {
             let mut l = Link {
                 name: String::new(),
                 mac: None,
+                mtu: 0,
             };
             for a in link.attributes {
                 match a {
                     LinkAttribute::IfName(n) => l.name = n,
+                    LinkAttribute::Mtu(m) => l.mtu = m,
                     LinkAttribute::Address(m) => {
                         l.mac = <[u8; 6]>::try_from(m.as_slice())
                             .ok()
@@ -468,6 +470,11 @@ pub enum NetChange {
         /// Its MAC when the entry is usable, `None` when it is gone or failed.
         mac: Option<[u8; 6]>,
     },
+    /// An interface changed (its MTU, state or address): the snapshot is read again.
+    Link {
+        /// The interface.
+        ifindex: u32,
+    },
     /// A route was added, changed or removed.
     Route {
         /// Destination prefix (`None` for a default route without RTA_DST).
@@ -485,6 +492,11 @@ fn change_of(msg: NetlinkMessage<RouteNetlinkMessage>) -> Option<NetChange> {
     match inner {
         RouteNetlinkMessage::NewNeighbour(m) => neighbour_change(&m, false),
         RouteNetlinkMessage::DelNeighbour(m) => neighbour_change(&m, true),
+        RouteNetlinkMessage::NewLink(l) | RouteNetlinkMessage::DelLink(l) => {
+            Some(NetChange::Link {
+                ifindex: l.header.index,
+            })
+        }
         RouteNetlinkMessage::NewRoute(r) => Some(route_change(&r, false)),
         RouteNetlinkMessage::DelRoute(r) => Some(route_change(&r, true)),
         _ => None,
@@ -518,10 +530,11 @@ fn route_change(r: &RouteMessage, removed: bool) -> NetChange {
     }
 }
 
-/// Subscribes to neighbour and route notifications; changes arrive on the returned channel
+/// Subscribes to link, neighbour and route notifications; changes arrive on the returned channel
 /// until it is dropped. Runs on the current tokio runtime.
 pub fn watch() -> Result<tokio::sync::mpsc::Receiver<NetChange>, NeighError> {
     let (conn, _handle, mut messages) = rtnetlink::new_multicast_connection(&[
+        MulticastGroup::Link,
         MulticastGroup::Neigh,
         MulticastGroup::Ipv4Route,
         MulticastGroup::Ipv6Route,

@@ -43,6 +43,9 @@ pub struct Link {
     pub name: String,
     /// Its MAC, when it has one (loopback and tunnels have none usable).
     pub mac: Option<MacAddr>,
+    /// Its MTU (IFLA_MTU), 0 when unknown: what a frame sent there may carry after the
+    /// Ethernet header (tunnel modes fit their frames to it).
+    pub mtu: u32,
 }
 
 /// One next hop of a route.
@@ -245,6 +248,8 @@ pub struct Egress {
     /// Per backend slot: its egress, precomputed.
     backends: Vec<Result<NextHop, Miss>>,
     misses: Option<MissQueue>,
+    /// MTU by interface index, for the interfaces whose MTU is known.
+    mtus: FastMap<u32, u32>,
 }
 
 impl Egress {
@@ -263,6 +268,11 @@ impl Egress {
         };
         for ((ifindex, addr), mac) in &net.neighbours {
             e.neighbours.insert((*ifindex, addr_to_u128(*addr)), *mac);
+        }
+        for (ifindex, link) in &net.links {
+            if link.mtu > 0 {
+                e.mtus.insert(*ifindex, link.mtu);
+            }
         }
         let mut best: HashMap<(u128, u8, bool), &Route> = HashMap::new();
         for r in &net.routes {
@@ -344,6 +354,17 @@ impl Egress {
         if let Some(b) = self.backends.get_mut(slot as usize) {
             *b = Ok(n);
         }
+    }
+
+    /// Sets an interface's MTU (tests and fixtures).
+    pub fn set_mtu(&mut self, ifindex: u32, mtu: u32) {
+        self.mtus.insert(ifindex, mtu);
+    }
+
+    /// The MTU of interface `ifindex`, when the kernel told it.
+    #[inline]
+    pub fn mtu(&self, ifindex: u32) -> Option<u32> {
+        self.mtus.get(&ifindex).copied()
     }
 
     /// Adds a default route through a router whose MACs are known (tests and fixtures).
@@ -637,6 +658,7 @@ mod tests {
                 Link {
                     name: name.into(),
                     mac: Some(mac(m)),
+                    mtu: 1500,
                 },
             );
         }
@@ -835,5 +857,9 @@ mod tests {
         assert_eq!(route_to(&e, "2001:db8::1", 0), Ok(n));
         assert_eq!(e.backend(0), Err(Miss::NoNeighbor));
         assert_eq!(e.backend(1), Ok(n));
+        assert_eq!(e.mtu(9), None);
+        e.set_mtu(9, 1400);
+        assert_eq!(e.mtu(9), Some(1400));
+        assert_eq!(Egress::build(&net(), &dp(), &[], None).mtu(3), Some(1500));
     }
 }

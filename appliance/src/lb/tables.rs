@@ -438,6 +438,11 @@ impl Tables {
         Arc::make_mut(&mut self.egress).set_backend(backend, n);
     }
 
+    /// Sets an interface's MTU (tests and fixtures).
+    pub fn set_mtu(&mut self, ifindex: u32, mtu: u32) {
+        Arc::make_mut(&mut self.egress).set_mtu(ifindex, mtu);
+    }
+
     /// Sets a default route through a router whose MACs are known, for one family (tests
     /// and fixtures).
     pub fn set_gateway(&mut self, v6: bool, n: NextHop) {

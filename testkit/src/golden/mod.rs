@@ -78,6 +78,9 @@ pub enum Counter {
     ProxyHeaders,
     /// `toa_options`: a TOA option added.
     ToaOptions,
+    /// `too_big_sent`: an ICMP too-big answered for a tunnel frame over the egress MTU (it
+    /// also counts the `too_big` drop).
+    TooBigSent,
 }
 
 impl Counter {
@@ -91,6 +94,7 @@ impl Counter {
             Counter::Fragments => s.fragments,
             Counter::ProxyHeaders => s.proxy_headers,
             Counter::ToaOptions => s.toa_options,
+            Counter::TooBigSent => s.too_big_sent,
         }
     }
 }
@@ -261,10 +265,16 @@ pub fn run_alone(fx: &Fixture, t: &Tables) -> Result<Vec<u8>, Mismatch> {
         )));
     }
     let drops: u64 = drops_before.iter().sum();
-    // A time-exceeded answer counts its TTL drop; a Tx may count nothing else.
+    // A time-exceeded or too-big answer counts its drop; a Tx may count nothing else.
     let want_drops = match v {
         Verdict::Drop(_) => drops + 1,
-        Verdict::Tx { .. } => drops + u64::from(fx.counter == Some(Counter::TimeExceededSent)),
+        Verdict::Tx { .. } => {
+            drops
+                + u64::from(matches!(
+                    fx.counter,
+                    Some(Counter::TimeExceededSent | Counter::TooBigSent)
+                ))
+        }
         Verdict::Pass => drops,
     };
     if w.total_drops() != want_drops {

@@ -63,6 +63,8 @@ pub fn tables() -> Tables {
     };
     t.set_gateway(false, gw);
     t.set_gateway(true, gw);
+    // The backends' underlay is smaller than the clients' path (the tunnel MTU rows).
+    t.set_mtu(BACKENDS, 1400);
     t.set_local_addresses(&[ip("10.0.0.254"), ip("2001:db8:a::fe")]);
     t
 }

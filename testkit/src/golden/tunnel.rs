@@ -2,11 +2,11 @@
 //! backend, the outer source (and IPv6 flow label, UDP source port) from the flow hash,
 //! and what the outer header copies from the inner one (DF, DSCP, VLAN tags).
 
-use sluice::lb::Tables;
+use sluice::lb::{DropReason, Tables};
 
-use super::build::{Encap, Pkt, SYN, TCP, encap_frame, ip, tcp};
+use super::build::{ACK, Encap, ICMP, ICMPV6, Pkt, SYN, TCP, encap_frame, icmp, ip, tcp};
 use super::setup::{flow_hash, mac_of, tunnel_src};
-use super::{BACKENDS, Fixture, OUR_MAC};
+use super::{BACKENDS, Counter, Fixture, OUR_MAC, ROUTER_MAC, UPLINK};
 
 pub(super) const ROWS: &[super::Row] = &[
     ipip4,
@@ -21,6 +21,12 @@ pub(super) const ROWS: &[super::Row] = &[
     ipip4_vlan,
     gue4_ttl_1,
     ipip6_traffic_class,
+    vxlan4_mss_clamped,
+    vxlan6_mss_clamped,
+    gue4_small_mss_kept,
+    vxlan4_too_big_df,
+    vxlan6_too_big,
+    vxlan4_too_big_no_df,
 ];
 
 /// A tunnel VIP of the golden setup, the client that sends to it and its backend.
@@ -175,4 +181,114 @@ fn gue4_ttl_1(t: &Tables) -> Fixture {
 fn ipip6_traffic_class(t: &Tables) -> Fixture {
     let d = "ipip 6in6 with inner traffic class";
     row(t, d, &IPIP6, syn(&IPIP6).with(|p| p.tos = 0x28))
+}
+
+/// The MTU of the backends' interface in the golden setup (`setup::tables`).
+const UNDERLAY_MTU: u16 = 1400;
+
+const VXLAN4: Tun = Tun {
+    udp_port: Some(4789),
+    vni: Some(4242),
+    ..tun("vxlan4", C4, "192.0.2.60", "10.0.0.8")
+};
+
+const VXLAN6: Tun = Tun {
+    udp_port: Some(4789),
+    vni: Some(4242),
+    ..tun("vxlan6", C6, "2001:db8::60", "2001:db8:a::8")
+};
+
+/// A SYN from `v`'s client with an MSS option (and SACK-permitted before it, so the MSS
+/// sits at an odd word of the header).
+fn syn_mss(v: &Tun, mss: u16) -> Pkt {
+    let mut seg = tcp(40000, 80, SYN, 77, b"");
+    seg[12] = 0x70;
+    let [hi, lo] = mss.to_be_bytes();
+    seg.extend_from_slice(&[1, 4, 2, 2, 4, hi, lo, 0]);
+    Pkt::new(v.client, v.addr, TCP, seg)
+}
+
+fn vxlan4_mss_clamped(t: &Tables) -> Fixture {
+    // 1400 - outer IPv4 20 - UDP 8 - VXLAN 8 - inner Ethernet 14 - IPv4 20 - TCP 20.
+    let out = encapsulated(t, &VXLAN4, &syn_mss(&VXLAN4, UNDERLAY_MTU - 50 - 40));
+    Fixture::tx(
+        "vxlan4 syn: mss 1460 clamped to 1310 for the 1400-byte underlay",
+        syn_mss(&VXLAN4, 1460).build(),
+        BACKENDS,
+        out,
+    )
+}
+
+fn vxlan6_mss_clamped(t: &Tables) -> Fixture {
+    // 1400 - outer IPv6 40 - UDP 8 - VXLAN 8 - inner Ethernet 14 - IPv6 40 - TCP 20.
+    let out = encapsulated(t, &VXLAN6, &syn_mss(&VXLAN6, UNDERLAY_MTU - 70 - 60));
+    Fixture::tx(
+        "vxlan6 syn: mss 1440 clamped to 1270",
+        syn_mss(&VXLAN6, 1440).build(),
+        BACKENDS,
+        out,
+    )
+}
+
+fn gue4_small_mss_kept(t: &Tables) -> Fixture {
+    let inner = syn_mss(&GUE4, 1200);
+    Fixture::tx(
+        "gue4 syn with an mss that fits: kept",
+        inner.build(),
+        BACKENDS,
+        encapsulated(t, &GUE4, &inner),
+    )
+}
+
+/// A data segment of `v`'s flow whose IP packet is `len` bytes.
+fn big(v: &Tun, len: usize, df: bool) -> Pkt {
+    let hdr = if v.client.contains(':') { 60 } else { 40 };
+    let data = vec![0x5au8; len - hdr];
+    let mut p = Pkt::new(v.client, v.addr, TCP, tcp(40000, 80, ACK, 78, &data));
+    p.df = df;
+    p
+}
+
+fn vxlan4_too_big_df(_: &Tables) -> Fixture {
+    let p = big(&VXLAN4, 1400, true);
+    let quote = p.ip_bytes();
+    let mtu = (UNDERLAY_MTU - 50).to_be_bytes();
+    let out = Pkt::new(
+        "192.0.2.60",
+        C4,
+        ICMP,
+        icmp(3, 4, [0, 0, mtu[0], mtu[1]], &quote[..28]),
+    )
+    .macs(ROUTER_MAC, OUR_MAC)
+    .ident(0);
+    Fixture::tx(
+        "vxlan4 df segment over the underlay mtu: icmp fragmentation needed, mtu 1350",
+        p.build(),
+        UPLINK,
+        out.build(),
+    )
+    .counting(Counter::TooBigSent)
+}
+
+fn vxlan6_too_big(_: &Tables) -> Fixture {
+    let p = big(&VXLAN6, 1400, false);
+    let quote = p.ip_bytes();
+    let mtu = u32::from(UNDERLAY_MTU - 70).to_be_bytes();
+    let out = Pkt::new("2001:db8::60", C6, ICMPV6, icmp(2, 0, mtu, &quote[..1232]))
+        .macs(ROUTER_MAC, OUR_MAC);
+    Fixture::tx(
+        "vxlan6 segment over the underlay mtu: packet too big, mtu 1330",
+        p.build(),
+        UPLINK,
+        out.build(),
+    )
+    .counting(Counter::TooBigSent)
+}
+
+fn vxlan4_too_big_no_df(_: &Tables) -> Fixture {
+    Fixture::drop(
+        "vxlan4 segment over the underlay mtu without df: dropped (no outer fragmentation)",
+        big(&VXLAN4, 1400, false).build(),
+        DropReason::TooBig,
+    )
 }

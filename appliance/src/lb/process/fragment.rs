@@ -21,6 +21,7 @@ use wire::{Ipv4Packet, Ipv6Packet, walk_ext_headers};
 use super::dr::direct_to_backend;
 use super::fragtable::{FragKey, Piece, Rewrite};
 use super::headers::{Ip, parse_l4_first_fragment, set_macs};
+use super::mss;
 use super::nat::{nat_rewrite_v4, nat_rewrite_v6};
 use super::{Decision, DropReason, Record, Verdict, WorkerState, forward, nat};
 use crate::config::{HashFields, Mode};
@@ -83,7 +84,7 @@ pub(super) fn fragment<R: Record>(
     if let Some(FragmentVip::Unique(v)) = fvip
         && !is_nat(&tables.vips[v as usize])
     {
-        return stateless(frame, tables, worker, ip, v, len);
+        return stateless(frame, tables, worker, ip, v, len, now);
     }
     let ours = fvip.is_some() || tables.snat_vip(ip.dst).is_some();
     let Some(f) = frag_info(frame.data(), ip) else {
@@ -218,7 +219,8 @@ fn later(
     worker.tx(rw.next_hop.ifindex)
 }
 
-/// Forwards a DR or tunnel fragment to the backend its 3-tuple hashes to.
+/// Forwards a DR or tunnel fragment to the backend its 3-tuple hashes to (a tunnel
+/// fragment that would not fit the underlay is answered as `mss::fit` says).
 fn stateless(
     frame: &mut Frame<'_>,
     tables: &Tables,
@@ -226,6 +228,7 @@ fn stateless(
     ip: &Ip,
     vip: u32,
     len: u64,
+    now: u64,
 ) -> Verdict {
     let v: &VipEntry = &tables.vips[vip as usize];
     let fields = if v.hash == HashFields::TwoTuple {
@@ -251,6 +254,11 @@ fn stateless(
         Err(m) => return worker.drop(m.into()),
     };
     let b = tables.backends[backend as usize];
+    if let Mode::Tunnel(encap) = v.mode
+        && let Some(verdict) = mss::fit(frame, tables, worker, ip, encap, &n, &b, vip, now)
+    {
+        return verdict;
+    }
     worker.stats.fragments += 1;
     worker.vip_packets[vip as usize] += 1;
     worker.vip_bytes[vip as usize] += len;

@@ -6,7 +6,9 @@
 //! that quote a VIP flow are sent to that flow's backend, rewritten as its mode needs, so
 //! path-MTU discovery works through the balancer. Other ICMP to a VIP address goes to the
 //! kernel. A NAT or FullNAT packet whose TTL runs out toward a VIP is answered with a
-//! time-exceeded from the VIP, built with `wire`'s `Repr`s in the frame's own buffer.
+//! time-exceeded from the VIP, and a tunnel frame too big for the underlay with
+//! fragmentation-needed / packet-too-big from the VIP (see `mss`), both built with `wire`'s
+//! `Repr`s in the frame's own buffer.
 
 use std::net::Ipv6Addr;
 
@@ -142,6 +144,39 @@ pub(super) fn time_exceeded(
     worker: &mut WorkerState,
     ip: &Ip,
 ) -> Verdict {
+    error_reply(frame, tables, worker, ip, Error::TimeExceeded)
+}
+
+/// Replaces the frame with an ICMP fragmentation-needed (IPv4, RFC 1191) or Packet Too Big
+/// (IPv6, RFC 8201) from the VIP back to its sender, saying `mtu` fits.
+#[cold]
+#[inline(never)]
+pub(super) fn too_big(
+    frame: &mut Frame<'_>,
+    tables: &Tables,
+    worker: &mut WorkerState,
+    ip: &Ip,
+    mtu: u32,
+) -> Verdict {
+    error_reply(frame, tables, worker, ip, Error::TooBig(mtu))
+}
+
+/// The errors the engine originates.
+#[derive(Debug, Clone, Copy)]
+enum Error {
+    TimeExceeded,
+    /// With the MTU that fits.
+    TooBig(u32),
+}
+
+/// Replaces the frame with `kind` from the VIP back to the packet's sender.
+fn error_reply(
+    frame: &mut Frame<'_>,
+    tables: &Tables,
+    worker: &mut WorkerState,
+    ip: &Ip,
+    kind: Error,
+) -> Verdict {
     let n = match reply_egress(tables, ip) {
         Ok(n) => n,
         Err(m) => return worker.drop(m.into()),
@@ -172,9 +207,12 @@ pub(super) fn time_exceeded(
             8 + quote,
         );
         r.hop_limit = OUTER_TTL;
-        let m = Icmpv6Repr::TimeExceeded {
-            code: 0,
-            data: quoted,
+        let m = match kind {
+            Error::TimeExceeded => Icmpv6Repr::TimeExceeded {
+                code: 0,
+                data: quoted,
+            },
+            Error::TooBig(mtu) => Icmpv6Repr::PacketTooBig { mtu, data: quoted },
         };
         (r.into(), L4Repr::Icmpv6(m))
     } else {
@@ -186,9 +224,16 @@ pub(super) fn time_exceeded(
         );
         r.ttl = OUTER_TTL;
         r.dont_frag = false;
-        let m = Icmpv4Repr::TimeExceeded {
-            code: 0,
-            data: quoted,
+        let m = match kind {
+            Error::TimeExceeded => Icmpv4Repr::TimeExceeded {
+                code: 0,
+                data: quoted,
+            },
+            Error::TooBig(mtu) => Icmpv4Repr::DestUnreachable {
+                code: 4,
+                next_hop_mtu: mtu.min(u32::from(u16::MAX)) as u16,
+                data: quoted,
+            },
         };
         (r.into(), L4Repr::Icmpv4(m))
     };
@@ -198,7 +243,10 @@ pub(super) fn time_exceeded(
     if emitted.is_err() {
         return worker.drop(DropReason::NoRoom);
     }
-    worker.stats.time_exceeded_sent += 1;
+    match kind {
+        Error::TimeExceeded => worker.stats.time_exceeded_sent += 1,
+        Error::TooBig(_) => worker.stats.too_big_sent += 1,
+    }
     worker.tx(n.ifindex)
 }
 

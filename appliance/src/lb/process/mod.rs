@@ -33,7 +33,8 @@
 //!   flow-hash source port in 49152..=65535, so the backend's RSS spreads flows. The IPv4
 //!   outer header copies DF from the inner header (always DF for inner IPv6, which routers
 //!   never fragment) so path-MTU discovery keeps working end to end; the appliance does not
-//!   fragment and expects the underlay MTU to absorb the encapsulation. Outer UDP checksums
+//!   fragment the outer packet: it clamps the MSS of SYNs and answers frames that would not
+//!   fit the egress MTU with ICMP too-big (see `mss`). Outer UDP checksums
 //!   are zero over IPv4 (RFC 7348, draft-ietf-intarea-gue) and computed over IPv6.
 
 #[cfg(test)]
@@ -45,6 +46,7 @@ mod fragtable;
 mod fullnat;
 mod headers;
 mod icmp;
+mod mss;
 mod nat;
 mod owner;
 mod proxyhdr;
@@ -636,6 +638,10 @@ fn forward<R: Record>(
     }
     let verdict = if nat {
         nat::to_backend(frame, worker, ip, l4, v.mode, &n, &b, hit.snat)
+    } else if let Mode::Tunnel(encap) = v.mode
+        && let Some(verdict) = mss::fit(frame, tables, worker, ip, encap, &n, &b, vip, now)
+    {
+        verdict
     } else {
         dr::direct_to_backend(frame, tables, worker, ip, v.mode, &n, &b, hit.hash)
     };
