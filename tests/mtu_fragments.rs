@@ -280,16 +280,16 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
         } else {
             "src host 198.51.100.2 and tcp[tcpflags] & tcp-syn != 0"
         };
-        let cap = lab.backends[0]
+        let mut cap = lab.backends[0]
             .command("timeout")
             .args([
                 "15", "tcpdump", "-l", "-nn", "-v", "-c", "1", "-i", dev, filter,
             ])
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("tcpdump");
-        std::thread::sleep(Duration::from_millis(800));
+        wait_listening(&mut cap);
         let down = lab
             .from_client(move || http(vip, "GET", "/blob4", b""))
             .expect("client thread")
@@ -317,15 +317,21 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
             .from_client(move || {
                 let s = UdpSocket::bind(if v6 { "[::]:0" } else { "0.0.0.0:0" }).expect("bind");
                 s.connect(vip).expect("connect");
-                let _ = s.send(&vec![0u8; dgram]);
-                std::thread::sleep(Duration::from_millis(300));
-                let _ = s.send(&vec![0u8; dgram]);
-                std::thread::sleep(Duration::from_millis(300));
-                let out = std::process::Command::new("ip")
-                    .args(["route", "get", &vip.ip().to_string()])
-                    .output()
-                    .expect("ip route get");
-                String::from_utf8_lossy(&out.stdout).into_owned()
+                // Until the answer is in the route cache (a busy machine may be slow).
+                let mut route = String::new();
+                for _ in 0..40 {
+                    let _ = s.send(&vec![0u8; dgram]);
+                    std::thread::sleep(Duration::from_millis(250));
+                    let out = std::process::Command::new("ip")
+                        .args(["route", "get", &vip.ip().to_string()])
+                        .output()
+                        .expect("ip route get");
+                    route = String::from_utf8_lossy(&out.stdout).into_owned();
+                    if route.contains(" mtu ") {
+                        break;
+                    }
+                }
+                route
             })
             .expect("client thread");
         assert!(
@@ -355,4 +361,19 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
             .unwrap_or(0);
         assert!(v > 0, "{l}");
     }
+}
+
+/// Waits until tcpdump says it listens (its stderr's first line), so the SYN is not missed.
+fn wait_listening(cap: &mut std::process::Child) {
+    use std::io::BufRead;
+    let err = cap.stderr.take().expect("tcpdump stderr");
+    let mut reader = std::io::BufReader::new(err);
+    let mut line = String::new();
+    let _ = reader.read_line(&mut line);
+    assert!(
+        line.contains("listening"),
+        "tcpdump did not start: {line:?}"
+    );
+    // Keep draining, so its last words at exit find the pipe open.
+    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
 }

@@ -179,7 +179,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 10] = [
+    let groups: [&[Row]; 11] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
