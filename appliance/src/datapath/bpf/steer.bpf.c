@@ -288,8 +288,7 @@ struct cache_key6 {
 // cache_val.carry (lb::process proxyhdr and toa; a FullNAT TCP VIP with client_address).
 #define CARRY_SEQ 1 // client -> backend: seq + delta; the first data segment (seq == base)
 		    // goes to the engine, which puts the PROXY header in again
-#define CARRY_ACK 2 // backend -> client: ack and SACK edges beyond base less delta; segments
-		    // with options other than timestamps (SACK blocks) go to the engine
+#define CARRY_ACK 2 // backend -> client: ack and SACK edges beyond base less delta
 #define CARRY_TOA 4 // client -> backend: segments acknowledging exactly base go to the
 		    // engine, which adds the TOA option
 
@@ -510,6 +509,47 @@ static __always_inline __u32 carry_unshift(__u32 x, __u32 base, __u32 delta)
 	return x - delta;
 }
 
+// The SACK option of the TCP header at `l4` (20 bytes known to be in the frame), as
+// lb::process::tcpopt walks options: 0 with its offset and length in *sack and *slen (0
+// without one), -1 for a header the engine must see (malformed options, a SACK option at
+// an odd offset, whose edges the as-loaded checksum sums would misplace).
+static __always_inline int carry_find_sack(__u8 *l4, void *end, __u32 *sack, __u32 *slen)
+{
+	__u32 doff = (l4[12] >> 4) * 4;
+	__u32 off = 20;
+	// Eight steps cover what stacks send (NOP NOP TS, NOP NOP SACK, both); a header with
+	// more options is the engine's (each step is a state the verifier walks).
+	for (int i = 0; i < 8; i++) {
+		if (off >= doff)
+			return 0;
+		if (off > 59)
+			return -1;
+		__u8 *p = l4 + off;
+		if ((void *)(p + 1) > end)
+			return -1;
+		__u8 k = p[0];
+		if (k == 0)
+			return 0;
+		if (k == 1) {
+			off++;
+			continue;
+		}
+		if ((void *)(p + 2) > end)
+			return -1;
+		__u32 len = p[1];
+		if (len < 2 || off + len > doff)
+			return -1;
+		if (k == 5 && !*sack) {
+			if ((off & 1) || (len - 2) % 8)
+				return -1;
+			*sack = off;
+			*slen = len;
+		}
+		off += len;
+	}
+	return off >= doff ? 0 : -1;
+}
+
 // The client-address part of an entry (cache_val.carry) on a TCP segment at `l4` (20 bytes
 // known to be in the frame): 0 with the sequence numbers rewritten and their checksum
 // change added to `l4_acc`, -1 for a frame the engine must see.
@@ -528,17 +568,9 @@ static __always_inline int carry_tcp(__u8 *l4, void *end, const struct cache_val
 		return -1;
 	if ((v->carry & CARRY_SEQ) && bpf_ntohl(*seqp) == base)
 		return -1;
-	if (v->carry & CARRY_ACK) {
-		__u32 doff = (l4[12] >> 4) * 4;
-		// Timestamps alone (NOP NOP TS, Linux's layout) hold no number of the client's
-		// stream; any other options may be SACK blocks, which the engine shifts.
-		if (doff != 20) {
-			if (doff != 32 || (void *)(l4 + 24) > end)
-				return -1;
-			if (l4[20] != 1 || l4[21] != 1 || l4[22] != 8 || l4[23] != 10)
-				return -1;
-		}
-	}
+	__u32 sack = 0, slen = 0;
+	if ((v->carry & CARRY_ACK) && carry_find_sack(l4, end, &sack, &slen))
+		return -1;
 	if (v->carry & CARRY_SEQ) {
 		__u32 o = *seqp;
 		__u32 n = bpf_htonl(bpf_ntohl(o) + v->carry_delta);
@@ -550,6 +582,23 @@ static __always_inline int carry_tcp(__u8 *l4, void *end, const struct cache_val
 		__u32 n = bpf_htonl(carry_unshift(bpf_ntohl(o), base, v->carry_delta));
 		*ackp = n;
 		*l4_acc += not32(o) + n;
+	}
+	if (sack) {
+		// Edges at sack + 2, + 6, ...: carry_find_sack checked the option lies inside the
+		// header, which lies inside the frame; the bounds below are for the verifier.
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			__u32 e = sack + 2 + i * 4;
+			if (e + 4 > sack + slen || e > 56)
+				break;
+			__u32 *w = (__u32 *)(l4 + e);
+			if ((void *)(w + 1) > end)
+				break;
+			__u32 o = *w;
+			__u32 n = bpf_htonl(carry_unshift(bpf_ntohl(o), base, v->carry_delta));
+			*w = n;
+			*l4_acc += not32(o) + n;
+		}
 	}
 	return 0;
 }

@@ -117,8 +117,9 @@ pub enum CacheCarry {
         /// The header's length.
         delta: u8,
     },
-    /// proxy-v2, backend → client: acknowledgements beyond `base` moved back by `delta`;
-    /// segments with options other than timestamps (SACK blocks) go to the engine.
+    /// proxy-v2, backend → client: the acknowledgement and SACK edges beyond `base` moved
+    /// back by `delta`; a header whose options the program cannot walk in eight steps, or
+    /// with a SACK option at an odd offset, goes to the engine.
     Ack {
         /// The client's first sequence number after its SYN.
         base: u32,
