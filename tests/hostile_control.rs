@@ -281,6 +281,8 @@ fn steering_map(pid: u32) -> MapHandle {
 /// Fills `map` with keys of a kind the program never looks up (0xEE); returns them.
 fn fill(map: &MapHandle) -> Vec<Vec<u8>> {
     let size = map.key_size() as usize;
+    // Whatever the steering value holds, junk keys only need a value of the right size.
+    let value = vec![0u8; map.value_size() as usize];
     let present = map.keys().count();
     let room = map.max_entries() as usize - present;
     let mut junk = Vec::with_capacity(room);
@@ -288,7 +290,7 @@ fn fill(map: &MapHandle) -> Vec<Vec<u8>> {
         let mut k = vec![0u8; size];
         k[..4].copy_from_slice(&i.to_be_bytes());
         k[19] = 0xEE;
-        map.update(&k, &1u32.to_ne_bytes(), MapFlags::NO_EXIST)
+        map.update(&k, &value, MapFlags::NO_EXIST)
             .expect("fill the steering map");
         junk.push(k);
     }
