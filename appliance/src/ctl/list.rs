@@ -106,8 +106,8 @@ fn service_flags(v: &api::Vip) -> String {
     s
 }
 
-/// The weight new flows see: 0 while the backend takes none (drained, disabled, unhealthy,
-/// or at its connection limit), as IPVS shows a quiesced real server.
+/// The weight new flows see: 0 while the backend takes none (drained, disabled or
+/// unhealthy), as IPVS shows a quiesced real server.
 fn weight(b: &api::Backend) -> u32 {
     if b.eligible { b.weight } else { 0 }
 }
