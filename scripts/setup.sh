@@ -22,6 +22,9 @@ packages=(
     # tests/client_address.rs: nginx as a FullNAT backend reading PROXY v2, tcpdump to
     # capture the TOA option at a backend
     nginx tcpdump
+    # tests/fleet.rs: a real etcd v3 cluster; the etcd-client crate's build compiles etcd's
+    # .proto files with protoc
+    etcd-server etcd-client protobuf-compiler
 )
 
 missing=()
@@ -37,9 +40,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The router daemons and nginx must not run as system services: tests start their own
+# The router daemons, nginx and etcd must not run as system services: tests start their own
 # instances.
-for svc in bird frr gobgpd nginx; do
+for svc in bird frr gobgpd nginx etcd; do
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 

@@ -30,6 +30,7 @@ mod backends;
 pub mod bird;
 mod config;
 mod console;
+pub mod etcd;
 pub mod netns;
 mod run;
 mod topology;

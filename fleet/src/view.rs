@@ -1,0 +1,171 @@
+//! What a member knows of the fleet: the keys under the fleet's root as last read or
+//! watched, decoded. A document that does not decode is kept out and counted, so one bad
+//! write (a hand edit, a newer release) is reported instead of stopping the fleet.
+
+use std::collections::BTreeMap;
+
+use crate::doc::{Activation, HealthReport, MemberReport, OverrideDoc};
+use crate::keys::{Key, Keys};
+
+/// The config key's value at one revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigAt {
+    /// The key's mod revision: the fleet's config version.
+    pub revision: u64,
+    pub text: String,
+}
+
+/// The fleet as one member sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    /// The etcd revision this view is current to.
+    pub revision: u64,
+    pub config: Option<ConfigAt>,
+    pub activation: Option<Activation>,
+    /// The activate key's mod revision (0: never written), for the write-once transaction.
+    pub activation_mod: i64,
+    /// Live members (their keys are under their leases).
+    pub members: BTreeMap<String, MemberReport>,
+    pub health: BTreeMap<String, HealthReport>,
+    /// (VIP name, backend `address:port`) to the override.
+    pub overrides: BTreeMap<(String, String), OverrideDoc>,
+    /// Keys under the root whose value did not decode, with why.
+    pub undecodable: BTreeMap<String, String>,
+}
+
+impl View {
+    /// Applies a put of `value` at `key` (mod revision `modrev`).
+    pub fn put(&mut self, keys: &Keys, key: &str, value: &[u8], modrev: i64) {
+        self.undecodable.remove(key);
+        let bad = |e: String, v: &mut View| {
+            v.undecodable.insert(key.to_string(), e);
+        };
+        match keys.parse(key) {
+            Some(Key::Config) => match std::str::from_utf8(value) {
+                Ok(text) => {
+                    self.config = Some(ConfigAt {
+                        revision: modrev.max(0) as u64,
+                        text: text.to_string(),
+                    })
+                }
+                Err(e) => bad(format!("not UTF-8: {e}"), self),
+            },
+            Some(Key::Activate) => match serde_json::from_slice(value) {
+                Ok(a) => {
+                    self.activation = Some(a);
+                    self.activation_mod = modrev;
+                }
+                Err(e) => bad(e.to_string(), self),
+            },
+            Some(Key::Member(m)) => match serde_json::from_slice(value) {
+                Ok(r) => {
+                    self.members.insert(m.to_string(), r);
+                }
+                Err(e) => bad(e.to_string(), self),
+            },
+            Some(Key::Health(m)) => match serde_json::from_slice(value) {
+                Ok(r) => {
+                    self.health.insert(m.to_string(), r);
+                }
+                Err(e) => bad(e.to_string(), self),
+            },
+            Some(Key::Override(vip, b)) => match serde_json::from_slice(value) {
+                Ok(o) => {
+                    self.overrides.insert((vip.to_string(), b.to_string()), o);
+                }
+                Err(e) => bad(e.to_string(), self),
+            },
+            None => {}
+        }
+    }
+
+    /// Applies a delete of `key` (a lease that expired, an override undone).
+    pub fn delete(&mut self, keys: &Keys, key: &str) {
+        self.undecodable.remove(key);
+        match keys.parse(key) {
+            Some(Key::Config) => self.config = None,
+            Some(Key::Activate) => {
+                self.activation = None;
+                self.activation_mod = 0;
+            }
+            Some(Key::Member(m)) => {
+                self.members.remove(m);
+            }
+            Some(Key::Health(m)) => {
+                self.health.remove(m);
+            }
+            Some(Key::Override(vip, b)) => {
+                self.overrides.remove(&(vip.to_string(), b.to_string()));
+            }
+            None => {}
+        }
+    }
+
+    /// The activated revision (0: none).
+    pub fn activated(&self) -> u64 {
+        self.activation.as_ref().map_or(0, |a| a.revision)
+    }
+
+    /// The health reports of live members only: a report outliving its member's key is not
+    /// counted (both share the lease, but the two deletes arrive one by one).
+    pub fn live_health(&self) -> BTreeMap<&str, &HealthReport> {
+        self.health
+            .iter()
+            .filter(|(m, _)| self.members.contains_key(*m))
+            .map(|(m, r)| (m.as_str(), r))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doc::Readiness;
+
+    #[test]
+    fn puts_and_deletes_follow_the_keys() {
+        let k = Keys::new("/s", "f");
+        let mut v = View::default();
+        v.put(&k, &k.config(), b"[[vip]]", 7);
+        assert_eq!(v.config.as_ref().map(|c| c.revision), Some(7));
+        let r = MemberReport {
+            prepared: 7,
+            readiness: Readiness::Ready,
+            error: None,
+            running: 0,
+            activated_at_ms: 0,
+            sync_lag_ms: None,
+        };
+        v.put(&k, &k.member("lb1"), &serde_json::to_vec(&r).unwrap(), 8);
+        assert_eq!(v.members.get("lb1"), Some(&r));
+        v.put(
+            &k,
+            &k.health("lb1"),
+            br#"{"backends":{"web/10.0.0.1:80":true}}"#,
+            9,
+        );
+        v.put(&k, &k.health("lb9"), br#"{"backends":{}}"#, 9);
+        assert_eq!(v.live_health().len(), 1, "lb9 has no member key");
+        v.delete(&k, &k.member("lb1"));
+        assert!(v.members.is_empty());
+        assert!(v.live_health().is_empty());
+    }
+
+    #[test]
+    fn a_bad_document_is_kept_out_and_named() {
+        let k = Keys::new("/s", "f");
+        let mut v = View::default();
+        v.put(&k, &k.activate(), b"{not json", 3);
+        assert!(v.activation.is_none());
+        assert!(v.undecodable.contains_key(&k.activate()));
+        v.put(
+            &k,
+            &k.activate(),
+            br#"{"revision":2,"by":"lb1","at_ms":1,"all_ready":true}"#,
+            4,
+        );
+        assert_eq!(v.activated(), 2);
+        assert_eq!(v.activation_mod, 4);
+        assert!(v.undecodable.is_empty());
+    }
+}

@@ -1,0 +1,192 @@
+//! A real etcd v3 cluster for the fleet tests: three members (`etcd` from Debian's
+//! etcd-server) on one address of a namespace the test created, with short heartbeats so a
+//! killed leader is replaced within about a second. Members can be killed one by one (the
+//! leader first), all stopped, and started again on their data, as an operator's cluster
+//! would be; everything is killed on drop.
+
+use std::fs::File;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use crate::netns::{LabError, Netns, Result, require};
+
+/// Members in a test cluster.
+pub const MEMBERS: usize = 3;
+
+/// A three-member etcd cluster inside one namespace.
+pub struct EtcdCluster {
+    ns_name: String,
+    ip: IpAddr,
+    base_port: u16,
+    dir: PathBuf,
+    children: Vec<Option<Child>>,
+}
+
+impl EtcdCluster {
+    /// Starts the members on `ip` in `ns` (client port `base_port + 10 * i`, peer port one
+    /// above), data and logs under `dir`, and waits until the cluster answers.
+    pub fn start(ns: &Netns, ip: IpAddr, base_port: u16, dir: &Path) -> Result<EtcdCluster> {
+        require("etcd", "etcd-server")?;
+        require("etcdctl", "etcd-client")?;
+        let mut c = EtcdCluster {
+            ns_name: ns.name.clone(),
+            ip,
+            base_port,
+            dir: dir.to_path_buf(),
+            children: (0..MEMBERS).map(|_| None).collect(),
+        };
+        for i in 0..MEMBERS {
+            c.start_member(ns, i)?;
+        }
+        c.wait_ready(ns, Duration::from_secs(30))?;
+        Ok(c)
+    }
+
+    fn url(&self, port: u16) -> String {
+        match self.ip {
+            IpAddr::V4(a) => format!("http://{a}:{port}"),
+            IpAddr::V6(a) => format!("http://[{a}]:{port}"),
+        }
+    }
+
+    fn client_port(&self, i: usize) -> u16 {
+        self.base_port + 10 * i as u16
+    }
+
+    /// The members' client endpoints (`http://ip:port`).
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..MEMBERS)
+            .map(|i| self.url(self.client_port(i)))
+            .collect()
+    }
+
+    /// The client ports, for filters that cut a member off from etcd.
+    pub fn client_ports(&self) -> Vec<u16> {
+        (0..MEMBERS).map(|i| self.client_port(i)).collect()
+    }
+
+    /// Starts member `i` (again, on its data directory when it has one).
+    pub fn start_member(&mut self, ns: &Netns, i: usize) -> Result<()> {
+        let cluster: Vec<String> = (0..MEMBERS)
+            .map(|j| format!("e{j}={}", self.url(self.client_port(j) + 1)))
+            .collect();
+        let peer = self.url(self.client_port(i) + 1);
+        let client = self.url(self.client_port(i));
+        let data = self.dir.join(format!("e{i}"));
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("e{i}.log")))
+            .map_err(|e| LabError {
+                command: "etcd log".into(),
+                detail: e.to_string(),
+            })?;
+        let name = format!("e{i}");
+        let data_s = data.display().to_string();
+        let cluster_s = cluster.join(",");
+        let args = [
+            "etcd",
+            "--name",
+            &name,
+            "--data-dir",
+            &data_s,
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster",
+            &cluster_s,
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            &self.ns_name,
+            "--heartbeat-interval",
+            "100",
+            "--election-timeout",
+            "1000",
+        ];
+        self.children[i] = Some(ns.try_spawn(&args, Some(log))?);
+        Ok(())
+    }
+
+    /// Starts every member that is not running.
+    pub fn start_all(&mut self, ns: &Netns) -> Result<()> {
+        for i in 0..MEMBERS {
+            if self.children[i].is_none() {
+                self.start_member(ns, i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills member `i` (SIGKILL: a crash, not a clean stop).
+    pub fn kill_member(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills every member.
+    pub fn stop_all(&mut self) {
+        for i in 0..MEMBERS {
+            self.kill_member(i);
+        }
+    }
+
+    /// The member that leads now, from `etcdctl endpoint status`.
+    pub fn leader(&self, ns: &Netns) -> Option<usize> {
+        let eps = self.endpoints().join(",");
+        // A dead member makes etcdctl fail; the live ones still print their line.
+        let out = ns
+            .command("etcdctl")
+            .args([
+                "--endpoints",
+                &eps,
+                "--dial-timeout",
+                "1s",
+                "endpoint",
+                "status",
+            ])
+            .output()
+            .ok()?;
+        // "http://ip:port, id, version, db size, is leader, is learner, term, ..."
+        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+            let f: Vec<&str> = l.split(", ").collect();
+            let first = *f.first()?;
+            let i = self.endpoints().iter().position(|e| e == first)?;
+            (f.get(4) == Some(&"true")).then_some(i)
+        })
+    }
+
+    /// Waits until the cluster serves a linearizable read.
+    pub fn wait_ready(&self, ns: &Netns, timeout: Duration) -> Result<()> {
+        let eps = self.endpoints().join(",");
+        let until = Instant::now() + timeout;
+        loop {
+            let r = ns.try_run(&["etcdctl", "--endpoints", &eps, "get", "/sluice-ready-probe"]);
+            match r {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > until => {
+                    return Err(LabError {
+                        command: format!("etcd cluster at {eps}"),
+                        detail: format!("not ready after {timeout:?}: {}", e.detail),
+                    });
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
