@@ -19,6 +19,7 @@ pub use validate::{
     DEFAULT_HEALTH_BATCH, DEFAULT_MAGLEV_TABLE_SIZE, DEFAULT_METRICS, DEFAULT_SOCKET,
     MIN_SLOTS_PER_BACKEND, min_table_size, prime_at_least,
 };
+pub use validate::{DEFAULT_METRICS, DEFAULT_SOCKET, FLEET_SECTIONS};
 
 /// Where `sluice` looks for its configuration unless told otherwise.
 pub const DEFAULT_PATH: &str = "/etc/sluice/sluice.toml";
@@ -62,6 +63,45 @@ pub fn load_with_env(
         },
     })?;
     load_str(&text, path, env)
+}
+
+/// Loads `path` (a fleet member's file) with the fleet's configuration `fleet_text` at
+/// revision `revision` merged in (see `validate/fleet.rs`), validated whole like a file;
+/// every error names its key path.
+pub fn load_fleet(path: &Path, fleet_text: &str, revision: u64) -> Result<Config, LoadError> {
+    let local_text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let merged = merge_fleet(path, &local_text, fleet_text, revision)?;
+    load_str(&merged, path, std::env::vars())
+}
+
+/// The merged TOML text of a member's file and the fleet's configuration.
+pub fn merge_fleet(
+    path: &Path,
+    local_text: &str,
+    fleet_text: &str,
+    revision: u64,
+) -> Result<String, LoadError> {
+    let local: toml::Table = local_text.parse().map_err(|e| LoadError::Syntax {
+        path: path.to_path_buf(),
+        message: syntax_message(local_text, &e),
+    })?;
+    let fleet_path = PathBuf::from(format!("fleet config (revision {revision})"));
+    let fleet: toml::Table = fleet_text.parse().map_err(|e| LoadError::Syntax {
+        path: fleet_path.clone(),
+        message: syntax_message(fleet_text, &e),
+    })?;
+    let merged =
+        validate::merge(&local, &fleet, revision).map_err(|errors| LoadError::Invalid {
+            path: fleet_path.clone(),
+            errors,
+        })?;
+    toml::to_string(&merged).map_err(|e| LoadError::Syntax {
+        path: fleet_path,
+        message: e.to_string(),
+    })
 }
 
 fn load_str(

@@ -20,6 +20,8 @@ pub struct Config {
     pub flood: Flood,
     /// `[metrics]`: how much of the scrape is per backend.
     pub metrics: Metrics,
+    /// `[fleet]`: the etcd cluster the VIPs come from; `None` runs alone on the file.
+    pub fleet: Option<Fleet>,
 }
 
 impl Config {
@@ -568,4 +570,35 @@ pub enum PerBackend {
     None,
     /// The N backends with the most packets, over all VIPs.
     Top(u32),
+}
+
+/// `[fleet]`: this appliance is a member of fleet `name`, whose configuration, versions and
+/// health live in etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    pub name: String,
+    /// etcd client URLs.
+    pub endpoints: Vec<String>,
+    /// The fleet's keys are under `{prefix}/{name}/`.
+    pub prefix: String,
+    /// Live members that must see a backend up for the fleet to use it (capped at the
+    /// members reporting); `None`: a majority of them.
+    pub quorum: Option<u32>,
+    /// How long a version waits for every live member to be ready before it is activated
+    /// with those that are.
+    pub activation_timeout: Duration,
+    /// The member's etcd lease: how long after it went silent the others stop waiting for it.
+    pub lease_ttl: Duration,
+    /// etcd authentication: the user, and a file holding its password.
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub tls: Option<FleetTls>,
+}
+
+/// `[fleet] tls_*`: PEM files for TLS to etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetTls {
+    pub ca: PathBuf,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
 }

@@ -1,13 +1,15 @@
 //! Turns the raw configuration tree into a validated [`Config`], checking every key, range
 //! and cross-reference, and collecting all errors of a file. One file per section:
 //! `[appliance]`, `[api]`, `[bgp]`, `[[health_check]]`, `[[vip]]` with its backends, `[flood]`
-//! and the scale keys (ring sizes, `health_batch`, `[metrics]`); this
+//! and the scale keys (ring sizes, `health_batch`, `[metrics]`), `[fleet]` (with the merge
+//! of a fleet's configuration); this
 //! one walks the top level and holds what the sections share.
 
 mod api;
 mod appliance;
 mod bgp;
 mod client_address;
+mod fleet;
 mod flood;
 mod health;
 mod lvs;
@@ -30,6 +32,7 @@ pub use scale::{
     DEFAULT_HEALTH_BATCH, DEFAULT_MAGLEV_TABLE_SIZE, MIN_SLOTS_PER_BACKEND, min_table_size,
     prime_at_least,
 };
+pub use fleet::{FLEET_SECTIONS, merge};
 
 /// The longest duration any key accepts unless it says otherwise.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
@@ -68,6 +71,9 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
         Some(t) => scale::metrics(t, &mut errs),
         None => Metrics::default(),
     };
+    let fleet = top
+        .table("fleet", &mut errs)
+        .and_then(|t| fleet::fleet(t, &mut errs));
     top.finish(&mut errs);
     placeholder::placeholders(root, &mut errs);
 
@@ -83,6 +89,7 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
             vips,
             flood,
             metrics,
+            fleet,
         }),
         // A part that failed always records an error, so this is unreachable in practice;
         // stay total anyway.

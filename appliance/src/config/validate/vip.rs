@@ -20,7 +20,8 @@ pub(super) fn vips(
     errs: &mut ConfigErrors,
 ) -> Vec<Vip> {
     let raw = top.tables("vip", errs);
-    if raw.is_empty() && !top.has("vip") {
+    // A fleet member's VIPs come from the fleet (see fleet.rs).
+    if raw.is_empty() && !top.has("vip") && !top.has("fleet") {
         errs.push("vip", "missing: at least one [[vip]] is required");
     }
     let mut out: Vec<Vip> = Vec::new();
