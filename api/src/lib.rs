@@ -9,11 +9,13 @@
 
 pub mod client;
 pub mod command;
+pub mod fleet;
 pub mod fmt;
 pub mod model;
 pub mod page;
 
 pub use client::{Client, ClientError, Endpoint};
 pub use command::Command;
+pub use fleet::{Disagreement, FleetMember, FleetStatus, Refusal};
 pub use model::*;
 pub use page::{Page, PageError};

@@ -12,6 +12,7 @@ pub mod control;
 pub mod ctl;
 pub mod datapath;
 pub mod engine;
+pub mod fleetctl;
 pub mod import;
 pub mod lb;
 pub mod trace;

@@ -83,6 +83,19 @@ enum Command {
         #[command(subcommand)]
         from: ImportFrom,
     },
+    /// A fleet of appliances driven by etcd ([fleet] in the member file): push the fleet's
+    /// configuration, or show every member's version, readiness, sync lag and health
+    /// disagreements.
+    Fleet {
+        /// A member's configuration file (its [fleet] says where etcd is).
+        #[arg(long, short, default_value = config::DEFAULT_PATH)]
+        config: PathBuf,
+        /// Print JSON instead of a table (status).
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        command: FleetCmd,
+    },
     /// The terminal console: VIPs, backends, health, BGP and events, with actions. Talks to
     /// the running appliance through its local API only.
     Console {
@@ -194,6 +207,21 @@ impl From<PageArgs> for api::Page {
 }
 
 #[derive(Subcommand, Clone)]
+enum FleetCmd {
+    /// Validate FILE (the fleet's [[vip]], [[health_check]] and [flood]) merged with the
+    /// member file, then write it to etcd as the fleet's next version.
+    Push {
+        file: PathBuf,
+        /// Then wait up to this many seconds until every live member runs it.
+        #[arg(long)]
+        wait: Option<u64>,
+    },
+    /// Every live member: the revision it prepared and runs, readiness, sync lag; the
+    /// activation spread; backends the members' probes disagree on.
+    Status,
+}
+
+#[derive(Subcommand, Clone)]
 enum CtlCmd {
     /// The appliance: version and sync, interfaces, totals, drops.
     Status,
@@ -251,6 +279,11 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check { config } => check(&config),
         Command::Ctl { api, json, command } => ctl(&api, command, json),
+        Command::Fleet {
+            config,
+            json,
+            command,
+        } => fleet(&config, command, json),
         Command::Console {
             api,
             no_color,
@@ -293,6 +326,40 @@ fn main() -> ExitCode {
             },
             json,
         ),
+    }
+}
+
+fn fleet(config: &std::path::Path, command: FleetCmd, json: bool) -> ExitCode {
+    use sluice::fleetctl;
+    let r = match command {
+        FleetCmd::Push { file, wait } => fleetctl::push(config, &file).and_then(|rev| {
+            println!("pushed {} as revision {rev}", file.display());
+            let Some(secs) = wait else { return Ok(()) };
+            let v = fleetctl::wait(config, rev, std::time::Duration::from_secs(secs))?;
+            let (local, _) = fleetctl::read(config)?;
+            print!("{}", fleetctl::format(&fleetctl::document(&local, &v)));
+            Ok(())
+        }),
+        FleetCmd::Status => fleetctl::read(config).map(|(local, v)| {
+            let doc = fleetctl::document(&local, &v);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            } else {
+                print!("{}", fleetctl::format(&doc));
+            }
+        }),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice fleet: {e}");
+            if let fleetctl::FleetCtlError::Config(LoadError::Invalid { errors, .. }) = &e {
+                for x in errors.iter() {
+                    eprintln!("  {x}");
+                }
+            }
+            ExitCode::FAILURE
+        }
     }
 }
 

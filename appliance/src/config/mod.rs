@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use model::*;
+pub use validate::FLEET_SECTIONS;
 pub use validate::{
     DEFAULT_HEALTH_BATCH, DEFAULT_MAGLEV_TABLE_SIZE, DEFAULT_METRICS, DEFAULT_SOCKET,
     MIN_SLOTS_PER_BACKEND, min_table_size, prime_at_least,
 };
-pub use validate::{DEFAULT_METRICS, DEFAULT_SOCKET, FLEET_SECTIONS};
 
 /// Where `sluice` looks for its configuration unless told otherwise.
 pub const DEFAULT_PATH: &str = "/etc/sluice/sluice.toml";

@@ -81,6 +81,7 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
         )
         .route("/v1/vips/{vip}/backends/{backend}/weight", put(set_weight))
         .route("/v1/bgp", get(bgp))
+        .route("/v1/fleet", get(super::fleet::api_fleet))
         .route("/v1/events", get(events))
         .route("/v1/reload", post(reload))
         .route("/metrics", get(metrics))

@@ -110,6 +110,9 @@ pub enum ChangeError {
     /// speaker); nothing of the new version runs.
     #[error("config rejected: {0}")]
     NotCommitted(#[source] CommitFailed),
+    /// A fleet member could not write an operator's change to etcd, so no member applies it.
+    #[error("cannot write the change to the fleet's etcd ({0}): nothing changed")]
+    Fleet(String),
     /// An operator's change to a backend leaves tables that cannot be built or put in place.
     #[error("cannot apply {}: {source}", op_name(*.op))]
     NotApplied {
@@ -137,7 +140,7 @@ impl ChangeError {
             ChangeError::ConfigRejected(_)
             | ChangeError::TablesRejected(_)
             | ChangeError::NotCommitted(_) => Some("config"),
-            ChangeError::NotApplied { .. } => None,
+            ChangeError::NotApplied { .. } | ChangeError::Fleet(_) => None,
         }
     }
 

@@ -232,6 +232,10 @@ pub fn announcements(
         })
     };
     let mut wanted = announce::wanted(&st.config, tables, &settled);
+    if st.fleet_hold {
+        // A fleet member that came back behind the fleet catches up before it announces.
+        wanted.clear();
+    }
     let all_settled = !settling || st.config.vips.iter().all(settled);
     // An address stays wanted only while a VIP on it that no operator withdrew can serve.
     let serving: HashSet<IpAddr> = st

@@ -267,7 +267,11 @@ impl Control {
     }
 
     async fn try_reload(&mut self, how: &str) -> Result<Applied, ChangeError> {
-        let file = Arc::new(config::load(&self.st.path).map_err(ChangeError::ConfigRejected)?);
+        // A fleet member reloads its file merged with the fleet's revision, on the fleet's health.
+        let fleet = self.fleet_reload_file();
+        let is_fleet = self.fleet.is_some();
+        let file = fleet.unwrap_or_else(|| config::load(&self.st.path));
+        let file = Arc::new(file.map_err(ChangeError::ConfigRejected)?);
         let now = Instant::now();
         let version = self.st.next_version();
         let status = self.prober.status();
@@ -276,7 +280,11 @@ impl Control {
             running: Some(&running),
             file: &file,
             overrides: &self.st.overrides,
-            health: HealthSource::Prober(&status),
+            health: if is_fleet {
+                HealthSource::Verdicts(&self.st.health)
+            } else {
+                HealthSource::Prober(&status)
+            },
             next_hops: &self.st.next_hops,
             host_addresses: &crate::datapath::host_addresses(),
             version,
@@ -329,6 +337,9 @@ impl Control {
             BackendOp::Weight(w) => o.weight = Some(w),
         }
         let id = key.socket_addr();
+        if let Some(o) = overrides.get(&key) {
+            self.fleet_override(&key, &o.clone()).await?;
+        }
         let why = format!("operator: {} {id} of VIP {vip}", change::op_name(op));
         let version = self
             .update(&overrides, &why)

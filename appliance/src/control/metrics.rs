@@ -17,6 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 mod conntrack;
+mod fleet;
 mod mtu;
 
 use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
@@ -105,6 +106,9 @@ pub fn render(s: &Shared) -> String {
     }
     health_commits(&mut b, s);
     bgp(&mut b, &view);
+    if let Some(f) = s.fleet.lock().ok().and_then(|f| f.clone()) {
+        fleet::families(&mut b, &f);
+    }
     vip_probes(&mut b, &s.vip_probes);
     b.counter1(
         "sluice_events",
@@ -808,6 +812,7 @@ address = "10.1.0.21"
                 *h.lag.lock().expect("fresh") = Some(Duration::from_millis(40));
                 h
             },
+            fleet: Default::default(),
             flow_cache: None,
             vip_probes: {
                 let c = crate::datapath::vipprobe::VipProbeCounters::default();

@@ -25,6 +25,7 @@ pub mod cache;
 pub mod change;
 mod commit;
 pub mod events;
+pub mod fleet;
 mod flood;
 mod handlers;
 pub mod metrics;
@@ -59,4 +60,6 @@ pub enum RunError {
     Signal(#[source] std::io::Error),
     #[error("{0}")]
     Api(#[from] api::ApiStartError),
+    #[error("{0}")]
+    Fleet(#[from] fleet::FleetError),
 }

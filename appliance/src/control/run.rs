@@ -53,6 +53,8 @@ pub(super) struct Control {
     pub(super) health_batch: super::batch::HealthBatch,
     /// Set while a health batch commits: when its first transition arrived.
     pub(super) health_since: Option<Instant>,
+    /// The etcd side of `[fleet]`, when the appliance is a fleet member.
+    pub(super) fleet: Option<super::fleet::Link>,
 }
 
 impl Control {
@@ -107,6 +109,10 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
     // checks settle (every tick re-syncs).
     let announcer = start_speaker(st.config.bgp.as_ref()).await;
+    let fleet = match &st.config.fleet {
+        Some(f) => Some(super::fleet::Link::start(f, &st.config.appliance.name)?),
+        None => None,
+    };
     let mut c = Control {
         st,
         shared: Arc::clone(&shared),
@@ -123,6 +129,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         last_not_run: 0,
         health_batch: Default::default(),
         health_since: None,
+        fleet,
     };
     c.sync_bgp(Instant::now());
     c.view(c.dp.stats().ok());
@@ -198,6 +205,7 @@ fn shared(
         listeners: Default::default(),
         reloads_rejected: Default::default(),
         health: Default::default(),
+        fleet: Default::default(),
     })
 }
 
@@ -260,14 +268,22 @@ impl Control {
                 _ = int.recv() => { info!("SIGINT: stopping"); return Ok(()); }
                 _ = hup.recv() => self.on_hangup().await,
                 Some(cmd) = commands.recv() => self.on_command(cmd).await,
-                Some(tr) = transitions.recv() => self.on_transitions(tr, &mut transitions).await,
+                Some(tr) = transitions.recv() => {
+                    if self.fleet.is_some() {
+                        self.on_fleet_transition(tr).await
+                    } else {
+                        self.on_transitions(tr, &mut transitions).await
+                    }
+                }
                 _ = tokio::time::sleep_until(batch_at.into()), if due.is_some() => {
                     self.commit_health().await;
                 }
+                Some(u) = super::fleet::Link::next(&mut self.fleet) => self.on_fleet_update(u).await,
                 Some(ev) = self.net.events.recv() => self.on_net_event(ev),
                 _ = tick.tick() => {
                     ticks += 1;
                     self.on_tick(ticks, Instant::now()).await;
+                    self.fleet_tick().await;
                 }
             }
         }
@@ -275,6 +291,7 @@ impl Control {
 
     /// Leaves BGP, then detaches the datapath.
     async fn stop(mut self) -> Result<(), RunError> {
+        self.fleet_leave().await;
         // Routers move traffic away (GRACEFUL_SHUTDOWN, then withdraw) while we still
         // forward; with graceful restart configured they keep the routes for the next
         // process instead.

@@ -125,6 +125,8 @@ pub struct Shared {
     pub vip_probes: Arc<crate::datapath::vipprobe::VipProbeCounters>,
     /// Health transitions, the versions they made and their sync lag.
     pub health: super::batch::HealthStats,
+    /// The fleet document (`GET /v1/fleet`); `None` without `[fleet]`.
+    pub fleet: Mutex<Option<api::FleetStatus>>,
 }
 
 /// Counters summed over the workers, keyed by names that survive reloads.

@@ -33,6 +33,8 @@ pub struct State {
     pub next_hops: NextHops,
     /// What the XDP program steers now.
     pub steering: Steering,
+    /// A fleet member behind its fleet announces nothing until it has caught up.
+    pub fleet_hold: bool,
 }
 
 impl State {
@@ -50,6 +52,7 @@ impl State {
             withdrawn: BTreeSet::new(),
             next_hops: NextHops::default(),
             steering: Steering::default(),
+            fleet_hold: false,
         }
     }
 

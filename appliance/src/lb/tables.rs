@@ -767,6 +767,7 @@ pub(crate) mod tests {
             vips,
             flood: crate::config::Flood::default(),
             metrics: crate::config::Metrics::default(),
+            fleet: None,
         }
     }
 

@@ -28,11 +28,11 @@ use super::model::*;
 use super::reader::Table;
 
 pub use api::{DEFAULT_METRICS, DEFAULT_SOCKET};
+pub use fleet::{FLEET_SECTIONS, merge};
 pub use scale::{
     DEFAULT_HEALTH_BATCH, DEFAULT_MAGLEV_TABLE_SIZE, MIN_SLOTS_PER_BACKEND, min_table_size,
     prime_at_least,
 };
-pub use fleet::{FLEET_SECTIONS, merge};
 
 /// The longest duration any key accepts unless it says otherwise.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
