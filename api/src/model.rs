@@ -48,6 +48,37 @@ pub struct Status {
     /// Flood mode (`[flood]`): `None` before the datapath's counters were first read.
     #[serde(default)]
     pub flood: Option<Flood>,
+    /// Persistence, connection limits and one-packet UDP (the LVS features), summed over
+    /// the workers.
+    #[serde(default)]
+    pub lvs: Lvs,
+}
+
+/// The LVS features' counters: the shared persistence table, connection limits and their
+/// overflow, one-packet UDP scheduling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lvs {
+    /// Live entries in the persistence table (clients remembered), and its size.
+    pub persistence_entries: u64,
+    pub persistence_capacity: u64,
+    /// New connections of persistent VIPs that went to the client's remembered backend.
+    pub persistence_hits: u64,
+    /// New connections of persistent VIPs scheduled afresh (no entry, or its backend was
+    /// disabled, unhealthy, removed or full).
+    pub persistence_misses: u64,
+    /// Live entries given up for another client (the table's set was full).
+    pub persistence_evictions: u64,
+    /// New flows whose scheduled backend was at its `max_connections` and went to another.
+    pub limit_skips: u64,
+    /// New flows refused because every backend was at its limit (`overflow` "drop" or
+    /// "reset"; the `overflow` drop reason).
+    pub overflow_refused: u64,
+    /// Of those, SYNs answered with a RST (`overflow = "reset"`).
+    pub overflow_resets: u64,
+    /// New flows sent past every backend's limit (`overflow = "ignore"`).
+    pub overflow_ignored: u64,
+    /// Datagrams of `udp_one_packet` VIPs (each scheduled on its own, no flow entry).
+    pub one_packet: u64,
 }
 
 /// The connection tables, summed over the workers: entries per state (embryonic entries
@@ -267,6 +298,14 @@ pub struct Backend {
     pub active_connections: u64,
     #[serde(default)]
     pub inactive_connections: u64,
+    /// `max_connections` and `resume_connections`, when it has a limit.
+    #[serde(default)]
+    pub max_connections: Option<u32>,
+    #[serde(default)]
+    pub resume_connections: Option<u32>,
+    /// At its connection limit now: takes no new flows until below `resume_connections`.
+    #[serde(default)]
+    pub full: bool,
 }
 
 /// `GET /v1/bgp`.

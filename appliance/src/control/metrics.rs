@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 mod conntrack;
 mod fleet;
 mod mtu;
+mod lvs;
 
 use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
 use crate::config::{Backend, Config, PerBackend, Vip};
@@ -97,6 +98,7 @@ pub fn render(s: &Shared) -> String {
     datapath(&mut b, &view, &agg);
     conntrack::families(&mut b, &agg);
     mtu::families(&mut b, &agg);
+    lvs::families(&mut b, s);
     flood(&mut b, &view);
     if let Some(cfg) = &view.config {
         vips(&mut b, cfg, &view, &tables, &agg);
@@ -956,6 +958,7 @@ sluice_dropped_packets_total{reason="no_flow"} 0
 sluice_dropped_packets_total{reason="no_neighbor"} 0
 sluice_dropped_packets_total{reason="no_room"} 0
 sluice_dropped_packets_total{reason="no_route"} 0
+sluice_dropped_packets_total{reason="overflow"} 0
 sluice_dropped_packets_total{reason="route_not_datapath"} 0
 sluice_dropped_packets_total{reason="snat_exhausted"} 0
 sluice_dropped_packets_total{reason="too_big"} 0
@@ -1020,6 +1023,27 @@ sluice_icmp_too_big_sent_total 0
 # HELP sluice_mss_clamped TCP SYN and SYN-ACK segments whose MSS was lowered to fit a tunnel.
 # TYPE sluice_mss_clamped counter
 sluice_mss_clamped_total 0
+# HELP sluice_persistence_entries Clients the persistence table remembers now.
+# TYPE sluice_persistence_entries gauge
+sluice_persistence_entries 0
+# HELP sluice_persistence_lookups New connections of persistent VIPs, by result (hit: the remembered backend).
+# TYPE sluice_persistence_lookups counter
+sluice_persistence_lookups_total{result="hit"} 0
+sluice_persistence_lookups_total{result="miss"} 0
+# HELP sluice_persistence_evictions Live persistence entries given up for another client (a full set).
+# TYPE sluice_persistence_evictions counter
+sluice_persistence_evictions_total 0
+# HELP sluice_connection_limit_skips New flows whose scheduled backend was at max_connections and went to another.
+# TYPE sluice_connection_limit_skips counter
+sluice_connection_limit_skips_total 0
+# HELP sluice_overflow New flows while every backend was at max_connections, by what overflow did.
+# TYPE sluice_overflow counter
+sluice_overflow_total{action="ignored"} 0
+sluice_overflow_total{action="refused"} 0
+sluice_overflow_total{action="reset"} 0
+# HELP sluice_one_packet_datagrams Datagrams of udp_one_packet VIPs, each scheduled on its own without a flow entry.
+# TYPE sluice_one_packet_datagrams counter
+sluice_one_packet_datagrams_total 0
 # HELP sluice_flood_active_cpus CPUs in flood mode now (0: off).
 # TYPE sluice_flood_active_cpus gauge
 sluice_flood_active_cpus 1

@@ -281,6 +281,13 @@ impl Shared {
             a.stats.frag.add(&st.frag);
             a.stats.too_big_sent += st.too_big_sent;
             a.stats.mss_clamped += st.mss_clamped;
+            a.stats.one_packet += st.one_packet;
+            a.stats.limit_skips += st.limit_skips;
+            a.stats.overflow_ignored += st.overflow_ignored;
+            a.stats.overflow_resets += st.overflow_resets;
+            a.stats.persist_hits += st.persist_hits;
+            a.stats.persist_misses += st.persist_misses;
+            a.stats.persist_evictions += st.persist_evictions;
             let c = &s.conntrack;
             a.conntrack.inserted += c.inserted;
             a.conntrack.promoted += c.promoted;
@@ -367,6 +374,31 @@ impl Shared {
                 entries: c.entries as u64,
             }),
             flood: view.datapath.as_ref().map(|d| flood_doc(d.steer.flood)),
+            lvs: self.lvs_doc(&agg),
+        }
+    }
+
+    /// The LVS features' counters (for the metrics).
+    pub fn status_lvs(&self) -> api::Lvs {
+        self.lvs_doc(&self.aggregate())
+    }
+
+    /// The LVS features' counters, and the persistence table's fill (a scan of it).
+    fn lvs_doc(&self, agg: &Aggregate) -> api::Lvs {
+        let table = self.published.persistence();
+        let now_s = (crate::datapath::monotonic_ns() / 1_000_000_000) as u32;
+        let st = &agg.stats;
+        api::Lvs {
+            persistence_entries: table.entries(now_s) as u64,
+            persistence_capacity: table.capacity() as u64,
+            persistence_hits: st.persist_hits,
+            persistence_misses: st.persist_misses,
+            persistence_evictions: st.persist_evictions,
+            limit_skips: st.limit_skips,
+            overflow_refused: agg.drops[DropReason::Overflow.index()],
+            overflow_resets: st.overflow_resets,
+            overflow_ignored: st.overflow_ignored,
+            one_packet: st.one_packet,
         }
     }
 
@@ -471,6 +503,9 @@ impl Shared {
                         ring_share,
                         ideal_share,
                         active_flows: agg.backend_flows.get(&id).copied().unwrap_or(0),
+                        max_connections: b.max_connections,
+                        resume_connections: b.resume_connections,
+                        full: backend_full(&tables, slot, i),
                         packets: totals.packets,
                         bytes: totals.bytes,
                         active_connections: conns.0,
@@ -544,6 +579,19 @@ pub fn ring_shares(tables: &Tables, slot: usize) -> Vec<(f64, f64, bool)> {
             (share, ideal, eligible[i])
         })
         .collect()
+}
+
+/// Whether backend `i` of VIP slot `vip` is marked full on the running version's board.
+fn backend_full(tables: &Tables, vip: usize, i: usize) -> bool {
+    let Some(v) = tables.vips.get(vip) else {
+        return false;
+    };
+    let slot = v.backends.start as usize + i;
+    tables
+        .backends
+        .get(slot)
+        .filter(|e| slot < v.backends.end as usize && e.limit.is_some())
+        .is_some_and(|e| tables.limits.marked_full(e.limit_index))
 }
 
 /// Largest ring share over ideal share among eligible backends.

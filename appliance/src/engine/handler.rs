@@ -64,11 +64,13 @@ impl LbHandler {
             workers,
         );
         running.store(tables.version, Ordering::Release);
+        let mut state = WorkerState::new();
+        state.set_persistence(Arc::clone(published.persistence()));
         LbHandler {
             published,
             tables,
             ct,
-            state: WorkerState::new(),
+            state,
             out,
             running,
             retired_vips: HashMap::new(),
@@ -222,6 +224,10 @@ impl FrameHandler for LbHandler {
         }
         self.ct.expire(now_ns, 256);
         self.evict_removed();
+        // Connections that closed or expired reach the other workers' limit checks.
+        if !self.tables.limited.is_empty() && self.state.version() == Some(self.tables.version) {
+            lb::process::publish_all_counts(&self.tables, &self.ct);
+        }
         self.publish_counters();
     }
 }

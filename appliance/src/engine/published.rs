@@ -7,12 +7,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 
 use crate::lb::Tables;
+use crate::lb::persist::PersistTable;
 
 /// The table set every worker runs, swapped atomically by the control plane.
 #[derive(Debug)]
 pub struct Published {
     version: AtomicU64,
     tables: ArcSwap<Tables>,
+    /// The persistence table every worker shares; it outlives table versions, so a
+    /// client's backend is remembered across pool changes.
+    persistence: Arc<PersistTable>,
 }
 
 impl Published {
@@ -21,6 +25,7 @@ impl Published {
         Published {
             version: AtomicU64::new(tables.version),
             tables: ArcSwap::from_pointee(tables),
+            persistence: Arc::new(PersistTable::default()),
         }
     }
 
@@ -34,6 +39,11 @@ impl Published {
     /// The current table set.
     pub fn current(&self) -> Arc<Tables> {
         self.tables.load_full()
+    }
+
+    /// The persistence table the workers share.
+    pub fn persistence(&self) -> &Arc<PersistTable> {
+        &self.persistence
     }
 
     /// The version of the newest published set.

@@ -11,7 +11,9 @@ pub mod frame;
 pub mod hash;
 #[cfg(test)]
 mod incremental_tests;
+pub mod limits;
 pub mod maglev;
+pub mod persist;
 pub mod process;
 pub mod sched;
 pub mod tables;

@@ -248,6 +248,16 @@ fn weighted_min(
     best.map(|(i, _)| i)
 }
 
+/// `wlc` among the eligible backends `allowed` lets through (backends at their connection
+/// limit are left out this way, as LVS's schedulers skip `IP_VS_DEST_F_OVERLOAD`).
+pub fn wlc_among(pool: &PoolView<'_>, allowed: impl Fn(usize) -> bool) -> Option<usize> {
+    weighted_min(
+        pool,
+        |i| pool.eligible[i] && allowed(i),
+        |i| pool.overhead(i),
+    )
+}
+
 /// Weighted least connection (`ip_vs_wlc`).
 pub fn wlc(pool: &PoolView<'_>) -> Option<usize> {
     weighted_min(pool, |i| pool.eligible[i], |i| pool.overhead(i))

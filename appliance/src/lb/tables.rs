@@ -21,9 +21,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::{Deref, DerefMut, Range};
 use std::sync::Arc;
 
-use crate::config::{Backend, BackendState, Config, HashFields, Mode, Scheduler, Timeouts, Vip};
+use crate::config::{
+    Backend, BackendState, Config, HashFields, Mode, Overflow, Scheduler, Timeouts, Vip,
+};
 use crate::lb::egress::{Egress, Miss};
 use crate::lb::hash::{addr_to_u128, backend_identity, mix64};
+use crate::lb::limits::{Limit, LimitBoard};
 use crate::lb::maglev::{MaglevBackend, MaglevError, Ring};
 use crate::lb::sched::lvs_bucket_table;
 use wire::MacAddr;
@@ -207,6 +210,25 @@ pub struct VipEntry {
     pub hash_ports: bool,
     /// How the client's address reaches the backends (FullNAT TCP only).
     pub client_address: crate::config::ClientAddress,
+    /// `udp_one_packet`: every datagram scheduled on its own, no connection-table entry.
+    pub one_packet: bool,
+    /// `persistence`, when on.
+    pub persistence: Option<Persistence>,
+    /// What a new flow gets when every eligible backend is at its connection limit.
+    pub overflow: Overflow,
+    /// Some backend of the VIP has a connection limit.
+    pub has_limits: bool,
+}
+
+/// A VIP's persistence settings as the datapath uses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Persistence {
+    /// Seconds an entry lives after the client's last new connection.
+    pub timeout_s: u32,
+    /// Prefix length of the client's address that is remembered.
+    pub netmask: u8,
+    /// Names the VIP in the shared table's keys (its address, port and protocol).
+    pub salt: u64,
 }
 
 /// One backend of one VIP.
@@ -226,6 +248,12 @@ pub struct BackendEntry {
     pub state: BackendState,
     /// Prober verdict at build time.
     pub healthy: bool,
+    /// `max_connections` / `resume_connections`, when set.
+    pub limit: Option<Limit>,
+    /// This backend's row on the version's [`LimitBoard`] (meaningful with `limit`).
+    pub limit_index: u32,
+    /// Its persistence token (see `lb::persist::token`).
+    pub token: u32,
 }
 
 impl BackendEntry {
@@ -328,6 +356,10 @@ pub struct Core {
     pub icmp_limits: crate::config::IcmpLimits,
     /// Rings built for this version (the others are shared with the version before).
     pub rings_built: u32,
+    /// The shared connection counts of this version's limited backends.
+    pub limits: Arc<LimitBoard>,
+    /// Slots of the backends with a connection limit, in board order.
+    pub limited: Vec<u32>,
 }
 
 impl Deref for Tables {
@@ -346,7 +378,17 @@ impl DerefMut for Tables {
 
 fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEntry {
     let _ = v;
+    let id = backend_identity(b.address, b.port);
+    let id_hash = id.chunks(8).fold(0u64, |h, c| {
+        mix64(h ^ c.iter().fold(0u64, |a, x| a << 8 | u64::from(*x)))
+    });
     BackendEntry {
+        limit: b.max_connections.map(|max| Limit {
+            max,
+            resume: b.resume_connections.unwrap_or(max).min(max),
+        }),
+        limit_index: 0,
+        token: crate::lb::persist::token(id_hash),
         vip,
         address: addr_to_u128(b.address),
         v6: b.address.is_ipv6(),
@@ -396,10 +438,13 @@ impl Tables {
             timeouts: config.appliance.timeouts,
             icmp_limits: config.appliance.icmp_limits,
             rings_built: 0,
+            limits: Arc::new(LimitBoard::new(0)),
+            limited: Vec::new(),
         };
         for v in &config.vips {
             t.add_vip(v, healthy, prev.get(v.name.as_str()).copied())?;
         }
+        t.limits = Arc::new(LimitBoard::new(t.limited.len()));
         let egress = Egress::default().with_backends(t.backends.len());
         Ok(Tables {
             version,
@@ -500,6 +545,9 @@ impl Core {
             });
         }
         let range = self.add_backends(vslot, v, proto, healthy);
+        let pool_has_limits = range
+            .clone()
+            .any(|s| self.backends[s as usize].limit.is_some());
         let ring = self.ring(v, range.clone(), prev)?;
         let pool = range.start as usize..range.end as usize;
         let buckets = match v.scheduler {
@@ -536,6 +584,15 @@ impl Core {
             snat,
             hash_ports: v.hashes_port(),
             client_address: v.client_address,
+            one_packet: v.udp_one_packet,
+            persistence: v.persistence.map(|d| Persistence {
+                timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
+                netmask: v.persistence_netmask,
+                salt: mix64(address as u64 ^ ((address >> 64) as u64).rotate_left(21))
+                    ^ mix64(u64::from(v.port) << 8 | u64::from(proto)),
+            }),
+            overflow: v.overflow,
+            has_limits: pool_has_limits,
         });
         Ok(())
     }
@@ -550,8 +607,12 @@ impl Core {
     ) -> Range<u32> {
         let first = self.backends.len() as u32;
         for b in &v.backends {
-            let e = vip_backend_entry(vslot, v, b, healthy(v, b));
+            let mut e = vip_backend_entry(vslot, v, b, healthy(v, b));
             let slot = self.backends.len() as u32;
+            if e.limit.is_some() {
+                e.limit_index = self.limited.len() as u32;
+                self.limited.push(slot);
+            }
             self.backend_ids.insert((vslot, e.address, e.port), slot);
             if v.mode == Mode::Nat {
                 self.nat_reverse

@@ -46,6 +46,9 @@ fn path(mode: Mode, v6: bool) -> Path {
             port: 80,
             weight: 100,
             state: BackendState::Active,
+            limit: None,
+            limit_index: 0,
+            token: 0,
             healthy: true,
         },
         next_hop: NextHop {

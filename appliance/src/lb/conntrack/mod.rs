@@ -309,6 +309,11 @@ impl ConnTable {
         self.workers
     }
 
+    /// This table's worker index (below [`ConnTable::workers`]).
+    pub fn worker(&self) -> u16 {
+        self.worker
+    }
+
     /// Fixed capacity.
     pub fn capacity(&self) -> usize {
         self.slots.len()

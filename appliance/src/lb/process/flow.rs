@@ -14,6 +14,7 @@
 //! cannot move it. FullNAT, which cannot map return traffic without an entry, drops such
 //! packets instead and never gives them a port.
 
+use super::admit::admit;
 use super::{DropReason, NONE, WorkerState, fullnat};
 use crate::config::{Mode, Scheduler};
 use crate::lb::conntrack::{
@@ -113,6 +114,9 @@ pub(super) fn flow_for(
     now: u64,
 ) -> Result<FlowHit, DropReason> {
     let key = p.key;
+    if tables.vips[vip as usize].one_packet && key.proto == IpProtocol::UDP {
+        return one_packet(tables, ct, worker, vip, key, now);
+    }
     if let Some(id) = ct.lookup(key, now) {
         let (backend, state, hash, snat, carry) = {
             let f = ct.flow(id);
@@ -157,6 +161,28 @@ pub(super) fn flow_for(
     }
 }
 
+/// A datagram of a `udp_one_packet` VIP: scheduled like a new flow (persistence and limits
+/// included), given no connection-table entry, so the next one is scheduled again.
+fn one_packet(
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    vip: u32,
+    key: &FlowKey,
+    now: u64,
+) -> Result<FlowHit, DropReason> {
+    let hash = key.hash(tables.vips[vip as usize].hash);
+    let backend = admit(tables, ct, worker, vip, key, hash, now)?;
+    worker.stats.one_packet += 1;
+    worker.vip_new_flows[vip as usize] += 1;
+    Ok(FlowHit {
+        backend,
+        hash,
+        snat: None,
+        carry: Carry::default(),
+    })
+}
+
 /// The stateless answer: the VIP's Maglev ring, whatever its scheduler; FullNAT drops
 /// (its return traffic could not be mapped back without an entry).
 fn stateless(tables: &Tables, vip: u32, hash: u32) -> Result<FlowHit, DropReason> {
@@ -191,20 +217,7 @@ fn new_flow(
     // even when nothing else sweeps the table.
     ct.expire(now, 2);
     let hash = key.hash(v.hash);
-    let sched = &mut worker.sched[vip as usize];
-    let (backend, _) = choose_backend(
-        tables,
-        vip,
-        key,
-        hash,
-        Load {
-            active: ct.active_counts(),
-            inactive: ct.inactive_counts(),
-        },
-        sched,
-        now,
-    )
-    .ok_or(DropReason::NoBackend)?;
+    let backend = admit(tables, ct, worker, vip, key, hash, now)?;
     worker.vip_new_flows[vip as usize] += 1;
     let b = tables.backends[backend as usize];
     let snat = fullnat::snat_for(ct, v, key, &b, hash, now)?;

@@ -84,7 +84,7 @@ pub(super) fn icmp(
 
 /// Where a reply the appliance originates toward `ip`'s sender leaves: by route lookup, the
 /// next hop picked by the address pair.
-fn reply_egress(tables: &Tables, ip: &Ip) -> Result<NextHop, Miss> {
+pub(super) fn reply_egress(tables: &Tables, ip: &Ip) -> Result<NextHop, Miss> {
     let key = FlowKey {
         src: ip.src,
         dst: ip.dst,

@@ -37,6 +37,7 @@
 //!   fit the egress MTU with ICMP too-big (see `mss`). Outer UDP checksums
 //!   are zero over IPv4 (RFC 7348, draft-ietf-intarea-gue) and computed over IPv6.
 
+mod admit;
 #[cfg(test)]
 mod ct_tests;
 mod dr;
@@ -47,16 +48,20 @@ mod fullnat;
 mod headers;
 mod icmp;
 mod mss;
+#[cfg(test)]
+mod lvs_tests;
 mod nat;
 mod owner;
 mod proxyhdr;
 mod ratelimit;
+mod reset;
 mod tcpopt;
 #[cfg(test)]
 mod tests;
 mod toa;
 mod tunnel;
 
+pub use admit::publish_all_counts;
 pub use flow::{Choice, Load, choose_backend};
 pub use fragtable::{FragOwners, FragStats, FragTable};
 pub use owner::owner;
@@ -68,12 +73,14 @@ use crate::lb::conntrack::{Carry, ConnTable, FlowState};
 use crate::lb::egress::Miss;
 use crate::lb::frame::Frame;
 use crate::lb::hash::FlowKey;
+use crate::lb::persist::PersistTable;
 use crate::lb::sched::SchedState;
 #[cfg(doc)]
 use crate::lb::tables::TunnelSource;
 use crate::lb::tables::{NextHop, Tables};
 use flow::{Packet, flow_for};
 use headers::{Ip, L4, parse_ip, parse_l4};
+use std::sync::Arc;
 use wire::{EthernetFrame, IpProtocol, l3_offset};
 
 /// Bytes the datapath reserves in front of every frame for encapsulation: outer IPv6 (40) +
@@ -132,11 +139,14 @@ pub enum DropReason {
     /// An encapsulated frame over the egress MTU (answered with ICMP too-big when the
     /// client allows no fragmentation).
     TooBig,
+    /// A new flow while every eligible backend of its VIP is at its `max_connections`
+    /// (`overflow = "drop"` or `"reset"`).
+    Overflow,
 }
 
 impl DropReason {
     /// Number of reasons (the counter array length).
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 22;
 
     /// All reasons in index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -161,6 +171,7 @@ impl DropReason {
         DropReason::FragmentOverlap,
         DropReason::FragmentOversize,
         DropReason::TooBig,
+        DropReason::Overflow,
     ];
 
     /// Counter index.
@@ -193,6 +204,7 @@ impl DropReason {
             DropReason::FragmentOverlap => "fragment_overlap",
             DropReason::FragmentOversize => "fragment_oversize",
             DropReason::TooBig => "too_big",
+            DropReason::Overflow => "overflow",
         }
     }
 }
@@ -273,6 +285,21 @@ pub struct WorkerStats {
     pub too_big_sent: u64,
     /// TCP SYNs and SYN-ACKs whose MSS option was lowered to fit a tunnel.
     pub mss_clamped: u64,
+    /// Datagrams of `udp_one_packet` VIPs, each scheduled on its own with no entry.
+    pub one_packet: u64,
+    /// New flows whose scheduled backend was at its `max_connections` and that went to
+    /// another one.
+    pub limit_skips: u64,
+    /// New flows sent past every backend's limit (`overflow = "ignore"`).
+    pub overflow_ignored: u64,
+    /// RSTs sent for SYNs refused because every backend was full (`overflow = "reset"`).
+    pub overflow_resets: u64,
+    /// New connections of persistent clients that went to their remembered backend.
+    pub persist_hits: u64,
+    /// New connections of persistent VIPs without a usable entry (scheduled afresh).
+    pub persist_misses: u64,
+    /// Live persistence entries given up for another client (the table's set was full).
+    pub persist_evictions: u64,
 }
 
 /// Per-worker mutable state: counters and scheduler state, sized for one table version.
@@ -304,6 +331,9 @@ pub struct WorkerState {
     version: Option<u64>,
     /// The `built_as` of the core `sched` and the connection table were bound to.
     core: Option<u64>,
+    /// The appliance's persistence table (shared by the workers; a private one until the
+    /// engine sets it).
+    persist: Option<Arc<PersistTable>>,
 }
 
 /// Identifies a VIP's pool as the schedulers see it: name, scheduler, and each backend's
@@ -345,7 +375,18 @@ impl WorkerState {
             frags: FragTable::default(),
             version: None,
             core: None,
+            persist: None,
         }
+    }
+
+    /// Shares the appliance's persistence table with this worker.
+    pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
+        self.persist = Some(table);
+    }
+
+    /// The persistence table (a private one is made at first use if none was set).
+    pub fn persistence(&mut self) -> &PersistTable {
+        self.persist.get_or_insert_with(Default::default)
     }
 
     /// The table version this state is sized for.
@@ -407,6 +448,7 @@ impl WorkerState {
                 .unwrap_or(NONE);
             Some((vip, backend))
         });
+        admit::publish_all_counts(tables, ct);
         self.version = Some(tables.version);
     }
 
@@ -622,7 +664,7 @@ fn forward<R: Record>(
     }
     let hit = match flow_for(tables, ct, worker, vip, packet(&key, l4), now) {
         Ok(x) => x,
-        Err(r) => return worker.drop(r),
+        Err(r) => return reset::refuse(frame, tables, worker, ip, l4, r),
     };
     let backend = hit.backend;
     let n = match tables.backend_egress(backend) {

@@ -1,0 +1,57 @@
+//! The metrics of the LVS features: the persistence table (fill and what it answered),
+//! connection limits (new flows moved off a full backend, refused or let through by the
+//! `overflow` policy) and one-packet UDP scheduling. An operator watching a limited pool
+//! sees `skips` rise before `overflow`; persistence misses after a backend goes down.
+
+use super::{Builder, labels, set};
+use crate::control::shared::Shared;
+
+/// Registers the LVS families from the status document's counters.
+pub(super) fn families(b: &mut Builder, s: &Shared) {
+    let l = s.status_lvs();
+    b.gauge1(
+        "sluice_persistence_entries",
+        "Clients the persistence table remembers now",
+        l.persistence_entries as i64,
+    );
+    let answers = b.counter(
+        "sluice_persistence_lookups",
+        "New connections of persistent VIPs, by result (hit: the remembered backend)",
+    );
+    set(&answers, labels(&[("result", "hit")]), l.persistence_hits);
+    set(
+        &answers,
+        labels(&[("result", "miss")]),
+        l.persistence_misses,
+    );
+    b.counter1(
+        "sluice_persistence_evictions",
+        "Live persistence entries given up for another client (a full set)",
+        l.persistence_evictions,
+    );
+    b.counter1(
+        "sluice_connection_limit_skips",
+        "New flows whose scheduled backend was at max_connections and went to another",
+        l.limit_skips,
+    );
+    let overflow = b.counter(
+        "sluice_overflow",
+        "New flows while every backend was at max_connections, by what overflow did",
+    );
+    set(
+        &overflow,
+        labels(&[("action", "refused")]),
+        l.overflow_refused,
+    );
+    set(&overflow, labels(&[("action", "reset")]), l.overflow_resets);
+    set(
+        &overflow,
+        labels(&[("action", "ignored")]),
+        l.overflow_ignored,
+    );
+    b.counter1(
+        "sluice_one_packet_datagrams",
+        "Datagrams of udp_one_packet VIPs, each scheduled on its own without a flow entry",
+        l.one_packet,
+    );
+}
