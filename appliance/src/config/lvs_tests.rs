@@ -70,7 +70,7 @@ fn defaults_are_off() {
 fn every_key_is_read() {
     let v = valid(
         "scheduler = \"sh\"\nscheduler_flags = [\"sh-port\"]\npersistence = \"300s\"\n\
-         persistence_netmask = 24\noverflow = \"reset\"\nslow_start = \"30s\"",
+         persistence_netmask = 24\noverflow = \"reset\"",
         "max_connections = 100\nresume_connections = 80\nslow_start = \"0s\"",
     );
     assert_eq!(v.scheduler_flags, [SchedulerFlag::ShPort]);
@@ -78,15 +78,14 @@ fn every_key_is_read() {
     assert_eq!(v.persistence, Some(Duration::from_secs(300)));
     assert_eq!(v.persistence_netmask, 24);
     assert_eq!(v.overflow, Overflow::Reset);
-    assert_eq!(v.slow_start, Some(Duration::from_secs(30)));
     let (b0, b1) = (&v.backends[0], &v.backends[1]);
     assert_eq!(
         (b0.max_connections, b0.resume_connections),
         (Some(100), Some(80))
     );
-    // "0s" turns the VIP's slow start off for this backend only.
+    // "0s" (off) is the one slow_start value accepted until slow start is applied.
     assert_eq!(b0.slow_start(&v), None);
-    assert_eq!(b1.slow_start(&v), Some(Duration::from_secs(30)));
+    assert_eq!(b1.slow_start(&v), None);
     assert_eq!(b1.max_connections, None);
 }
 
@@ -239,5 +238,17 @@ fn conflicting_combinations_are_explained() {
         "slow_start = \"5s\"",
         &b("slow_start"),
         "ignores weights",
+    );
+    error_at(
+        "slow_start = \"30s\"",
+        "",
+        &key("slow_start"),
+        "not applied by this release",
+    );
+    error_at(
+        "",
+        "slow_start = \"5s\"",
+        &b("slow_start"),
+        "not applied by this release",
     );
 }

@@ -61,6 +61,7 @@ pub(super) fn vip_keys(t: &mut Table<'_>, f: &VipFacts, errs: &mut ConfigErrors)
     let slow_start = t.duration("slow_start", Duration::from_secs(1)..=MAX_SLOW_START, errs);
     if slow_start.is_some() {
         unweighted(t, "slow_start", f.scheduler, errs);
+        not_yet(t, "slow_start", errs);
     }
     let udp_one_packet = t.bool("udp_one_packet", errs).unwrap_or(false);
     if udp_one_packet && f.protocol != Protocol::Udp {
@@ -177,6 +178,15 @@ fn unweighted(t: &Table<'_>, key: &str, scheduler: Scheduler, errs: &mut ConfigE
     }
 }
 
+/// Slow start is not applied yet: refused, so that no configuration believes it is on.
+fn not_yet(t: &Table<'_>, key: &str, errs: &mut ConfigErrors) {
+    errs.push(
+        t.key(key),
+        "slow start is not applied by this release yet: remove the key (a backend that comes \
+         up takes its full weight at once)",
+    );
+}
+
 /// Reads `max_connections`, `resume_connections` and `slow_start` of one backend.
 pub(super) fn backend_keys(
     b: &mut Table<'_>,
@@ -210,6 +220,7 @@ pub(super) fn backend_keys(
     let slow_start = b.duration("slow_start", Duration::ZERO..=MAX_SLOW_START, errs);
     if slow_start.is_some_and(|d| !d.is_zero()) {
         unweighted(b, "slow_start", vip.scheduler, errs);
+        not_yet(b, "slow_start", errs);
     }
     BackendLvs {
         max_connections: max,
