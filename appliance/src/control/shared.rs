@@ -153,6 +153,34 @@ pub struct Aggregate {
     pub worker_flows: Vec<(u64, u64)>,
 }
 
+/// Adds one worker's counters `st` to the sum `a`.
+fn add_stats(a: &mut crate::lb::process::WorkerStats, st: &crate::lb::process::WorkerStats) {
+    a.passed += st.passed;
+    a.tx += st.tx;
+    a.conntrack_fallback += st.conntrack_fallback;
+    a.rechosen += st.rechosen;
+    a.stateless_return += st.stateless_return;
+    a.echo_replies += st.echo_replies;
+    a.icmp_errors_forwarded += st.icmp_errors_forwarded;
+    a.time_exceeded_sent += st.time_exceeded_sent;
+    a.fragments += st.fragments;
+    a.stateless_no_entry += st.stateless_no_entry;
+    a.icmp_rate_limited += st.icmp_rate_limited;
+    a.proxy_headers += st.proxy_headers;
+    a.toa_options += st.toa_options;
+    a.toa_no_room += st.toa_no_room;
+    a.frag.add(&st.frag);
+    a.too_big_sent += st.too_big_sent;
+    a.mss_clamped += st.mss_clamped;
+    a.one_packet += st.one_packet;
+    a.limit_skips += st.limit_skips;
+    a.overflow_ignored += st.overflow_ignored;
+    a.overflow_resets += st.overflow_resets;
+    a.persist_hits += st.persist_hits;
+    a.persist_misses += st.persist_misses;
+    a.persist_evictions += st.persist_evictions;
+}
+
 /// Per worker: the version it runs, its flows, and its ring and handoff counters (from the
 /// datapath's last view; zero without a datapath).
 fn worker_status(
@@ -264,30 +292,7 @@ impl Shared {
                 *d += n;
             }
             let st = &s.stats;
-            a.stats.passed += st.passed;
-            a.stats.tx += st.tx;
-            a.stats.conntrack_fallback += st.conntrack_fallback;
-            a.stats.rechosen += st.rechosen;
-            a.stats.stateless_return += st.stateless_return;
-            a.stats.echo_replies += st.echo_replies;
-            a.stats.icmp_errors_forwarded += st.icmp_errors_forwarded;
-            a.stats.time_exceeded_sent += st.time_exceeded_sent;
-            a.stats.fragments += st.fragments;
-            a.stats.stateless_no_entry += st.stateless_no_entry;
-            a.stats.icmp_rate_limited += st.icmp_rate_limited;
-            a.stats.proxy_headers += st.proxy_headers;
-            a.stats.toa_options += st.toa_options;
-            a.stats.toa_no_room += st.toa_no_room;
-            a.stats.frag.add(&st.frag);
-            a.stats.too_big_sent += st.too_big_sent;
-            a.stats.mss_clamped += st.mss_clamped;
-            a.stats.one_packet += st.one_packet;
-            a.stats.limit_skips += st.limit_skips;
-            a.stats.overflow_ignored += st.overflow_ignored;
-            a.stats.overflow_resets += st.overflow_resets;
-            a.stats.persist_hits += st.persist_hits;
-            a.stats.persist_misses += st.persist_misses;
-            a.stats.persist_evictions += st.persist_evictions;
+            add_stats(&mut a.stats, st);
             let c = &s.conntrack;
             a.conntrack.inserted += c.inserted;
             a.conntrack.promoted += c.promoted;
