@@ -47,9 +47,9 @@ mod fragtable;
 mod fullnat;
 mod headers;
 mod icmp;
-mod mss;
 #[cfg(test)]
 mod lvs_tests;
+mod mss;
 mod nat;
 mod owner;
 mod proxyhdr;
