@@ -18,8 +18,8 @@ use prometheus_client::registry::Registry;
 
 mod conntrack;
 mod fleet;
-mod mtu;
 mod lvs;
+mod mtu;
 
 use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
 use crate::config::{Backend, Config, PerBackend, Vip};
