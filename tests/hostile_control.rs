@@ -1,6 +1,8 @@
 //! The control plane under hostile load, in lab namespaces (root): idle connections held to
 //! the metrics and TCP API listeners under the usual soft limit of 1,024 descriptors, a BGP
-//! peer that announces a million prefixes, and a reload whose steering-map update fails.
+//! peer that announces a million prefixes, a reload whose steering-map update fails, the
+//! control plane stalled under live BGP and BFD sessions, and a full flow cache walked while
+//! the API and the control loop must keep answering.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -577,5 +579,287 @@ fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without()
     assert_eq!(failed, 0, "{failed} of {requests} VIP requests failed");
     let bgp = ctl_json(&socket, &["bgp"]);
     assert_eq!(bgp["peers"][0]["state"], "Established", "{bgp}");
+    assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
+}
+
+/// A script that starts sluice with the control-plane stall hook armed (`SIGUSR2` blocks
+/// every worker of its runtime for `ms`).
+fn stallable_sluice(dir: &Path, ms: u64) -> PathBuf {
+    let p = dir.join("sluice-stallable");
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\nexport SLUICE_TEST_STALL_MS={ms}\nexec {} \"$@\"\n",
+            sluice().display()
+        ),
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    p
+}
+
+/// BIRD on the lab router with one BFD-protected session to the appliance: BFD at 100 ms x 3
+/// (300 ms detection), hold time 3 s.
+fn bird_with_bfd() -> String {
+    format!(
+        "router id {ROUTER_LAN4};\n\
+         protocol device {{ scan time 1; }}\n\
+         protocol bfd {{ interface \"*\" {{ min rx interval 100 ms; min tx interval 100 ms; \
+         multiplier 3; }}; }}\n\
+         protocol bgp cr1 {{\n  local as 65000;\n  neighbor {LB_LAN4} as 65001;\n  hold time 3;\n\
+         \x20 keepalive time 1;\n  connect delay time 1;\n  connect retry time 1;\n\
+         \x20 error wait time 1, 2;\n  bfd on;\n  ipv4 {{ import all; export none; }};\n}}\n"
+    )
+}
+
+/// `birdc show protocols cr1`'s line for the session (name, proto, table, state, since,
+/// info) and `show bfd sessions`' line for the appliance.
+fn bird_view(lab: &Lab, bird: &lab::bird::Bird) -> (String, String) {
+    let protos = bird
+        .cmd(&lab.router, &["show", "protocols", "cr1"])
+        .unwrap_or_default();
+    let bfd = bird
+        .cmd(&lab.router, &["show", "bfd", "sessions"])
+        .unwrap_or_default();
+    let line = |text: &str, key: &str| {
+        text.lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    (line(&protos, "cr1"), line(&bfd, LB_LAN4))
+}
+
+#[test]
+fn hd_bgp_and_bfd_stay_up_while_the_control_plane_is_stalled() {
+    lab::netns::require_root();
+    const STALL: Duration = Duration::from_secs(6);
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        health_checks: false,
+        bgp: Some(false),
+        prefix: "cr",
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let bird_dir = lab.dir.join("cr-bird");
+    std::fs::create_dir_all(&bird_dir).expect("bird dir");
+    let bird = lab::bird::Bird::start(&lab.router, &bird_dir, &bird_with_bfd())
+        .unwrap_or_else(|e| panic!("bird: {e}"));
+    let socket = lab.api_socket_at(0);
+    let cfg = format!(
+        "{}\n[bgp]\nasn = 65001\nrouter_id = \"{LB_LAN4}\"\ngraceful_shutdown_wait = \"1s\"\n\n\
+         [[bgp.peer]]\naddress = \"{ROUTER_LAN4}\"\nasn = 65000\nhold_time = \"3s\"\n\
+         connect_retry = \"1s\"\nsource = \"{LB_LAN4}\"\n\
+         bfd = {{ interval = \"100ms\", multiplier = 3 }}\n",
+        lab.config(&socket)
+    );
+    lab.write_config(&cfg).expect("config");
+    let wrapper = stallable_sluice(&lab.dir, STALL.as_millis() as u64);
+    let log = lab.start_appliance(&wrapper).expect("start");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (proto, bfd) = loop {
+        let (p, b) = bird_view(&lab, &bird);
+        if p.contains("Established") && b.contains(" Up ") {
+            break (p, b);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "BGP and BFD never came up: {p} / {b}\n{}",
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    println!("cr before the stall: {proto} / {bfd}");
+    // Settle: the first seconds of a BFD session see its timers renegotiated.
+    std::thread::sleep(Duration::from_secs(2));
+    let (proto, bfd) = bird_view(&lab, &bird);
+    let pid = lab.appliance_pid(0).expect("pid");
+    let t = Instant::now();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-USR2", &pid.to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let mut polls = 0;
+    while t.elapsed() < STALL + Duration::from_secs(2) {
+        let (p, b) = bird_view(&lab, &bird);
+        polls += 1;
+        assert!(
+            p.contains("Established") && b.contains(" Up "),
+            "{:?} into a {STALL:?} stall of the control plane the router saw: {p} / {b}\n{}",
+            t.elapsed(),
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (proto_after, bfd_after) = bird_view(&lab, &bird);
+    println!("cr after the stall ({polls} polls): {proto_after} / {bfd_after}");
+    assert_eq!(
+        proto, proto_after,
+        "the BGP session flapped (its 'since' moved)"
+    );
+    assert_eq!(
+        bfd, bfd_after,
+        "the BFD session flapped (its 'since' moved)"
+    );
+    let stalled = format!("stalled 2 of 2 runtime workers for {STALL:?}");
+    assert!(
+        log_text().contains(&stalled),
+        "the hook did not hold both control-runtime workers ({stalled}):\n{}",
+        log_text()
+    );
+    let (ok, out, err) = ctl(&socket, &["bgp"]);
+    assert!(ok && out.contains("Established"), "{out}{err}");
+    assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
+}
+
+/// The flow-cache map of the appliance process `pid` named `name`.
+fn map_named(pid: u32, name: &str) -> MapHandle {
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("fdinfo") {
+        let Ok(text) = std::fs::read_to_string(fd.expect("entry").path()) else {
+            continue;
+        };
+        let id = text
+            .lines()
+            .find_map(|l| l.strip_prefix("map_id:"))
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        if let Some(m) = id.and_then(|id| MapHandle::from_map_id(id).ok())
+            && m.name() == name
+        {
+            return m;
+        }
+    }
+    panic!("appliance {pid} holds no {name} map");
+}
+
+/// Fills a flow-cache map with DR entries for flows nobody sends (198.18.0.0/15 and
+/// 2001:2::/48 benchmark addresses) counted in a slot no backend has, so any walk evicts
+/// them; returns how many entries the map holds then (an LRU map makes room before it is
+/// quite full).
+fn fill_cache(map: &MapHandle, v6: bool) -> usize {
+    let (ks, vs) = (map.key_size() as usize, map.value_size() as usize);
+    let mut value = vec![0u8; vs];
+    value[60..64].copy_from_slice(&(4095u32).to_ne_bytes()); // stat: an unused slot
+    value[64] = 2; // ACT_DR
+    for i in 0..map.max_entries() {
+        let mut k = vec![0u8; ks];
+        // The ports follow the two addresses.
+        let src = if v6 {
+            k[..6].copy_from_slice(&[0x20, 0x01, 0, 2, 0, 0]);
+            k[12..16].copy_from_slice(&i.to_be_bytes());
+            k[16..22].copy_from_slice(&[0x20, 0x01, 0, 2, 0, 1]);
+            32
+        } else {
+            k[..4].copy_from_slice(&(0xC612_0000u32 | (i & 0xffff)).to_be_bytes());
+            k[4..8].copy_from_slice(&(0xC613_0000u32 | (i >> 16)).to_be_bytes());
+            8
+        };
+        k[src..src + 2].copy_from_slice(&40000u16.to_be_bytes());
+        k[src + 2..src + 4].copy_from_slice(&80u16.to_be_bytes());
+        k[src + 4] = 6;
+        map.update(&k, &value, MapFlags::ANY)
+            .expect("a flow-cache entry");
+    }
+    map.keys().count()
+}
+
+/// How long `sluice ctl ARGS` took, and whether it succeeded.
+fn timed_ctl(socket: &Path, args: &[&str]) -> (Duration, bool, String) {
+    let t = Instant::now();
+    let (ok, out, err) = ctl(socket, args);
+    (t.elapsed(), ok, format!("{out}{err}"))
+}
+
+#[test]
+fn hd_ctl_and_the_control_loop_answer_while_a_full_flow_cache_is_walked() {
+    lab::netns::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        health_checks: false,
+        flow_cache: Some(true),
+        prefix: "cr",
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let socket = lab.api_socket_at(0);
+    let cfg = lab.config(&socket);
+    lab.write_config(&cfg).expect("config");
+    let log = lab.start_appliance(&sluice()).expect("start");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        lab.wait_vip(nat_vip(), Duration::from_secs(20))
+            .expect("client"),
+        "VIP never answered:\n{}",
+        log_text()
+    );
+    let pid = lab.appliance_pid(0).expect("pid");
+    let t = Instant::now();
+    let filled = fill_cache(&map_named(pid, "flow_cache4"), false)
+        + fill_cache(&map_named(pid, "flow_cache6"), true);
+    println!(
+        "cr filled the flow cache with {filled} entries in {:?}",
+        t.elapsed()
+    );
+    assert!(filled >= 200_000, "only {filled} entries went in");
+
+    // A reload of the same file commits a new version, whose walk evicts every filler entry.
+    let reload = std::thread::spawn({
+        let socket = socket.clone();
+        move || timed_ctl(&socket, &["reload"])
+    });
+    let (mut status_max, mut loop_max, mut polls) = (Duration::ZERO, Duration::ZERO, 0);
+    while !reload.is_finished() || polls < 3 {
+        let (d, ok, out) = timed_ctl(&socket, &["status"]);
+        assert!(ok, "status: {out}");
+        status_max = status_max.max(d);
+        // Goes through the control loop, which refuses it at once: no BGP in this lab.
+        let (d, ok, out) = timed_ctl(&socket, &["withdraw", "nat4-tcp"]);
+        assert!(!ok && out.contains("BGP"), "withdraw: {out}");
+        loop_max = loop_max.max(d);
+        polls += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (reload_took, ok, out) = reload.join().expect("reload thread");
+    assert!(ok, "reload: {out}");
+    let walk = log_text()
+        .lines()
+        .find(|l| l.contains("flow cache: evicted"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no eviction walk logged:\n{}", log_text()));
+    println!(
+        "cr reload answered in {reload_took:?} (after its walk: {walk}); during it {polls} \
+         polls, slowest status {status_max:?}, slowest loop command {loop_max:?}"
+    );
+    let evicted: usize = walk
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("evicted="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        evicted >= filled * 9 / 10,
+        "the walk evicted {evicted} of {filled}"
+    );
+    assert!(
+        status_max < Duration::from_secs(1),
+        "status took {status_max:?}"
+    );
+    assert!(
+        loop_max < Duration::from_secs(1),
+        "the loop answered in {loop_max:?}"
+    );
+    for _ in 0..5 {
+        let (status, _) = lab
+            .from_client(|| http_get(nat_vip(), "/whoami", Duration::from_secs(3)))
+            .expect("client")
+            .expect("VIP serves");
+        assert_eq!(status, 200);
+    }
     assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
 }

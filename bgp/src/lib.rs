@@ -2,7 +2,8 @@
 //!
 //! Layers, from pure to I/O: [`codec`] (wire format), [`fsm`] (RFC 4271 state machine as a
 //! pure transition function), then `network` (every socket) and `tasks` (every tokio task),
-//! and [`Speaker`], the announcer API the appliance calls. [`bfd`] holds the BFD codec,
+//! and [`Speaker`], the announcer API the appliance calls, whose tasks run on a thread of
+//! their own (`runtime`) so that no embedder can make them late. [`bfd`] holds the BFD codec,
 //! session state machine (RFC 5880) and UDP transport (RFC 5881); a peer with
 //! [`PeerConfig::bfd`] set loses its BGP session as soon as BFD goes down:
 //!
@@ -25,11 +26,13 @@ pub mod bfd;
 pub mod codec;
 pub mod fsm;
 mod network;
+mod runtime;
 mod speaker;
 mod tasks;
 
 pub use fsm::State;
 pub use ipnet::IpNet;
+pub use runtime::THREAD_NAME;
 pub use speaker::{
     BfdConfig, BfdDiscards, BfdStatus, Md5Key, PeerConfig, PeerStatus, RouteAttrs, SocketOptions,
     Speaker, SpeakerConfig, SpeakerConfigError, SpeakerError, TRACKED_PREFIXES, validate,

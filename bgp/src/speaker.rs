@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::task::JoinHandle;
 
+use crate::runtime::SpeakerRuntime;
+
 /// The whole speaker's configuration.
 #[derive(Debug, Clone)]
 pub struct SpeakerConfig {
@@ -370,6 +372,9 @@ pub enum SpeakerError {
     /// The speaker was shut down.
     #[error("bgp speaker is shut down")]
     Stopped,
+    /// The speaker's own runtime thread could not be started.
+    #[error("bgp: cannot start the speaker's thread: {0} (out of threads or memory?)")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// What is wrong with a [`SpeakerConfig`] (or a key given to it).
@@ -457,10 +462,14 @@ pub enum SpeakerConfigError {
     },
 }
 
-/// A running speaker. Dropping it aborts every task (sessions die without NOTIFICATION);
-/// call [`Speaker::graceful_shutdown`] for an orderly exit.
+/// A running speaker. Its tasks run on a thread of their own (`runtime.rs`), so its timers
+/// do not wait for the embedder's runtime. Dropping it aborts every task (sessions die
+/// without NOTIFICATION); call [`Speaker::graceful_shutdown`] for an orderly exit.
 #[derive(Debug)]
 pub struct Speaker {
+    /// The speaker's thread; `None` only while [`Speaker::start`] builds the speaker on it.
+    /// It stops after [`Drop::drop`] aborted the tasks.
+    runtime: Option<SpeakerRuntime>,
     peers: Vec<PeerHandle>,
     bfd: Option<crate::bfd::tasks::BfdHandle>,
     listener: Option<JoinHandle<()>>,
@@ -540,10 +549,19 @@ fn validate_peer(cfg: &SpeakerConfig, p: &PeerConfig) -> Result<(), SpeakerConfi
 }
 
 impl Speaker {
-    /// Validates the config, binds the listener and starts one task per peer. Must be
-    /// called inside a tokio runtime; sessions start connecting at once.
+    /// Validates the config, starts the speaker's thread, binds the listener and starts one
+    /// task per peer there. Callable from any tokio runtime; sessions start connecting at
+    /// once.
     pub async fn start(cfg: SpeakerConfig) -> Result<Speaker, SpeakerError> {
         validate(&cfg)?;
+        let runtime = SpeakerRuntime::new()?;
+        let mut speaker = runtime.run(Speaker::start_here(cfg)).await??;
+        speaker.runtime = Some(runtime);
+        Ok(speaker)
+    }
+
+    /// Binds the listener and spawns every task on the current runtime (the speaker's).
+    async fn start_here(cfg: SpeakerConfig) -> Result<Speaker, SpeakerError> {
         let listener = match cfg.listen {
             Some(addr) => Some(crate::network::listen(
                 addr,
@@ -574,6 +592,7 @@ impl Speaker {
         let rejected = Arc::new(AtomicU64::new(0));
         let listener = listener.map(|l| tasks::spawn_listener(l, &peers, rejected.clone()));
         Ok(Speaker {
+            runtime: None,
             peers,
             bfd,
             listener,
@@ -643,11 +662,40 @@ impl Speaker {
     /// send Cease/Administrative Shutdown and close. Returns when every session is closed.
     pub async fn graceful_shutdown(mut self) {
         let any_up = self.peers().iter().any(|p| p.state == State::Established);
+        let stop = Stopping {
+            peers: std::mem::take(&mut self.peers),
+            listener: self.listener.take(),
+            bfd: self.bfd.take(),
+            wait: any_up.then_some(self.wait),
+            message: self.message.clone(),
+        };
+        // On the speaker's thread, so the wait and the last messages keep their timing too.
+        match &self.runtime {
+            Some(rt) => {
+                let _ = rt.run(stop.run()).await;
+            }
+            None => stop.run().await,
+        }
+    }
+}
+
+/// What [`Speaker::graceful_shutdown`] takes out of the speaker to stop it.
+struct Stopping {
+    peers: Vec<PeerHandle>,
+    listener: Option<JoinHandle<()>>,
+    bfd: Option<crate::bfd::tasks::BfdHandle>,
+    /// The GRACEFUL_SHUTDOWN wait, when some session was up to hear it.
+    wait: Option<Duration>,
+    message: String,
+}
+
+impl Stopping {
+    async fn run(mut self) {
         for p in &self.peers {
             p.send(PeerCmd::GracefulShutdown);
         }
-        if any_up {
-            tokio::time::sleep(self.wait).await;
+        if let Some(wait) = self.wait {
+            tokio::time::sleep(wait).await;
         }
         if let Some(l) = self.listener.take() {
             // Waiting for the aborted task closes the listening socket before this returns,

@@ -138,7 +138,13 @@ impl Control {
             set_probes(&self.prober, &self.targets);
         }
         self.apply_flood(why);
-        let version = publish(&self.shared, rest.tables, why, self.health_since.take());
+        let version = publish(
+            &self.shared,
+            self.walker.as_ref(),
+            rest.tables,
+            why,
+            self.health_since.take(),
+        );
         if let Some(t) = rest.settle_by {
             self.settle_by = t;
         }
@@ -278,24 +284,22 @@ pub(super) fn set_probes(prober: &health::Prober, targets: &Targets) {
     }));
 }
 
-/// Swaps `t` in for the workers, evicts the flow-cache entries it would not repeat, and
-/// restarts the sync-lag clock (for a health version also the one counting from its first
-/// transition, `health_since`); returns its version.
-pub(super) fn publish(shared: &Shared, t: Tables, why: &str, health_since: Option<Instant>) -> u64 {
+/// Swaps `t` in for the workers, asks the walker to evict the flow-cache entries it would
+/// not repeat, and restarts the sync-lag clock (for a health version also the one counting
+/// from its first transition, `health_since`); returns its version.
+pub(super) fn publish(
+    shared: &Shared,
+    walker: Option<&cache::Walker>,
+    t: Tables,
+    why: &str,
+    health_since: Option<Instant>,
+) -> u64 {
     let version = t.version;
-    let old = shared.published.current();
     shared.published.publish(t);
     // Strictly after the swap: a worker that decided with the old tables takes its own
-    // entry back when it sees the new version, and this walk removes the rest.
-    if let Some(c) = &shared.flow_cache {
-        let evicted = cache::after_commit(c, &old, &shared.published.current());
-        if evicted > 0 {
-            info!(
-                version,
-                evicted,
-                "flow cache: evicted entries the new tables would not forward the same way"
-            );
-        }
+    // entry back when it sees the new version, and the walk removes the rest.
+    if let Some(w) = walker {
+        w.evict();
     }
     if let Ok(mut s) = shared.sync.lock() {
         *s = Sync {

@@ -45,7 +45,8 @@ impl Control {
                 op,
                 reply,
             } => {
-                let _ = reply.send(self.backend(&vip, &backend, op).await);
+                let r = self.backend(&vip, &backend, op).await;
+                self.reply_after_walk(reply, r);
             }
             Command::Announce {
                 vip,
@@ -60,6 +61,24 @@ impl Control {
                 if let Err(e) = &r {
                     error!("reload rejected, running version kept: {e}");
                 }
+                self.reply_after_walk(reply, r);
+            }
+        }
+    }
+
+    /// Sends `r` once the flow-cache walk the change asked for has finished (so an operator
+    /// who disabled a backend hears back when no cached flow goes to it), without holding
+    /// the loop up for it.
+    fn reply_after_walk<T: Send + 'static>(&self, reply: tokio::sync::oneshot::Sender<T>, r: T) {
+        match &self.walker {
+            Some(w) => {
+                let walked = w.evicted(w.latest());
+                tokio::spawn(async move {
+                    walked.await;
+                    let _ = reply.send(r);
+                });
+            }
+            None => {
                 let _ = reply.send(r);
             }
         }
@@ -153,6 +172,7 @@ impl Control {
         debug!(version, "egress: routes or neighbours changed");
         publish(
             &self.shared,
+            self.walker.as_ref(),
             running.with_egress(egress, version),
             "routes or neighbours changed",
             None,

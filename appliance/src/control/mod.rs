@@ -62,4 +62,6 @@ pub enum RunError {
     Api(#[from] api::ApiStartError),
     #[error("{0}")]
     Fleet(#[from] fleet::FleetError),
+    #[error("cannot start the flow cache's walker thread: {0} (out of threads or memory?)")]
+    Thread(#[source] std::io::Error),
 }

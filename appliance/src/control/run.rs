@@ -20,7 +20,7 @@ use super::prepare::{self, HealthSource, Inputs, Targets};
 use super::shared::{Command, Shared, Sync, WorkerView};
 use super::state::State;
 use super::view::{self, event};
-use super::{RunError, api, neighbours};
+use super::{RunError, api, cache, neighbours};
 use crate::config;
 use crate::datapath::flowcache::{self, FlowCache};
 use crate::datapath::neigh::Resolver;
@@ -55,6 +55,8 @@ pub(super) struct Control {
     pub(super) health_since: Option<Instant>,
     /// The etcd side of `[fleet]`, when the appliance is a fleet member.
     pub(super) fleet: Option<super::fleet::Link>,
+    /// The flow cache's walks (eviction after commits, the entry count), off the runtime.
+    pub(super) walker: Option<cache::Walker>,
 }
 
 impl Control {
@@ -66,6 +68,7 @@ impl Control {
             &self.prober.status(),
             &self.targets,
             self.announcer.as_ref(),
+            self.walker.as_ref(),
             datapath,
         );
     }
@@ -87,6 +90,13 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     let (published, targets) = first_version(&mut st)?;
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(64);
     let shared = Arc::new(shared(&st, path, &published, cmd_tx)?);
+    let walker = match &shared.flow_cache {
+        Some(c) => Some(
+            cache::Walker::spawn(Arc::clone(c), Arc::clone(&shared.published))
+                .map_err(RunError::Thread)?,
+        ),
+        None => None,
+    };
     let dp = start_datapath(&st, &shared)?;
     dp.set_vips(&st.steering.vips)?;
     dp.set_return_keys(&st.steering.returns)?;
@@ -130,6 +140,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         health_batch: Default::default(),
         health_since: None,
         fleet,
+        walker,
     };
     c.sync_bgp(Instant::now());
     c.view(c.dp.stats().ok());
@@ -258,6 +269,7 @@ impl Control {
         let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signal)?;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut ticks: u64 = 0;
+        let mut stall = StallHook::from_env()?;
         loop {
             let window = self.st.config.appliance.health_batch;
             let due = self.health_batch.due(window);
@@ -285,6 +297,7 @@ impl Control {
                     self.on_tick(ticks, Instant::now()).await;
                     self.fleet_tick().await;
                 }
+                for_how_long = stall.next() => stall_runtime(for_how_long).await,
             }
         }
     }
@@ -307,4 +320,62 @@ impl Control {
         info!("datapath stopped, XDP detached");
         Ok(())
     }
+}
+
+/// The environment variable that arms [`StallHook`]: a duration in milliseconds.
+pub const STALL_ENV: &str = "SLUICE_TEST_STALL_MS";
+
+/// A test hook, armed only when [`STALL_ENV`] is set: each SIGUSR2 then blocks every worker
+/// thread of the control plane's runtime for that long, as a stuck syscall or a huge commit
+/// would. Tests use it to prove that what must not wait for the control plane (BGP and BFD
+/// timers, the datapath) does not.
+struct StallHook(Option<(tokio::signal::unix::Signal, Duration)>);
+
+impl StallHook {
+    fn from_env() -> Result<StallHook, RunError> {
+        let Some(ms) = std::env::var(STALL_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        else {
+            return Ok(StallHook(None));
+        };
+        let sig = signal(SignalKind::user_defined2()).map_err(RunError::Signal)?;
+        tracing::warn!("{STALL_ENV}={ms}: SIGUSR2 stalls the control plane (a test hook)");
+        Ok(StallHook(Some((sig, Duration::from_millis(ms)))))
+    }
+
+    /// The next stall asked for; never, when the hook is not armed.
+    async fn next(&mut self) -> Duration {
+        match &mut self.0 {
+            Some((sig, d)) => {
+                sig.recv().await;
+                *d
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Blocks each of the runtime's worker threads (one blocking task each) for `d`; logs how
+/// many it held for (nearly) all of `d`, so a test can tell a full stall from a partial one.
+async fn stall_runtime(d: Duration) {
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    let until = Instant::now() + d;
+    let held = Arc::new(AtomicU64::new(0));
+    info!(workers, "test hook: stalling the control plane for {d:?}");
+    for _ in 0..workers {
+        let held = Arc::clone(&held);
+        tokio::spawn(async move {
+            let left = until.saturating_duration_since(Instant::now());
+            if left >= d * 9 / 10 {
+                held.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            std::thread::sleep(left);
+        });
+    }
+    tokio::time::sleep_until(until.into()).await;
+    info!(
+        "test hook: the control plane stalled {} of {workers} runtime workers for {d:?}",
+        held.load(std::sync::atomic::Ordering::Relaxed)
+    );
 }

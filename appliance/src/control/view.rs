@@ -29,6 +29,7 @@ pub fn publish(
     status: &[health::Status],
     targets: &Targets,
     announcer: Option<&Announcer>,
+    walker: Option<&cache::Walker>,
     datapath: Option<DatapathStats>,
 ) {
     let mut health = HashMap::new();
@@ -60,8 +61,16 @@ pub fn publish(
             .map(|a| a.announced().copied().collect())
             .unwrap_or_default(),
         peers: announcer.map(|a| a.peers()).unwrap_or_default(),
+        // The entry count is the walker's last (its thread counts again when asked; the
+        // loop never walks the maps).
         cache: match (&datapath, &shared.flow_cache) {
-            (Some(_), Some(c)) => Some(cache::stats(c)),
+            (Some(_), Some(c)) => {
+                let entries = walker.map_or(0, |w| {
+                    w.count();
+                    w.entries()
+                });
+                Some(cache::counters(c, entries))
+            }
             _ => old.cache.clone(),
         },
         datapath: datapath.or_else(|| old.datapath.clone()),
