@@ -113,6 +113,10 @@ pub struct Conntrack {
     pub stateless_table_full: u64,
     /// FullNAT new flows dropped for want of a free local port.
     pub snat_exhausted: u64,
+    /// FullNAT local ports held now (by live flows, and by removed ones until their kernel
+    /// flow-cache entries are gone).
+    #[serde(default)]
+    pub snat_ports: u64,
 }
 
 /// Flood mode: the XDP program sheds first packets of sources over their rate while a

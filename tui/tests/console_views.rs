@@ -14,12 +14,13 @@ use ratatui::style::{Color, Modifier};
 use tui::app::{App, Conn, Failure, Msg, Tab, update};
 use tui::view::{render_footer, render_status_line, render_tab};
 
-const VIEWS: [(Tab, &str); 5] = [
+const VIEWS: [(Tab, &str); 6] = [
     (Tab::Overview, "overview"),
     (Tab::Vips, "vips"),
     (Tab::Backends, "backends"),
     (Tab::Bgp, "bgp"),
     (Tab::Events, "events"),
+    (Tab::Conns, "conns"),
 ];
 
 fn app_on(tab: Tab) -> App {

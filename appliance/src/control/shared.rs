@@ -147,6 +147,8 @@ pub struct Aggregate {
     pub conntrack: crate::lb::conntrack::ConnStats,
     /// Entries per timeout class ([`crate::lb::FlowState::class`]), summed.
     pub conntrack_fill: [u64; crate::lb::conntrack::CLASSES],
+    /// FullNAT local ports held, summed.
+    pub snat_ports: u64,
     /// Per worker, the version it runs.
     pub running: Vec<u64>,
     /// Per worker, (new flows, connection-table entries).
@@ -304,6 +306,7 @@ impl Shared {
                 *f += n as u64;
             }
             a.conntrack_entries += s.conntrack_len as u64;
+            a.snat_ports += s.snat_ports as u64;
             a.conntrack_capacity += s.conntrack_capacity as u64;
         }
         a
@@ -681,5 +684,6 @@ fn conntrack_doc(agg: &Aggregate) -> api::Conntrack {
         stateless_no_entry: agg.stats.stateless_no_entry,
         stateless_table_full: agg.stats.conntrack_fallback,
         snat_exhausted: agg.drops[DropReason::SnatExhausted.index()],
+        snat_ports: agg.snat_ports,
     }
 }

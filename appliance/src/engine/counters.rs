@@ -50,6 +50,8 @@ pub struct CounterSnapshot {
     pub conntrack: lb::conntrack::ConnStats,
     /// Entries per timeout class ([`lb::FlowState::class`]).
     pub conntrack_fill: [usize; lb::conntrack::CLASSES],
+    /// FullNAT local ports its flows hold ([`lb::conntrack::ConnTable::snat_ports`]).
+    pub snat_ports: usize,
     /// Counters of earlier versions.
     pub retired_vips: HashMap<String, VipTotals>,
     pub retired_backends: HashMap<BackendId, BackendTotals>,

@@ -166,6 +166,7 @@ impl LbHandler {
         s.conntrack_capacity = self.ct.capacity();
         s.conntrack = self.ct.stats;
         s.conntrack_fill = self.ct.fill();
+        s.snat_ports = self.ct.snat_ports();
     }
 }
 

@@ -36,15 +36,18 @@ pub enum Tab {
     Backends,
     Bgp,
     Events,
+    /// The connection tables, FullNAT ports and flood mode.
+    Conns,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [
+    pub const ALL: [Tab; 6] = [
         Tab::Overview,
         Tab::Vips,
         Tab::Backends,
         Tab::Bgp,
         Tab::Events,
+        Tab::Conns,
     ];
 
     pub fn title(self) -> &'static str {
@@ -54,6 +57,7 @@ impl Tab {
             Tab::Backends => "Backends",
             Tab::Bgp => "BGP",
             Tab::Events => "Events",
+            Tab::Conns => "Conns",
         }
     }
 

@@ -4,11 +4,12 @@
 //! reverse video and emphasis is bold.
 
 //!
-//! One file per view (overview, vips, backends, bgp, events); the pieces they share are in
+//! One file per view (overview, vips, backends, bgp, events, conns); the pieces they share are in
 //! `widgets`; the frame around them (tabs, banner, status line, footer, help) is here.
 
 mod backends;
 mod bgp;
+mod conns;
 mod events;
 mod overview;
 mod vips;
@@ -104,6 +105,7 @@ pub fn render_tab(app: &App, tab: Tab, area: Rect, buf: &mut Buffer) {
         Tab::Backends => backends::backends(app, t, area, buf),
         Tab::Bgp => bgp::bgp(app, t, area, buf),
         Tab::Events => events::events(app, t, area, buf),
+        Tab::Conns => conns::conns(app, t, area, buf),
     }
 }
 
@@ -192,7 +194,7 @@ fn status_line(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
 
 fn footer(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
     let keys: &[(&str, &str)] = match app.tab {
-        Tab::Overview => &[("1-5", "views"), ("R", "reload"), ("r", "refresh")],
+        Tab::Overview => &[("1-6", "views"), ("R", "reload"), ("r", "refresh")],
         Tab::Vips => &[
             ("Enter", "backends"),
             ("s", "sort"),
@@ -207,7 +209,8 @@ fn footer(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
             ("e", "enable"),
             ("w", "weight"),
         ],
-        Tab::Bgp | Tab::Events => &[("↑↓", "scroll"), ("1-5", "views"), ("R", "reload")],
+        Tab::Bgp | Tab::Events => &[("↑↓", "scroll"), ("1-6", "views"), ("R", "reload")],
+        Tab::Conns => &[("1-6", "views"), ("R", "reload"), ("r", "refresh")],
     };
     let mut spans = vec![Span::raw(" ")];
     for (k, what) in keys.iter().chain(&[("?", "help"), ("q", "quit")]) {

@@ -207,6 +207,8 @@ pub struct ConnTable {
     worker: u16,
     workers: u16,
     journal: Option<Journal>,
+    /// Live FullNAT flows (each holds a local port).
+    snat_flows: usize,
     /// Counters since creation.
     pub stats: ConnStats,
 }
@@ -290,6 +292,7 @@ impl ConnTable {
             worker: worker % workers,
             workers,
             journal: None,
+            snat_flows: 0,
             stats: ConnStats::default(),
         }
     }
@@ -524,6 +527,9 @@ impl ConnTable {
         {
             self.rev.remove_at(pos);
         }
+        if flow.snat.is_some() {
+            self.snat_flows -= 1;
+        }
         if let Some(j) = &mut self.journal {
             j.removed.push(flow.key);
             if flow.snat.is_some()
@@ -595,6 +601,9 @@ impl ConnTable {
         self.fwd.insert(fwd_hash(&flow.key), id);
         if let Some(rk) = flow.rev_key() {
             self.rev.insert(rev_hash(&rk), id);
+        }
+        if flow.snat.is_some() {
+            self.snat_flows += 1;
         }
         self.count(id, true);
         self.len += 1;
@@ -704,6 +713,12 @@ impl ConnTable {
         }
         j.removed.clear();
         j.held.clear();
+    }
+
+    /// FullNAT local ports taken now: by live flows, and by removed ones whose kernel
+    /// flow-cache entries have not gone yet.
+    pub fn snat_ports(&self) -> usize {
+        self.snat_flows + self.journal.as_ref().map_or(0, |j| j.held.len())
     }
 
     /// Whether a removed flow not yet drained holds this reverse key.

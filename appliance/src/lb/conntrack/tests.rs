@@ -342,14 +342,17 @@ fn journal_holds_a_removed_fullnat_port_until_drained() {
     f.snat = Some((l, p));
     f.reverse = true;
     ct.insert(f, 0).unwrap();
+    assert_eq!(ct.snat_ports(), 1, "a live FullNAT flow holds its port");
     // Expired: a new allocation with the same start reclaims the flow but not its port.
     let later = 901 * S;
     let next = ct.alloc_snat(6, backend, 8080, &pool, 7, later).unwrap();
     assert_ne!(next, (l, p), "port reused before its kernel entries went");
     assert!(ct.is_empty());
+    assert_eq!(ct.snat_ports(), 1, "the journal still holds the port");
     let mut evicted = Vec::new();
     ct.drain_removed(|k| evicted.push(*k));
     assert_eq!(evicted, [f.key]);
+    assert_eq!(ct.snat_ports(), 0);
     assert_eq!(
         ct.alloc_snat(6, backend, 8080, &pool, 7, later),
         Some((l, p))
