@@ -498,13 +498,16 @@ fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without()
         log_text()
     );
 
-    // With max_prefixes = 1000: 1,800 prefixes end the session with Cease subcode 1.
+    // With max_prefixes = 1000: a million prefixes end the session with Cease subcode 1
+    // (the writes fail once the appliance closed it), and the VIP serves throughout.
     let mut peer = Peer::accept(&listener);
     assert!(
         matches!(peer.read(), Some(Message::Keepalive)),
         "session up"
     );
-    assert!(peer.announce(1800), "announce");
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = steady_client(&lab, Arc::clone(&stop));
+    let all_sent = peer.announce(1_000_000);
     let notification = loop {
         match peer.read() {
             Some(Message::Notification(n)) => break n,
@@ -512,7 +515,15 @@ fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without()
             None => panic!("closed without a NOTIFICATION:\n{}", log_text()),
         }
     };
-    println!("hd max_prefixes 1000: received {notification:?}");
+    // The VIP keeps serving after the session ended too.
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let (requests, failed) = client.join().expect("client");
+    println!(
+        "hd max_prefixes 1000: received {notification:?} (every UPDATE written: {all_sent}); \
+         VIP {requests} requests, {failed} failed"
+    );
+    assert_eq!(failed, 0, "{failed} of {requests} VIP requests failed");
     assert_eq!(
         (notification.code, notification.subcode),
         (6, 1),
@@ -530,11 +541,14 @@ fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without()
     lab.write_config(&bgp_config(&base, None)).expect("config");
     let (ok, _, err) = ctl(&socket, &["reload"]);
     assert!(ok, "reload: {err}");
-    let mut peer = Peer::accept(&listener);
-    assert!(
-        matches!(peer.read(), Some(Message::Keepalive)),
-        "session up"
-    );
+    // The old speaker may have reconnected after its Cease before the reload stopped it:
+    // that connection is in the backlog, and closed.
+    let mut peer = (0..5)
+        .find_map(|_| {
+            let mut p = Peer::accept(&listener);
+            matches!(p.read(), Some(Message::Keepalive)).then_some(p)
+        })
+        .expect("the new speaker's session comes up");
     let pid = lab.appliance_pid(0).expect("pid");
     let rss_before = vm_rss_kb(pid);
     let stop = Arc::new(AtomicBool::new(false));
@@ -861,5 +875,68 @@ fn hd_ctl_and_the_control_loop_answer_while_a_full_flow_cache_is_walked() {
             .expect("VIP serves");
         assert_eq!(status, 200);
     }
+    assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
+}
+
+#[test]
+fn hd_a_reload_whose_new_speaker_cannot_start_is_rejected_whole() {
+    lab::netns::require_root();
+    let mut lab = Lab::build(LabOptions {
+        modes: vec![LabMode::Nat],
+        health_checks: false,
+        bgp: Some(false),
+        prefix: "cr",
+        ..LabOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("lab: {e}"));
+    let socket = lab.api_socket_at(0);
+    let base = lab.config(&socket);
+    lab.write_config(&base).expect("config");
+    let log = lab.start_appliance(&sluice()).expect("start");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        lab.wait_vip(nat_vip(), Duration::from_secs(20))
+            .expect("client"),
+        "VIP never answered:\n{}",
+        log_text()
+    );
+    let before = version(&socket);
+    // Another process of the appliance's namespace holds the BGP port.
+    let holder = lab
+        .appliance_ns(0)
+        .in_thread(|| TcpListener::bind("[::]:179").expect("hold port 179"))
+        .expect("thread")
+        .join()
+        .expect("holder");
+    lab.write_config(&bgp_config(&base, None)).expect("config");
+    let (ok, out, err) = ctl(&socket, &["reload"]);
+    println!("cr reload with port 179 taken: ok={ok} {out}{err}");
+    assert!(!ok, "the reload was reported applied: {out}");
+    assert!(
+        err.contains("[bgp]: the new speaker did not start") && err.contains("179"),
+        "the reply names the failure: {err}"
+    );
+    assert_eq!(version(&socket), before, "the old version still runs");
+    assert_eq!(
+        ctl_json(&socket, &["bgp"])["enabled"],
+        false,
+        "no [bgp] published"
+    );
+    for _ in 0..5 {
+        let (status, _) = lab
+            .from_client(|| http_get(nat_vip(), "/whoami", Duration::from_secs(3)))
+            .expect("client")
+            .expect("old VIP serves");
+        assert_eq!(status, 200);
+    }
+    let (_, m, _) = ctl(&socket, &["metrics"]);
+    assert!(sample(&m, "sluice_config_reloads_rejected_total") >= 1.0);
+
+    // With the port free again the same file applies and the speaker listens.
+    drop(holder);
+    let (ok, out, err) = ctl(&socket, &["reload"]);
+    assert!(ok, "reload with the port free: {err}\n{}", log_text());
+    assert!(version(&socket) > before, "{out}");
+    assert_eq!(ctl_json(&socket, &["bgp"])["enabled"], true);
     assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
 }
