@@ -302,9 +302,8 @@ impl Shared {
             a.conntrack.evicted_embryonic += c.evicted_embryonic;
             a.conntrack.evicted_closing += c.evicted_closing;
             a.conntrack.full += c.full;
-            for (f, n) in a.conntrack_fill.iter_mut().zip(s.conntrack_fill) {
-                *f += n as u64;
-            }
+            let fill = a.conntrack_fill.iter_mut().zip(s.conntrack_fill);
+            fill.for_each(|(f, n)| *f += n as u64);
             a.conntrack_entries += s.conntrack_len as u64;
             a.snat_ports += s.snat_ports as u64;
             a.conntrack_capacity += s.conntrack_capacity as u64;
