@@ -424,8 +424,9 @@ fn flood_both_vips(kind: Kind, extra: &str) {
             run.tunnel_sent,
         );
         // The tunnel client is one source well over its rate: before flood mode told tunnel
-        // VIPs apart, the mode cut it to that rate (about 40% echoed).
-        if run.tunnel_sent < 5000 || (run.tunnel_echoed as f64) < 0.99 * run.tunnel_sent as f64 {
+        // VIPs apart, the mode cut it to that rate (200 of its 500 datagrams a second). 2%
+        // is left for datagrams a busy 2-core machine loses in socket buffers.
+        if run.tunnel_sent < 5000 || (run.tunnel_echoed as f64) < 0.98 * run.tunnel_sent as f64 {
             failures.push(format!(
                 "{kind:?} {}: the tunnel client's flow had {}/{} echoed",
                 mode.name(),
