@@ -114,7 +114,7 @@ pub(super) fn fill(
             .ring
             .slots()
             .iter()
-            .map(|p| v.backends.start + p)
+            .map(|p| v.backends.start + u32::from(*p))
             .collect();
         if held.rings[r] != entries && !entries.is_empty() {
             let keys: Vec<u8> = (0..entries.len() as u32)
