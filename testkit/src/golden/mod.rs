@@ -180,7 +180,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 11] = [
+    let groups: [&[Row]; 12] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
