@@ -177,7 +177,6 @@ impl Control {
             "routes or neighbours changed",
             None,
         );
-        self.apply_stateless("routes or neighbours changed");
         self.view(None);
     }
 
