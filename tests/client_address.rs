@@ -383,17 +383,19 @@ fn toa_carries_the_client_address_and_port_to_the_backend() {
     lab.write_config(&config(&lab, "toa", PLAIN_PORT))
         .expect("config");
     let pcap = dir.join("toa.pcap");
-    let mut dump = lab.backends[0].spawn(&[
-        "tcpdump",
-        "-i",
-        "eth0",
-        "-U",
-        "-s",
-        "200",
-        "-w",
-        &pcap.to_string_lossy(),
-        &format!("tcp port {PLAIN_PORT}"),
-    ]);
+    let mut dump = lab.backends[0].capture(
+        Duration::from_secs(300),
+        &[
+            "-i",
+            "eth0",
+            "-U",
+            "-s",
+            "200",
+            "-w",
+            &pcap.to_string_lossy(),
+            &format!("tcp port {PLAIN_PORT}"),
+        ],
+    );
     let log = lab
         .start_appliance(Path::new(env!("CARGO_BIN_EXE_sluice")))
         .expect("start");
@@ -414,10 +416,6 @@ fn toa_carries_the_client_address_and_port_to_the_backend() {
         );
         assert_eq!(body, "nginx\n");
     }
-    std::thread::sleep(Duration::from_millis(500));
-    let _ = dump.kill();
-    let _ = dump.wait();
-    let seen = toa_options(&std::fs::read(&pcap).expect("pcap"));
     let c4: IpAddr = CLIENT4.parse().unwrap();
     let c6: IpAddr = CLIENT6.parse().unwrap();
     let want4 = (
@@ -436,9 +434,18 @@ fn toa_carries_the_client_address_and_port_to_the_backend() {
             _ => unreachable!(),
         },
     );
+    // tcpdump writes each packet as it gets it; wait until both are in the file.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let read = || toa_options(&std::fs::read(&pcap).unwrap_or_default());
+    while !(read().contains(&want4) && read().contains(&want6)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab::netns::stop_capture(&mut dump);
+    let seen = read();
     assert!(
         seen.contains(&want4),
-        "no IPv4 TOA with {CLIENT4}:41001 at the backend: {seen:?}"
+        "no IPv4 TOA with {CLIENT4}:41001 at the backend: {seen:?} ({} bytes captured)",
+        std::fs::metadata(&pcap).map(|m| m.len()).unwrap_or(0)
     );
     assert!(
         seen.contains(&want6),

@@ -280,16 +280,10 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
         } else {
             "src host 198.51.100.2 and tcp[tcpflags] & tcp-syn != 0"
         };
-        let mut cap = lab.backends[0]
-            .command("timeout")
-            .args([
-                "15", "tcpdump", "-l", "-nn", "-v", "-c", "1", "-i", dev, filter,
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("tcpdump");
-        wait_listening(&mut cap);
+        let cap = lab.backends[0].capture(
+            Duration::from_secs(15),
+            &["-l", "-nn", "-v", "-c", "1", "-i", dev, filter],
+        );
         let down = lab
             .from_client(move || http(vip, "GET", "/blob4", b""))
             .expect("client thread")
@@ -361,19 +355,4 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
             .unwrap_or(0);
         assert!(v > 0, "{l}");
     }
-}
-
-/// Waits until tcpdump says it listens (its stderr's first line), so the SYN is not missed.
-fn wait_listening(cap: &mut std::process::Child) {
-    use std::io::BufRead;
-    let err = cap.stderr.take().expect("tcpdump stderr");
-    let mut reader = std::io::BufReader::new(err);
-    let mut line = String::new();
-    let _ = reader.read_line(&mut line);
-    assert!(
-        line.contains("listening"),
-        "tcpdump did not start: {line:?}"
-    );
-    // Keep draining, so its last words at exit find the pipe open.
-    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
 }

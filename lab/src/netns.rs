@@ -150,6 +150,38 @@ impl Netns {
             .unwrap_or_else(|e| panic!("cannot spawn {args:?} in {}: {e}", self.name))
     }
 
+    /// Starts `tcpdump ARGS` inside the namespace in immediate mode (every packet is handed
+    /// to it at once, not when the kernel retires a ring block up to a second later) and
+    /// returns once it is listening, so nothing sent after this call is missed. It ends by
+    /// itself after `limit` (a capture waiting for a packet that never comes must not hang
+    /// a test) or at [`stop_capture`]. Its stdout is piped (read it for text output); its
+    /// stderr is drained.
+    pub fn capture(&self, limit: std::time::Duration, args: &[&str]) -> Child {
+        use std::io::BufRead;
+        let mut cap = self
+            .command("timeout")
+            .arg(limit.as_secs().max(1).to_string())
+            .args(["tcpdump", "--immediate-mode"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn tcpdump {args:?} in {}: {e}", self.name));
+        let err = cap.stderr.take().expect("tcpdump stderr");
+        let mut reader = std::io::BufReader::new(err);
+        let mut line = String::new();
+        let _ = reader.read_line(&mut line);
+        assert!(
+            line.contains("listening"),
+            "tcpdump {args:?} in {} did not start: {line:?}",
+            self.name
+        );
+        // Keep draining, so its last words at exit find the pipe open.
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        cap
+    }
+
     /// Runs `f` on a new thread that has entered this namespace, so every socket it opens
     /// lives here (the lab's traffic generator uses it instead of forking a client per request).
     pub fn in_thread<T: Send + 'static>(
@@ -287,4 +319,13 @@ pub fn require(program: &str, package: &str) -> Result<()> {
 /// [`require`], failing the test when `program` is missing.
 pub fn require_program(program: &str, package: &str) {
     require(program, package).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Ends a capture started by [`Netns::capture`] the way tcpdump finishes cleanly (SIGTERM,
+/// which `timeout` hands on; its output file is complete afterwards) and waits for it.
+pub fn stop_capture(cap: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &cap.id().to_string()])
+        .status();
+    let _ = cap.wait();
 }
