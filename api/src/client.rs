@@ -210,6 +210,16 @@ impl Client {
         self.call(Method::GET, "/v1/bgp", None).await
     }
 
+    /// The fleet document (`GET /v1/fleet`); `Ok(None)` on an appliance that runs alone
+    /// (the API answers 404 without a `[fleet]` section).
+    pub async fn fleet(&self) -> Result<Option<crate::FleetStatus>, ClientError> {
+        match self.call(Method::GET, "/v1/fleet", None).await {
+            Ok(doc) => Ok(Some(doc)),
+            Err(ClientError::Api { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Events after `since` (all kept events with 0), oldest first.
     pub async fn events(&self, since: u64) -> Result<Vec<Event>, ClientError> {
         self.call(Method::GET, &format!("/v1/events?since={since}"), None)

@@ -154,12 +154,14 @@ async fn poll(client: &Client, vip: Option<String>, since: u64) -> Result<Snapsh
     };
     let bgp = client.bgp().await.map_err(unreachable)?;
     let events = client.events(since).await.map_err(unreachable)?;
+    let fleet = client.fleet().await.map_err(unreachable)?;
     Ok(Snapshot {
         status,
         vips,
         backends,
         bgp,
         events,
+        fleet,
     })
 }
 

@@ -40,6 +40,7 @@ fn tabs_switch_by_number_tab_and_arrows() {
         ('4', Tab::Bgp),
         ('5', Tab::Events),
         ('6', Tab::Conns),
+        ('7', Tab::Fleet),
         ('1', Tab::Overview),
     ] {
         ch(&mut app, c);
@@ -49,14 +50,14 @@ fn tabs_switch_by_number_tab_and_arrows() {
     assert_eq!(app.tab, Tab::Vips);
     key(&mut app, KeyCode::BackTab);
     key(&mut app, KeyCode::BackTab);
-    assert_eq!(app.tab, Tab::Conns, "Shift-Tab wraps around");
+    assert_eq!(app.tab, Tab::Fleet, "Shift-Tab wraps around");
     ch(&mut app, 'l');
     assert_eq!(app.tab, Tab::Overview);
     key(&mut app, KeyCode::Left);
     ch(&mut app, 'h');
-    assert_eq!(app.tab, Tab::Events);
-    key(&mut app, KeyCode::Right);
     assert_eq!(app.tab, Tab::Conns);
+    key(&mut app, KeyCode::Right);
+    assert_eq!(app.tab, Tab::Fleet);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use api::{Backend, Bgp, Event, Status, Vip};
+use api::{Backend, Bgp, Event, FleetStatus, Status, Vip};
 use common::*;
 use crossterm::event::KeyCode;
 use ratatui::buffer::Buffer;
@@ -14,13 +14,14 @@ use ratatui::style::{Color, Modifier};
 use tui::app::{App, Conn, Failure, Msg, Tab, update};
 use tui::view::{render_footer, render_status_line, render_tab};
 
-const VIEWS: [(Tab, &str); 6] = [
+const VIEWS: [(Tab, &str); 7] = [
     (Tab::Overview, "overview"),
     (Tab::Vips, "vips"),
     (Tab::Backends, "backends"),
     (Tab::Bgp, "bgp"),
     (Tab::Events, "events"),
     (Tab::Conns, "conns"),
+    (Tab::Fleet, "fleet"),
 ];
 
 fn app_on(tab: Tab) -> App {
@@ -45,6 +46,7 @@ fn fixtures_are_model_documents() {
         same::<Vec<Backend>>(&format!("t{k}-backends-web6.json"));
         same::<Bgp>(&format!("t{k}-bgp.json"));
         same::<Vec<Event>>(&format!("t{k}-events.json"));
+        same::<FleetStatus>(&format!("t{k}-fleet.json"));
     }
 }
 
@@ -108,6 +110,57 @@ fn rejected_reload_at_80x24() {
         },
     );
     insta::assert_snapshot!("reload_rejected_80x24", screen_text(&app, 80, 24));
+}
+
+/// The Fleet view of a member cut off from etcd (stale, forwarding on what it runs) and of
+/// one catching up (announcements held); and of an appliance that runs alone.
+#[test]
+fn fleet_view_stale_catching_up_and_alone() {
+    let mut app = app_on(Tab::Fleet);
+    let f = app.fleet.as_mut().expect("the recorded fleet");
+    f.connected = false;
+    f.stale = true;
+    f.stale_seconds = Some(42.4);
+    f.last_error = Some("etcd: connection refused (10.1.0.1:2379)".into());
+    f.members.truncate(1);
+    f.disagreements.clear();
+    let stale = screen_text(&app, 80, 24);
+    insta::assert_snapshot!("fleet_stale_80x24", stale);
+    assert!(stale.contains("STALE for 42s"), "{stale}");
+    assert!(stale.contains("forwarding on revision 1184"), "{stale}");
+
+    let f = app.fleet.as_mut().expect("the recorded fleet");
+    f.stale = false;
+    f.connected = true;
+    f.announcing = false;
+    f.running_revision = 1180;
+    let held = screen_text(&app, 80, 24);
+    assert!(held.contains("catching up: announcements held"), "{held}");
+
+    app.fleet = None;
+    let alone = screen_text(&app, 80, 24);
+    assert!(alone.contains("Not a fleet member"), "{alone}");
+}
+
+/// The recorded fleet: the refused revision with the member and its error, every member's
+/// readiness and lag, the disagreement with the dissenting member named.
+#[test]
+fn fleet_view_shows_refusal_members_and_disagreements() {
+    let mut app = app_on(Tab::Fleet);
+    app.fleet = Some(fixture::<FleetStatus>("t1-fleet.json"));
+    insta::assert_snapshot!("fleet_refused_80x24", screen_text(&app, 80, 24));
+    let s = screen_text(&app, 120, 40);
+    for want in [
+        "fleet edge-fra · member lb-fra1",
+        "pushed 1187, activated 1184, running here 1184",
+        "revision 1187 refused, not activated: lb-fra3:",
+        "lb-fra3",
+        "refused",
+        "12 ms",
+        "web/10.0.0.13:80 fleet up (2 up, 1 down) · lb-fra2 disagree",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
 }
 
 #[test]

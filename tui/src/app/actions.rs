@@ -237,7 +237,7 @@ impl App {
 
     fn move_selection(&mut self, f: impl Fn(usize, usize) -> usize) {
         match self.tab {
-            Tab::Overview | Tab::Conns => {}
+            Tab::Overview | Tab::Conns | Tab::Fleet => {}
             Tab::Vips => {
                 let names: Vec<String> =
                     self.visible_vips().iter().map(|v| v.name.clone()).collect();

@@ -82,7 +82,7 @@ pub fn keymap(app: &App, key: KeyEvent) -> Option<Action> {
         KeyCode::Char('q') => Action::Quit,
         KeyCode::Tab => Action::NextTab,
         KeyCode::BackTab => Action::PrevTab,
-        KeyCode::Char(c @ '1'..='6') => Action::GoTo(Tab::ALL[(c as u8 - b'1') as usize]),
+        KeyCode::Char(c @ '1'..='7') => Action::GoTo(Tab::ALL[(c as u8 - b'1') as usize]),
         KeyCode::Left | KeyCode::Char('h') => Action::PrevTab,
         KeyCode::Right | KeyCode::Char('l') => Action::NextTab,
         KeyCode::Up | KeyCode::Char('k') => Action::Up,
@@ -113,7 +113,7 @@ pub fn keymap(app: &App, key: KeyEvent) -> Option<Action> {
 
 /// The keys, for the footer and the help page: (keys, what they do).
 pub const KEYS: &[(&str, &str)] = &[
-    ("1-6 Tab S-Tab ←→ h l", "switch view"),
+    ("1-7 Tab S-Tab ←→ h l", "switch view"),
     ("↑↓ j k PgUp PgDn g G", "move the selection"),
     ("Enter", "VIPs: show the selected VIP's backends"),
     ("s / S", "VIPs: cycle the sort column / reverse it"),

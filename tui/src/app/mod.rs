@@ -17,7 +17,7 @@ mod snapshot;
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use api::{Backend, Bgp, Command, Commit, Event, Status, Vip};
+use api::{Backend, Bgp, Command, Commit, Event, FleetStatus, Status, Vip};
 use crossterm::event::KeyEvent;
 
 use crate::rates::{BackendRates, Counters, TotalRates, VipRates};
@@ -38,16 +38,19 @@ pub enum Tab {
     Events,
     /// The connection tables, FullNAT ports and flood mode.
     Conns,
+    /// The fleet this appliance is a member of (`[fleet]`): versions, members, disagreements.
+    Fleet,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 6] = [
+    pub const ALL: [Tab; 7] = [
         Tab::Overview,
         Tab::Vips,
         Tab::Backends,
         Tab::Bgp,
         Tab::Events,
         Tab::Conns,
+        Tab::Fleet,
     ];
 
     pub fn title(self) -> &'static str {
@@ -58,6 +61,7 @@ impl Tab {
             Tab::Bgp => "BGP",
             Tab::Events => "Events",
             Tab::Conns => "Conns",
+            Tab::Fleet => "Fleet",
         }
     }
 
@@ -133,6 +137,8 @@ pub struct Snapshot {
     pub bgp: Bgp,
     /// Events after the `since` the poll was given, oldest first.
     pub events: Vec<Event>,
+    /// The fleet document (`None`: the appliance runs alone, without `[fleet]`).
+    pub fleet: Option<FleetStatus>,
 }
 
 /// A failed action as the operator should read it.
@@ -269,6 +275,8 @@ pub struct App {
     pub last_seq: u64,
     /// Row in the newest-first event list.
     pub event_sel: usize,
+    /// The fleet as this member sees it (`None`: not a fleet member).
+    pub fleet: Option<FleetStatus>,
 
     pub sort: VipSort,
     pub sort_reverse: bool,
@@ -307,6 +315,7 @@ impl App {
             events: VecDeque::new(),
             last_seq: 0,
             event_sel: 0,
+            fleet: None,
             sort: VipSort::Name,
             sort_reverse: false,
             filter: String::new(),

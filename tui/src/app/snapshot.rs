@@ -84,6 +84,7 @@ impl App {
 
         self.peer_sel = self.peer_sel.min(snap.bgp.peers.len().saturating_sub(1));
         self.bgp = Some(snap.bgp);
+        self.fleet = snap.fleet;
 
         for e in snap.events {
             if e.seq > self.last_seq {

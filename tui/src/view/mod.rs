@@ -4,13 +4,14 @@
 //! reverse video and emphasis is bold.
 
 //!
-//! One file per view (overview, vips, backends, bgp, events, conns); the pieces they share are in
+//! One file per view (overview, vips, backends, bgp, events, conns, fleet); the pieces they share are in
 //! `widgets`; the frame around them (tabs, banner, status line, footer, help) is here.
 
 mod backends;
 mod bgp;
 mod conns;
 mod events;
+mod fleet;
 mod overview;
 mod vips;
 mod widgets;
@@ -106,6 +107,7 @@ pub fn render_tab(app: &App, tab: Tab, area: Rect, buf: &mut Buffer) {
         Tab::Bgp => bgp::bgp(app, t, area, buf),
         Tab::Events => events::events(app, t, area, buf),
         Tab::Conns => conns::conns(app, t, area, buf),
+        Tab::Fleet => fleet::fleet(app, t, area, buf),
     }
 }
 
@@ -141,17 +143,25 @@ fn header(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
         Constraint::Length((right.chars().count() as u16).min(area.width / 3)),
     ])
     .areas(area);
-    let titles = Tab::ALL
+    let titles: Vec<String> = Tab::ALL
         .iter()
         .enumerate()
-        .map(|(i, tab)| Line::raw(format!("{} {}", i + 1, tab.title())));
+        .map(|(i, tab)| format!("{} {}", i + 1, tab.title()))
+        .collect();
+    // Every tab padded, or, when that does not fit beside the name (80 columns), unpadded.
+    let bare: usize = titles.iter().map(|s| s.chars().count()).sum::<usize>() + titles.len() - 1;
+    let pad = if bare + 2 * titles.len() <= usize::from(left.width) {
+        " "
+    } else {
+        ""
+    };
     put(
         buf,
-        Tabs::new(titles)
+        Tabs::new(titles.into_iter().map(Line::raw))
             .select(app.tab.index())
             .highlight_style(t.selected().add_modifier(Modifier::BOLD))
             .divider("│")
-            .padding(" ", " "),
+            .padding(pad, pad),
         left,
     );
     put(
@@ -194,7 +204,7 @@ fn status_line(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
 
 fn footer(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
     let keys: &[(&str, &str)] = match app.tab {
-        Tab::Overview => &[("1-6", "views"), ("R", "reload"), ("r", "refresh")],
+        Tab::Overview => &[("1-7", "views"), ("R", "reload"), ("r", "refresh")],
         Tab::Vips => &[
             ("Enter", "backends"),
             ("s", "sort"),
@@ -209,8 +219,8 @@ fn footer(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
             ("e", "enable"),
             ("w", "weight"),
         ],
-        Tab::Bgp | Tab::Events => &[("↑↓", "scroll"), ("1-6", "views"), ("R", "reload")],
-        Tab::Conns => &[("1-6", "views"), ("R", "reload"), ("r", "refresh")],
+        Tab::Bgp | Tab::Events => &[("↑↓", "scroll"), ("1-7", "views"), ("R", "reload")],
+        Tab::Conns | Tab::Fleet => &[("1-7", "views"), ("R", "reload"), ("r", "refresh")],
     };
     let mut spans = vec![Span::raw(" ")];
     for (k, what) in keys.iter().chain(&[("?", "help"), ("q", "quit")]) {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use api::{Backend, Bgp, Event, Status, Vip};
+use api::{Backend, Bgp, Event, FleetStatus, Status, Vip};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -40,6 +40,7 @@ pub fn recorded(k: u32, vip: &str) -> Snapshot {
         )),
         bgp: fixture::<Bgp>(&format!("t{k}-bgp.json")),
         events: fixture::<Vec<Event>>(&format!("t{k}-events.json")),
+        fleet: Some(fixture::<FleetStatus>(&format!("t{k}-fleet.json"))),
     }
 }
 
