@@ -43,6 +43,12 @@ impl HealthBatch {
         self.transitions += 1;
     }
 
+    /// Opens the batch at `now` without a local transition: in a fleet, the fleet's
+    /// verdicts moved with another member's report, and they commit with the batch.
+    pub fn touch(&mut self, now: Instant) {
+        self.first.get_or_insert(now);
+    }
+
     /// When the batch must be committed: `window` after its first transition; `None` while
     /// it is empty.
     pub fn due(&self, window: Duration) -> Option<Instant> {
@@ -121,6 +127,14 @@ mod tests {
         assert_eq!(taken.verdicts.len(), 200);
         assert!(taken.verdicts[&id(3)], "the newest verdict wins");
         assert_eq!(b.due(w), None, "taken: empty again");
+        b.touch(t0);
+        b.add([&id(1)], true, t0 + Duration::from_millis(10));
+        assert_eq!(b.due(w), Some(t0 + w), "a touch opens the batch");
+        assert_eq!(
+            b.take().map(|t| t.transitions),
+            Some(1),
+            "and counts nothing"
+        );
 
         let mut health = HashMap::from([(id(3), true)]);
         assert!(taken.apply(&mut health));

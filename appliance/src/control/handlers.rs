@@ -131,6 +131,9 @@ impl Control {
         let Some(batch) = self.health_batch.take() else {
             return;
         };
+        if self.fleet.is_some() {
+            return self.commit_fleet_health(batch).await;
+        }
         if !batch.apply(&mut self.st.health) {
             self.view(None);
             return;

@@ -280,13 +280,7 @@ impl Control {
                 _ = int.recv() => { info!("SIGINT: stopping"); return Ok(()); }
                 _ = hup.recv() => self.on_hangup().await,
                 Some(cmd) = commands.recv() => self.on_command(cmd).await,
-                Some(tr) = transitions.recv() => {
-                    if self.fleet.is_some() {
-                        self.on_fleet_transition(tr).await
-                    } else {
-                        self.on_transitions(tr, &mut transitions).await
-                    }
-                }
+                Some(tr) = transitions.recv() => self.on_transitions(tr, &mut transitions).await,
                 _ = tokio::time::sleep_until(batch_at.into()), if due.is_some() => {
                     self.commit_health().await;
                 }

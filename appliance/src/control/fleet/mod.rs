@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub mod status;
@@ -258,9 +259,16 @@ impl Control {
         self.fleet_status();
     }
 
-    /// Health and overrides from the view, then the member's decisions on it.
+    /// Health and overrides from the view, then the member's decisions on it. Fleet
+    /// verdicts that moved with the view (another member's probes, a member gone) join the
+    /// health batch, so a storm of reports makes one version per `health_batch`.
     async fn fleet_follow(&mut self) {
-        self.fleet_apply_health("fleet health").await;
+        let name = self.st.config.appliance.name.clone();
+        if let Some(link) = self.fleet.as_mut()
+            && link.fleet_health(&name) != self.st.health
+        {
+            self.health_batch.touch(Instant::now());
+        }
         self.fleet_apply_overrides().await;
         let Some(link) = self.fleet.as_mut() else {
             return;
@@ -419,18 +427,20 @@ impl Control {
         out
     }
 
-    /// Rebuilds the tables when the fleet's verdicts changed.
-    async fn fleet_apply_health(&mut self, why: &str) {
+    /// Rebuilds the tables when the fleet's verdicts changed; whether a version was
+    /// committed.
+    async fn fleet_apply_health(&mut self, why: &str) -> bool {
         let name = self.st.config.appliance.name.clone();
         let Some(link) = self.fleet.as_mut() else {
-            return;
+            return false;
         };
         let health = link.fleet_health(&name);
-        if health != self.st.health {
-            self.st.health = health;
-            let overrides = self.st.overrides.clone();
-            let _ = self.update(&overrides, why).await;
+        if health == self.st.health {
+            return false;
         }
+        self.st.health = health;
+        let overrides = self.st.overrides.clone();
+        self.update(&overrides, why).await.is_ok()
     }
 
     /// Applies the fleet's overrides when they changed since last applied.
@@ -454,28 +464,26 @@ impl Control {
         let _ = self.update(&wanted, "fleet: operator overrides").await;
     }
 
-    /// A probe changed state: the member publishes its verdicts, the tables follow the
-    /// fleet's.
-    pub(super) async fn on_fleet_transition(&mut self, tr: health::Transition) {
-        let up = tr.to == health::Health::Up;
-        info!("health: {tr}");
-        let pairs = self.targets.get(&tr.key).cloned().unwrap_or_default();
-        for p in &pairs {
-            self.st.reasons.insert(p.clone(), tr.reason.to_string());
-        }
-        event(
-            &self.shared,
-            Kind::Health,
-            format!("{}: {} -> {} ({})", tr.key, tr.from, tr.to, tr.reason),
-        );
+    /// A health batch (`[appliance] health_batch`) in a fleet: the member's own verdicts
+    /// take the batch and are published once for all of it; the tables follow the fleet's
+    /// quorum over every live member, one version for the batch.
+    pub(super) async fn commit_fleet_health(&mut self, batch: super::batch::Taken) {
         let Some(link) = self.fleet.as_mut() else {
             return;
         };
-        for p in pairs {
-            link.local.insert(p, up);
+        if batch.apply(&mut link.local) {
+            link.send(Request::Health(link.local_report()));
         }
-        link.send(Request::Health(link.local_report()));
-        self.fleet_apply_health("health change").await;
+        let why = match batch.transitions {
+            1 => "health change".to_string(),
+            n => format!("health: {n} transitions"),
+        };
+        self.health_since = Some(batch.first);
+        let committed = self.fleet_apply_health(&why).await;
+        self.health_since = None;
+        if committed {
+            self.shared.health.commits.fetch_add(1, Ordering::Relaxed);
+        }
         self.sync_bgp(Instant::now());
         self.fleet_status();
         self.view(None);
