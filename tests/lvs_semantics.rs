@@ -12,6 +12,8 @@
 //!   the rest refused by `overflow = "reset"` (a RST: the client sees ECONNREFUSED), counted.
 //! - `udp_one_packet`: 300 datagrams from one source port spread over the backends (rr), no
 //!   UDP flow entries.
+//! - slow start 10 s: a backend enabled again gets a rising share of new connections over
+//!   10 s (shares per second printed), then its even share; the API shows it ramping.
 //!
 //! Clients with many source addresses use a small Python helper in the client namespace
 //! (the lab needs python3 anyway). Needs root.
@@ -29,6 +31,7 @@ const SH_PORT: &str = "192.0.2.65";
 const PERSIST: &str = "192.0.2.66";
 const LIMIT: &str = "192.0.2.67";
 const ONE_PACKET: &str = "192.0.2.68";
+const SLOW: &str = "192.0.2.69";
 /// dh VIPs: 192.0.2.70 to .77.
 const DH_FIRST: u8 = 70;
 const DH_VIPS: u8 = 8;
@@ -37,7 +40,8 @@ const BACKENDS: [&str; 3] = ["10.0.0.21", "10.0.0.22", "10.0.0.23"];
 /// Connects `n` times (source addresses taken in turn from `srcs`) to `vip:80`, asks
 /// `/whoami` and prints `{source: {backend: count}}` as JSON; with `hold`, opens `n`
 /// connections at once, asks nothing, keeps them `hold` seconds and prints
-/// `{"open": k, "refused": r}`. UDP mode sends `n` datagrams from one socket and prints
+/// `{"open": k, "refused": r}`; `timeline` connects one after another for a number of
+/// seconds and prints `[[seconds since its start, backend], ...]`. UDP mode sends `n` datagrams from one socket and prints
 /// `{backend: replies}`.
 const HELPER: &str = r#"
 import collections, json, socket, sys, time
@@ -74,6 +78,23 @@ elif mode == "hold":
         time.sleep(0.05)
     print(json.dumps({"open": len(held), "refused": refused}), flush=True)
     time.sleep(float(srcs[1]))
+elif mode == "timeline":
+    t0, out = time.monotonic(), []
+    while time.monotonic() - t0 < float(srcs[1]):
+        s = socket.socket()
+        s.settimeout(5)
+        s.bind((srcs[0], 0))
+        s.connect((vip, 80))
+        s.sendall(b"GET /whoami HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            d = s.recv(4096)
+            if not d:
+                break
+            data += d
+        s.close()
+        out.append([time.monotonic() - t0, data.split(b"\r\n\r\n", 1)[1].decode().strip()])
+    print(json.dumps(out))
 else:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", 40053))
@@ -207,6 +228,7 @@ fn lvs_vips(persist_backends: &[&str], persist_weight: &str) -> String {
         &BACKENDS,
         "",
     );
+    s += &vip("slow", SLOW, "slow_start = \"10s\"", &BACKENDS, "");
     s
 }
 
@@ -215,7 +237,7 @@ fn start() -> Rig {
     lab::netns::require_program("python3", "python3");
     let mut lab = Lab::build(LabOptions {
         modes: vec![LabMode::Nat],
-        prefix: "lv",
+        prefix: "lv4",
         ..LabOptions::default()
     })
     .unwrap_or_else(|e| panic!("lab: {e}"));
@@ -231,7 +253,7 @@ fn start() -> Rig {
     // sections share a client address: NAT maps a backend's reply back by the backend's
     // address and port and the client's, so two VIPs with the same backends and one client
     // port would be one reply key (the closing entries of the earlier one still hold it).
-    for i in 0..42 {
+    for i in 0..43 {
         lab.client
             .try_run(&[
                 "ip",
@@ -430,9 +452,81 @@ fn one_packet(rig: &Rig) {
     assert_eq!(s.lvs.one_packet - before, 300, "{:?}", s.lvs);
 }
 
+/// The VIP `slow`'s backend `be3` as the API shows it: (weight, effective weight, ramping).
+fn be3_weights(rig: &Rig) -> (u32, u32, bool) {
+    let bs = rig.rt.block_on(rig.api.backends("slow")).expect("backends");
+    let b = bs.iter().find(|b| b.address == BACKENDS[2]).expect("be3");
+    (b.weight, b.effective_weight, b.ramping_until_ms.is_some())
+}
+
+fn slow_start(rig: &Rig) {
+    let id = format!("{}:8080", BACKENDS[2]);
+    let act = |a| {
+        rig.rt
+            .block_on(rig.api.backend_action("slow", &id, a))
+            .unwrap_or_else(|e| panic!("{a:?}: {e}"))
+    };
+    assert_eq!(
+        be3_weights(rig),
+        (100, 100, false),
+        "nobody ramps at start-up"
+    );
+    act(BackendAction::Disable);
+    act(BackendAction::Enable);
+    let enabled = Instant::now();
+    let (_, effective, ramping) = be3_weights(rig);
+    println!("MEASURE lvs slow start: be3 enabled, effective weight {effective}");
+    assert!(
+        ramping && effective < 50,
+        "not ramping: effective {effective}"
+    );
+    let text = rig.helper(&["timeline", SLOW, "0", &format!("{},14", src(42))]);
+    let hits: Vec<(f64, String)> =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("timeline {text:?}: {e}"));
+    let after = be3_weights(rig);
+    // Per second since the enable (the helper started a moment after it).
+    let offset = enabled.elapsed().as_secs_f64() - 14.0;
+    let mut per: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+    for (t, b) in &hits {
+        let e = per.entry((t + offset.max(0.0)) as u32).or_default();
+        e.0 += u32::from(b == "be3");
+        e.1 += 1;
+    }
+    let share = |from: u32, to: u32| {
+        let (a, n) = per
+            .range(from..to)
+            .fold((0, 0), |acc, (_, v)| (acc.0 + v.0, acc.1 + v.1));
+        (f64::from(a) / f64::from(n.max(1)), n)
+    };
+    for (s, (a, n)) in &per {
+        println!(
+            "MEASURE lvs slow start second {s}: be3 {a} of {n} new connections ({:.0} %)",
+            100.0 * f64::from(*a) / f64::from((*n).max(1))
+        );
+    }
+    let (early, n_early) = share(0, 3);
+    let (late, n_late) = share(11, 15);
+    println!(
+        "MEASURE lvs slow start: be3 share {:.1} % in seconds 0-2 ({n_early} conns),          {:.1} % in seconds 11-14 ({n_late} conns), even 33.3 %; after: {after:?}",
+        100.0 * early,
+        100.0 * late
+    );
+    assert!(
+        n_early >= 30 && n_late >= 30,
+        "too few connections: {per:?}"
+    );
+    assert!(early < late / 2.0, "no ramp: {early} then {late}");
+    assert!(
+        (0.2..0.47).contains(&late),
+        "final share {late} not near 1/3"
+    );
+    assert_eq!(after, (100, 100, false), "ramp not over after 14 s");
+}
+
 #[test]
 fn lvs_semantics_through_the_datapath() {
     let mut rig = start();
+    slow_start(&rig);
     sh_and_dh(&rig);
     limits(&rig);
     one_packet(&rig);

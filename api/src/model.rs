@@ -310,6 +310,12 @@ pub struct Backend {
     /// At its connection limit now: takes no new flows until below `resume_connections`.
     #[serde(default)]
     pub full: bool,
+    /// The weight the schedulers use now: `weight`, or less while slow start ramps it.
+    #[serde(default)]
+    pub effective_weight: u32,
+    /// While slow start ramps it: when it reaches `weight` (Unix time, milliseconds).
+    #[serde(default)]
+    pub ramping_until_ms: Option<u64>,
 }
 
 /// `GET /v1/bgp`.

@@ -115,6 +115,7 @@ impl Loop {
             version: self.version,
             now: Instant::now(),
             resettle: false,
+            ramps: &Default::default(),
         })
         .expect("the bench config builds");
         self.running = Some(Arc::new(p.tables));

@@ -83,7 +83,7 @@ fn every_key_is_read() {
         (b0.max_connections, b0.resume_connections),
         (Some(100), Some(80))
     );
-    // "0s" (off) is the one slow_start value accepted until slow start is applied.
+    // "0s": off for this backend.
     assert_eq!(b0.slow_start(&v), None);
     assert_eq!(b1.slow_start(&v), None);
     assert_eq!(b1.max_connections, None);
@@ -240,15 +240,32 @@ fn conflicting_combinations_are_explained() {
         "ignores weights",
     );
     error_at(
-        "slow_start = \"30s\"",
+        "",
+        "slow_start = \"500ms\"",
+        &b("slow_start"),
+        "shorter than 1s",
+    );
+    error_at("", "slow_start = \"2h\"", &b("slow_start"), "out of range");
+    error_at(
+        "slow_start = \"500ms\"",
         "",
         &key("slow_start"),
-        "not applied by this release",
+        "out of range",
     );
-    error_at(
-        "",
-        "slow_start = \"5s\"",
-        &b("slow_start"),
-        "not applied by this release",
+}
+
+#[test]
+fn slow_start_on_the_vip_and_a_backend_overriding_it() {
+    let v = valid("slow_start = \"30s\"", "slow_start = \"5s\"");
+    assert_eq!(v.slow_start, Some(Duration::from_secs(30)));
+    assert_eq!(v.backends[0].slow_start(&v), Some(Duration::from_secs(5)));
+    assert_eq!(v.backends[1].slow_start(&v), Some(Duration::from_secs(30)));
+    let off = valid("slow_start = \"30s\"", "slow_start = \"0s\"");
+    assert_eq!(off.backends[0].slow_start(&off), None, "0s turns it off");
+    let own = valid("", "slow_start = \"10s\"");
+    assert_eq!(
+        own.backends[0].slow_start(&own),
+        Some(Duration::from_secs(10))
     );
+    assert_eq!(own.backends[1].slow_start(&own), None);
 }

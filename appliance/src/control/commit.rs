@@ -92,6 +92,7 @@ impl Control {
             version,
             now,
             resettle: false,
+            ramps: &st.ramps,
         });
         let r = match prepared {
             Ok(p) => self.commit(p, why, now).await.map_err(UpdateError::from),
@@ -357,6 +358,7 @@ port = 8080
             version: st.next_version(),
             now: Instant::now(),
             resettle: false,
+            ramps: &Default::default(),
         })
         .unwrap_or_else(|e| panic!("{e}"));
         let rest = st.adopt(p);

@@ -18,6 +18,7 @@ use super::neighbours::NetEvent;
 use super::prepare::{self, HealthSource, Inputs};
 use super::run::Control;
 use super::shared::{BackendOp, Command};
+use super::slowstart;
 use super::view::{self, event};
 use crate::config::{self, BackendState, Config};
 
@@ -155,6 +156,29 @@ impl Control {
                 self.sync_bgp(Instant::now());
                 self.view(None);
             }
+        }
+    }
+
+    /// When the next slow-start step commits: when its level is due, but no sooner than
+    /// `MIN_STEP_GAP` after the last step; `None` while nothing ramps.
+    pub(super) fn ramp_at(&self) -> Option<Instant> {
+        let due = self.st.ramp_due?;
+        Some(match self.last_ramp_step {
+            Some(t) => due.max(t + slowstart::MIN_STEP_GAP),
+            None => due,
+        })
+    }
+
+    /// A slow-start level is due: the next version carries every ramp's level at its time
+    /// (the ramps' state is in the running state, so this is an ordinary update).
+    pub(super) async fn ramp_step(&mut self) {
+        let now = Instant::now();
+        self.last_ramp_step = Some(now);
+        let why = format!("slow start: {} backend(s) ramping", self.st.ramps.len());
+        let overrides = self.st.overrides.clone();
+        if self.update(&overrides, &why).await.is_err() {
+            // The running version stays (the error is logged); try again, without spinning.
+            self.st.ramp_due = Some(now + Duration::from_secs(1));
         }
     }
 
@@ -313,6 +337,7 @@ impl Control {
             version,
             now,
             resettle: true,
+            ramps: &self.st.ramps,
         })
         .map_err(ChangeError::TablesRejected)?;
         let deferred = deferred(&self.st.config, &prepared.config);

@@ -21,7 +21,7 @@ mod fleet;
 mod lvs;
 mod mtu;
 
-use super::shared::{Aggregate, Shared, View, imbalance, ring_shares};
+use super::shared::{Aggregate, Shared, View, effective_weight, imbalance, ring_shares};
 use crate::config::{Backend, Config, PerBackend, Vip};
 use crate::datapath::vipprobe::{FAILURE_LABELS, VipProbeCounters};
 use crate::engine::BackendId;
@@ -401,6 +401,7 @@ struct BackendFamilies {
     healthy: Family<Labels, Gauge>,
     eligible: Family<Labels, Gauge>,
     weight: Family<Labels, Gauge>,
+    ramping: Family<Labels, Gauge>,
     ring_share: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
@@ -421,7 +422,14 @@ impl BackendFamilies {
                 "sluice_backend_eligible",
                 "1 when the backend may take new flows (healthy, active, weight > 0)",
             ),
-            weight: b.gauge("sluice_backend_weight", "Effective weight of a backend"),
+            weight: b.gauge(
+                "sluice_backend_weight",
+                "Effective weight of a backend (lower than its configured weight while slow start ramps it)",
+            ),
+            ramping: b.gauge(
+                "sluice_backend_slow_start_ramping",
+                "1 while slow start ramps the backend's weight up to its configured weight",
+            ),
             ring_share: b.fgauge(
                 "sluice_backend_ring_share_ratio",
                 "Share of the VIP's Maglev ring the backend holds",
@@ -465,7 +473,8 @@ fn vips(b: &mut Builder, cfg: &Config, view: &View, tables: &Tables, agg: &Aggre
                 continue;
             }
             let share = shares.get(i).copied().unwrap_or((0.0, 0.0, false));
-            backend(&bf, v, bk, share, view, agg);
+            let weight = effective_weight(tables, slot, i);
+            backend(&bf, v, bk, (share, weight), view, agg);
         }
     }
     b.gauge1(
@@ -521,12 +530,13 @@ impl Shown {
     }
 }
 
-/// One backend's samples; `share` is its entry of [`ring_shares`].
+/// One backend's samples; `share` is its entry of [`ring_shares`], with its weight in the
+/// tables.
 fn backend(
     bf: &BackendFamilies,
     v: &Vip,
     bk: &Backend,
-    share: (f64, f64, bool),
+    (share, weight): ((f64, f64, bool), u32),
     view: &View,
     agg: &Aggregate,
 ) {
@@ -546,7 +556,12 @@ fn backend(
     gset(&bf.healthy, l.clone(), i64::from(healthy));
     let (share, _, eligible) = share;
     gset(&bf.eligible, l.clone(), i64::from(eligible));
-    gset(&bf.weight, l.clone(), i64::from(bk.weight));
+    gset(&bf.weight, l.clone(), i64::from(weight));
+    gset(
+        &bf.ramping,
+        l.clone(),
+        i64::from(view.ramps.contains_key(&key)),
+    );
     bf.ring_share.get_or_create(&l).set(share);
 }
 
@@ -1119,11 +1134,16 @@ sluice_backend_healthy{vip="web",backend="10.1.0.12:80"} 0
 sluice_backend_eligible{vip="dns",backend="10.1.0.21:53"} 1
 sluice_backend_eligible{vip="web",backend="10.1.0.11:80"} 1
 sluice_backend_eligible{vip="web",backend="10.1.0.12:80"} 1
-# HELP sluice_backend_weight Effective weight of a backend.
+# HELP sluice_backend_weight Effective weight of a backend (lower than its configured weight while slow start ramps it).
 # TYPE sluice_backend_weight gauge
 sluice_backend_weight{vip="dns",backend="10.1.0.21:53"} 100
 sluice_backend_weight{vip="web",backend="10.1.0.11:80"} 100
 sluice_backend_weight{vip="web",backend="10.1.0.12:80"} 50
+# HELP sluice_backend_slow_start_ramping 1 while slow start ramps the backend's weight up to its configured weight.
+# TYPE sluice_backend_slow_start_ramping gauge
+sluice_backend_slow_start_ramping{vip="dns",backend="10.1.0.21:53"} 0
+sluice_backend_slow_start_ramping{vip="web",backend="10.1.0.11:80"} 0
+sluice_backend_slow_start_ramping{vip="web",backend="10.1.0.12:80"} 0
 # HELP sluice_backend_ring_share_ratio Share of the VIP's Maglev ring the backend holds.
 # TYPE sluice_backend_ring_share_ratio gauge
 sluice_backend_ring_share_ratio{vip="dns",backend="10.1.0.21:53"} 1.0

@@ -34,6 +34,7 @@ pub mod prepare;
 mod run;
 pub mod serve;
 pub mod shared;
+pub mod slowstart;
 mod state;
 mod view;
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::shared::Override;
+use super::slowstart::{Ramps, Readiness};
 use crate::config::{self, Backend, Config, Mode, Vip};
 use crate::datapath::{ReturnKey, VipKey};
 use crate::engine::BackendId;
@@ -73,6 +74,8 @@ pub struct Inputs<'a> {
     pub now: Instant,
     /// A new config: BGP waits for the health checks to settle again.
     pub resettle: bool,
+    /// The slow-start ramps of the running version (`Ramps::default()` for the first).
+    pub ramps: &'a Ramps,
 }
 
 /// The next version, built and not yet running.
@@ -89,6 +92,9 @@ pub struct Prepared {
     pub targets: Targets,
     /// When BGP stops waiting for health checks, when this change restarts the wait.
     pub settle_by: Option<Instant>,
+    /// The slow-start ramps this version was built with, and when their next level is due.
+    pub ramps: Ramps,
+    pub ramp_due: Option<Instant>,
 }
 
 /// Builds the next version from `i`, or says why it cannot be built.
@@ -101,7 +107,23 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         HealthSource::Prober(status) => verdicts(status, &targets),
     };
     let healthy = |v: &Vip, b: &Backend| healthy(&config, &health, v, b);
-    let mut tables = Tables::build_from(&config, &healthy, i.version, i.running)?;
+    let ready = |v: &Vip, b: &Backend| Readiness {
+        up: b.state == config::BackendState::Active && b.weight > 0 && healthy(v, b),
+        decided: v.health_check.is_none() || health.contains_key(&BackendId::of(v, b)),
+    };
+    let ramps = i.ramps.next(&config, &ready, i.now);
+    // Ramping backends' weights are lowered in a copy: the config keeps the weights the
+    // operator set (the API shows both).
+    let ramped = (!ramps.is_empty()).then(|| {
+        let mut c = (*config).clone();
+        let due = ramps.apply(&mut c, i.now);
+        (c, due)
+    });
+    let (built_from, ramp_due) = match &ramped {
+        Some((c, due)) => (c, *due),
+        None => (&*config, None),
+    };
+    let mut tables = Tables::build_from(built_from, &healthy, i.version, i.running)?;
     let egress = super::neighbours::egress(&config, &tables, i.next_hops);
     tables.set_egress(egress);
     tables.set_local_addresses(i.host_addresses);
@@ -114,6 +136,8 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         health,
         tables,
         targets,
+        ramps,
+        ramp_due,
     })
 }
 
@@ -446,6 +470,7 @@ port = 8081
             version: 7,
             now,
             resettle: true,
+            ramps: &Ramps::default(),
         })
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.tables.version, 7);
@@ -459,5 +484,69 @@ port = 8081
         );
         assert!(p.targets.is_empty(), "no health checks configured");
         assert_eq!(p.settle_by, Some(now), "no checks: nothing to wait for");
+    }
+
+    #[test]
+    fn a_recovered_backend_ramps_and_each_step_rebuilds_only_its_vip_s_ring() {
+        let text = CFG.replace(
+            "port = 80\n",
+            "port = 80\nslow_start = \"9s\"\nhealth_check = \"tcp\"\n",
+        ) + "\n[[vip]]\nname = \"other\"\naddress = \"192.0.2.11\"\nport = 80\n\
+               [[vip.backend]]\naddress = \"10.1.0.21\"\n\
+               \n[[health_check]]\nname = \"tcp\"\nkind = \"tcp\"\ninitial = \"up\"\n";
+        let file = Arc::new(Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}")));
+        let t0 = Instant::now();
+        let build = |health: &HashMap<BackendId, bool>, ramps: &Ramps, running, now| {
+            prepare(Inputs {
+                running,
+                file: &file,
+                overrides: &HashMap::new(),
+                health: HealthSource::Verdicts(health),
+                next_hops: &NextHops::default(),
+                host_addresses: &[],
+                version: 1,
+                now,
+                resettle: false,
+                ramps,
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let first = build(&HashMap::new(), &Ramps::default(), None, t0);
+        assert!(
+            first.ramps.is_empty() && first.ramp_due.is_none(),
+            "no ramp at start-up"
+        );
+        let id = key("10.1.0.12", 8081);
+        let down = HashMap::from([(id.clone(), false)]);
+        let p = build(&down, &first.ramps, Some(&first.tables), t0);
+        let up = HashMap::from([(id.clone(), true)]);
+        let back = t0 + Duration::from_secs(1);
+        let p = build(&up, &p.ramps, Some(&p.tables), back);
+        assert_eq!(p.ramps.len(), 1);
+        assert_eq!(p.ramp_due, Some(back + Duration::from_secs(1)));
+        assert_eq!(
+            p.config.vips[0].backends[2].weight, 100,
+            "the config keeps its weight"
+        );
+        assert_eq!(
+            p.tables.backends[2].weight, 10,
+            "the tables carry the level"
+        );
+        let step = build(
+            &up,
+            &p.ramps,
+            Some(&p.tables),
+            back + Duration::from_secs(1),
+        );
+        assert_eq!(step.tables.backends[2].weight, 20);
+        assert_eq!(step.tables.rings_built, 1, "only the ramping VIP's ring");
+        let end = build(
+            &up,
+            &step.ramps,
+            Some(&step.tables),
+            back + Duration::from_secs(9),
+        );
+        assert!(end.ramps.is_empty() && end.ramp_due.is_none());
+        assert_eq!(end.tables.backends[2].weight, 100);
     }
 }

@@ -57,6 +57,8 @@ pub(super) struct Control {
     pub(super) fleet: Option<super::fleet::Link>,
     /// The flow cache's walks (eviction after commits, the entry count), off the runtime.
     pub(super) walker: Option<cache::Walker>,
+    /// When the last slow-start step was committed (steps keep `MIN_STEP_GAP` apart).
+    pub(super) last_ramp_step: Option<Instant>,
 }
 
 impl Control {
@@ -141,6 +143,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         health_since: None,
         fleet,
         walker,
+        last_ramp_step: None,
     };
     c.sync_bgp(Instant::now());
     c.view(c.dp.stats().ok());
@@ -166,6 +169,7 @@ fn first_version(st: &mut State) -> Result<(Arc<Published>, Targets), RunError> 
         version,
         now: Instant::now(),
         resettle: false,
+        ramps: &st.ramps,
     })?;
     let rest = st.adopt(p);
     st.steering = rest.steering;
@@ -275,6 +279,8 @@ impl Control {
             let due = self.health_batch.due(window);
             // A far deadline stands in while no batch waits (the branch is disabled then).
             let batch_at = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            let ramp = self.ramp_at();
+            let ramp_at = ramp.unwrap_or(batch_at);
             tokio::select! {
                 _ = term.recv() => { info!("SIGTERM: stopping"); return Ok(()); }
                 _ = int.recv() => { info!("SIGINT: stopping"); return Ok(()); }
@@ -283,6 +289,9 @@ impl Control {
                 Some(tr) = transitions.recv() => self.on_transitions(tr, &mut transitions).await,
                 _ = tokio::time::sleep_until(batch_at.into()), if due.is_some() => {
                     self.commit_health().await;
+                }
+                _ = tokio::time::sleep_until(ramp_at.into()), if ramp.is_some() => {
+                    self.ramp_step().await;
                 }
                 Some(u) = super::fleet::Link::next(&mut self.fleet) => self.on_fleet_update(u).await,
                 Some(ev) = self.net.events.recv() => self.on_net_event(ev),

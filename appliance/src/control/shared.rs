@@ -63,6 +63,8 @@ pub struct View {
     /// The XDP flow cache's counters, read once a second (readers take fresh counters from
     /// [`Shared::cache_stats`]; `entries` comes from here).
     pub cache: Option<super::cache::CacheStats>,
+    /// Backends slow start ramps, with when each reaches its full weight.
+    pub ramps: HashMap<BackendId, Instant>,
 }
 
 /// When the last commit was published and when every worker ran it.
@@ -513,6 +515,8 @@ impl Shared {
                         max_connections: b.max_connections,
                         resume_connections: b.resume_connections,
                         full: backend_full(&tables, slot, i),
+                        effective_weight: effective_weight(&tables, slot, i),
+                        ramping_until_ms: view.ramps.get(&key).map(|t| unix_ms(*t)),
                         packets: totals.packets,
                         bytes: totals.bytes,
                         active_connections: conns.0,
@@ -599,6 +603,32 @@ fn backend_full(tables: &Tables, vip: usize, i: usize) -> bool {
         .get(slot)
         .filter(|e| slot < v.backends.end as usize && e.limit.is_some())
         .is_some_and(|e| tables.limits.marked_full(e.limit_index))
+}
+
+/// The weight backend `i` of VIP `vip` has in `tables` (slow start lowers it while it
+/// ramps); 0 when the tables do not have it.
+pub fn effective_weight(tables: &Tables, vip: usize, i: usize) -> u32 {
+    let Some(v) = tables.vips.get(vip) else {
+        return 0;
+    };
+    let slot = v.backends.start as usize + i;
+    if slot >= v.backends.end as usize {
+        return 0;
+    }
+    tables.backends.get(slot).map_or(0, |e| e.weight)
+}
+
+/// `at` as Unix time in milliseconds (an instant of this process's monotonic clock).
+fn unix_ms(at: Instant) -> u64 {
+    let now = Instant::now();
+    let wall = std::time::SystemTime::now();
+    let t = if at >= now {
+        wall + (at - now)
+    } else {
+        wall - (now - at)
+    };
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Largest ring share over ideal share among eligible backends.

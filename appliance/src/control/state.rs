@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::prepare::{NextHops, Prepared, Steering, Targets};
 use super::shared::Override;
+use super::slowstart::Ramps;
 use crate::config::Config;
 use crate::engine::BackendId;
 use crate::lb::Tables;
@@ -35,6 +36,10 @@ pub struct State {
     pub steering: Steering,
     /// A fleet member behind its fleet announces nothing until it has caught up.
     pub fleet_hold: bool,
+    /// The slow-start ramps the running version was built with.
+    pub ramps: Ramps,
+    /// When the next slow-start level is due (the control loop commits it).
+    pub ramp_due: Option<Instant>,
 }
 
 impl State {
@@ -53,6 +58,8 @@ impl State {
             next_hops: NextHops::default(),
             steering: Steering::default(),
             fleet_hold: false,
+            ramps: Ramps::default(),
+            ramp_due: None,
         }
     }
 
@@ -70,6 +77,8 @@ impl State {
         self.config = p.config;
         self.overrides = p.overrides;
         self.health = p.health;
+        self.ramps = p.ramps;
+        self.ramp_due = p.ramp_due;
         ToApply {
             tables: p.tables,
             steering: p.steering,

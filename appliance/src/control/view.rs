@@ -74,7 +74,24 @@ pub fn publish(
             _ => old.cache.clone(),
         },
         datapath: datapath.or_else(|| old.datapath.clone()),
+        ramps: ramps(st),
     }));
+}
+
+/// When each ramping backend of the running config reaches its full weight.
+fn ramps(st: &State) -> HashMap<crate::engine::BackendId, Instant> {
+    if st.ramps.is_empty() {
+        return HashMap::new();
+    }
+    let mut out = HashMap::new();
+    for v in &st.config.vips {
+        for b in &v.backends {
+            if let Some(r) = st.ramps.ramp(v, b) {
+                out.insert(crate::engine::BackendId::of(v, b), r.until);
+            }
+        }
+    }
+    out
 }
 
 /// One line of totals for the log.

@@ -12,6 +12,8 @@ use crate::config::error::ConfigErrors;
 use crate::config::model::{Mode, Overflow, Protocol, Scheduler, SchedulerFlag};
 use crate::config::reader::Table;
 
+/// The shortest `slow_start` (its ten levels are committed at least a tenth of it apart).
+const MIN_SLOW_START: Duration = Duration::from_secs(1);
 /// The longest `slow_start` (a ramp longer than this is a misconfiguration, not a ramp).
 const MAX_SLOW_START: Duration = Duration::from_secs(3600);
 /// The largest `max_connections` (far above what one backend's table entries can reach).
@@ -58,10 +60,9 @@ pub(super) fn vip_keys(t: &mut Table<'_>, f: &VipFacts, errs: &mut ConfigErrors)
              use \"drop\" or \"ignore\"",
         );
     }
-    let slow_start = t.duration("slow_start", Duration::from_secs(1)..=MAX_SLOW_START, errs);
+    let slow_start = t.duration("slow_start", MIN_SLOW_START..=MAX_SLOW_START, errs);
     if slow_start.is_some() {
         unweighted(t, "slow_start", f.scheduler, errs);
-        not_yet(t, "slow_start", errs);
     }
     let udp_one_packet = t.bool("udp_one_packet", errs).unwrap_or(false);
     if udp_one_packet && f.protocol != Protocol::Udp {
@@ -178,15 +179,6 @@ fn unweighted(t: &Table<'_>, key: &str, scheduler: Scheduler, errs: &mut ConfigE
     }
 }
 
-/// Slow start is not applied yet: refused, so that no configuration believes it is on.
-fn not_yet(t: &Table<'_>, key: &str, errs: &mut ConfigErrors) {
-    errs.push(
-        t.key(key),
-        "slow start is not applied by this release yet: remove the key (a backend that comes \
-         up takes its full weight at once)",
-    );
-}
-
 /// Reads `max_connections`, `resume_connections` and `slow_start` of one backend.
 pub(super) fn backend_keys(
     b: &mut Table<'_>,
@@ -218,9 +210,17 @@ pub(super) fn backend_keys(
         }
     };
     let slow_start = b.duration("slow_start", Duration::ZERO..=MAX_SLOW_START, errs);
-    if slow_start.is_some_and(|d| !d.is_zero()) {
+    if let Some(d) = slow_start.filter(|d| !d.is_zero()) {
+        if d < MIN_SLOW_START {
+            errs.push(
+                b.key("slow_start"),
+                format!(
+                    "{d:?} is shorter than 1s, too short to ramp in steps: give 1s or more, \
+                     or \"0s\" to turn the VIP's slow start off for this backend"
+                ),
+            );
+        }
         unweighted(b, "slow_start", vip.scheduler, errs);
-        not_yet(b, "slow_start", errs);
     }
     BackendLvs {
         max_connections: max,

@@ -371,6 +371,7 @@ impl Control {
             version,
             now: Instant::now(),
             resettle: true,
+            ramps: &self.st.ramps,
         })
     }
 
