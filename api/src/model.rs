@@ -140,6 +140,10 @@ pub struct Flood {
     /// cache) and gave tokens back to their source's bucket.
     #[serde(default)]
     pub refunded: u64,
+    /// First packets of DR VIPs the XDP program answered itself, without state, from the
+    /// VIP's Maglev ring while the mode was on.
+    #[serde(default)]
+    pub stateless: u64,
 }
 
 /// The XDP flow cache: established flows the kernel forwards without the engine.

@@ -146,6 +146,7 @@ impl Control {
             why,
             self.health_since.take(),
         );
+        self.apply_stateless(why);
         if let Some(t) = rest.settle_by {
             self.settle_by = t;
         }

@@ -3,7 +3,7 @@
 //! or off. The shedding itself is the XDP program's (datapath/bpf/steer.bpf.c): it alone
 //! sees every frame before the AF_XDP rings, which a flood would fill.
 
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 use super::events::Kind;
 use super::run::Control;
@@ -24,6 +24,29 @@ impl Control {
     pub(super) fn apply_flood(&mut self, why: &str) {
         if let Err(e) = self.dp.set_flood(&self.st.config.flood) {
             error!("{why}: flood-mode settings: {e}");
+        }
+    }
+
+    /// Writes the running tables' DR rings and backends' next hops for the XDP program's
+    /// stateless answer, after every publish. On failure the program's answer is switched
+    /// off (it polices instead) until a later version writes them whole.
+    pub(super) fn apply_stateless(&mut self, why: &str) {
+        let tables = self.shared.published.current();
+        match self
+            .dp
+            .set_stateless(&tables, self.shared.flow_cache.as_deref())
+        {
+            Ok(fill) => debug!(
+                version = tables.version,
+                vips = fill.vips,
+                rings_written = fill.rings_written,
+                next_hops = fill.hops,
+                skipped = fill.skipped,
+                "{why}: stateless answer's rings"
+            ),
+            Err(e) => {
+                error!("{why}: the stateless answer's rings (off until the next version): {e}")
+            }
         }
     }
 
@@ -50,6 +73,7 @@ pub(super) fn document(f: FloodCounters) -> api::Flood {
         switched_off: f.switched_off,
         no_room: f.no_room,
         refunded: f.refunded,
+        stateless: f.stateless,
     }
 }
 
@@ -59,14 +83,17 @@ fn transition(w: &mut Watch, now: FloodCounters) -> Option<String> {
         (None, n) if n > 0 => {
             w.since = Some(now);
             Some(format!(
-                "flood mode on ({n} CPU(s) above [flood] threshold): first packets of \
-                 sources over their rate are dropped in XDP"
+                "flood mode on ({n} CPU(s) above [flood] threshold): DR VIPs' first \
+                 packets are answered in XDP from their rings, other VIPs' first packets \
+                 of sources over their rate are dropped in XDP"
             ))
         }
         (Some(then), 0) => {
             w.since = None;
             Some(format!(
-                "flood mode off: {} first packets shed, {} admitted while it was on",
+                "flood mode off: {} first packets answered in XDP, {} shed, {} admitted \
+                 while it was on",
+                now.stateless.saturating_sub(then.stateless),
                 now.shed.saturating_sub(then.shed),
                 now.admitted.saturating_sub(then.admitted)
             ))
@@ -107,7 +134,8 @@ mod tests {
         let m = transition(&mut w, off).expect("switched off");
         assert_eq!(
             m,
-            "flood mode off: 1000 first packets shed, 20 admitted while it was on"
+            "flood mode off: 0 first packets answered in XDP, 1000 shed, 20 admitted while \
+             it was on"
         );
         assert_eq!(transition(&mut w, off), None);
     }

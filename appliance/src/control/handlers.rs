@@ -204,6 +204,7 @@ impl Control {
             "routes or neighbours changed",
             None,
         );
+        self.apply_stateless("routes or neighbours changed");
         self.view(None);
     }
 

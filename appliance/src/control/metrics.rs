@@ -354,6 +354,11 @@ fn flood(b: &mut Builder, view: &View) {
         "Flows that proved themselves in flood mode and paid their source's tokens back",
         f.refunded,
     );
+    b.counter1(
+        "sluice_flood_stateless_packets",
+        "First packets of DR VIPs answered in XDP from the VIP's ring, without state, in flood mode",
+        f.stateless,
+    );
 }
 
 /// The per-VIP families, labelled `vip`.
@@ -792,6 +797,7 @@ address = "10.1.0.21"
                         switched_off: 2,
                         no_room: 1,
                         refunded: 6,
+                        stateless: 70,
                         active_cpus: 1,
                     },
                     ..SteerCounters::default()
@@ -1081,6 +1087,9 @@ sluice_flood_no_room_packets_total 1
 # HELP sluice_flood_refunded_flows Flows that proved themselves in flood mode and paid their source's tokens back.
 # TYPE sluice_flood_refunded_flows counter
 sluice_flood_refunded_flows_total 6
+# HELP sluice_flood_stateless_packets First packets of DR VIPs answered in XDP from the VIP's ring, without state, in flood mode.
+# TYPE sluice_flood_stateless_packets counter
+sluice_flood_stateless_packets_total 70
 # HELP sluice_vip_packets Packets of a VIP (both directions).
 # TYPE sluice_vip_packets counter
 sluice_vip_packets_total{vip="dns"} 7

@@ -103,6 +103,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     dp.set_vips(&st.steering.vips)?;
     dp.set_return_keys(&st.steering.returns)?;
     dp.set_flood(&st.config.flood)?;
+    dp.set_stateless(&shared.published.current(), shared.flow_cache.as_deref())?;
     view::restart_sync_clock(&shared, Instant::now());
     let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await

@@ -23,8 +23,8 @@ mod generated {
 }
 
 pub(crate) use generated::{
-    cache_key4, cache_key6, cache_stat, cache_val, flood_conf, flood_cpu, steer_key, steer_val,
-    xdp_md,
+    cache_key4, cache_key6, cache_stat, cache_val, flood_conf, flood_cpu, stateless_hop,
+    stateless_vip, steer_key, steer_val, xdp_md,
 };
 
 /// A scalar or byte-array field of a map struct, stored in native byte order.
@@ -93,7 +93,9 @@ macro_rules! map_bytes {
 
 map_bytes! {
     steer_key { addr, port, proto, kind, family }
-    steer_val { vip, mode }
+    steer_val { vip, ring, mode }
+    stateless_vip { vip, base, m, hash }
+    stateless_hop { dst_mac, src_mac, ifindex, ok, tx, tx_port }
     cache_key4 { src, dst, sport, dport, proto }
     cache_key6 { src, dst, sport, dport, proto }
     cache_val {

@@ -26,6 +26,7 @@ pub mod frame;
 mod handoff;
 pub mod neigh;
 mod ntuple;
+pub mod stateless;
 pub mod steer;
 pub mod vipprobe;
 mod worker;
@@ -490,6 +491,15 @@ impl Datapath {
     fn ntuple(&self) -> MutexGuard<'_, ntuple::Ntuple> {
         // The rule list is rebuilt whole on every change, so a poisoned lock is usable.
         self.ntuple.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes the stateless answer's maps from `tables` (see [`Steer::set_stateless`]).
+    pub fn set_stateless(
+        &self,
+        tables: &crate::lb::Tables,
+        cache: Option<&flowcache::FlowCache>,
+    ) -> Result<stateless::StatelessFill, DatapathError> {
+        self.steer().set_stateless(tables, cache)
     }
 
     /// Writes `[flood]` into the steering program (see [`Steer::set_flood`]).

@@ -15,7 +15,9 @@ use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 use super::DatapathError;
 use super::abi::{flood_conf, flood_cpu, steer_key, steer_val, xdp_md};
 use super::flowcache::{self, FlowCache};
+use super::stateless::{self, StatelessFill};
 use crate::config::model::{Flood, Mode, Protocol, XdpMode};
+use crate::lb::Tables;
 
 /// The object clang built from bpf/steer.bpf.c (see build.rs).
 static STEER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o"));
@@ -39,6 +41,8 @@ const VMODE_NAT: u8 = 1;
 const VMODE_FULLNAT: u8 = 2;
 const VMODE_DR: u8 = 3;
 const VMODE_TUNNEL: u8 = 4;
+/// `steer_val.ring` of a VIP without a stateless ring.
+const NO_RING: u16 = 0xffff;
 
 /// A virtual service: frames to `addr:port/proto` are steered (port 0 = every port). ICMP
 /// and later fragments to `addr` are steered too, since they carry no ports.
@@ -132,22 +136,24 @@ impl SteerKey {
     }
 }
 
-/// The value of a `steer_keys` entry (steer.bpf.c `struct steer_val`).
-fn steer_value(vip: Option<(Mode, u32)>) -> [u8; steer_val::LEN] {
-    let (mode, slot) = match vip {
-        None => (VMODE_NONE, 0),
-        Some((m, slot)) => {
+/// The value of a `steer_keys` entry (steer.bpf.c `struct steer_val`): a VIP's mode, slot
+/// and stateless ring slot.
+fn steer_value(vip: Option<(Mode, u32, Option<u16>)>) -> [u8; steer_val::LEN] {
+    let (mode, slot, ring) = match vip {
+        None => (VMODE_NONE, 0, None),
+        Some((m, slot, ring)) => {
             let mode = match m {
                 Mode::Nat => VMODE_NAT,
                 Mode::FullNat => VMODE_FULLNAT,
                 Mode::Dr => VMODE_DR,
                 Mode::Tunnel(_) => VMODE_TUNNEL,
             };
-            (mode, slot)
+            (mode, slot, ring)
         }
     };
     steer_val {
         vip: slot,
+        ring: ring.unwrap_or(NO_RING),
         mode,
         ..Default::default()
     }
@@ -192,12 +198,14 @@ pub struct FloodCounters {
     /// Flows that proved themselves (their first frame forwarded by the flow cache) and
     /// gave their source's bucket tokens back.
     pub refunded: u64,
+    /// Answered by the program itself from a DR VIP's ring while the mode was on.
+    pub stateless: u64,
     /// CPUs in flood mode now: on, and still seeing first frames in the last two seconds.
     pub active_cpus: u32,
 }
 
 /// `flood_counters` slots (steer.bpf.c FL_*), in [`FloodCounters`] order.
-const FL_MAX: usize = 7;
+const FL_MAX: usize = 8;
 /// How recent a CPU's last first frame must be for its mode to count as on: a CPU the flood
 /// left sees no frame that would switch it off.
 const FLOOD_ACTIVE_NS: u64 = 2_000_000_000;
@@ -234,6 +242,7 @@ pub struct Steer {
     vips: KeySet,
     returns: KeySet,
     hosts: KeySet,
+    stateless: stateless::Held,
 }
 
 impl std::fmt::Debug for Steer {
@@ -290,7 +299,10 @@ impl Steer {
                     m.reuse_fd(fd)
                         .map_err(|e| bpf_err("sharing the flow cache maps", e))?;
                 }
-            } else if name == flowcache::MAP_CACHE4 || name == flowcache::MAP_CACHE6 {
+            } else if name == flowcache::MAP_CACHE4
+                || name == flowcache::MAP_CACHE6
+                || name == "stateless_rings"
+            {
                 m.set_max_entries(1)
                     .map_err(|e| bpf_err("sizing the unused flow cache", e))?;
             }
@@ -303,17 +315,12 @@ impl Steer {
             vips: KeySet::new(),
             returns: KeySet::new(),
             hosts: KeySet::new(),
+            stateless: stateless::Held::default(),
         })
     }
 
     fn map(&self, name: &'static str) -> Result<libbpf_rs::Map<'_>, DatapathError> {
-        self.obj
-            .maps()
-            .find(|m| m.name() == std::ffi::OsStr::new(name))
-            .ok_or(DatapathError::MissingMap {
-                object: OBJECT,
-                map: name,
-            })
+        map_in(&self.obj, name)
     }
 
     fn prog(&self) -> Result<libbpf_rs::Program<'_>, DatapathError> {
@@ -443,10 +450,11 @@ impl Steer {
 
     /// Replaces the VIP set.
     pub fn set_vips(&mut self, vips: &[VipKey]) -> Result<(), DatapathError> {
+        let rings = stateless::ring_slots(vips.iter().map(|v| (v.slot, v.mode)));
         let want = vips
             .iter()
             .flat_map(|v| {
-                let val = steer_value(Some((v.mode, v.slot)));
+                let val = steer_value(Some((v.mode, v.slot, rings.get(&v.slot).copied())));
                 SteerKey::pair(v.addr, v.port, v.proto, KIND_VIP).map(|k| (k, val))
             })
             .collect();
@@ -588,6 +596,30 @@ impl Steer {
             .map_err(|e| bpf_err("writing the flood-mode settings", e))
     }
 
+    /// Writes the stateless answer's rings and next hops from `tables` (see stateless.rs);
+    /// `cache` is the flow cache the program was loaded with (the answer leaves through
+    /// its egress map, so without it there is nothing to write).
+    pub fn set_stateless(
+        &mut self,
+        tables: &Tables,
+        cache: Option<&FlowCache>,
+    ) -> Result<StatelessFill, DatapathError> {
+        let Some(cache) = cache else {
+            return Ok(StatelessFill::default());
+        };
+        let maps = stateless::Maps {
+            vips: map_in(&self.obj, "stateless_vips")?,
+            rings: map_in(&self.obj, "stateless_rings")?,
+            hops: map_in(&self.obj, "stateless_hops")?,
+        };
+        let filled = stateless::fill(&maps, &mut self.stateless, tables, cache);
+        if filled.is_err() {
+            // Half-written rings must not answer: no VIP has one until a fill succeeds.
+            stateless::switch_off(&maps.vips, &mut self.stateless);
+        }
+        filled
+    }
+
     fn flood_counters(&self) -> Result<FloodCounters, DatapathError> {
         let [
             first,
@@ -597,6 +629,7 @@ impl Steer {
             switched_off,
             no_room,
             refunded,
+            stateless,
         ] = self.sums::<FL_MAX>("flood_counters")?;
         let per_cpu = self
             .map("flood_cpus")?
@@ -618,6 +651,7 @@ impl Steer {
             switched_off,
             no_room,
             refunded,
+            stateless,
             active_cpus,
         })
     }
@@ -628,6 +662,16 @@ enum Which {
     Vips,
     Returns,
     Hosts,
+}
+
+/// The map `name` of the loaded object.
+fn map_in<'a>(obj: &'a Object, name: &'static str) -> Result<libbpf_rs::Map<'a>, DatapathError> {
+    obj.maps()
+        .find(|m| m.name() == std::ffi::OsStr::new(name))
+        .ok_or(DatapathError::MissingMap {
+            object: OBJECT,
+            map: name,
+        })
 }
 
 /// The steering object without its program: built from another source.

@@ -20,6 +20,7 @@ mod kernel;
 mod malformed;
 mod nat;
 pub mod setup;
+mod stateless;
 mod tunnel;
 mod unserved;
 
@@ -179,7 +180,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 11] = [
+    let groups: [&[Row]; 12] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
@@ -191,12 +192,20 @@ pub fn fixtures() -> Vec<Fixture> {
         kernel::ROWS,
         unserved::ROWS,
         clientaddr::ROWS,
+        stateless::ROWS,
     ];
     groups
         .iter()
         .flat_map(|g| g.iter())
         .map(|row| row(&t))
         .collect()
+}
+
+/// The rows of the stateless answer (DR VIPs with four backends), in order: what the XDP
+/// program must answer in flood mode.
+pub fn stateless_fixtures() -> Vec<Fixture> {
+    let t = tables();
+    stateless::ROWS.iter().map(|row| row(&t)).collect()
 }
 
 /// The fixture with this description (panics if there is none: a test names a row).

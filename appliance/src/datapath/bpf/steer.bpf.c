@@ -61,10 +61,13 @@ struct steer_key {
 #define VMODE_DR 3
 #define VMODE_TUNNEL 4 // never in the flow cache: its established flows miss it frame by frame
 
+#define NO_RING 0xffff
+
 struct steer_val {
-	__u32 vip; // the VIP's slot in the engine's tables
-	__u8 mode; // VMODE_*
-	__u8 pad[3];
+	__u32 vip;   // the VIP's slot in the engine's tables
+	__u16 ring;  // its slot in stateless_vips (DR VIPs), or NO_RING
+	__u8 mode;   // VMODE_*
+	__u8 pad;
 };
 
 struct {
@@ -788,7 +791,8 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 #define FL_OFF 4      // switches off
 #define FL_NO_ROOM 5  // sources without a bucket (the LRU insert failed): let through
 #define FL_REFUNDED 6 // proven flows that paid their source's bucket back
-#define FL_MAX 7
+#define FL_STATELESS 7 // answered here from the VIP's ring while the mode was on
+#define FL_MAX 8
 
 struct flood_conf {
 	__u64 threshold; // first frames a second (per CPU) that switch the mode on; 0: never
@@ -954,26 +958,220 @@ static __always_inline int flood_policed(const struct flow *f, const struct stee
 	return f->proto == IPPROTO_UDP && cached;
 }
 
-// A VIP frame on its way to the engine: returns whether flood mode drops it.
-static __always_inline int flood_shed(const struct flow *f, const struct steer_val *vip)
+// ---- stateless answer ------------------------------------------------------------------
+//
+// While flood mode is on, a DR VIP's policed frames (first packets, and misses of no cached
+// flow) are answered here from the VIP's Maglev ring instead of being policed: the engine's
+// stateless answer (lb::process::flow `stateless`), byte for byte. The flow hash is
+// lb/hash.rs's (jhash2 over the VIP's hash fields with FLOW_SEED, the key's words loaded as
+// they sit in memory), the ring slot is hash % M, and the frame leaves with the backend's
+// next-hop MACs, nothing else changed. No state is made anywhere: once the flood ends, the
+// flow's later frames reach the engine, which has no entry for them and gives the same
+// answer (and a flow that was cached keeps hitting the cache, which is looked up first).
+// The control plane fills the maps with every table version (steer.rs `set_stateless`).
+// Needs the flow cache's egress map, so only with the cache on.
+
+// Keep in step with steer.rs STATELESS_*.
+#define STATELESS_VIPS 32
+#define STATELESS_RING_ENTRIES (STATELESS_VIPS * 65537) // 8 MiB of u32 backend slots
+#define BACKEND_SLOTS 4096
+#define FLOW_SEED 0x51751ce0u // lb/hash.rs FLOW_SEED
+#define JHASH_INITVAL 0xdeadbeefu
+#define HASH_5 0 // the VIP's hash fields (lb/hash.rs HashFields)
+#define HASH_3 1
+#define HASH_2 2
+
+struct stateless_vip {
+	__u32 vip;  // the VIP's slot in the engine's tables (a reload moves ring slots)
+	__u32 base; // the VIP's first entry in stateless_rings
+	__u32 m;    // its ring size; 0: no ring (no backend takes new flows)
+	__u8 hash;  // HASH_*
+	__u8 pad[3];
+};
+
+// A backend's next hop (lb::NextHop) as the DR rewrite uses it.
+struct stateless_hop {
+	__u8 dst_mac[6];
+	__u8 src_mac[6];
+	__u32 ifindex; // egress
+	__u8 ok;       // 0: no next hop known (the engine asks for it)
+	__u8 tx;       // TX_* for a hop out of the interface the frame came in on
+	__u8 tx_port;  // the egress's slot in tx_ports
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STATELESS_VIPS);
+	__type(key, __u32);
+	__type(value, struct stateless_vip);
+} stateless_vips SEC(".maps");
+
+// Every VIP's ring, one after another: the backend's slot in the engine's tables.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STATELESS_RING_ENTRIES);
+	__type(key, __u32);
+	__type(value, __u32);
+} stateless_rings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct stateless_hop);
+} stateless_hops SEC(".maps");
+
+static __always_inline __u32 rol32(__u32 w, unsigned int s)
+{
+	return (w << s) | (w >> (32 - s));
+}
+
+// include/linux/jhash.h's __jhash_mix and __jhash_final.
+#define JHASH_MIX(a, b, c)                                                                 \
+	do {                                                                               \
+		a -= c; a ^= rol32(c, 4); c += b;                                          \
+		b -= a; b ^= rol32(a, 6); a += c;                                          \
+		c -= b; c ^= rol32(b, 8); b += a;                                          \
+		a -= c; a ^= rol32(c, 16); c += b;                                         \
+		b -= a; b ^= rol32(a, 19); a += c;                                         \
+		c -= b; c ^= rol32(b, 4); b += a;                                          \
+	} while (0)
+
+#define JHASH_FINAL(a, b, c)                                                               \
+	do {                                                                               \
+		c ^= b; c -= rol32(b, 14);                                                 \
+		a ^= c; a -= rol32(c, 11);                                                 \
+		b ^= a; b -= rol32(a, 25);                                                 \
+		c ^= b; c -= rol32(b, 16);                                                 \
+		a ^= c; a -= rol32(c, 4);                                                  \
+		b ^= a; b -= rol32(a, 14);                                                 \
+		c ^= b; c -= rol32(b, 24);                                                 \
+	} while (0)
+
+// lb::hash::FlowKey::hash: jhash2 over 4 words (IPv4) or 10 (IPv6), FLOW_SEED.
+static __always_inline __u32 flow_hash(const struct flow *f, __u8 fields)
+{
+	__u32 w[10];
+	__builtin_memcpy(w, f->src, 16);
+	__builtin_memcpy(&w[4], f->dst, 16);
+	// sport then dport in network order, loaded as one little-endian word.
+	__u32 ports = fields == HASH_5 ? (__u32)f->sport | ((__u32)f->dport << 16) : 0;
+	__u32 proto = fields == HASH_2 ? 0 : f->proto;
+	__u32 a, b, c;
+	if (f->family == FAMILY_V4) {
+		a = b = c = JHASH_INITVAL + (4 << 2) + FLOW_SEED;
+		a += w[0];
+		b += w[4];
+		c += ports;
+		JHASH_MIX(a, b, c);
+		a += proto;
+		JHASH_FINAL(a, b, c);
+		return c;
+	}
+	a = b = c = JHASH_INITVAL + (10 << 2) + FLOW_SEED;
+	a += w[0];
+	b += w[1];
+	c += w[2];
+	JHASH_MIX(a, b, c);
+	a += w[3];
+	b += w[4];
+	c += w[5];
+	JHASH_MIX(a, b, c);
+	a += w[6];
+	b += w[7];
+	c += ports;
+	JHASH_MIX(a, b, c);
+	a += proto;
+	JHASH_FINAL(a, b, c);
+	return c;
+}
+
+// An untagged IPv4 frame without options or IPv6 frame without extension headers, not a
+// fragment: what the stateless answer takes (the rest goes on to the policing and the
+// engine). `parse` has read the headers already; this repeats the checks on the bytes.
+static __always_inline int plain(struct ethhdr *eth, void *end)
+{
+	if ((void *)(eth + 1) > end)
+		return 0;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > end)
+			return 0;
+		return *(__u8 *)ip == 0x45 && !(ip->frag_off & bpf_htons(IP_MF | IP_OFFSET));
+	}
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > end)
+			return 0;
+		return ip6->nexthdr == IPPROTO_TCP || ip6->nexthdr == IPPROTO_UDP;
+	}
+	return 0;
+}
+
+// The stateless answer for a DR VIP's frame: an XDP action, or -1 when there is none here
+// (another mode, no ring, no next hop, a VLAN tag, options, extension headers or a
+// fragment) and the frame goes on to the policing and the engine.
+static __always_inline int stateless_answer(struct xdp_md *ctx, const struct flow *f,
+					    const struct steer_val *vip)
+{
+	if (!cache_on || vip->mode != VMODE_DR || vip->ring == NO_RING)
+		return -1;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if (!plain(eth, end))
+		return -1;
+	__u32 r = vip->ring;
+	const struct stateless_vip *sv = bpf_map_lookup_elem(&stateless_vips, &r);
+	if (!sv || sv->m == 0 || sv->vip != vip->vip)
+		return -1;
+	__u32 idx = sv->base + flow_hash(f, sv->hash) % sv->m;
+	const __u32 *backend = bpf_map_lookup_elem(&stateless_rings, &idx);
+	if (!backend)
+		return -1;
+	const struct stateless_hop *hop = bpf_map_lookup_elem(&stateless_hops, backend);
+	if (!hop || !hop->ok)
+		return -1;
+	__builtin_memcpy(eth->h_dest, hop->dst_mac, 6);
+	__builtin_memcpy(eth->h_source, hop->src_mac, 6);
+	if (hop->ifindex == ctx->ingress_ifindex && hop->tx == TX_XDP_TX)
+		return XDP_TX;
+	int act = bpf_redirect_map(&tx_ports, hop->tx_port, 0);
+	if (act != XDP_REDIRECT) {
+		cache_count(CC_NO_EGRESS);
+		return XDP_DROP;
+	}
+	return act;
+}
+
+// A VIP frame on its way to the engine: -1 to steer it on, else what flood mode does with
+// it (XDP_DROP when its source is over its rate, the stateless answer's action).
+static __always_inline int flood_action(struct xdp_md *ctx, const struct flow *f,
+					const struct steer_val *vip)
 {
 	if (!flood_policed(f, vip))
-		return 0;
+		return -1;
 	__u32 zero = 0;
 	const struct flood_conf *c = bpf_map_lookup_elem(&flood_conf, &zero);
 	struct flood_cpu *st = bpf_map_lookup_elem(&flood_cpus, &zero);
 	if (!c || !st || c->threshold == 0)
-		return 0;
+		return -1;
 	__u64 now = bpf_ktime_get_ns();
 	flood_count(FL_FIRST);
 	if (!flood_detect(st, c, now))
-		return 0;
+		return -1;
+	int act = stateless_answer(ctx, f, vip);
+	if (act >= 0) {
+		flood_count(FL_STATELESS);
+		return act;
+	}
 	if (flood_admit(f, c, now)) {
 		flood_count(FL_ADMITTED);
-		return 0;
+		return -1;
 	}
 	flood_count(FL_SHED);
-	return 1;
+	return XDP_DROP;
 }
 
 SEC("xdp")
@@ -1005,8 +1203,9 @@ int sluice_steer(struct xdp_md *ctx)
 
 	const struct steer_val *vip = lookup(f.dst, f.dport, f.proto, KIND_VIP, f.family, f.has_ports);
 	if (vip) {
-		if (flood_shed(&f, vip))
-			return XDP_DROP;
+		int act = flood_action(ctx, &f, vip);
+		if (act >= 0)
+			return act;
 		owned = 1;
 	} else if (lookup(f.dst, f.dport, f.proto, KIND_LOCAL, f.family, f.has_ports))
 		owned = 1;

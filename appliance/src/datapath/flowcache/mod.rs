@@ -357,6 +357,15 @@ impl FlowCache {
         Ok(())
     }
 
+    /// The tx_ports slot of egress `ifindex` and how a hairpin leaves it, if it is one.
+    pub(crate) fn egress_port(&self, ifindex: u32) -> Option<(u8, Hairpin)> {
+        self.egress
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&ifindex)
+            .copied()
+    }
+
     /// The counter slot of (VIP name, backend address, port); slot 0 when all are taken.
     pub fn stat_slot(&self, id: &BackendId) -> u32 {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
