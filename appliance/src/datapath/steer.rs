@@ -783,4 +783,19 @@ mod tests {
             (0, 0, KIND_BACKEND | KIND_ADDR)
         );
     }
+
+    /// The kernel's verifier takes the program both ways: without the flow cache (its code
+    /// pruned) and with it (every path). A change that makes either too complex for the
+    /// verifier fails here, in the unit tests, rather than in every namespace test. Needs
+    /// root (CAP_BPF), as the appliance does.
+    #[test]
+    fn the_verifier_accepts_the_program_with_and_without_the_cache() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "loading BPF programs needs root (CAP_BPF); run the tests as root"
+        );
+        Steer::load().unwrap_or_else(|e| panic!("without the flow cache: {e}"));
+        let cache = FlowCache::create(1024).expect("flow cache maps");
+        Steer::load_with_cache(Some(&cache)).unwrap_or_else(|e| panic!("with the flow cache: {e}"));
+    }
 }
