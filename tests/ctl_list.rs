@@ -184,6 +184,24 @@ fn list_follows_real_connections() {
     assert_eq!(cols.len(), 5, "{row}");
     let conns: u64 = cols[0].parse().expect("Conns");
     assert!(conns >= HELD as u64, "every connection counted: {row}");
+    // Each backend's Conns: the new flows scheduled to it; together the VIP's.
+    let per_backend: Vec<u64> = stats
+        .lines()
+        .skip_while(|l| !l.starts_with(&head.trim_end().to_string()))
+        .skip(1)
+        .take_while(|l| l.starts_with("  -> "))
+        .map(|l| {
+            let c = l.split_whitespace().nth(2).unwrap_or_default();
+            c.parse()
+                .unwrap_or_else(|_| panic!("backend Conns {c:?} in {l:?}:\n{stats}"))
+        })
+        .collect();
+    assert!(!per_backend.is_empty(), "no backend lines:\n{stats}");
+    assert_eq!(
+        per_backend.iter().sum::<u64>(),
+        conns,
+        "backends' Conns do not add up to the VIP's:\n{stats}"
+    );
     let words = |text: &str| -> Vec<String> {
         text.lines()
             .nth(1)

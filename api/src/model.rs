@@ -320,6 +320,9 @@ pub struct Backend {
     /// While slow start ramps it: when it reaches `weight` (Unix time, milliseconds).
     #[serde(default)]
     pub ramping_until_ms: Option<u64>,
+    /// New flows scheduled to it since the appliance started (ipvsadm's Conns).
+    #[serde(default)]
+    pub new_flows: u64,
 }
 
 /// `GET /v1/bgp`.

@@ -297,9 +297,11 @@ pub fn counters(cache: &FlowCache, entries: usize) -> CacheStats {
     let mut vips: HashMap<String, VipTotals> = HashMap::new();
     let mut backends = HashMap::new();
     for (id, t) in cache.slot_totals() {
+        // New flows are the engine's: a cached flow was new there first.
         let t = BackendTotals {
             packets: t.packets,
             bytes: t.bytes,
+            new_flows: 0,
         };
         *vips.entry(id.vip.clone()).or_default() += VipTotals {
             packets: t.packets,

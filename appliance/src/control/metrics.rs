@@ -402,6 +402,7 @@ impl VipFamilies {
 struct BackendFamilies {
     packets: Family<Labels, Counter>,
     bytes: Family<Labels, Counter>,
+    new_flows: Family<Labels, Counter>,
     active_flows: Family<Labels, Gauge>,
     healthy: Family<Labels, Gauge>,
     eligible: Family<Labels, Gauge>,
@@ -415,6 +416,10 @@ impl BackendFamilies {
         BackendFamilies {
             packets: b.counter("sluice_backend_packets", "Packets to and from a backend"),
             bytes: b.counter("sluice_backend_bytes", "Bytes to and from a backend"),
+            new_flows: b.counter(
+                "sluice_backend_new_flows",
+                "New flows scheduled to a backend (ipvsadm's Conns)",
+            ),
             active_flows: b.gauge(
                 "sluice_backend_active_flows",
                 "Connection-table entries pointing at a backend",
@@ -551,6 +556,7 @@ fn backend(
     let t = agg.backends.get(&key).copied().unwrap_or_default();
     set(&bf.packets, l.clone(), t.packets);
     set(&bf.bytes, l.clone(), t.bytes);
+    set(&bf.new_flows, l.clone(), t.new_flows);
     gset(
         &bf.active_flows,
         l.clone(),
@@ -715,6 +721,7 @@ address = "10.1.0.21"
             vip_new_flows: vec![10, 3],
             backend_packets: vec![60, 40, 7],
             backend_bytes: vec![38_000, 26_000, 700],
+            backend_new_flows: vec![6, 4, 3],
             backend_flows: vec![(4, 1), (2, 0), (1, 1)],
             conntrack_len: 9,
             conntrack_capacity: 1024,
@@ -736,6 +743,7 @@ address = "10.1.0.21"
             BackendTotals {
                 packets: 3,
                 bytes: 300,
+                new_flows: 1,
             },
         );
         let workers = vec![
@@ -1128,6 +1136,11 @@ sluice_backend_packets_total{vip="web",backend="10.1.0.12:80"} 40
 sluice_backend_bytes_total{vip="dns",backend="10.1.0.21:53"} 700
 sluice_backend_bytes_total{vip="web",backend="10.1.0.11:80"} 38300
 sluice_backend_bytes_total{vip="web",backend="10.1.0.12:80"} 26000
+# HELP sluice_backend_new_flows New flows scheduled to a backend (ipvsadm's Conns).
+# TYPE sluice_backend_new_flows counter
+sluice_backend_new_flows_total{vip="dns",backend="10.1.0.21:53"} 3
+sluice_backend_new_flows_total{vip="web",backend="10.1.0.11:80"} 7
+sluice_backend_new_flows_total{vip="web",backend="10.1.0.12:80"} 4
 # HELP sluice_backend_active_flows Connection-table entries pointing at a backend.
 # TYPE sluice_backend_active_flows gauge
 sluice_backend_active_flows{vip="dns",backend="10.1.0.21:53"} 2

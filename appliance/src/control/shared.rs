@@ -519,6 +519,7 @@ impl Shared {
                         ramping_until_ms: view.ramps.get(&key).map(|t| unix_ms(*t)),
                         packets: totals.packets,
                         bytes: totals.bytes,
+                        new_flows: totals.new_flows,
                         active_connections: conns.0,
                         inactive_connections: conns.1,
                     }

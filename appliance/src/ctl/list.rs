@@ -221,12 +221,6 @@ fn numbers_table(
             "NAT and FullNAT: In columns count both directions, Out is not counted apart (-)."
         );
     }
-    if services.iter().any(|s| !s.backends.is_empty()) {
-        let _ = writeln!(
-            o,
-            "Backends: new connections are not counted per backend (-)."
-        );
-    }
     o
 }
 
@@ -243,7 +237,7 @@ pub fn format_stats(status: &api::Status, services: &[Service]) -> String {
                 s.vip.packets,
                 s.vip.bytes,
             ),
-            Some(b) => split(&s.vip.mode, None, b.packets, b.bytes),
+            Some(b) => split(&s.vip.mode, Some(b.new_flows), b.packets, b.bytes),
         },
     )
 }
@@ -269,7 +263,7 @@ fn rate_of(before: &[Service], s: &Service, b: Option<&api::Backend>, seconds: f
             let o = old.and_then(|o| o.backends.iter().find(|x| x.id == b.id));
             rate_row(
                 &s.vip.mode,
-                None,
+                per_s(b.new_flows, o.map(|x| x.new_flows)),
                 per_s(b.packets, o.map(|x| x.packets)),
                 per_s(b.bytes, o.map(|x| x.bytes)),
             )

@@ -20,6 +20,8 @@ pub struct VipTotals {
 pub struct BackendTotals {
     pub packets: u64,
     pub bytes: u64,
+    /// New flows scheduled to it (connections for TCP, flows or datagrams for UDP).
+    pub new_flows: u64,
 }
 
 /// A worker's counters as last published.
@@ -42,6 +44,7 @@ pub struct CounterSnapshot {
     /// Per backend slot of `version`.
     pub backend_packets: Vec<u64>,
     pub backend_bytes: Vec<u64>,
+    pub backend_new_flows: Vec<u64>,
     /// Flows in the connection table per backend slot of `version` (active, inactive).
     pub backend_flows: Vec<(u32, u32)>,
     pub conntrack_len: usize,
@@ -69,6 +72,7 @@ impl std::ops::AddAssign for BackendTotals {
     fn add_assign(&mut self, o: BackendTotals) {
         self.packets += o.packets;
         self.bytes += o.bytes;
+        self.new_flows += o.new_flows;
     }
 }
 
@@ -79,6 +83,7 @@ pub(super) struct SlotCounters<'a> {
     pub(super) vip_new_flows: &'a [u64],
     pub(super) backend_packets: &'a [u64],
     pub(super) backend_bytes: &'a [u64],
+    pub(super) backend_new_flows: &'a [u64],
 }
 
 impl SlotCounters<'_> {
@@ -104,6 +109,7 @@ impl SlotCounters<'_> {
             *backends.entry(id).or_default() += BackendTotals {
                 packets: at(self.backend_packets, i),
                 bytes: at(self.backend_bytes, i),
+                new_flows: at(self.backend_new_flows, i),
             };
         }
     }
@@ -125,6 +131,7 @@ impl CounterSnapshot {
                 vip_new_flows: &self.vip_new_flows,
                 backend_packets: &self.backend_packets,
                 backend_bytes: &self.backend_bytes,
+                backend_new_flows: &self.backend_new_flows,
             }
             .fold_into(t, &mut vips, &mut backends);
         }

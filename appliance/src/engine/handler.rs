@@ -111,6 +111,7 @@ impl LbHandler {
                 vip_new_flows: &st.vip_new_flows,
                 backend_packets: &st.backend_packets,
                 backend_bytes: &st.backend_bytes,
+                backend_new_flows: &st.backend_new_flows,
             }
             .fold_into(
                 &self.tables,
@@ -154,6 +155,8 @@ impl LbHandler {
         s.vip_new_flows.clone_from(&self.state.vip_new_flows);
         s.backend_packets.clone_from(&self.state.backend_packets);
         s.backend_bytes.clone_from(&self.state.backend_bytes);
+        s.backend_new_flows
+            .clone_from(&self.state.backend_new_flows);
         s.backend_flows.clear();
         s.backend_flows.extend(
             self.ct

@@ -174,7 +174,7 @@ fn one_packet(
     let hash = key.hash(tables.vips[vip as usize].hash);
     let backend = admit(tables, ct, worker, vip, key, hash, now)?;
     worker.stats.one_packet += 1;
-    worker.vip_new_flows[vip as usize] += 1;
+    worker.count_new_flow(vip, backend);
     Ok(FlowHit {
         backend,
         hash,
@@ -218,7 +218,7 @@ fn new_flow(
     ct.expire(now, 2);
     let hash = key.hash(v.hash);
     let backend = admit(tables, ct, worker, vip, key, hash, now)?;
-    worker.vip_new_flows[vip as usize] += 1;
+    worker.count_new_flow(vip, backend);
     let b = tables.backends[backend as usize];
     let snat = fullnat::snat_for(ct, v, key, &b, hash, now)?;
     let flow = Flow {

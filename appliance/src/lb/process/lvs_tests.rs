@@ -131,6 +131,29 @@ fn one_packet_schedules_every_datagram_and_keeps_no_state() {
     );
     assert_eq!(ct.len(), 0, "no flow entries");
     assert_eq!(w.stats.one_packet, 300);
+    assert_eq!(w.vip_new_flows, [300]);
+    assert_eq!(
+        w.backend_new_flows,
+        [100, 100, 100],
+        "each datagram a new flow"
+    );
+}
+
+#[test]
+fn new_flows_are_counted_per_backend_and_add_up_to_the_vip_s() {
+    let c = one_vip(Mode::Dr, Scheduler::Maglev, 3);
+    let t = tables(&c, 1, &|_| true);
+    let mut ct = ct_for(&t, 1024);
+    let mut w = WorkerState::new();
+    let mut per = [0u64; 3];
+    for p in 0..200u16 {
+        let (v, out) = send(&t, &mut ct, &mut w, "198.51.100.7", 10_000 + p, false, 1);
+        per[usize::from(backend_of(v, &out).expect("forwarded")) - 1] += 1;
+        // A second packet of the same connection is not a new flow.
+        send(&t, &mut ct, &mut w, "198.51.100.7", 10_000 + p, false, 2);
+    }
+    assert_eq!(w.backend_new_flows, per, "where each connection went");
+    assert_eq!(w.vip_new_flows, [200]);
 }
 
 fn persistent(n: u8) -> Config {

@@ -317,6 +317,8 @@ pub struct WorkerState {
     pub backend_packets: Vec<u64>,
     /// Bytes per backend slot.
     pub backend_bytes: Vec<u64>,
+    /// New flows scheduled to each backend slot (as `vip_new_flows`, per backend).
+    pub backend_new_flows: Vec<u64>,
     /// Other counters.
     pub stats: WorkerStats,
     sched: Vec<SchedState>,
@@ -367,6 +369,7 @@ impl WorkerState {
             vip_new_flows: Vec::new(),
             backend_packets: Vec::new(),
             backend_bytes: Vec::new(),
+            backend_new_flows: Vec::new(),
             stats: WorkerStats::default(),
             sched: Vec::new(),
             sched_prints: Vec::new(),
@@ -409,6 +412,7 @@ impl WorkerState {
                 &mut self.vip_new_flows,
                 &mut self.backend_packets,
                 &mut self.backend_bytes,
+                &mut self.backend_new_flows,
             ] {
                 c.fill(0);
             }
@@ -421,6 +425,7 @@ impl WorkerState {
         self.vip_new_flows = vec![0; tables.vips.len()];
         self.backend_packets = vec![0; tables.backends.len()];
         self.backend_bytes = vec![0; tables.backends.len()];
+        self.backend_new_flows = vec![0; tables.backends.len()];
         // A VIP whose pool is unchanged keeps its scheduler state (round-robin cursor, wrr
         // position, locality cache): health changes elsewhere must not reset it.
         let prints: Vec<u64> = (0..tables.vips.len())
@@ -482,6 +487,15 @@ impl WorkerState {
         self.vip_bytes[vip as usize] += len;
         self.backend_packets[backend as usize] += 1;
         self.backend_bytes[backend as usize] += len;
+    }
+
+    /// Counts a new flow of VIP slot `vip` scheduled to backend slot `backend`.
+    #[inline(always)]
+    fn count_new_flow(&mut self, vip: u32, backend: u32) {
+        self.vip_new_flows[vip as usize] += 1;
+        if let Some(c) = self.backend_new_flows.get_mut(backend as usize) {
+            *c += 1;
+        }
     }
 
     /// Sum of all drops.
