@@ -601,6 +601,21 @@ static __always_inline int carry_tcp(__u8 *l4, void *end, const struct cache_val
 	return 0;
 }
 
+// Out of `ifindex` (the egress's slot `tx_port` in tx_ports): back out of the interface the
+// frame came in on with XDP_TX where that is the egress's way (TX_XDP_TX), else a redirect;
+// an egress missing from tx_ports drops the frame, counted.
+static __always_inline int send_to(struct xdp_md *ctx, __u32 ifindex, __u8 tx, __u8 tx_port)
+{
+	if (ifindex == ctx->ingress_ifindex && tx == TX_XDP_TX)
+		return XDP_TX;
+	int act = bpf_redirect_map(&tx_ports, tx_port, 0);
+	if (act != XDP_REDIRECT) {
+		cache_count(CC_NO_EGRESS);
+		return XDP_DROP;
+	}
+	return act;
+}
+
 // After the rewrite: MACs, activity, counters, and out.
 static __always_inline int cache_send(struct xdp_md *ctx, struct ethhdr *eth,
 				      struct cache_val *v, __u64 len)
@@ -615,14 +630,7 @@ static __always_inline int cache_send(struct xdp_md *ctx, struct ethhdr *eth,
 		v->last_seen = now;
 	// Hits are the sum of the slots' packets: one per-CPU counter per hit, not two.
 	count_stat(v->stat, len);
-	if (v->ifindex == ctx->ingress_ifindex && v->tx == TX_XDP_TX)
-		return XDP_TX;
-	int act = bpf_redirect_map(&tx_ports, v->tx_port, 0);
-	if (act != XDP_REDIRECT) {
-		cache_count(CC_NO_EGRESS);
-		return XDP_DROP;
-	}
-	return act;
+	return send_to(ctx, v->ifindex, v->tx, v->tx_port);
 }
 
 // IPv4: returns an XDP action when the cache forwards the frame, -1 to fall through.
@@ -1130,14 +1138,7 @@ static __always_inline int stateless_answer(struct xdp_md *ctx, const struct flo
 		return -1;
 	__builtin_memcpy(eth->h_dest, hop->dst_mac, 6);
 	__builtin_memcpy(eth->h_source, hop->src_mac, 6);
-	if (hop->ifindex == ctx->ingress_ifindex && hop->tx == TX_XDP_TX)
-		return XDP_TX;
-	int act = bpf_redirect_map(&tx_ports, hop->tx_port, 0);
-	if (act != XDP_REDIRECT) {
-		cache_count(CC_NO_EGRESS);
-		return XDP_DROP;
-	}
-	return act;
+	return send_to(ctx, hop->ifindex, hop->tx, hop->tx_port);
 }
 
 // A VIP frame on its way to the engine: -1 to steer it on, else what flood mode does with
