@@ -6,20 +6,38 @@
 //! is a disagreement, not a flip; the etcd leader killed, then all of etcd stopped, leave
 //! forwarding alone and the members stale, and they converge when etcd is back; a member cut
 //! off from etcd past its lease is not waited for, and catches up before it announces again.
-//! Needs root, bird2, nftables and etcd-server/etcd-client.
+//! Around that story: etcd runs with authentication on (the members log in as a user that may
+//! touch only the fleet's prefix; a wrong password is refused with an error naming the
+//! keys to fix); 20 pushes under a steady client and 4 long downloads; a revision one member
+//! refuses (its file contradicts it) and an invalid one written behind `push`'s back, both
+//! reported and neither run; a drain through one member's API changing every member's
+//! tables; a member restarted while etcd is down starting on its last good revision from
+//! disk. Needs root, bird2, nftables and etcd-server/etcd-client.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
-use std::path::Path;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lab::etcd::EtcdCluster;
-use lab::{Lab, LabMode, LabOptions};
+use lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
 
 const MEMBERS: usize = 3;
 const ETCD_PORT: u16 = 23790;
+/// The etcd user the members log in as (it may read and write under `/sluice/` only).
+const ETCD_USER: &str = "sluice";
+const ETCD_PASSWORD: &str = "fl4-members-secret";
+/// Pushes in the steady-load round.
+const PUSHES: u32 = 20;
+/// The steady client's pace, and how long one of its requests may take (room for a lost
+/// SYN on a loaded machine).
+const CLIENT_EVERY: Duration = Duration::from_millis(50);
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Pause between a download's 8 KB reads: at least 128 reads, about 15 s, longer than the
+/// pushes take on an idle machine.
+const DOWNLOAD_PACE: Duration = Duration::from_millis(120);
 
 fn sluice() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_sluice"))
@@ -33,9 +51,15 @@ struct Fleet {
     pushes: u32,
 }
 
-/// The lab's config for appliance `k` split into the member file (with `[fleet]`) and the
+/// The lab's config for appliance `k` split into the member file (with `[fleet]`, logging
+/// in with `password_file`, keeping its last good revision under `state_dir`) and the
 /// fleet's sections.
-fn split(text: &str, endpoints: &[String]) -> (String, toml::Table) {
+fn split(
+    text: &str,
+    endpoints: &[String],
+    state_dir: &Path,
+    password_file: &Path,
+) -> (String, toml::Table) {
     let all: toml::Table = text.parse().expect("lab config");
     let (fleet, mut local): (toml::Table, toml::Table) = all
         .into_iter()
@@ -46,6 +70,12 @@ fn split(text: &str, endpoints: &[String]) -> (String, toml::Table) {
     f.insert("endpoints".into(), eps.into());
     f.insert("lease_ttl".into(), "3s".into());
     f.insert("activation_timeout".into(), "4s".into());
+    f.insert("state_dir".into(), state_dir.display().to_string().into());
+    f.insert("user".into(), ETCD_USER.into());
+    f.insert(
+        "password_file".into(),
+        password_file.display().to_string().into(),
+    );
     local.insert("fleet".into(), f.into());
     (toml::to_string(&local).expect("toml"), fleet)
 }
@@ -68,12 +98,20 @@ impl Fleet {
         let dir = lab.dir.join("etcd");
         std::fs::create_dir_all(&dir).expect("etcd dir");
         let ip: IpAddr = lab::ROUTER_LAN4.parse().unwrap();
-        let etcd = EtcdCluster::start(&lab.router, ip, ETCD_PORT, &dir)
+        let mut etcd = EtcdCluster::start(&lab.router, ip, ETCD_PORT, &dir)
             .unwrap_or_else(|e| panic!("etcd: {e}"));
+        etcd.enable_auth(&lab.router, ETCD_USER, ETCD_PASSWORD, "/sluice/")
+            .unwrap_or_else(|e| panic!("etcd auth: {e}"));
+        let pw = lab.dir.join("etcd.password");
+        std::fs::write(&pw, format!("{ETCD_PASSWORD}\n")).expect("password file");
         let mut doc = None;
         for k in 0..MEMBERS {
-            let (local, fleet) =
-                split(&lab.config_for(k, &lab.api_socket_at(k)), &etcd.endpoints());
+            let (local, fleet) = split(
+                &lab.config_for(k, &lab.api_socket_at(k)),
+                &etcd.endpoints(),
+                &lab.dir.join(format!("state{k}")),
+                &pw,
+            );
             lab.write_config_at(k, &local).expect("write");
             doc.get_or_insert(fleet);
         }
@@ -87,6 +125,40 @@ impl Fleet {
 
     fn ns(&self, k: usize) -> &lab::netns::Netns {
         self.lab.appliance_ns(k)
+    }
+
+    /// `sluice fleet --config CFG ARGS` in appliance `k`'s namespace.
+    fn fleetctl(&self, k: usize, cfg: &Path, args: &[&str]) -> std::process::Output {
+        let mut all = vec![
+            sluice().to_string_lossy().to_string(),
+            "fleet".into(),
+            "--config".into(),
+            cfg.to_string_lossy().to_string(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.ns(k).output(&refs)
+    }
+
+    /// `sluice ctl ARGS` against appliance `k`; its stdout, after asserting success.
+    fn ctl(&self, k: usize, args: &[&str]) -> String {
+        let sock = self.lab.api_socket_at(k);
+        let mut all = vec![
+            sluice().to_string_lossy().to_string(),
+            "ctl".into(),
+            "--socket".into(),
+            sock.to_string_lossy().to_string(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        let out = self.ns(k).output(&refs);
+        assert!(
+            out.status.success(),
+            "sluice ctl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
     }
 
     /// `sluice fleet push` (from lb1's namespace) of the doc with `weight` for the last
@@ -105,14 +177,7 @@ impl Fleet {
         let file = self.lab.dir.join(format!("fleet-{}.toml", self.pushes));
         std::fs::write(&file, toml::to_string(&doc).unwrap()).expect("write doc");
         let cfg = self.lab.config_path_at(0);
-        let out = self.ns(0).output(&[
-            &sluice().to_string_lossy(),
-            "fleet",
-            "--config",
-            &cfg.to_string_lossy(),
-            "push",
-            &file.to_string_lossy(),
-        ]);
+        let out = self.fleetctl(0, &cfg, &["push", &file.to_string_lossy()]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(
             out.status.success(),
@@ -249,6 +314,249 @@ impl Fleet {
         ]);
         String::from_utf8_lossy(&out.stdout).to_string()
     }
+
+    /// The fleet revisions member `k` switched to, in order (its event log).
+    fn activated(&self, k: usize) -> Vec<u64> {
+        self.events(k)
+            .lines()
+            .filter_map(|l| {
+                let rest = &l[l.find("fleet: revision ")? + "fleet: revision ".len()..];
+                let (rev, tail) = rest.split_once(' ')?;
+                tail.starts_with("running").then(|| rev.parse().ok())?
+            })
+            .collect()
+    }
+
+    /// Backend `backend`'s state on member `k`'s VIP `vip`.
+    fn backend_state(&self, k: usize, vip: &str, backend: &str) -> Option<String> {
+        let out = std::process::Command::new("curl")
+            .args(["-sf", "--max-time", "2", "--unix-socket"])
+            .arg(self.lab.api_socket_at(k))
+            .arg(format!("http://localhost/v1/vips/{vip}/backends"))
+            .output()
+            .ok()?;
+        let list: Vec<api::Backend> = serde_json::from_slice(&out.stdout).ok()?;
+        list.into_iter().find(|b| b.id == backend).map(|b| b.state)
+    }
+
+    /// Appliance `k`'s member file.
+    fn member_file(&self, k: usize) -> PathBuf {
+        self.lab.config_path_at(k)
+    }
+}
+
+/// The steady client: a new connection every [`CLIENT_EVERY`] until `stop`, each on its own
+/// thread so a slow one does not delay the next; (attempts, answered, first error). Runs in
+/// the client's namespace.
+fn steady_client(vip: SocketAddr, stop: Arc<AtomicBool>) -> (usize, usize, Option<String>) {
+    let mut handles = Vec::new();
+    let start = Instant::now();
+    let mut n = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        handles.push(std::thread::spawn(move || {
+            http_get(vip, "/whoami", CLIENT_TIMEOUT)
+        }));
+        n += 1;
+        let next = start + CLIENT_EVERY * n;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    let (mut answered, mut first_error) = (0, None);
+    let attempts = handles.len();
+    for h in handles {
+        match h.join().expect("client connection thread") {
+            Ok((200, _)) => answered += 1,
+            Ok((status, _)) => {
+                first_error.get_or_insert(format!("status {status}"));
+            }
+            Err(e) => {
+                first_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+    (attempts, answered, first_error)
+}
+
+/// A member file whose password is wrong: `sluice fleet status` says what to fix.
+fn wrong_password_is_a_clear_error(f: &Fleet) {
+    let pw = f.lab.dir.join("wrong.password");
+    std::fs::write(&pw, "not-the-password\n").expect("write");
+    let good = f.lab.dir.join("etcd.password").display().to_string();
+    let text = std::fs::read_to_string(f.member_file(0)).expect("member file");
+    assert!(text.contains(&good), "the member file names {good}");
+    let cfg = f.lab.dir.join("wrong-password.toml");
+    std::fs::write(&cfg, text.replace(&good, &pw.display().to_string())).expect("write");
+    let out = f.fleetctl(0, &cfg, &["status"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a wrong password was let in: {err}");
+    assert!(
+        err.contains(&format!("etcd refused user \"{ETCD_USER}\""))
+            && err.contains("authentication failed")
+            && err.contains("password_file"),
+        "not a clear error: {err}"
+    );
+    println!("MEASURE wrong etcd password: {}", err.trim());
+}
+
+/// 20 pushes, each waited for on every member, under a steady client and 4 slow downloads
+/// through the DR VIP: no request fails, the downloads arrive intact, and every member
+/// switched to every one of the 20 revisions in push order. None is superseded here (the
+/// next push waits until every member runs the previous one), so none may be skipped.
+fn pushes_under_load(f: &mut Fleet) {
+    let vip = SocketAddr::new(LabMode::Dr.vip(false), 80);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let downloads: Vec<_> = (0..4)
+        .map(|_| {
+            let tx = tx.clone();
+            f.lab
+                .client
+                .in_thread(move || slow_download(vip, DOWNLOAD_PACE, tx))
+                .expect("download thread")
+        })
+        .collect();
+    for _ in 0..4 {
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("a download never started");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = Arc::clone(&stop);
+    let client = f
+        .lab
+        .client
+        .in_thread(move || steady_client(vip, st))
+        .expect("client thread");
+    let before: Vec<usize> = (0..MEMBERS).map(|k| f.activated(k).len()).collect();
+    let t0 = Instant::now();
+    let mut revs = Vec::new();
+    for i in 0..PUSHES {
+        let r = f.push(30 + i);
+        f.wait_running(r, Duration::from_secs(20));
+        revs.push(r);
+    }
+    let took = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (attempts, answered, first_error) = client.join().expect("client");
+    let expected = blob();
+    let intact = downloads
+        .into_iter()
+        .map(|d| d.join().expect("download"))
+        .filter(|d| d.as_ref().is_ok_and(|b| *b == expected))
+        .count();
+    println!(
+        "MEASURE {PUSHES} pushes under load in {took:?}: steady client {answered}/{attempts} \
+         answered, {intact}/4 downloads intact"
+    );
+    assert_eq!(
+        (answered, intact),
+        (attempts, 4),
+        "requests failed or downloads broke during the pushes: {first_error:?}\n{}",
+        f.logs()
+    );
+    assert!(attempts > 20, "the steady client hardly ran ({attempts})");
+    for (k, skip) in before.iter().enumerate() {
+        let got: Vec<u64> = f.activated(k).into_iter().skip(*skip).collect();
+        assert_eq!(
+            got,
+            revs,
+            "lb{} did not switch to every revision in order",
+            k + 1
+        );
+    }
+}
+
+/// A revision lb3's file contradicts, then one that is not TOML at all (written with
+/// etcdctl, as `push` would refuse it): each is refused, reported by `/v1/fleet` and
+/// `sluice fleet status`, and never run; the fleet keeps `running`, forwarding carries on.
+fn refused_revisions(f: &mut Fleet, running: u64) {
+    let lb3 = f.member_file(2);
+    let file = std::fs::read_to_string(&lb3).expect("lb3's file");
+    let vip = f.doc["vip"][0]["name"].as_str().expect("name").to_string();
+    let wrong = format!("{file}\n[[vip]]\nname = \"{vip}\"\naddress = \"192.0.2.250\"\n");
+    std::fs::write(&lb3, wrong).expect("write");
+    let bad = f.push(90);
+    f.wait_all("lb3's refusal reported", Duration::from_secs(20), |s| {
+        s.refused.as_ref().is_some_and(|r| {
+            r.revision == bad
+                && r.by
+                    .iter()
+                    .any(|(m, e)| m == "lab-lb3" && e.contains(&format!("vip \"{vip}\".address")))
+        })
+    });
+    let out = f.fleetctl(0, &f.member_file(0), &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("revision {bad} refused by lab-lb3")),
+        "sluice fleet status:\n{text}"
+    );
+    std::fs::write(&lb3, &file).expect("restore lb3's file");
+
+    let key = "/sluice/fl/config";
+    f.etcd
+        .ctl(&f.lab.router, &["put", key, "[[vip]\nname = "])
+        .unwrap_or_else(|e| panic!("etcdctl put: {e}"));
+    f.wait_all(
+        "the invalid revision refused",
+        Duration::from_secs(20),
+        |s| {
+            let rev = s.config_revision;
+            rev > bad
+                && s.refused.as_ref().is_some_and(|r| r.revision == rev)
+                && s.members.len() == MEMBERS
+                && s.members.iter().all(|m| {
+                    m.prepared == rev
+                        && m.readiness == "refused"
+                        && m.error
+                            .as_ref()
+                            .is_some_and(|e| e.contains("not valid TOML"))
+                })
+        },
+    );
+    for k in 0..MEMBERS {
+        let s = f.status(k).expect("status");
+        assert_eq!(
+            (s.running_revision, s.activated_revision),
+            (running, running),
+            "lb{}: a refused revision ran",
+            k + 1
+        );
+    }
+    f.traffic_ok("after refused revisions");
+}
+
+/// A drain through lb1's API is a fleet-wide write: every member's backend is drained and
+/// the tables change together (identical fingerprints, new ones); undrain restores them.
+fn fleet_wide_drain(f: &Fleet) {
+    let vip = f.doc["vip"][0]["name"].as_str().expect("name").to_string();
+    let be = format!("{}:{}", first_backend(&f.doc), LabMode::Dr.backend_port());
+    let fp0 = f.wait_identical("before the drain");
+    f.ctl(0, &["drain", &vip, &be]);
+    let t0 = Instant::now();
+    let mut seen: Vec<Option<Duration>> = vec![None; MEMBERS];
+    while seen.iter().any(Option::is_none) {
+        for (k, at) in seen.iter_mut().enumerate() {
+            if at.is_none() && f.backend_state(k, &vip, &be).as_deref() == Some("drain") {
+                *at = Some(t0.elapsed());
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "drained on {seen:?} only\n{}",
+            f.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let drained = f.wait_identical("drained");
+    assert_ne!(drained, fp0, "the drain changed no table");
+    println!("MEASURE fleet-wide drain: seen drained by each member after {seen:?}");
+    f.ctl(1, &["undrain", &vip, &be]);
+    let t0 = Instant::now();
+    while f.fingerprints() != BTreeSet::from([fp0.clone()]) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "undrain through lb2 did not restore every table: {:?}",
+            f.fingerprints()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn first_backend(doc: &toml::Table) -> String {
@@ -262,6 +570,7 @@ fn first_backend(doc: &toml::Table) -> String {
 fn a_fleet_of_three_follows_etcd() {
     let mut f = Fleet::start();
     let r1 = f.push(100);
+    wrong_password_is_a_clear_error(&f);
     f.lab.spawn_appliances(sluice()).expect("start");
     f.wait_running(r1, Duration::from_secs(40));
     f.wait_next_hops(MEMBERS, Duration::from_secs(40));
@@ -282,6 +591,14 @@ fn a_fleet_of_three_follows_etcd() {
     let fp = f.wait_identical("after a push");
     println!("MEASURE table fingerprint on every member: {fp}");
     f.traffic_ok("after a push");
+
+    pushes_under_load(&mut f);
+    fleet_wide_drain(&f);
+    let running = f.status(0).expect("status").running_revision;
+    refused_revisions(&mut f, running);
+    let back = f.push(50);
+    f.wait_running(back, Duration::from_secs(15));
+    assert_eq!(f.wait_identical("back on the first weights"), fp);
 
     // A backend lb3 alone cannot reach: a disagreement, the same tables everywhere.
     let be = first_backend(&f.doc);
@@ -327,8 +644,33 @@ fn a_fleet_of_three_follows_etcd() {
     });
     f.traffic_ok("etcd down");
     f.wait_next_hops(MEMBERS, Duration::from_secs(5));
+    // lb2 restarted while etcd is down: it starts on the last revision it activated, kept
+    // on disk, says so, and announces again.
+    assert!(f.lab.stop_appliance_at(1), "lb2 did not stop cleanly");
+    f.lab.spawn_appliance_at(1, sluice()).expect("lb2 again");
+    let t0 = Instant::now();
+    while !f
+        .status(1)
+        .is_some_and(|s| s.running_revision == r3 && s.stale && s.running_from_disk)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "lb2 did not start on revision {r3} from disk: {:?}\n{}",
+            f.status(1),
+            f.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    f.wait_next_hops(MEMBERS, Duration::from_secs(40));
+    println!(
+        "MEASURE lb2 restarted without etcd: on revision {r3} from disk and announcing after {:?}",
+        t0.elapsed()
+    );
+    f.traffic_ok("lb2 restarted while etcd is down");
     f.etcd.start_all(&f.lab.router).expect("etcd back");
-    f.wait_all("reconnected", Duration::from_secs(30), |s| !s.stale);
+    f.wait_all("reconnected", Duration::from_secs(30), |s| {
+        !s.stale && !s.running_from_disk
+    });
     let r4 = f.push(70);
     f.wait_running(r4, Duration::from_secs(20));
     f.wait_identical("etcd back");

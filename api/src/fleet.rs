@@ -39,6 +39,11 @@ pub struct FleetStatus {
     pub table_fingerprint: String,
     /// False while the member holds its announcements until it has caught up.
     pub announcing: bool,
+    /// True while the running revision is the last good one read from `[fleet] state_dir`
+    /// at start (etcd has not confirmed it yet).
+    pub running_from_disk: bool,
+    /// Failed writes or reads of the last good revision under `[fleet] state_dir`.
+    pub last_good_errors: u64,
 }
 
 /// One live member.

@@ -125,6 +125,15 @@ pub fn document(local: &Config, view: &View) -> api::FleetStatus {
         &view.live_health(),
         f.and_then(|f| f.quorum).map(|q| q as usize),
     );
+    // The newest pushed revision, when live members refused it (never activated).
+    let pushed = view.config.as_ref().map_or(0, |c| c.revision);
+    let by: Vec<(String, String)> = view
+        .members
+        .iter()
+        .filter(|(_, m)| m.prepared == pushed && m.readiness == ::fleet::Readiness::Refused)
+        .map(|(n, m)| (n.clone(), m.error.clone().unwrap_or_default()))
+        .collect();
+    let refused = (!by.is_empty()).then_some((pushed, by));
     status::status(
         Parts {
             name: f.map_or("", |f| f.name.as_str()),
@@ -134,7 +143,9 @@ pub fn document(local: &Config, view: &View) -> api::FleetStatus {
             last_error: None,
             running: 0,
             verdicts: &verdicts,
-            refused: None,
+            refused: refused.as_ref(),
+            from_disk: false,
+            last_good_errors: 0,
         },
         "",
         true,

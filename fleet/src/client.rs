@@ -61,6 +61,13 @@ pub enum ClientError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "etcd refused user {user:?}: {message} (check [fleet] user and the password in \
+         password_file)"
+    )]
+    AuthFailed { user: String, message: String },
+    #[error("etcd requires authentication: {message} (set [fleet] user and password_file)")]
+    AuthRequired { message: String },
     #[error("the member's etcd lease expired (etcd did not hear from it within the lease ttl)")]
     LeaseExpired,
     #[error("the etcd watch ended (etcd restarted or the fleet's keys were compacted)")]
@@ -135,15 +142,37 @@ pub async fn connect(s: &Settings) -> Result<Client, ClientError> {
         let Some(ep) = s.endpoints.get((start + i) % n) else {
             break;
         };
-        match Client::connect([ep.as_str()], Some(opts.clone())).await {
-            Ok(mut c) => match c.status().await {
-                Ok(_) => return Ok(c),
-                Err(e) => last = Some(e),
+        let r = match Client::connect([ep.as_str()], Some(opts.clone())).await {
+            Ok(mut c) => c.status().await.map(|_| c),
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(c) => return Ok(c),
+            // Every endpoint would say the same: tell the operator what to fix now.
+            Err(e) => match auth_error(&e, s.user.as_ref().map(|(u, _)| u.as_str())) {
+                Some(a) => return Err(a),
+                None => last = Some(e),
             },
-            Err(e) => last = Some(e),
         }
     }
     Err(last.map_or(ClientError::Stopped, ClientError::Etcd))
+}
+
+/// An authentication refusal in `e`, as the operator's error; `None` for anything else.
+fn auth_error(e: &etcd_client::Error, user: Option<&str>) -> Option<ClientError> {
+    let etcd_client::Error::GRpcStatus(st) = e else {
+        return None;
+    };
+    let message = st.message().trim_start_matches("etcdserver: ").to_string();
+    if message.contains("authentication failed") {
+        return Some(ClientError::AuthFailed {
+            user: user.unwrap_or_default().to_string(),
+            message,
+        });
+    }
+    message
+        .contains("user name is empty")
+        .then_some(ClientError::AuthRequired { message })
 }
 
 /// Every key of the fleet, decoded, as of one etcd revision.

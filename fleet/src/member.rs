@@ -67,6 +67,12 @@ impl Member {
         }
     }
 
+    /// The member starts on `revision`, the last it activated (kept on disk): it runs it
+    /// until the fleet activates a newer one, and is caught up if the fleet is still there.
+    pub fn restore(&mut self, revision: u64) {
+        self.running = revision;
+    }
+
     /// The revision the tables run (0: none from the fleet yet).
     pub fn running(&self) -> u64 {
         self.running

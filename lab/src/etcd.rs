@@ -22,6 +22,8 @@ pub struct EtcdCluster {
     base_port: u16,
     dir: PathBuf,
     children: Vec<Option<Child>>,
+    /// `user:password` for etcdctl once authentication is on.
+    root: Option<String>,
 }
 
 impl EtcdCluster {
@@ -36,6 +38,7 @@ impl EtcdCluster {
             base_port,
             dir: dir.to_path_buf(),
             children: (0..MEMBERS).map(|_| None).collect(),
+            root: None,
         };
         for i in 0..MEMBERS {
             c.start_member(ns, i)?;
@@ -144,18 +147,12 @@ impl EtcdCluster {
     pub fn leader(&self, ns: &Netns) -> Option<usize> {
         let eps = self.endpoints().join(",");
         // A dead member makes etcdctl fail; the live ones still print their line.
-        let out = ns
-            .command("etcdctl")
-            .args([
-                "--endpoints",
-                &eps,
-                "--dial-timeout",
-                "1s",
-                "endpoint",
-                "status",
-            ])
-            .output()
-            .ok()?;
+        let mut cmd = ns.command("etcdctl");
+        cmd.args(["--endpoints", &eps, "--dial-timeout", "1s"]);
+        if let Some(r) = &self.root {
+            cmd.args(["--user", r]);
+        }
+        let out = cmd.args(["endpoint", "status"]).output().ok()?;
         // "http://ip:port, id, version, db size, is leader, is learner, term, ..."
         String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
             let f: Vec<&str> = l.split(", ").collect();
@@ -165,12 +162,57 @@ impl EtcdCluster {
         })
     }
 
+    /// `etcdctl` with the cluster's endpoints (and the root user once authentication is
+    /// on) and `args`, in `ns`.
+    pub fn ctl(&self, ns: &Netns, args: &[&str]) -> Result<std::process::Output> {
+        let eps = self.endpoints().join(",");
+        let mut all = vec!["etcdctl", "--endpoints", &eps, "--dial-timeout", "2s"];
+        if let Some(r) = &self.root {
+            all.extend(["--user", r.as_str()]);
+        }
+        all.extend_from_slice(args);
+        ns.try_run(&all)
+    }
+
+    /// Turns etcd's authentication on: a root user, and user `user` (password
+    /// `password`) that may read and write the keys under `prefix` only.
+    pub fn enable_auth(
+        &mut self,
+        ns: &Netns,
+        user: &str,
+        password: &str,
+        prefix: &str,
+    ) -> Result<()> {
+        let root = format!("root:{}-root", self.ns_name);
+        let user_pw = format!("{user}:{password}");
+        for args in [
+            vec!["user", "add", root.as_str()],
+            vec!["user", "grant-role", "root", "root"],
+            vec!["user", "add", user_pw.as_str()],
+            vec!["role", "add", user],
+            vec![
+                "role",
+                "grant-permission",
+                user,
+                "--prefix=true",
+                "readwrite",
+                prefix,
+            ],
+            vec!["user", "grant-role", user, user],
+            vec!["auth", "enable"],
+        ] {
+            self.ctl(ns, &args)?;
+        }
+        self.root = Some(root);
+        Ok(())
+    }
+
     /// Waits until the cluster serves a linearizable read.
     pub fn wait_ready(&self, ns: &Netns, timeout: Duration) -> Result<()> {
         let eps = self.endpoints().join(",");
         let until = Instant::now() + timeout;
         loop {
-            let r = ns.try_run(&["etcdctl", "--endpoints", &eps, "get", "/sluice-ready-probe"]);
+            let r = self.ctl(ns, &["get", "/sluice-ready-probe"]);
             match r {
                 Ok(_) => return Ok(()),
                 Err(e) if Instant::now() > until => {

@@ -124,10 +124,14 @@ fn fleet_view_stale_catching_up_and_alone() {
     f.last_error = Some("etcd: connection refused (10.1.0.1:2379)".into());
     f.members.truncate(1);
     f.disagreements.clear();
+    f.running_from_disk = true;
     let stale = screen_text(&app, 80, 24);
     insta::assert_snapshot!("fleet_stale_80x24", stale);
     assert!(stale.contains("STALE for 42s"), "{stale}");
-    assert!(stale.contains("forwarding on revision 1184"), "{stale}");
+    assert!(
+        stale.contains("forwarding on revision 1184 (kept on disk"),
+        "{stale}"
+    );
 
     let f = app.fleet.as_mut().expect("the recorded fleet");
     f.stale = false;

@@ -593,6 +593,8 @@ pub struct Fleet {
     pub user: Option<String>,
     pub password_file: Option<PathBuf>,
     pub tls: Option<FleetTls>,
+    /// Where the last revision this member activated is kept, for a start without etcd.
+    pub state_dir: PathBuf,
 }
 
 /// `[fleet] tls_*`: PEM files for TLS to etcd.

@@ -84,7 +84,9 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         return Err(RunError::NotRoot);
     }
     let resolver = Resolver::new().map_err(RunError::Netlink)?;
-    let mut st = State::new(path.to_path_buf(), file);
+    // A fleet member starts on the last revision it activated, if one is kept.
+    let start = super::fleet::start_from(path, file);
+    let mut st = State::new(path.to_path_buf(), start.config);
     let (hops, misses) = neighbours::first(&resolver)
         .await
         .map_err(RunError::Netlink)?;
@@ -122,10 +124,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
     // checks settle (every tick re-syncs).
     let announcer = start_speaker(st.config.bgp.as_ref()).await;
-    let fleet = match &st.config.fleet {
-        Some(f) => Some(super::fleet::Link::start(f, &st.config.appliance.name)?),
-        None => None,
-    };
+    let fleet = super::fleet::Link::start_for(&st.config, start.restored.as_ref())?;
     let mut c = Control {
         st,
         shared: Arc::clone(&shared),
@@ -150,6 +149,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     c.view(c.dp.stats().ok());
     let started = format!("version {}: started", published.version());
     event(&shared, Kind::Commit, started);
+    c.fleet_started(start.problem);
     c.event_loop(cmd_rx, transitions).await?;
     listeners.stop();
     sync_task.abort();

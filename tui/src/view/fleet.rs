@@ -71,13 +71,18 @@ fn rows(text: &str, width: usize) -> u16 {
 
 /// The fleet, the versions, and whether this member is stale or holding its announcements.
 fn summary(t: Theme, f: &FleetStatus) -> Vec<Line<'static>> {
+    let from_disk = if f.running_from_disk {
+        " (kept on disk, not yet confirmed by etcd)"
+    } else {
+        ""
+    };
     let state = if f.stale {
         let secs = f
             .stale_seconds
             .map_or(String::new(), |s| format!(" for {s:.0}s"));
         Span::styled(
             format!(
-                "STALE{secs}: etcd unreachable ({}), forwarding on revision {}",
+                "STALE{secs}: etcd unreachable ({}), forwarding on revision {}{from_disk}",
                 f.last_error.as_deref().unwrap_or("no answer"),
                 f.running_revision
             ),

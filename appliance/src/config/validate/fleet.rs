@@ -56,6 +56,18 @@ pub(super) fn fleet(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Fleet> 
         );
     }
     let tls = tls(&mut t, errs);
+    let state_dir = t
+        .string("state_dir", errs)
+        .map_or_else(|| PathBuf::from("/var/lib/sluice"), PathBuf::from);
+    if !state_dir.is_absolute() {
+        errs.push(
+            t.key("state_dir"),
+            format!(
+                "{:?} must be an absolute path (the last good fleet revision is kept there)",
+                state_dir.display().to_string()
+            ),
+        );
+    }
     if let Some(eps) = &endpoints
         && tls.is_none()
         && eps.iter().any(|e| e.starts_with("https://"))
@@ -73,6 +85,7 @@ pub(super) fn fleet(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Fleet> 
         user,
         password_file,
         tls,
+        state_dir,
     })
 }
 
@@ -227,6 +240,7 @@ mod tests {
         assert_eq!(f.prefix, "/sluice");
         assert_eq!(f.quorum, None);
         assert_eq!(f.activation_timeout, Duration::from_secs(5));
+        assert_eq!(f.state_dir, PathBuf::from("/var/lib/sluice"));
         let text = format!(
             "{LOCAL}prefix = \"/lb\"\nquorum = 2\nactivation_timeout = \"2s\"\n\
              lease_ttl = \"3s\"\nuser = \"lb\"\npassword_file = \"/etc/sluice/etcd.pw\"\n\
@@ -243,7 +257,7 @@ mod tests {
     fn bad_fleet_keys_name_their_path() {
         let text = "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n[fleet]\n\
             name = \"e dge\"\nendpoints = [\"nowhere\", \"https://e:2379\"]\nquorum = 0\n\
-            user = \"x\"\ntls_cert = \"/c.pem\"\nlease = 3\n";
+            user = \"x\"\ntls_cert = \"/c.pem\"\nlease = 3\nstate_dir = \"var/sluice\"\n";
         let e = Config::from_toml_str(text)
             .expect_err("invalid")
             .to_string();
@@ -255,6 +269,7 @@ mod tests {
             "fleet.tls_key: missing",
             "fleet.tls_ca: missing",
             "fleet.lease: unknown key",
+            "fleet.state_dir: \"var/sluice\" must be an absolute path",
         ] {
             assert!(e.contains(want), "{want:?} not in:\n{e}");
         }

@@ -12,11 +12,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub mod lastgood;
 pub mod status;
 
 use ::fleet::client::{self, Request, Settings, TlsFiles, Update};
@@ -35,6 +36,7 @@ use super::view::event;
 use crate::config::{self, BackendState, Config};
 use crate::engine::BackendId;
 use crate::lb::Tables;
+use lastgood::LastGood;
 use status::Parts;
 
 /// Why a fleet member could not start.
@@ -70,11 +72,78 @@ pub(super) struct Link {
     pending: Option<(u64, Arc<Config>)>,
     built: Option<(u64, Prepared)>,
     refused: Option<(u64, Vec<(String, String)>)>,
+    /// The fleet's text of the prepared revision, and of the running one (what a reload
+    /// merges with the file, and what is kept on disk).
+    prepared_text: Option<(u64, String)>,
+    running_doc: Option<(u64, String)>,
+    /// Where the last good revision is kept; whether the running one was read from there
+    /// and etcd has not confirmed it yet; failed writes and reads of it.
+    state_file: PathBuf,
+    from_disk: bool,
+    last_good_errors: u64,
+}
+
+/// What a member starts on: its file, or its file merged with the last good fleet revision
+/// kept on disk (stale until etcd answers), and any problem reading that revision.
+pub(super) struct Start {
+    pub config: Config,
+    pub restored: Option<LastGood>,
+    pub problem: Option<String>,
+}
+
+/// The config a member at `path` starts on (see [`Start`]); `file` alone without `[fleet]`.
+pub(super) fn start_from(path: &Path, file: Config) -> Start {
+    let alone = |file, problem| Start {
+        config: file,
+        restored: None,
+        problem,
+    };
+    let Some(f) = &file.fleet else {
+        return alone(file, None);
+    };
+    let at = lastgood::path(&f.state_dir, &f.name);
+    match lastgood::load(&at, &f.name) {
+        Ok(None) => alone(file, None),
+        Ok(Some(lg)) => match config::load_fleet(path, &lg.text, lg.revision) {
+            Ok(config) => Start {
+                config,
+                restored: Some(lg),
+                problem: None,
+            },
+            Err(e) => {
+                let m = format!(
+                    "fleet: the last good revision {} in {} does not validate with {} now, \
+                     starting without it: {e}",
+                    lg.revision,
+                    at.display(),
+                    path.display()
+                );
+                alone(file, Some(m))
+            }
+        },
+        Err(e) => alone(file, Some(e.to_string())),
+    }
 }
 
 impl Link {
-    /// Starts the etcd session for member `member` of `cfg`.
-    pub(super) fn start(cfg: &config::Fleet, member: &str) -> Result<Link, FleetError> {
+    /// The fleet member `cfg` makes (`None` without `[fleet]`), see [`Link::start`].
+    pub(super) fn start_for(
+        cfg: &Config,
+        restored: Option<&LastGood>,
+    ) -> Result<Option<Link>, FleetError> {
+        cfg.fleet
+            .as_ref()
+            .map(|f| Link::start(f, &cfg.appliance.name, restored))
+            .transpose()
+    }
+
+    /// Starts the etcd session for member `member` of `cfg`, running `restored` when the
+    /// member started on its last good revision.
+    pub(super) fn start(
+        cfg: &config::Fleet,
+        member: &str,
+        restored: Option<&LastGood>,
+    ) -> Result<Link, FleetError> {
         let user = match (&cfg.user, &cfg.password_file) {
             (Some(u), Some(p)) => {
                 let pw = std::fs::read_to_string(p).map_err(|source| FleetError::PasswordFile {
@@ -98,11 +167,15 @@ impl Link {
             lease_ttl: cfg.lease_ttl,
         };
         let (requests, updates) = client::spawn(settings);
+        let mut m = Member::new(member, cfg.activation_timeout);
+        if let Some(lg) = restored {
+            m.restore(lg.revision);
+        }
         Ok(Link {
             requests,
             updates,
             name: cfg.name.clone(),
-            member: Member::new(member, cfg.activation_timeout),
+            member: m,
             view: View::default(),
             quorum: cfg.quorum.map(|q| q as usize),
             connected: false,
@@ -114,6 +187,27 @@ impl Link {
             pending: None,
             built: None,
             refused: None,
+            prepared_text: None,
+            running_doc: restored.map(|lg| (lg.revision, lg.text.clone())),
+            state_file: lastgood::path(&cfg.state_dir, &cfg.name),
+            from_disk: restored.is_some(),
+            last_good_errors: 0,
+        })
+    }
+
+    /// Keeps the running revision on disk; an error is returned for the event log.
+    fn save_last_good(&mut self) -> Result<(), String> {
+        let Some((revision, text)) = self.running_doc.clone() else {
+            return Ok(());
+        };
+        let lg = LastGood {
+            fleet: self.name.clone(),
+            revision,
+            text,
+        };
+        lastgood::save(&self.state_file, &lg).map_err(|e| {
+            self.last_good_errors += 1;
+            e.to_string()
         })
     }
 
@@ -219,6 +313,9 @@ impl Control {
                 let mut actions = Vec::new();
                 if fresh {
                     actions = link.member.reconnected();
+                    if link.from_disk && link.member.caught_up(&link.view) {
+                        link.from_disk = false;
+                    }
                     if !link.member.caught_up(&link.view) && link.view.activated() > 0 {
                         let m = format!(
                             "fleet: running revision {} behind the fleet's {}: announcements \
@@ -351,6 +448,7 @@ impl Control {
         if let Some(link) = self.fleet.as_mut() {
             link.pending = Some((revision, file));
             link.built = Some((version, built));
+            link.prepared_text = Some((revision, text.to_string()));
         }
         Ok(())
     }
@@ -416,6 +514,14 @@ impl Control {
         let m = format!("fleet: revision {revision} running (table version {version})");
         info!("{m}");
         event(&self.shared, Kind::Commit, m);
+        if let Some(doc) = link.prepared_text.take().filter(|(r, _)| *r == revision) {
+            link.running_doc = Some(doc);
+            link.from_disk = false;
+            if let Err(e) = link.save_last_good() {
+                warn!("{e}");
+                event(&self.shared, Kind::Reload, e);
+            }
+        }
         if self.st.fleet_hold && link.member.caught_up(&link.view) {
             self.st.fleet_hold = false;
             event(
@@ -534,8 +640,33 @@ impl Control {
     /// this member runs, and the fleet's health.
     pub(super) fn fleet_reload_file(&self) -> Option<Result<Config, config::LoadError>> {
         let link = self.fleet.as_ref()?;
-        let cfg = link.view.config.as_ref()?;
-        Some(config::load_fleet(&self.st.path, &cfg.text, cfg.revision))
+        let (revision, text) = link.running_doc.as_ref()?;
+        Some(config::load_fleet(&self.st.path, text, *revision))
+    }
+
+    /// Tells the event log what the member started on: the last good revision (stale until
+    /// etcd answers), or why the kept one could not be used.
+    pub(super) fn fleet_started(&mut self, problem: Option<String>) {
+        let Some(link) = self.fleet.as_mut() else {
+            return;
+        };
+        if let Some(p) = problem {
+            link.last_good_errors += 1;
+            warn!("{p}");
+            event(&self.shared, Kind::Reload, p);
+        }
+        if link.from_disk {
+            let m = format!(
+                "fleet {}: started on the last good revision {} from {}; stale until etcd \
+                 answers",
+                link.name,
+                link.member.running(),
+                link.state_file.display()
+            );
+            info!("{m}");
+            event(&self.shared, Kind::Commit, m);
+        }
+        self.fleet_status();
     }
 
     /// Republishes the fleet document readers see.
@@ -566,6 +697,8 @@ fn link_parts(l: &Link) -> Parts<'_> {
         running: l.member.running(),
         verdicts: &l.verdicts,
         refused: l.refused.as_ref(),
+        from_disk: l.from_disk,
+        last_good_errors: l.last_good_errors,
     }
 }
 

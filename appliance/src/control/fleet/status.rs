@@ -21,6 +21,9 @@ pub struct Parts<'a> {
     pub running: u64,
     pub verdicts: &'a BTreeMap<String, Verdict>,
     pub refused: Option<&'a (u64, Vec<(String, String)>)>,
+    /// The running revision was read from the state directory, not yet confirmed by etcd.
+    pub from_disk: bool,
+    pub last_good_errors: u64,
 }
 
 /// The fleet document of member `me`.
@@ -64,6 +67,8 @@ pub fn status(p: Parts<'_>, me: &str, announcing: bool, fingerprint: &str) -> Fl
         members,
         table_fingerprint: fingerprint.to_string(),
         announcing,
+        running_from_disk: p.from_disk,
+        last_good_errors: p.last_good_errors,
     }
 }
 
@@ -150,6 +155,8 @@ mod tests {
                 running: 5,
                 verdicts: &verdicts,
                 refused: None,
+                from_disk: true,
+                last_good_errors: 0,
             },
             "lb1",
             true,

@@ -24,6 +24,16 @@ pub(super) fn families(b: &mut Builder, s: &api::FleetStatus) {
         i64::from(s.stale),
     );
     b.gauge1(
+        "sluice_fleet_running_from_disk",
+        "1 while the running revision is the last good one read from [fleet] state_dir at start (etcd has not confirmed it)",
+        i64::from(s.running_from_disk),
+    );
+    b.counter1(
+        "sluice_fleet_last_good_errors",
+        "Failed writes or reads of the last good fleet revision under [fleet] state_dir",
+        s.last_good_errors,
+    );
+    b.gauge1(
         "sluice_fleet_members",
         "Live fleet members (their etcd leases held)",
         s.members.len() as i64,
