@@ -147,12 +147,22 @@ impl EtcdCluster {
     pub fn leader(&self, ns: &Netns) -> Option<usize> {
         let eps = self.endpoints().join(",");
         // A dead member makes etcdctl fail; the live ones still print their line.
-        let mut cmd = ns.command("etcdctl");
-        cmd.args(["--endpoints", &eps, "--dial-timeout", "1s"]);
-        if let Some(r) = &self.root {
-            cmd.args(["--user", r]);
-        }
-        let out = cmd.args(["endpoint", "status"]).output().ok()?;
+        // No user: etcd answers status without authentication, and logging in first would
+        // wait on a dead member's endpoint; a dead member's status gives up after a second.
+        let out = ns
+            .command("etcdctl")
+            .args([
+                "--endpoints",
+                &eps,
+                "--dial-timeout",
+                "1s",
+                "--command-timeout",
+                "1s",
+                "endpoint",
+                "status",
+            ])
+            .output()
+            .ok()?;
         // "http://ip:port, id, version, db size, is leader, is learner, term, ..."
         String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
             let f: Vec<&str> = l.split(", ").collect();
