@@ -23,6 +23,11 @@ pub struct Status {
     pub config_version: u64,
     /// True when every worker runs `config_version`.
     pub synced: bool,
+    /// The digest of `config_version`'s forwarding tables (VIPs, backends with weight,
+    /// state and health, Maglev rings), 16 hex digits: two appliances of one release with
+    /// equal fingerprints forward the same way. The same digest as the fleet document's.
+    #[serde(default)]
+    pub table_fingerprint: String,
     /// Milliseconds the last commit took to reach every worker (`None` while it has not).
     pub sync_lag_ms: Option<f64>,
     /// Per worker, the version it runs.

@@ -316,7 +316,9 @@ impl Shared {
     pub fn status(&self) -> api::Status {
         let view = self.view.load();
         let agg = self.aggregate();
-        let version = self.published.version();
+        // One version for the number and its fingerprint.
+        let tables = self.published.current();
+        let version = tables.version;
         let sync = self.sync.lock().map(|s| *s).ok();
         let (interfaces, rx, tx) = match &view.datapath {
             Some(d) => (
@@ -351,6 +353,7 @@ impl Shared {
             config_path: self.config_path.display().to_string(),
             config_version: version,
             synced: agg.running.iter().all(|v| *v >= version),
+            table_fingerprint: super::fleet::fingerprint(&tables),
             sync_lag_ms: sync
                 .filter(|s| s.version == version)
                 .and_then(|s| s.lag)

@@ -702,36 +702,11 @@ fn link_parts(l: &Link) -> Parts<'_> {
     }
 }
 
-/// A digest of the forwarding tables: VIPs, backends with weight, state and health, and
-/// every ring slot, hashed with FNV-1a (stable across builds and machines).
+/// The table fingerprint members compare and `GET /v1/status` shows: [`Tables::fingerprint`]
+/// (VIPs, backends with weight, state and health, and every ring through its digest) as 16
+/// hex digits. It costs a pass over the VIPs and backends, not over the ring slots.
 pub fn fingerprint(t: &Tables) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
-    for v in &t.vips {
-        eat(v.name.as_bytes());
-        eat(&v.address.to_be_bytes());
-        eat(&v.port.to_be_bytes());
-        eat(&[v.proto]);
-        for b in v.backends.clone() {
-            let e = &t.backends[b as usize];
-            eat(&e.address.to_be_bytes());
-            eat(&e.port.to_be_bytes());
-            eat(&e.weight.to_be_bytes());
-            eat(&[e.state as u8, u8::from(e.healthy)]);
-        }
-        for s in v.ring.slots() {
-            eat(&s.to_be_bytes());
-        }
-        for s in &v.buckets {
-            eat(&s.to_be_bytes());
-        }
-    }
-    format!("{h:016x}")
+    format!("{:016x}", t.fingerprint())
 }
 
 /// `GET /v1/fleet`: the fleet document, or 404 on an appliance that runs alone.
