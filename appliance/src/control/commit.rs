@@ -104,6 +104,50 @@ impl Control {
         r
     }
 
+    /// Commits a health batch whose `changed` verdicts `st.health` already holds. The running
+    /// tables were built from `st.config` (every commit adopts what it publishes), so only
+    /// the VIPs of the changed pairs are rebuilt ([`prepare::prepare_health`]) and the
+    /// config, steering maps, probes and speaker stay as they are; a full [`Control::update`]
+    /// when the running tables do not match.
+    pub(super) async fn update_health(
+        &mut self,
+        changed: &HashMap<BackendId, bool>,
+        why: &str,
+    ) -> Result<u64, UpdateError> {
+        let running = self.shared.published.current();
+        let version = self.st.version + 1;
+        let fast = prepare::prepare_health(
+            &running,
+            &self.st.config,
+            &self.st.health,
+            changed.keys(),
+            &crate::datapath::host_addresses(),
+            version,
+        );
+        let tables = match fast {
+            None => {
+                let overrides = self.st.overrides.clone();
+                return self.update(&overrides, why).await;
+            }
+            Some(r) => {
+                // The number is used, as a failed full prepare uses one.
+                self.st.next_version();
+                r.inspect_err(|e| error!("{why}: running version kept: {e}"))?
+            }
+        };
+        let now = Instant::now();
+        let version = publish(
+            &self.shared,
+            self.walker.as_ref(),
+            tables,
+            why,
+            self.health_since.take(),
+        );
+        self.sync_bgp(now);
+        self.view(None);
+        Ok(version)
+    }
+
     /// Makes `p` the running version; returns its number. What can fail (the steering
     /// maps, a new speaker) is done before the tables are published; on failure it is undone
     /// and nothing of `p` is running.
@@ -234,10 +278,13 @@ pub fn announcements(
     undecided: &HashSet<&BackendId>,
     settling: bool,
 ) -> (BTreeMap<IpAddr, announce::Wanted>, bool) {
+    // Once settled nothing is undecided: no backend identity to make per VIP.
     let settled = |v: &Vip| {
-        v.backends.iter().all(|b| {
-            b.state == config::BackendState::Disabled || !undecided.contains(&BackendId::of(v, b))
-        })
+        undecided.is_empty()
+            || v.backends.iter().all(|b| {
+                b.state == config::BackendState::Disabled
+                    || !undecided.contains(&BackendId::of(v, b))
+            })
     };
     let mut wanted = announce::wanted(&st.config, tables, &settled);
     if st.fleet_hold {

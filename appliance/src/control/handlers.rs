@@ -144,8 +144,7 @@ impl Control {
             n => format!("health: {n} transitions"),
         };
         self.health_since = Some(batch.first);
-        let overrides = self.st.overrides.clone();
-        let r = self.update(&overrides, &why).await;
+        let r = self.update_health(&batch.verdicts, &why).await;
         self.health_since = None;
         match r {
             Ok(_) => {

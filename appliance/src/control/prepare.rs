@@ -141,6 +141,39 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
     })
 }
 
+/// The next version when only health verdicts changed since `running` was built from
+/// `config` (the running config, overrides applied): the VIPs of the `changed` pairs get
+/// their verdicts from `health` and new rings, everything else is the running version's
+/// (see [`Tables::with_health`]). `None` when `running` was not built from `config`; the
+/// caller prepares in full then.
+pub fn prepare_health<'a>(
+    running: &Tables,
+    config: &Config,
+    health: &HashMap<BackendId, bool>,
+    changed: impl IntoIterator<Item = &'a BackendId>,
+    host_addresses: &[IpAddr],
+    version: u64,
+) -> Option<Result<Tables, PrepareError>> {
+    let names: HashSet<&str> = changed.into_iter().map(|id| id.vip.as_str()).collect();
+    let slots: Vec<usize> = config
+        .vips
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| names.contains(v.name.as_str()))
+        .map(|(slot, _)| slot)
+        .collect();
+    let healthy = |v: &Vip, b: &Backend| healthy(config, health, v, b);
+    Some(
+        running
+            .with_health(config, &healthy, &slots, version)?
+            .map(|mut t| {
+                t.set_local_addresses(host_addresses);
+                t
+            })
+            .map_err(PrepareError::from),
+    )
+}
+
 /// Whether a backend takes new flows as far as health goes: its check's verdict, or the
 /// check's initial state before one; a backend without a check is healthy.
 fn healthy(config: &Config, health: &HashMap<BackendId, bool>, v: &Vip, b: &Backend) -> bool {
@@ -350,8 +383,7 @@ port = 8081
 
     #[test]
     fn a_verdict_the_tables_do_not_show_yet_is_undecided() {
-        let text = CFG.replace("port = 80\n", "port = 80\nhealth_check = \"tcp\"\n")
-            + "\n[[health_check]]\nname = \"tcp\"\nkind = \"tcp\"\n";
+        let text = checked();
         let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
         let targets = health_targets(&c);
         let (probe, pairs) = targets.iter().next().expect("a probe");
@@ -446,6 +478,87 @@ port = 8081
         let mut keys: Vec<_> = ov.keys().cloned().collect();
         keys.sort();
         assert_eq!(keys, vec![key("10.1.0.11", 8080), key("10.1.0.12", 8080)]);
+    }
+
+    /// The first version of `text` with `health`, as `sluice run` prepares it.
+    fn first(text: &str, health: &HashMap<BackendId, bool>, version: u64) -> Prepared {
+        let file = Arc::new(Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}")));
+        prepare(Inputs {
+            running: None,
+            file: &file,
+            overrides: &HashMap::new(),
+            health: HealthSource::Verdicts(health),
+            next_hops: &NextHops::default(),
+            host_addresses: &[],
+            version,
+            now: Instant::now(),
+            resettle: false,
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn checked() -> String {
+        CFG.replace("port = 80\n", "port = 80\nhealth_check = \"tcp\"\n")
+            + "\n[[health_check]]\nname = \"tcp\"\nkind = \"tcp\"\n"
+    }
+
+    #[test]
+    fn equal_configs_give_equal_fingerprints_and_a_weight_change_another() {
+        use crate::control::fleet::fingerprint;
+        let none = HashMap::new();
+        // Two appliances that parsed the same text on their own, at other versions.
+        let a = fingerprint(&first(CFG, &none, 3).tables);
+        let b = fingerprint(&first(CFG, &none, 9).tables);
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 16, "{a}");
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+        let heavier = CFG.replacen("port = 8080\n", "port = 8080\nweight = 5\n", 1);
+        assert_ne!(fingerprint(&first(&heavier, &none, 3).tables), a, "weight");
+        // Checked backends start down: one verdict up, then down.
+        let text = checked();
+        let up = HashMap::from([(key("10.1.0.11", 8080), true)]);
+        let down = HashMap::from([(key("10.1.0.11", 8080), false)]);
+        assert_ne!(
+            fingerprint(&first(&text, &down, 3).tables),
+            fingerprint(&first(&text, &up, 3).tables),
+            "health"
+        );
+    }
+
+    #[test]
+    fn a_health_version_equals_a_full_build_and_rebuilds_only_its_vip() {
+        use crate::control::fleet::fingerprint;
+        let text = checked().replace("name = \"lb1\"", "name = \"lb1\"\nmaglev_table_size = 1009")
+            + "\n[[vip]]\nname = \"other\"\naddress = \"192.0.2.11\"\nport = 80\n\
+               [[vip.backend]]\naddress = \"10.2.0.1\"\nport = 80\n";
+        let ups = [
+            ("10.1.0.11", 8080),
+            ("10.1.0.12", 8080),
+            ("10.1.0.12", 8081),
+        ];
+        let mut health: HashMap<BackendId, bool> =
+            ups.iter().map(|&(a, p)| (key(a, p), true)).collect();
+        let running = first(&text, &health, 1);
+        let id = key("10.1.0.11", 8080);
+        health.insert(id.clone(), false);
+        let fast = prepare_health(&running.tables, &running.config, &health, [&id], &[], 2)
+            .expect("built from this config")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let full = first(&text, &health, 2).tables;
+        assert_eq!(fast.version, 2);
+        assert_eq!(fingerprint(&fast), fingerprint(&full));
+        assert_ne!(fingerprint(&fast), fingerprint(&running.tables));
+        assert_eq!(fast.rings_built, 1, "web's ring only");
+        assert!(Arc::ptr_eq(
+            &fast.vips[1].ring,
+            &running.tables.vips[1].ring
+        ));
+        assert!(!fast.eligible[0] && full.eligible == fast.eligible);
+        let other = first(CFG, &HashMap::new(), 1);
+        assert!(
+            prepare_health(&running.tables, &other.config, &health, [&id], &[], 2).is_none(),
+            "tables of another config"
+        );
     }
 
     #[test]

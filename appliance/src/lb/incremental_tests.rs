@@ -232,3 +232,76 @@ fn one_health_change_rebuilds_one_ring_of_many() {
         "back up: the same tables"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A chain of health-only versions ([`Tables::with_health`], the VIPs each batch
+    /// touched) equals full builds, and the VIPs a batch did not touch keep their rings.
+    #[test]
+    fn health_versions_equal_full_builds(
+        batches in proptest::collection::vec(
+            proptest::collection::vec((any::<usize>(), any::<usize>()), 1..6), 1..12),
+        sh in any::<bool>(),
+    ) {
+        let mut vips: Vec<Vip> = (0..5).map(new_vip).collect();
+        if sh {
+            vips[1].scheduler = Scheduler::Sh;
+        }
+        let mut w = World { config: config(vips), down: HashSet::new() };
+        let mut running = w.build(1, None);
+        for (i, batch) in batches.iter().enumerate() {
+            let mut touched = Vec::new();
+            for &(v, b) in batch {
+                w.apply(&Change::Health(v, b));
+                touched.push(v % w.config.vips.len());
+            }
+            touched.sort_unstable();
+            touched.dedup();
+            let version = i as u64 + 2;
+            let healthy = |v: &Vip, b: &crate::config::Backend| {
+                !w.down.contains(&(v.name.clone(), b.address))
+            };
+            let next = running
+                .with_health(&w.config, &healthy, &touched, version)
+                .expect("the config these tables were built from")
+                .expect("tables");
+            prop_assert_eq!(next.version, version);
+            assert_same(&next, &w.build(version, None))?;
+            prop_assert!(next.rings_built as usize <= touched.len());
+            for (slot, (old, new)) in running.vips.iter().zip(&next.vips).enumerate() {
+                if !touched.contains(&slot) {
+                    prop_assert!(Arc::ptr_eq(&old.ring, &new.ring), "{} rebuilt", new.name);
+                }
+            }
+            running = next;
+        }
+    }
+}
+
+#[test]
+fn a_health_version_needs_the_config_its_tables_came_from() {
+    let w = World {
+        config: config((0..4).map(new_vip).collect()),
+        down: HashSet::new(),
+    };
+    let t = w.build(1, None);
+    let up = |_: &Vip, _: &crate::config::Backend| true;
+    let mut other = w.config.clone();
+    other.vips.remove(2);
+    assert!(t.with_health(&other, &up, &[1], 2).is_none(), "a VIP fewer");
+    let mut other = w.config.clone();
+    other.vips[1].backends.pop();
+    assert!(
+        t.with_health(&other, &up, &[1], 2).is_none(),
+        "a backend fewer"
+    );
+    let mut other = w.config.clone();
+    other.vips[1].backends[0].address = "10.99.0.1".parse().expect("literal");
+    assert!(
+        t.with_health(&other, &up, &[1], 2).is_none(),
+        "another backend"
+    );
+    let same = t.with_health(&w.config, &up, &[1], 2).expect("same config");
+    assert_eq!(same.expect("tables").fingerprint(), t.fingerprint());
+}

@@ -9,6 +9,7 @@ pub mod conntrack;
 pub mod egress;
 pub mod frame;
 pub mod hash;
+mod health_version;
 #[cfg(test)]
 mod incremental_tests;
 pub mod limits;

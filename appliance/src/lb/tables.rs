@@ -323,8 +323,8 @@ pub enum TableError {
 pub struct Tables {
     /// Version number, increasing with every publication.
     pub version: u64,
-    core: Arc<Core>,
-    egress: Arc<Egress>,
+    pub(super) core: Arc<Core>,
+    pub(super) egress: Arc<Egress>,
 }
 
 /// The part of [`Tables`] built from the config and health: VIPs, backends, Maglev rings
@@ -506,11 +506,13 @@ impl Tables {
         self.egress.route(dst, v6, hash)
     }
 
-    /// Declares the appliance's own addresses (the control plane, from rtnetlink): traffic
-    /// to them that matches no flow is the kernel's (health-probe replies from a NAT
-    /// backend's service port look like return traffic otherwise).
+    /// Declares the appliance's own addresses (the control plane, from rtnetlink), replacing
+    /// the ones these tables had: traffic to them that matches no flow is the kernel's
+    /// (health-probe replies from a NAT backend's service port look like return traffic
+    /// otherwise).
     pub fn set_local_addresses(&mut self, addrs: &[IpAddr]) {
         let core = Arc::make_mut(&mut self.core);
+        core.local_addresses = TupleIndex::with_capacity(addrs.len());
         for a in addrs {
             core.local_addresses
                 .insert_first((addr_to_u128(*a), 0, 0), 0);
@@ -549,16 +551,7 @@ impl Core {
             .clone()
             .any(|s| self.backends[s as usize].limit.is_some());
         let ring = self.ring(v, range.clone(), prev)?;
-        let pool = range.start as usize..range.end as usize;
-        let buckets = match v.scheduler {
-            Scheduler::Sh => {
-                lvs_bucket_table(&self.weights[pool.clone()], &self.eligible[pool], true)
-            }
-            Scheduler::Dh => {
-                lvs_bucket_table(&self.weights[pool.clone()], &self.eligible[pool], false)
-            }
-            _ => Vec::new(),
-        };
+        let buckets = self.buckets(v, range.clone());
         let snat: Vec<u128> = v.snat.iter().map(|a| addr_to_u128(*a)).collect();
         for &a in &snat {
             self.snat_addresses.insert_first((a, 0, 0), vslot);
@@ -597,6 +590,18 @@ impl Core {
         Ok(())
     }
 
+    /// The `sh`/`dh` bucket table of a VIP whose backends hold slots `range`; empty for
+    /// other schedulers.
+    pub(super) fn buckets(&self, v: &Vip, range: Range<u32>) -> Vec<u16> {
+        let pool = range.start as usize..range.end as usize;
+        let (w, e) = (&self.weights[pool.clone()], &self.eligible[pool]);
+        match v.scheduler {
+            Scheduler::Sh => lvs_bucket_table(w, e, true),
+            Scheduler::Dh => lvs_bucket_table(w, e, false),
+            _ => Vec::new(),
+        }
+    }
+
     /// Appends VIP `vslot`'s backends and returns their slot range.
     fn add_backends(
         &mut self,
@@ -627,7 +632,7 @@ impl Core {
 
     /// The Maglev ring of a VIP whose backends hold slots `range` (ineligible ones weigh 0):
     /// `prev` when it was built from the same inputs, else a new one.
-    fn ring(
+    pub(super) fn ring(
         &mut self,
         v: &Vip,
         range: Range<u32>,
