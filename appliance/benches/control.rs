@@ -1,22 +1,29 @@
 //! Control-plane cost at scale: 1,000 and 10,000 VIPs of 10 DR backends each, every
-//! backend under a health check. For each size and for two ways of committing:
+//! backend under a health check. For each size and for three ways of committing:
 //!
 //! - `main`: what `sluice run` did before incremental commits: every version builds every
 //!   ring (`running: None`) at the old default ring size, 65537 slots, and every health
 //!   transition is its own version;
-//! - `now`: the defaults of this release: 16381-slot rings, each version built against the
-//!   running one (only changed rings are built), transitions batched for `health_batch`.
+//! - `rings`: 16381-slot rings, transitions batched for `health_batch`, each version
+//!   prepared in full from the config against the running one (only changed rings are
+//!   built, but the effective config, probe targets, steering, egress and every VIP's
+//!   entries are made again): how health versions were committed before
+//!   `prepare_health`;
+//! - `now`: this release: a health batch's version is the running tables with only the
+//!   touched VIPs rebuilt (`prepare_health`), everything else shared or copied.
 //!
-//! Figures: the config's parse time; the first (full) build's time, the resident memory
-//! after it with the tables held and the peak (`VmHWM`); one health transition's commit
-//! (`prepare` of the next version: effective config, probe targets, steering, egress and
-//! tables, as the control loop does before the swap); a storm of 1,000 backends going down,
-//! their transitions arriving 1 ms apart (probes fail on their own schedules) or all at
-//! once: commits made, total commit work, and the sync lag (first transition of a batch to
-//! its version being published; workers adopt a published version within one poll of
-//! their rings). The storm runs on a virtual clock that advances by each commit's measured
-//! time, as the single control loop would. `main`'s storm is one full build per
-//! transition: measured for a few, extrapolated to 1,000.
+//! Figures: start-up (the config's parse and validation, the first full build with its
+//! next hops resolved from a routing snapshot holding a neighbour entry for every backend,
+//! and their sum); the resident memory after it with the tables held and the peak
+//! (`VmHWM`); the table fingerprint `GET /v1/status` computes; one health transition's
+//! commit (preparing the next version as the control loop does before the swap); a storm
+//! of 1,000 backends going down, their transitions arriving 1 ms apart (probes fail on
+//! their own schedules) or all at once: commits made, total commit work, and the sync lag
+//! (first transition of a batch to its version being published; workers adopt a
+//! published version within one poll of their rings). The storm runs on a virtual clock
+//! that advances by each commit's measured time, as the single control loop would.
+//! `main`'s storm is one full build per transition: measured for a few, extrapolated to
+//! 1,000.
 //!
 //! `cargo bench -p appliance --bench control` (the figures are printed; the issue's goals
 //! are one transition at 1,000 VIPs under 5 ms, 10,000 VIPs under 500 MB, a storm under 1 s
@@ -28,9 +35,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice::config::Config;
-use sluice::control::prepare::{HealthSource, Inputs, NextHops, prepare};
+use sluice::control::prepare::{HealthSource, Inputs, NextHops, prepare, prepare_health};
 use sluice::engine::BackendId;
 use sluice::lb::Tables;
+use sluice::lb::egress::{Link, NetState, Route, RouteHop};
 use std::process::Command;
 
 const BACKENDS: usize = 10;
@@ -83,42 +91,73 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
+/// How a mode commits a health change.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// Every ring built (`running: None`).
+    Full,
+    /// Prepared in full against the running version (its unchanged rings shared).
+    Rings,
+    /// The running tables with the touched VIPs rebuilt (`prepare_health`).
+    Health,
+}
+
 /// One way of committing.
 #[derive(Clone, Copy)]
 struct Mode {
     name: &'static str,
-    incremental: bool,
+    commit: Commit,
+    table_size: Option<u32>,
     batch: Duration,
 }
 
 /// The control loop's inputs for one size, and the running version.
 struct Loop {
     file: Arc<Config>,
+    /// The running version's effective config (the file's: the bench has no overrides).
+    config: Arc<Config>,
+    next_hops: NextHops,
     health: HashMap<BackendId, bool>,
     running: Option<Arc<Tables>>,
     version: u64,
-    incremental: bool,
+    commit: Commit,
 }
 
 impl Loop {
-    /// Prepares the next version from the current health; returns its commit time.
-    fn commit(&mut self) -> Duration {
+    /// Prepares the next version from the current health, `changed` the pairs whose verdict
+    /// changed since the running one; returns its commit time.
+    fn commit(&mut self, changed: &[BackendId]) -> Duration {
         let t = Instant::now();
         self.version += 1;
-        let p = prepare(Inputs {
-            running: self.running.as_deref().filter(|_| self.incremental),
-            file: &self.file,
-            overrides: &HashMap::new(),
-            health: HealthSource::Verdicts(&self.health),
-            next_hops: &NextHops::default(),
-            host_addresses: &[],
-            version: self.version,
-            now: Instant::now(),
-            resettle: false,
-            ramps: &Default::default(),
-        })
-        .expect("the bench config builds");
-        self.running = Some(Arc::new(p.tables));
+        let fast = match (&self.running, self.commit) {
+            (Some(r), Commit::Health) => Some(
+                prepare_health(r, &self.config, &self.health, changed, &[], self.version)
+                    .expect("the running tables came from this config")
+                    .expect("the bench config builds"),
+            ),
+            _ => None,
+        };
+        let tables = fast.unwrap_or_else(|| {
+            let p = prepare(Inputs {
+                running: self
+                    .running
+                    .as_deref()
+                    .filter(|_| self.commit != Commit::Full),
+                file: &self.file,
+                overrides: &HashMap::new(),
+                health: HealthSource::Verdicts(&self.health),
+                next_hops: &self.next_hops,
+                host_addresses: &[],
+                version: self.version,
+                now: Instant::now(),
+                resettle: false,
+                ramps: &Default::default(),
+            })
+            .expect("the bench config builds");
+            self.config = p.config;
+            p.tables
+        });
+        self.running = Some(Arc::new(tables));
         t.elapsed()
     }
 
@@ -129,6 +168,41 @@ impl Loop {
         let b = &v.backends[(i / vips) % v.backends.len()];
         BackendId::of(v, b)
     }
+
+    /// Sets a pair's verdict; `changed` collects it.
+    fn set(&mut self, id: BackendId, up: bool, changed: &mut Vec<BackendId>) {
+        self.health.insert(id.clone(), up);
+        changed.push(id);
+    }
+}
+
+/// The routing snapshot of a host whose backends are all on-link on `eth0`, every one with
+/// a neighbour entry: what resolving every next hop gives the first build.
+fn resolved(config: &Config) -> NextHops {
+    let mut net = NetState::default();
+    net.links.insert(
+        2,
+        Link {
+            name: "eth0".into(),
+            mac: Some(wire::MacAddr([2, 0, 0, 0, 0, 1])),
+            mtu: 1500,
+        },
+    );
+    net.routes.push(Route {
+        dst: "172.16.0.0".parse().expect("literal"),
+        len: 12,
+        metric: 0,
+        hops: vec![RouteHop {
+            ifindex: 2,
+            gateway: None,
+            weight: 1,
+        }],
+    });
+    for (i, b) in config.vips.iter().flat_map(|v| &v.backends).enumerate() {
+        let mac = wire::MacAddr([2, 1, (i >> 16) as u8, (i >> 8) as u8, i as u8, 0]);
+        net.neighbours.insert((2, b.address), mac);
+    }
+    NextHops { net, misses: None }
 }
 
 /// A storm's outcome.
@@ -144,13 +218,14 @@ struct Storm {
 /// virtual clock advances by each commit's measured time.
 fn storm(l: &mut Loop, batch: Duration, spacing: Duration) -> Storm {
     let arrivals: Vec<Duration> = (0..STORM).map(|i| spacing * i as u32).collect();
-    if !l.incremental {
+    if l.commit == Commit::Full {
         // One full build per transition: measure a few, the rest cost the same.
         let sample = 3;
         let mut work = Duration::ZERO;
         for i in 0..sample {
-            l.health.insert(l.storm_backend(i), false);
-            work += l.commit();
+            let mut changed = Vec::new();
+            l.set(l.storm_backend(i), false, &mut changed);
+            work += l.commit(&changed);
         }
         let per = work / sample as u32;
         // The loop serialises them: each transition waits behind every earlier commit.
@@ -172,11 +247,12 @@ fn storm(l: &mut Loop, batch: Duration, spacing: Duration) -> Storm {
     while next < STORM {
         let first = arrivals[next];
         let due = clock.max(first + batch);
+        let mut changed = Vec::new();
         while next < STORM && arrivals[next] <= due {
-            l.health.insert(l.storm_backend(next), false);
+            l.set(l.storm_backend(next), false, &mut changed);
             next += 1;
         }
-        let took = l.commit();
+        let took = l.commit(&changed);
         clock = due + took;
         commits += 1;
         work += took;
@@ -190,45 +266,54 @@ fn storm(l: &mut Loop, batch: Duration, spacing: Duration) -> Storm {
     }
 }
 
-fn run(vips: usize, mode: Mode, out: &mut Vec<String>) {
-    let table_size = (!mode.incremental).then_some(65537);
-    let text = config_text(vips, table_size);
+fn run(vips: usize, mode: Mode) {
+    let text = config_text(vips, mode.table_size);
     let t = Instant::now();
     let file = Arc::new(Config::from_toml_str(&text).expect("valid bench config"));
     let parse = t.elapsed();
+    drop(text);
     let health: HashMap<BackendId, bool> = file
         .vips
         .iter()
         .flat_map(|v| v.backends.iter().map(move |b| (BackendId::of(v, b), true)))
         .collect();
-    drop(text);
+    let next_hops = resolved(&file);
     let rss_before = proc_status("VmRSS:");
     let mut l = Loop {
         running: None,
+        config: Arc::clone(&file),
         file,
+        next_hops,
         health,
         version: 0,
-        incremental: false,
+        commit: Commit::Full,
     };
-    let full = l.commit();
+    let full = l.commit(&[]);
     let rss = proc_status("VmRSS:");
-    let rings = l.running.as_ref().map_or(0, |t| t.ring_bytes()) as u64;
-    l.incremental = mode.incremental;
+    let (rings, fingerprint) = {
+        let t = l.running.as_ref().expect("a first version");
+        let at = Instant::now();
+        let f = sluice::control::fleet::fingerprint(t);
+        (t.ring_bytes() as u64, (at.elapsed(), f))
+    };
+    l.commit = mode.commit;
     // One transition: a backend of the middle VIP goes down, then up again.
     let one = {
         let id = l.storm_backend(vips / 2);
         let mut took = Duration::ZERO;
         for up in [false, true] {
-            l.health.insert(id.clone(), up);
-            took += l.commit();
+            let mut changed = Vec::new();
+            l.set(id.clone(), up, &mut changed);
+            took += l.commit(&changed);
         }
         took / 2
     };
     let spread = storm(&mut l, mode.batch, Duration::from_millis(1));
+    let all: Vec<BackendId> = l.health.keys().cloned().collect();
     for v in l.health.values_mut() {
         *v = true;
     }
-    l.commit();
+    l.commit(&all);
     let burst = storm(&mut l, mode.batch, Duration::ZERO);
     let peak = proc_status("VmHWM:");
     let storm_line = |s: &Storm| {
@@ -244,37 +329,49 @@ fn run(vips: usize, mode: Mode, out: &mut Vec<String>) {
             }
         )
     };
-    out.push(format!(
-        "{vips:>6} VIPs  {:<4} parse {}  full build {}  rss {} (+{} for the tables, rings {})  peak {}\n\
-         {:>16}one transition {}\n\
-         {:>16}storm, 1 ms apart: {}\n\
-         {:>16}storm, at once:    {}",
+    println!(
+        "{vips:>6} VIPs  {:<5} start-up {} (parse and validate {}, first build with next hops {})\n\
+         {:>19}rss {} (+{} for the tables, rings {})  peak {}  fingerprint {} ({})\n\
+         {:>19}one transition {}\n\
+         {:>19}storm, 1 ms apart: {}\n\
+         {:>19}storm, at once:    {}",
         mode.name,
+        ms(parse + full),
         ms(parse),
         ms(full),
+        "",
         mb(rss),
         mb(rss.saturating_sub(rss_before)),
         mb(rings),
         mb(peak),
+        ms(fingerprint.0),
+        fingerprint.1,
         "",
         ms(one),
         "",
         storm_line(&spread),
         "",
         storm_line(&burst),
-    ));
-    println!("{}", out.last().map_or("", String::as_str));
+    );
 }
 
-const MODES: [Mode; 2] = [
+const MODES: [Mode; 3] = [
     Mode {
         name: "now",
-        incremental: true,
+        commit: Commit::Health,
+        table_size: None,
+        batch: sluice::config::DEFAULT_HEALTH_BATCH,
+    },
+    Mode {
+        name: "rings",
+        commit: Commit::Rings,
+        table_size: None,
         batch: sluice::config::DEFAULT_HEALTH_BATCH,
     },
     Mode {
         name: "main",
-        incremental: false,
+        commit: Commit::Full,
+        table_size: Some(65537),
         batch: Duration::ZERO,
     },
 ];
@@ -286,7 +383,7 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let vips: usize = args[i + 1].parse().expect("size");
         let mode = MODES[args[i + 2].parse::<usize>().expect("mode")];
-        run(vips, mode, &mut Vec::new());
+        run(vips, mode);
         return;
     }
     let filter: Option<usize> = args.iter().skip(1).find_map(|a| a.parse().ok());
