@@ -131,9 +131,19 @@ impl Loop {
         self.version += 1;
         let fast = match (&self.running, self.commit) {
             (Some(r), Commit::Health) => Some(
-                prepare_health(r, &self.config, &self.health, changed, &[], self.version)
-                    .expect("the running tables came from this config")
-                    .expect("the bench config builds"),
+                prepare_health(
+                    r,
+                    &self.config,
+                    &self.health,
+                    // No slow start in the bench config: nothing ever ramps.
+                    &Default::default(),
+                    changed,
+                    &[],
+                    self.version,
+                )
+                .expect("the running tables came from this config")
+                .expect("the bench config builds")
+                .tables,
             ),
             _ => None,
         };

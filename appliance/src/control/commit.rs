@@ -120,11 +120,12 @@ impl Control {
             &running,
             &self.st.config,
             &self.st.health,
+            &self.st.ramps,
             changed.keys(),
             &crate::datapath::host_addresses(),
             version,
         );
-        let tables = match fast {
+        let next = match fast {
             None => {
                 let overrides = self.st.overrides.clone();
                 return self.update(&overrides, why).await;
@@ -135,6 +136,10 @@ impl Control {
                 r.inspect_err(|e| error!("{why}: running version kept: {e}"))?
             }
         };
+        for (id, r) in &next.ready {
+            self.st.ramps.note(id, *r);
+        }
+        let tables = next.tables;
         let now = Instant::now();
         let version = publish(
             &self.shared,

@@ -107,10 +107,7 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         HealthSource::Prober(status) => verdicts(status, &targets),
     };
     let healthy = |v: &Vip, b: &Backend| healthy(&config, &health, v, b);
-    let ready = |v: &Vip, b: &Backend| Readiness {
-        up: b.state == config::BackendState::Active && b.weight > 0 && healthy(v, b),
-        decided: v.health_check.is_none() || health.contains_key(&BackendId::of(v, b)),
-    };
+    let ready = |v: &Vip, b: &Backend| readiness(&config, &health, v, b);
     let ramps = i.ramps.next(&config, &ready, i.now);
     // Ramping backends' weights are lowered in a copy: the config keeps the weights the
     // operator set (the API shows both).
@@ -141,19 +138,32 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
     })
 }
 
+/// A health batch's version ([`prepare_health`]): the tables, and the readiness of every
+/// backend of the VIPs it rebuilt, for [`Ramps::note`].
+#[derive(Debug)]
+pub struct HealthVersion {
+    pub tables: Tables,
+    pub ready: Vec<(BackendId, Readiness)>,
+}
+
 /// The next version when only health verdicts changed since `running` was built from
 /// `config` (the running config, overrides applied): the VIPs of the `changed` pairs get
 /// their verdicts from `health` and new rings, everything else is the running version's
-/// (see [`Tables::with_health`]). `None` when `running` was not built from `config`; the
-/// caller prepares in full then.
+/// (see [`Tables::with_health`]). `None` when a full [`prepare`] is needed: `running` was
+/// not built from `config`, a backend ramps (`ramps`), or a touched VIP has a backend with
+/// slow start (its recovery may start a ramp).
 pub fn prepare_health<'a>(
     running: &Tables,
     config: &Config,
     health: &HashMap<BackendId, bool>,
+    ramps: &Ramps,
     changed: impl IntoIterator<Item = &'a BackendId>,
     host_addresses: &[IpAddr],
     version: u64,
-) -> Option<Result<Tables, PrepareError>> {
+) -> Option<Result<HealthVersion, PrepareError>> {
+    if !ramps.is_empty() {
+        return None;
+    }
     let names: HashSet<&str> = changed.into_iter().map(|id| id.vip.as_str()).collect();
     let slots: Vec<usize> = config
         .vips
@@ -162,16 +172,38 @@ pub fn prepare_health<'a>(
         .filter(|(_, v)| names.contains(v.name.as_str()))
         .map(|(slot, _)| slot)
         .collect();
+    let touched = || slots.iter().map(|&s| &config.vips[s]);
+    if touched().any(|v| v.backends.iter().any(|b| b.slow_start(v).is_some())) {
+        return None;
+    }
     let healthy = |v: &Vip, b: &Backend| healthy(config, health, v, b);
-    Some(
-        running
-            .with_health(config, &healthy, &slots, version)?
-            .map(|mut t| {
-                t.set_local_addresses(host_addresses);
-                t
-            })
-            .map_err(PrepareError::from),
-    )
+    let tables = match running.with_health(config, &healthy, &slots, version)? {
+        Ok(t) => t,
+        Err(e) => return Some(Err(e.into())),
+    };
+    let mut tables = tables;
+    tables.set_local_addresses(host_addresses);
+    let ready = touched()
+        .flat_map(|v| v.backends.iter().map(move |b| (v, b)))
+        .map(|(v, b)| (BackendId::of(v, b), readiness(config, health, v, b)))
+        .collect();
+    Some(Ok(HealthVersion { tables, ready }))
+}
+
+/// How a backend stands for slow start: up (takes new flows) and decided (no check, or its
+/// check has given a verdict).
+fn readiness(
+    config: &Config,
+    health: &HashMap<BackendId, bool>,
+    v: &Vip,
+    b: &Backend,
+) -> Readiness {
+    Readiness {
+        up: b.state == config::BackendState::Active
+            && b.weight > 0
+            && healthy(config, health, v, b),
+        decided: v.health_check.is_none() || health.contains_key(&BackendId::of(v, b)),
+    }
 }
 
 /// Whether a backend takes new flows as far as health goes: its check's verdict, or the
@@ -493,6 +525,7 @@ port = 8081
             version,
             now: Instant::now(),
             resettle: false,
+            ramps: &Ramps::default(),
         })
         .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -541,9 +574,24 @@ port = 8081
         let running = first(&text, &health, 1);
         let id = key("10.1.0.11", 8080);
         health.insert(id.clone(), false);
-        let fast = prepare_health(&running.tables, &running.config, &health, [&id], &[], 2)
-            .expect("built from this config")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let fast = prepare_health(
+            &running.tables,
+            &running.config,
+            &health,
+            &running.ramps,
+            [&id],
+            &[],
+            2,
+        )
+        .expect("built from this config")
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(fast.ready.len(), 3, "web's backends");
+        assert!(
+            fast.ready
+                .iter()
+                .all(|(b, r)| r.decided && r.up == (*b != id))
+        );
+        let fast = fast.tables;
         let full = first(&text, &health, 2).tables;
         assert_eq!(fast.version, 2);
         assert_eq!(fingerprint(&fast), fingerprint(&full));
@@ -555,9 +603,28 @@ port = 8081
         ));
         assert!(!fast.eligible[0] && full.eligible == fast.eligible);
         let other = first(CFG, &HashMap::new(), 1);
+        let none = Ramps::default();
         assert!(
-            prepare_health(&running.tables, &other.config, &health, [&id], &[], 2).is_none(),
+            prepare_health(
+                &running.tables,
+                &other.config,
+                &health,
+                &none,
+                [&id],
+                &[],
+                2
+            )
+            .is_none(),
             "tables of another config"
+        );
+        let slow = text.replace(
+            "port = 80\nhealth_check",
+            "port = 80\nslow_start = \"9s\"\nhealth_check",
+        );
+        let slow = first(&slow, &health, 1);
+        assert!(
+            prepare_health(&slow.tables, &slow.config, &health, &none, [&id], &[], 2).is_none(),
+            "a VIP with slow start prepares in full (a recovery may ramp)"
         );
     }
 

@@ -108,6 +108,20 @@ impl Ramps {
         out
     }
 
+    /// After a health version that ramps nobody ([`super::prepare::prepare_health`]): a
+    /// backend whose verdict changed, with its readiness now. Leaves the sets
+    /// [`Ramps::next`] would give, without its pass over the config.
+    pub fn note(&mut self, id: &BackendId, r: Readiness) {
+        if r.decided {
+            self.pending.remove(id);
+        }
+        if r.up {
+            self.up.insert(id.clone());
+        } else {
+            self.up.remove(id);
+        }
+    }
+
     /// Whether any backend is ramping.
     pub fn is_empty(&self) -> bool {
         self.since.is_empty()
