@@ -586,11 +586,11 @@ port = 8081
         .expect("built from this config")
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(fast.ready.len(), 3, "web's backends");
-        assert!(
-            fast.ready
-                .iter()
-                .all(|(b, r)| r.decided && r.up == (*b != id))
-        );
+        let ready: HashMap<_, _> = fast.ready.iter().cloned().collect();
+        assert!(ready.values().all(|r| r.decided));
+        assert!(!ready[&id].up, "down");
+        assert!(!ready[&key("10.1.0.12", 8080)].up, "drained");
+        assert!(ready[&key("10.1.0.12", 8081)].up);
         let fast = fast.tables;
         let full = first(&text, &health, 2).tables;
         assert_eq!(fast.version, 2);
