@@ -179,8 +179,9 @@ fn lines(buf: &Buffer) -> Vec<String> {
     text(buf).lines().map(str::to_string).collect()
 }
 
-/// The backends table: state with the operator mark, health, weight, ring share vs ideal,
-/// and a sparkline per backend.
+/// The backends table: state with the operator mark, health, weight (the effective one
+/// while slow start ramps it), ring share vs ideal, flows against a connection limit, and a
+/// sparkline per backend.
 #[test]
 fn backends_widget_shows_state_health_share_and_traffic() {
     let app = app_on(Tab::Backends);
@@ -188,7 +189,9 @@ fn backends_widget_shows_state_health_share_and_traffic() {
     render_tab(&app, Tab::Backends, buf.area, &mut buf);
     let l = lines(&buf);
     assert!(
-        l[0].contains("Backends of VIP web (192.0.2.10:80/tcp) · 2 of 4 take new flows"),
+        l[0].contains(
+            "Backends of VIP web (192.0.2.10:80/tcp) · 2 of 4 eligible · 1 full · 1 ramping"
+        ),
         "{l:#?}"
     );
     assert!(l[1].starts_with("Backend"), "{l:#?}");
@@ -200,8 +203,14 @@ fn backends_widget_shows_state_health_share_and_traffic() {
     };
     let b11 = row("10.0.0.11:80");
     assert!(
-        b11.contains("active") && b11.contains(" up") && b11.contains("50.2/50.0%"),
+        b11.contains("active") && b11.contains(" up") && b11.contains("76.9/76.9%"),
         "{b11}"
+    );
+    assert!(b11.contains("812/812!"), "at its connection limit: {b11}");
+    let b12 = row("10.0.0.12:80");
+    assert!(
+        b12.contains(" 30^ "),
+        "slow start's effective weight: {b12}"
     );
     assert!(b11.contains("12.1k"), "pps from the recorded delta: {b11}");
     assert!(
@@ -220,6 +229,20 @@ fn backends_widget_shows_state_health_share_and_traffic() {
     render_tab(&app, Tab::Backends, buf.area, &mut buf);
     let l = lines(&buf);
     assert!(l[7].contains("10.0.0.14:80 health down: timeout"), "{l:#?}");
+}
+
+/// The Conns view carries the LVS counters: persistence, limits and overflow, one-packet.
+#[test]
+fn conns_view_shows_the_lvs_counters() {
+    let app = app_on(Tab::Conns);
+    let s = screen_text(&app, 80, 24);
+    for want in [
+        "Persistence 1,200 of 262,144 clients · 50,000 hits · 1,300 misses · 0 evicted",
+        "Limits      40 moved off full · overflow: 3 refused (3 RST) · 0 let past",
+        "One-packet  0 datagrams",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The backends of the selected VIP (3): state, health, weight, ring share against the
 //! ideal, flows and traffic with a sparkline per backend, a big one for the selected
-//! backend on a tall screen, and its details below.
+//! backend on a tall screen, and its details below. A backend at its connection limit shows
+//! its flows as `812/812!`, one that slow start ramps its weight as `40^` (the weight the
+//! schedulers use now); the title counts both.
 
 use api::Backend;
 use api::fmt::{percent, share, si, vip_addr};
@@ -44,26 +46,43 @@ pub(super) fn backends(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
     let list = app.shown_backends();
     // A tall screen shows the selected backend's traffic as a big sparkline.
     let graph_h = if area.height >= 18 { 7 } else { 0 };
+    // A third line of details for a selected backend with a limit or a ramp.
+    let detail_h = match app.selected_backend() {
+        Some(b) if b.max_connections.is_some() || b.ramping_until_ms.is_some() => 3,
+        _ => 2,
+    };
     let [title, table, graph, detail] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(0),
         Constraint::Length(graph_h),
-        Constraint::Length(2),
+        Constraint::Length(detail_h),
     ])
     .areas(area);
 
     let eligible = list.iter().filter(|b| b.eligible).count();
+    let full = list.iter().filter(|b| b.full).count();
+    let ramping = list.iter().filter(|b| b.ramping_until_ms.is_some()).count();
+    // With limits or ramps to count, "eligible" keeps the title within 80 columns.
+    let takes = if full + ramping > 0 {
+        "eligible"
+    } else {
+        "take new flows"
+    };
+    let mut heading = format!(
+        " Backends of VIP {} ({}) · {eligible} of {} {takes}",
+        vip.name,
+        vip_addr(vip),
+        list.len()
+    );
+    if full > 0 {
+        heading.push_str(&format!(" · {full} full"));
+    }
+    if ramping > 0 {
+        heading.push_str(&format!(" · {ramping} ramping"));
+    }
     put(
         buf,
-        Paragraph::new(Line::styled(
-            format!(
-                " Backends of VIP {} ({}) · {eligible} of {} take new flows",
-                vip.name,
-                vip_addr(vip),
-                list.len()
-            ),
-            t.header(),
-        )),
+        Paragraph::new(Line::styled(heading, t.header())),
         title,
     );
     if list.is_empty() {
@@ -141,7 +160,7 @@ fn columns(list: &[Backend], wide: bool) -> (Vec<Cell<'static>>, Vec<Constraint>
     widths.extend([
         Constraint::Length(6),
         Constraint::Length(10),
-        Constraint::Length(6),
+        Constraint::Length(flows_w(list)),
         Constraint::Length(6),
     ]);
     if wide {
@@ -182,9 +201,9 @@ fn row(
         Style::new()
     };
     cells.extend([
-        right(format!("{}{}", b.weight, over(b.weight_overridden))),
+        weight_cell(t, b),
         right(format!("{}/{}%", share(b.ring_share), share(b.ideal_share))).style(share_style),
-        right(si(Some(b.active_flows as f64))),
+        flows_cell(t, b),
         right(si(r.pps)),
     ]);
     if wide {
@@ -200,6 +219,44 @@ fn row(
         .style(t.good()),
     );
     Row::new(cells)
+}
+
+/// The weight column: the configured weight (`*` when an operator set it), or while slow
+/// start ramps it the weight the schedulers use now, with `^`.
+fn weight_cell(t: Theme, b: &Backend) -> Cell<'static> {
+    let over = if b.weight_overridden { "*" } else { "" };
+    if b.ramping_until_ms.is_some() {
+        right(format!("{}^{over}", b.effective_weight)).style(t.warn())
+    } else {
+        right(format!("{}{over}", b.weight))
+    }
+}
+
+/// `flows`, or `flows/max` for a backend with `max_connections` (with `!` at the limit).
+fn flows_text(b: &Backend) -> String {
+    let flows = si(Some(b.active_flows as f64));
+    match b.max_connections {
+        Some(m) => format!(
+            "{flows}/{}{}",
+            si(Some(f64::from(m))),
+            if b.full { "!" } else { "" }
+        ),
+        None => flows,
+    }
+}
+
+fn flows_cell(t: Theme, b: &Backend) -> Cell<'static> {
+    let c = right(flows_text(b));
+    if b.full { c.style(t.bad()) } else { c }
+}
+
+/// The flows column: wide enough for `flows/max!` when a backend has a limit.
+fn flows_w(list: &[Backend]) -> u16 {
+    list.iter()
+        .map(|b| flows_text(b).chars().count() as u16)
+        .max()
+        .unwrap_or(0)
+        .clamp(6, 13)
 }
 
 /// The selected backend's packet rate over the kept history.
@@ -230,7 +287,8 @@ fn backend_graph(app: &App, t: Theme, b: &Backend, area: Rect, buf: &mut Buffer)
     );
 }
 
-/// The selected backend in two lines: health, state and weight with where they come from.
+/// The selected backend in two lines (three with a limit or a ramp): health, state and
+/// weight with where they come from, then its limit and ramp.
 fn backend_details(t: Theme, b: &Backend) -> Vec<Line<'static>> {
     let reason = b
         .health_reason
@@ -244,7 +302,21 @@ fn backend_details(t: Theme, b: &Backend) -> Vec<Line<'static>> {
             " (config)"
         }
     };
-    vec![
+    let mut lvs = Vec::new();
+    if b.ramping_until_ms.is_some() {
+        lvs.push(format!(
+            "slow start: weight {} now, ramping to {}",
+            b.effective_weight, b.weight
+        ));
+    }
+    if let Some(m) = b.max_connections {
+        let at = if b.full { "at its limit" } else { "limit" };
+        lvs.push(format!(
+            "{at} {m} connections (resumes below {})",
+            b.resume_connections.unwrap_or(m)
+        ));
+    }
+    let mut out = vec![
         Line::from(vec![
             Span::styled(format!(" {} ", b.id), t.header()),
             Span::styled(format!("health {}{reason}", b.health), health_style(t, b)),
@@ -266,5 +338,12 @@ fn backend_details(t: Theme, b: &Backend) -> Vec<Line<'static>> {
             percent(b.ring_share),
             percent(b.ideal_share),
         )),
-    ]
+    ];
+    if !lvs.is_empty() {
+        out.push(Line::styled(
+            format!(" {}", lvs.join(" · ")),
+            if b.full { t.bad() } else { t.warn() },
+        ));
+    }
+    out
 }

@@ -2,9 +2,11 @@
 //! what (entries per state), what admitted, promoted, evicted and refused entries, FullNAT
 //! port use and flood mode. It is the screen for a flood: embryonic classes fill and get
 //! evicted while established flows stay put, and flood mode says whether XDP is shedding.
+//! The LVS counters sit here too: persistence entries are per client, limits and overflow
+//! per new connection, so they read next to the table they act on.
 
 use api::fmt::{grouped, percent};
-use api::{Conntrack, Flood, Status};
+use api::{Conntrack, Flood, Lvs, Status};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -38,6 +40,8 @@ pub(super) fn conns(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
     lines.extend(states(t, c));
     lines.push(Line::raw(""));
     lines.extend(counters(t, s, c));
+    lines.push(Line::raw(""));
+    lines.extend(lvs(t, &s.lvs));
     lines.push(Line::raw(""));
     lines.extend(flood(t, s.flood.as_ref()));
     put(buf, Paragraph::new(lines), area);
@@ -165,6 +169,58 @@ fn counters(t: Theme, s: &Status, c: &Conntrack) -> Vec<Line<'static>> {
                     },
                 ),
             ],
+        ),
+    ]
+}
+
+/// The LVS features: the persistence table (clients remembered and what it answered),
+/// connection limits (new flows moved off a full backend) and what `overflow` did when
+/// every backend was full, one-packet UDP.
+fn lvs(t: Theme, l: &Lvs) -> Vec<Line<'static>> {
+    vec![
+        field(
+            t,
+            "Persistence",
+            vec![
+                Span::raw(format!(
+                    "{} of {} clients · {} hits · {} misses · ",
+                    grouped(l.persistence_entries),
+                    grouped(l.persistence_capacity),
+                    grouped(l.persistence_hits),
+                    grouped(l.persistence_misses)
+                )),
+                count(t, l.persistence_evictions, "evicted"),
+            ],
+        ),
+        field(
+            t,
+            "Limits",
+            vec![
+                count(t, l.limit_skips, "moved off full"),
+                Span::raw(" · overflow: "),
+                Span::styled(
+                    format!(
+                        "{} refused ({} RST)",
+                        grouped(l.overflow_refused),
+                        grouped(l.overflow_resets)
+                    ),
+                    if l.overflow_refused > 0 {
+                        t.bad()
+                    } else {
+                        Style::new()
+                    },
+                ),
+                dot_span(),
+                count(t, l.overflow_ignored, "let past"),
+            ],
+        ),
+        field(
+            t,
+            "One-packet",
+            vec![Span::raw(format!(
+                "{} datagrams scheduled on their own",
+                grouped(l.one_packet)
+            ))],
         ),
     ]
 }
