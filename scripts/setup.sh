@@ -23,8 +23,8 @@ packages=(
     # capture the TOA option at a backend
     nginx tcpdump
     # tests/fleet.rs: a real etcd v3 cluster; the etcd-client crate's build compiles etcd's
-    # .proto files with protoc
-    etcd-server etcd-client protobuf-compiler
+    # .proto files with protoc; openssl makes the certificates of its TLS cluster
+    etcd-server etcd-client protobuf-compiler openssl
 )
 
 missing=()

@@ -728,3 +728,167 @@ fn a_fleet_of_three_follows_etcd() {
     f.wait_next_hops(MEMBERS, Duration::from_secs(30));
     f.traffic_ok("lb3 back");
 }
+
+/// `openssl ARGS` in `dir`, asserting success.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (package openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA `{name}-ca.pem` and, signed by it, a server certificate for 127.0.0.1.
+fn certificates(dir: &Path, name: &str) {
+    let (ca, ca_key) = (format!("{name}-ca.pem"), format!("{name}-ca.key"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            &format!("/CN=fl4 test CA {name}"),
+            "-keyout",
+            &ca_key,
+            "-out",
+            &ca,
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=etcd",
+            "-keyout",
+            &format!("{name}-server.key"),
+            "-out",
+            "server.csr",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "server.ext",
+            "-out",
+            &format!("{name}-server.pem"),
+        ],
+    );
+}
+
+/// etcd serving its clients over TLS: `sluice fleet push` and `status` reach it with
+/// `tls_ca`, and a member trusting another CA is refused.
+#[test]
+fn a_fleet_over_tls() {
+    lab::netns::require_root();
+    lab::netns::require_program("etcd", "etcd-server");
+    lab::netns::require_program("openssl", "openssl");
+    let ns = lab::netns::Netns::new("fl4tl");
+    let dir = std::env::temp_dir().join(format!("sluice-{}", ns.name));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    certificates(&dir, "good");
+    certificates(&dir, "other");
+    let tls = lab::etcd::EtcdTls {
+        ca: dir.join("good-ca.pem"),
+        cert: dir.join("good-server.pem"),
+        key: dir.join("good-server.key"),
+    };
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    let etcd = lab::etcd::EtcdCluster::start_with(&ns, ip, 23890, &dir, Some(tls))
+        .unwrap_or_else(|e| panic!("etcd over TLS: {e}"));
+    let eps: Vec<String> = etcd.endpoints();
+    assert!(eps.iter().all(|e| e.starts_with("https://")), "{eps:?}");
+    let member = |ca: &str| {
+        let list: Vec<String> = eps.iter().map(|e| format!("{e:?}")).collect();
+        format!(
+            "[appliance]\nname = \"fl4-tls\"\ninterfaces = [\"eth0\"]\n\n[fleet]\nname = \"tls\"\n\
+             endpoints = [{}]\ntls_ca = \"{}\"\n",
+            list.join(", "),
+            dir.join(ca).display()
+        )
+    };
+    let good = dir.join("member.toml");
+    std::fs::write(&good, member("good-ca.pem")).expect("write");
+    let doc = dir.join("fleet.toml");
+    std::fs::write(
+        &doc,
+        "[[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\nprotocol = \"tcp\"\n\
+         [[vip.backend]]\naddress = \"10.0.0.21\"\n",
+    )
+    .expect("write");
+    let run = |cfg: &Path, args: &[&str]| {
+        let mut all = vec![
+            sluice().display().to_string(),
+            "fleet".into(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        ns.output(&refs)
+    };
+    let out = run(&good, &["push", &doc.display().to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && text.contains("as revision"),
+        "push over TLS: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rev: u64 = text
+        .rsplit(' ')
+        .next()
+        .and_then(|r| r.trim().parse().ok())
+        .expect("rev");
+    let out = run(&good, &["status"]);
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && status.contains(&format!("config revision {rev}")),
+        "status over TLS: {status}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stranger = dir.join("stranger.toml");
+    std::fs::write(&stranger, member("other-ca.pem")).expect("write");
+    let out = run(&stranger, &["status"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("certificate was refused") && err.contains("tls_ca"),
+        "a member trusting another CA: {err}"
+    );
+    println!(
+        "MEASURE etcd over TLS: push revision {rev} and status; another CA: {}",
+        err.trim()
+    );
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}

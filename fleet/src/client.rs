@@ -68,6 +68,11 @@ pub enum ClientError {
     AuthFailed { user: String, message: String },
     #[error("etcd requires authentication: {message} (set [fleet] user and password_file)")]
     AuthRequired { message: String },
+    #[error(
+        "etcd's server certificate was refused: {message} (check that [fleet] tls_ca is the \
+         CA that signed etcd's certificates, for the address in endpoints)"
+    )]
+    CertificateRefused { message: String },
     #[error("the member's etcd lease expired (etcd did not hear from it within the lease ttl)")]
     LeaseExpired,
     #[error("the etcd watch ended (etcd restarted or the fleet's keys were compacted)")]
@@ -158,12 +163,16 @@ pub async fn connect(s: &Settings) -> Result<Client, ClientError> {
     Err(last.map_or(ClientError::Stopped, ClientError::Etcd))
 }
 
-/// An authentication refusal in `e`, as the operator's error; `None` for anything else.
+/// An authentication or certificate refusal in `e`, as the operator's error; `None` for
+/// anything else.
 fn auth_error(e: &etcd_client::Error, user: Option<&str>) -> Option<ClientError> {
     let etcd_client::Error::GRpcStatus(st) = e else {
         return None;
     };
     let message = st.message().trim_start_matches("etcdserver: ").to_string();
+    if message.contains("invalid peer certificate") {
+        return Some(ClientError::CertificateRefused { message });
+    }
     if message.contains("authentication failed") {
         return Some(ClientError::AuthFailed {
             user: user.unwrap_or_default().to_string(),

@@ -24,12 +24,34 @@ pub struct EtcdCluster {
     children: Vec<Option<Child>>,
     /// `user:password` for etcdctl once authentication is on.
     root: Option<String>,
+    tls: Option<EtcdTls>,
+}
+
+/// PEM files for a cluster that serves its clients over TLS (peers stay plain: they talk
+/// inside the test's namespace).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The CA that signed `cert`, for etcdctl.
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl EtcdCluster {
     /// Starts the members on `ip` in `ns` (client port `base_port + 10 * i`, peer port one
     /// above), data and logs under `dir`, and waits until the cluster answers.
     pub fn start(ns: &Netns, ip: IpAddr, base_port: u16, dir: &Path) -> Result<EtcdCluster> {
+        EtcdCluster::start_with(ns, ip, base_port, dir, None)
+    }
+
+    /// [`EtcdCluster::start`], serving clients over TLS with `tls` when given.
+    pub fn start_with(
+        ns: &Netns,
+        ip: IpAddr,
+        base_port: u16,
+        dir: &Path,
+        tls: Option<EtcdTls>,
+    ) -> Result<EtcdCluster> {
         require("etcd", "etcd-server")?;
         require("etcdctl", "etcd-client")?;
         let mut c = EtcdCluster {
@@ -39,6 +61,7 @@ impl EtcdCluster {
             dir: dir.to_path_buf(),
             children: (0..MEMBERS).map(|_| None).collect(),
             root: None,
+            tls,
         };
         for i in 0..MEMBERS {
             c.start_member(ns, i)?;
@@ -54,6 +77,15 @@ impl EtcdCluster {
         }
     }
 
+    /// A client URL: `https` when the cluster serves TLS.
+    fn client_url(&self, port: u16) -> String {
+        let u = self.url(port);
+        match self.tls {
+            Some(_) => u.replacen("http://", "https://", 1),
+            None => u,
+        }
+    }
+
     fn client_port(&self, i: usize) -> u16 {
         self.base_port + 10 * i as u16
     }
@@ -61,7 +93,7 @@ impl EtcdCluster {
     /// The members' client endpoints (`http://ip:port`).
     pub fn endpoints(&self) -> Vec<String> {
         (0..MEMBERS)
-            .map(|i| self.url(self.client_port(i)))
+            .map(|i| self.client_url(self.client_port(i)))
             .collect()
     }
 
@@ -76,7 +108,7 @@ impl EtcdCluster {
             .map(|j| format!("e{j}={}", self.url(self.client_port(j) + 1)))
             .collect();
         let peer = self.url(self.client_port(i) + 1);
-        let client = self.url(self.client_port(i));
+        let client = self.client_url(self.client_port(i));
         let data = self.dir.join(format!("e{i}"));
         let log = File::options()
             .create(true)
@@ -114,6 +146,13 @@ impl EtcdCluster {
             "--election-timeout",
             "1000",
         ];
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        if let Some(t) = &self.tls {
+            for (flag, p) in [("--cert-file", &t.cert), ("--key-file", &t.key)] {
+                args.extend([flag.to_string(), p.display().to_string()]);
+            }
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.children[i] = Some(ns.try_spawn(&args, Some(log))?);
         Ok(())
     }
@@ -149,20 +188,19 @@ impl EtcdCluster {
         // A dead member makes etcdctl fail; the live ones still print their line.
         // No user: etcd answers status without authentication, and logging in first would
         // wait on a dead member's endpoint; a dead member's status gives up after a second.
-        let out = ns
-            .command("etcdctl")
-            .args([
-                "--endpoints",
-                &eps,
-                "--dial-timeout",
-                "1s",
-                "--command-timeout",
-                "1s",
-                "endpoint",
-                "status",
-            ])
-            .output()
-            .ok()?;
+        let mut cmd = ns.command("etcdctl");
+        cmd.args([
+            "--endpoints",
+            &eps,
+            "--dial-timeout",
+            "1s",
+            "--command-timeout",
+            "1s",
+        ]);
+        if let Some(t) = &self.tls {
+            cmd.arg("--cacert").arg(&t.ca);
+        }
+        let out = cmd.args(["endpoint", "status"]).output().ok()?;
         // "http://ip:port, id, version, db size, is leader, is learner, term, ..."
         String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
             let f: Vec<&str> = l.split(", ").collect();
@@ -176,9 +214,13 @@ impl EtcdCluster {
     /// on) and `args`, in `ns`.
     pub fn ctl(&self, ns: &Netns, args: &[&str]) -> Result<std::process::Output> {
         let eps = self.endpoints().join(",");
+        let ca = self.tls.as_ref().map(|t| t.ca.display().to_string());
         let mut all = vec!["etcdctl", "--endpoints", &eps, "--dial-timeout", "2s"];
         if let Some(r) = &self.root {
             all.extend(["--user", r.as_str()]);
+        }
+        if let Some(ca) = &ca {
+            all.extend(["--cacert", ca.as_str()]);
         }
         all.extend_from_slice(args);
         ns.try_run(&all)
