@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use crate::config::{Backend, Config, Vip};
 use crate::lb::limits::LimitBoard;
-use crate::lb::tables::{TableError, Tables};
+use crate::lb::maglev::Ring;
+use crate::lb::tables::{Core, TableError, Tables};
 
 impl Tables {
     /// Version `version` of these tables with the health verdicts `healthy` gives (as for
@@ -30,6 +31,8 @@ impl Tables {
         let mut core = (*self.core).clone();
         core.built_as = version;
         core.rings_built = 0;
+        // The verdicts first, for every touched VIP; then the rings, which read them.
+        let mut touched = Vec::with_capacity(vips.len());
         for &slot in vips {
             let v = config.vips.get(slot)?;
             let entry = &core.vips[slot];
@@ -37,7 +40,6 @@ impl Tables {
             if entry.name != v.name || range.len() != v.backends.len() {
                 return None;
             }
-            let prev = Arc::clone(&entry.ring);
             for (b, s) in v.backends.iter().zip(range.clone()) {
                 let e = &mut core.backends[s as usize];
                 if (e.address, e.port) != (crate::lb::hash::addr_to_u128(b.address), b.port) {
@@ -46,12 +48,17 @@ impl Tables {
                 e.healthy = healthy(v, b);
                 core.eligible[s as usize] = e.eligible();
             }
-            let ring = match core.ring(v, range.clone(), Some(&prev)) {
-                Ok(r) => r,
-                Err(e) => return Some(Err(e)),
-            };
+            touched.push((slot, v));
+        }
+        let rings = match build_rings(&core, &touched) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        for ((slot, v), (ring, built)) in touched.iter().zip(rings) {
+            let range = core.vips[*slot].backends.clone();
             let buckets = core.buckets(v, range);
-            let entry = &mut core.vips[slot];
+            core.rings_built += u32::from(built);
+            let entry = &mut core.vips[*slot];
             entry.ring = ring;
             entry.buckets = buckets;
         }
@@ -63,4 +70,41 @@ impl Tables {
             egress: Arc::clone(&self.egress),
         }))
     }
+}
+
+/// Below this many touched VIPs one thread builds their rings; above it, every core does
+/// (a ring of 16381 slots takes about 0.65 ms, so a storm that touches a thousand VIPs is
+/// most of a second on one core, and the sync lag with it).
+const PARALLEL_FROM: usize = 32;
+
+/// The rings of the `touched` VIPs (slot, config), in order, each with whether it was built
+/// rather than shared with the running version.
+fn build_rings(
+    core: &Core,
+    touched: &[(usize, &Vip)],
+) -> Result<Vec<(Arc<Ring>, bool)>, TableError> {
+    let one = |&(slot, v): &(usize, &Vip)| {
+        let entry = &core.vips[slot];
+        core.ring_shared(v, entry.backends.clone(), Some(&entry.ring))
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if touched.len() < PARALLEL_FROM || threads < 2 {
+        return touched.iter().map(one).collect();
+    }
+    let chunk = touched.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = touched
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
+            .collect();
+        let mut out = Vec::with_capacity(touched.len());
+        for p in parts {
+            // A panic in a ring build is a bug; carry it to this thread as it is.
+            let part = p.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            for r in part {
+                out.push(r?);
+            }
+        }
+        Ok(out)
+    })
 }

@@ -305,3 +305,34 @@ fn a_health_version_needs_the_config_its_tables_came_from() {
     let same = t.with_health(&w.config, &up, &[1], 2).expect("same config");
     assert_eq!(same.expect("tables").fingerprint(), t.fingerprint());
 }
+
+/// A storm that touches more VIPs than one thread builds for (their rings built on every
+/// core) gives the tables a full build gives, and counts each ring it built once.
+#[test]
+fn a_storm_over_many_vips_builds_their_rings_in_parallel_as_a_full_build_would() {
+    let mut w = World {
+        config: config((0..80).map(new_vip).collect()),
+        down: HashSet::new(),
+    };
+    let running = w.build(1, None);
+    let touched: Vec<usize> = (0..80).filter(|v| v % 3 != 1).collect();
+    for &v in &touched {
+        w.apply(&Change::Health(v, v));
+    }
+    let healthy =
+        |v: &Vip, b: &crate::config::Backend| !w.down.contains(&(v.name.clone(), b.address));
+    let next = running
+        .with_health(&w.config, &healthy, &touched, 2)
+        .expect("the config these tables were built from")
+        .expect("tables");
+    assert_same(&next, &w.build(2, None)).expect("equal to a full build");
+    assert_eq!(next.rings_built as usize, touched.len());
+    for (slot, (old, new)) in running.vips.iter().zip(&next.vips).enumerate() {
+        assert_eq!(
+            Arc::ptr_eq(&old.ring, &new.ring),
+            !touched.contains(&slot),
+            "{}",
+            new.name
+        );
+    }
+}

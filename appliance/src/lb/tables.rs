@@ -638,6 +638,19 @@ impl Core {
         range: Range<u32>,
         prev: Option<&Arc<Ring>>,
     ) -> Result<Arc<Ring>, TableError> {
+        let (ring, built) = self.ring_shared(v, range, prev)?;
+        self.rings_built += u32::from(built);
+        Ok(ring)
+    }
+
+    /// [`Core::ring`] without the count, for builds on several threads: the ring and
+    /// whether it was built (not `prev` again).
+    pub(super) fn ring_shared(
+        &self,
+        v: &Vip,
+        range: Range<u32>,
+        prev: Option<&Arc<Ring>>,
+    ) -> Result<(Arc<Ring>, bool), TableError> {
         let ids: Vec<[u8; 18]> = v
             .backends
             .iter()
@@ -658,11 +671,10 @@ impl Core {
         if let Some(p) = prev
             && p.built_from(&mb, v.maglev_table_size)
         {
-            return Ok(Arc::clone(p));
+            return Ok((Arc::clone(p), false));
         }
-        self.rings_built += 1;
         Ring::build(&mb, v.maglev_table_size)
-            .map(Arc::new)
+            .map(|r| (Arc::new(r), true))
             .map_err(|source| TableError::Maglev {
                 vip: v.name.clone(),
                 source,
