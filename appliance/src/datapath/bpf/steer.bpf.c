@@ -518,7 +518,7 @@ static __always_inline __u32 carry_unshift(__u32 x, __u32 base, __u32 delta)
 // length in *sack and *slen (0 for no options or timestamps only), -1 for any other layout:
 // those frames go to the engine, whose walk (lb::process::tcpopt) takes every layout. Two
 // fixed layouts cost the verifier a handful of states; a general walk over the options
-// costs it states exponential in the walk's steps (eight steps were most of its budget).
+// costs it states exponential in the walk's steps, beyond its budget beside the rest.
 static __always_inline int carry_find_sack(__u8 *l4, void *end, __u32 *sack, __u32 *slen)
 {
 	__u32 doff = (l4[12] >> 4) * 4;

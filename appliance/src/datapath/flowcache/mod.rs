@@ -118,8 +118,8 @@ pub enum CacheCarry {
         delta: u8,
     },
     /// proxy-v2, backend → client: the acknowledgement and SACK edges beyond `base` moved
-    /// back by `delta`; a header whose options the program cannot walk in eight steps, or
-    /// with a SACK option at an odd offset, goes to the engine.
+    /// back by `delta`; a header whose options are not in one of the two layouts stacks
+    /// send (steer.bpf.c `carry_find_sack`) goes to the engine.
     Ack {
         /// The client's first sequence number after its SYN.
         base: u32,
