@@ -424,9 +424,13 @@ fn flood_both_vips(kind: Kind, extra: &str) {
             run.tunnel_sent,
         );
         // The tunnel client is one source well over its rate: before flood mode told tunnel
-        // VIPs apart, the mode cut it to that rate (200 of its 500 datagrams a second). 2%
-        // is left for datagrams a busy 2-core machine loses in socket buffers.
-        if run.tunnel_sent < 5000 || (run.tunnel_echoed as f64) < 0.98 * run.tunnel_sent as f64 {
+        // VIPs apart, the mode cut it to that rate (200 of its 500 datagrams a second, 40%).
+        // 2% is left for datagrams a busy 2-core machine loses in socket buffers; 10% while
+        // the DR VIP is flooded, whose flood the stateless answer forwards to the backends
+        // (as a DR load balancer does): the lab's backends, which echo the tunnel client too,
+        // share these two cores with it and drop some of everything they receive.
+        let keep = if mode == LabMode::Dr { 0.90 } else { 0.98 };
+        if run.tunnel_sent < 5000 || (run.tunnel_echoed as f64) < keep * run.tunnel_sent as f64 {
             failures.push(format!(
                 "{kind:?} {}: the tunnel client's flow had {}/{} echoed",
                 mode.name(),
