@@ -93,15 +93,26 @@ fn build_rings(
     }
     let chunk = touched.len().div_ceil(threads);
     std::thread::scope(|s| {
-        let parts: Vec<_> = touched
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
-            .collect();
         let mut out = Vec::with_capacity(touched.len());
+        let mut parts = Vec::new();
+        for part in touched.chunks(chunk) {
+            // A thread the system will not give (out of memory or threads) is no reason to
+            // fail a commit: that part is built here instead.
+            match std::thread::Builder::new()
+                .name("sluice-rings".into())
+                .spawn_scoped(s, move || part.iter().map(one).collect::<Vec<_>>())
+            {
+                Ok(h) => parts.push(Ok(h)),
+                Err(_) => parts.push(Err(part)),
+            }
+        }
         for p in parts {
-            // A panic in a ring build is a bug; carry it to this thread as it is.
-            let part = p.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-            for r in part {
+            let built = match p {
+                // A panic in a ring build is a bug; carry it to this thread as it is.
+                Ok(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                Err(part) => part.iter().map(one).collect(),
+            };
+            for r in built {
                 out.push(r?);
             }
         }
