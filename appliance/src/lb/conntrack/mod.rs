@@ -47,7 +47,7 @@ pub use state::{CLASSES, FlowState, Seen, first_state, is_syn, tcp_flags};
 
 use crate::config::{ClientAddress, Timeouts};
 use crate::lb::hash::FlowKey;
-use index::{Index, NONE, fwd_hash, rev_hash};
+use index::{Index, NONE};
 
 /// A flow moves to the head of its LRU list at most this often (1 ms): relinking touches
 /// two neighbours' cache lines, and a busy flow would pay it on every packet for an order
@@ -356,7 +356,7 @@ impl ConnTable {
     /// Finds a live flow by its client → VIP key. An expired match is removed.
     #[inline(always)]
     pub fn lookup(&mut self, key: &FlowKey, now: u64) -> Option<u32> {
-        let h = fwd_hash(key);
+        let h = self.fwd.fwd_hash(key);
         let slots = &self.slots;
         let (_, id) = self.fwd.find(h, |id| slots[id as usize].flow.key == *key)?;
         if self.expired(id, now) {
@@ -380,7 +380,7 @@ impl ConnTable {
     }
 
     fn find_rev(&self, key: &RevKey) -> Option<u32> {
-        let h = rev_hash(key);
+        let h = self.rev.rev_hash(key);
         let slots = &self.slots;
         self.rev
             .find(h, |id| {
@@ -519,11 +519,11 @@ impl ConnTable {
             return;
         }
         let flow = self.slots[id as usize].flow;
-        if let Some((pos, _)) = self.fwd.find(fwd_hash(&flow.key), |x| x == id) {
+        if let Some((pos, _)) = self.fwd.find(self.fwd.fwd_hash(&flow.key), |x| x == id) {
             self.fwd.remove_at(pos);
         }
         if let Some(rk) = flow.rev_key()
-            && let Some((pos, _)) = self.rev.find(rev_hash(&rk), |x| x == id)
+            && let Some((pos, _)) = self.rev.find(self.rev.rev_hash(&rk), |x| x == id)
         {
             self.rev.remove_at(pos);
         }
@@ -598,9 +598,9 @@ impl ConnTable {
             s.counted_active = flow.state.is_active();
         }
         self.push_front(id, now);
-        self.fwd.insert(fwd_hash(&flow.key), id);
+        self.fwd.insert(self.fwd.fwd_hash(&flow.key), id);
         if let Some(rk) = flow.rev_key() {
-            self.rev.insert(rev_hash(&rk), id);
+            self.rev.insert(self.rev.rev_hash(&rk), id);
         }
         if flow.snat.is_some() {
             self.snat_flows += 1;

@@ -245,7 +245,7 @@ fn expiry_is_exact_behind_live_entries() {
 fn present(ct: &ConnTable, k: &FlowKey) -> bool {
     let slots = &ct.slots;
     ct.fwd
-        .find(index::fwd_hash(k), |id| slots[id as usize].flow.key == *k)
+        .find(ct.fwd.fwd_hash(k), |id| slots[id as usize].flow.key == *k)
         .is_some()
 }
 
