@@ -15,9 +15,62 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use std::net::Ipv4Addr;
+
 use lab::netns::Netns;
 
 use crate::{BenchError, FRAME_LEN, GEN_ADDR, GEN_SPORT, PORT, VIP};
+
+/// Source ports per source address in a flow space.
+pub const PORTS_PER_ADDR: u32 = 50_000;
+/// The first source port of a flow space.
+pub const FIRST_PORT: u16 = 10_000;
+/// The first source address of a flow space: unused addresses of the gen namespace's own
+/// subnet (10.80.1.0/24), so the bench spoofs nothing outside its lab.
+pub const FIRST_ADDR: Ipv4Addr = Ipv4Addr::new(10, 80, 1, 100);
+/// The most flows a space holds: 156 addresses (10.80.1.100 to .255) of 50,000 ports.
+pub const MAX_FLOWS: u32 = 156 * PORTS_PER_ADDR;
+
+/// The flows a generator cycles through: flow i comes from `FIRST_ADDR + i / ports` and
+/// port `FIRST_PORT + i % ports`, to the VIP. One flow is the template's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowSpace {
+    /// How many flows (1: the template's single flow).
+    pub flows: u32,
+    /// Source ports per address.
+    pub ports: u32,
+}
+
+impl FlowSpace {
+    /// The template's single flow.
+    pub const ONE: FlowSpace = FlowSpace { flows: 1, ports: 1 };
+
+    /// A space of `flows` flows (at least 1), as few addresses as the ports allow; `None`
+    /// above [`MAX_FLOWS`].
+    pub fn new(flows: u32) -> Option<FlowSpace> {
+        (flows <= MAX_FLOWS).then(|| FlowSpace {
+            flows: flows.max(1),
+            ports: flows.clamp(1, PORTS_PER_ADDR),
+        })
+    }
+
+    /// Source addresses the space uses.
+    pub fn addresses(&self) -> u32 {
+        self.flows.div_ceil(self.ports)
+    }
+
+    /// Flow `i`'s source address and port (`i` taken modulo the flow count), as the
+    /// generator program sends it; the single flow is the template's.
+    pub fn flow(&self, i: u64) -> (Ipv4Addr, u16) {
+        if self.flows <= 1 {
+            return (GEN_ADDR, GEN_SPORT);
+        }
+        let i = i % u64::from(self.flows);
+        let addr = u32::from(FIRST_ADDR) + (i / u64::from(self.ports)) as u32;
+        let port = u32::from(FIRST_PORT) + (i % u64::from(self.ports)) as u32;
+        (Ipv4Addr::from(addr), port as u16)
+    }
+}
 
 /// Frames in the first generator call of a flood. Every live-frame test run has a fixed
 /// cost during which nothing is sent, so calls must be long; [`next_chunk`] sizes the
@@ -35,6 +88,8 @@ static GENERATOR_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/generato
 const GEN_PROG: &str = "sluice_bench_gen";
 /// The longest template: bpf/generator.bpf.c's `GEN_WORDS_MAX` words of 8 bytes.
 const TEMPLATE_MAX: usize = 256;
+/// Bytes of bpf/generator.bpf.c's `struct gen_cfg`.
+const CFG_LEN: usize = 8 + TEMPLATE_MAX + 16;
 /// `BPF_F_TEST_XDP_LIVE_FRAMES` from <linux/bpf.h>.
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 
@@ -45,8 +100,8 @@ struct GenProgram {
 
 impl GenProgram {
     /// Loads bpf/generator.bpf.c with `template` (a multiple of 8 bytes, at most
-    /// [`TEMPLATE_MAX`]) in its read-only `struct gen_cfg`.
-    fn load(template: &[u8]) -> Result<GenProgram, String> {
+    /// [`TEMPLATE_MAX`]) and the flow space in its read-only `struct gen_cfg`.
+    fn load(template: &[u8], space: FlowSpace) -> Result<GenProgram, String> {
         if template.is_empty() || !template.len().is_multiple_of(8) || template.len() > TEMPLATE_MAX
         {
             return Err(format!(
@@ -61,19 +116,29 @@ impl GenProgram {
         for mut m in open.maps_mut() {
             if m.name().to_string_lossy().ends_with(".rodata")
                 && let Some(v) = m.initial_value_mut()
-                && v.len() >= 8 + TEMPLATE_MAX
+                && v.len() >= CFG_LEN
             {
-                // struct gen_cfg: words (u32), pad (u32), the template as 8-byte words.
+                // struct gen_cfg: words (u32), pad (u32), the template as 8-byte words,
+                // then flows, ports, addr0 (host order) and port0, all u32.
                 let words = (template.len() / 8) as u32;
                 v[0..4].copy_from_slice(&words.to_ne_bytes());
                 v[8..8 + template.len()].copy_from_slice(template);
+                let tail = [
+                    space.flows,
+                    space.ports,
+                    u32::from(FIRST_ADDR),
+                    u32::from(FIRST_PORT),
+                ];
+                for (k, x) in tail.iter().enumerate() {
+                    let at = 8 + TEMPLATE_MAX + 4 * k;
+                    v[at..at + 4].copy_from_slice(&x.to_ne_bytes());
+                }
                 configured = true;
             }
         }
         if !configured {
             return Err(format!(
-                "the generator program has no {}-byte .rodata for its gen_cfg",
-                8 + TEMPLATE_MAX
+                "the generator program has no {CFG_LEN}-byte .rodata for its gen_cfg"
             ));
         }
         let obj = open
@@ -162,6 +227,7 @@ impl Generator {
         stop: Arc<AtomicBool>,
         k: u16,
         pin: bool,
+        space: FlowSpace,
     ) -> Result<Self, BenchError> {
         let (cmd_tx, cmd_rx) = mpsc::channel::<GenCmd>();
         let (res_tx, res_rx) = mpsc::channel();
@@ -186,7 +252,7 @@ impl Generator {
                     PORT,
                     FRAME_LEN,
                 );
-                let generator = GenProgram::load(&frame)?;
+                let generator = GenProgram::load(&frame, space)?;
                 Ok::<_, String>((ifindex, generator, frame))
             })();
             let (ifindex, mut generator, frame) = match setup {
@@ -315,7 +381,8 @@ mod tests {
             "this test loads bpf/generator.bpf.c into the kernel: run it as root"
         );
         let template: Vec<u8> = (0..64u8).map(|b| b.wrapping_mul(37)).collect();
-        let generator = GenProgram::load(&template).expect("the generator program loads");
+        let generator =
+            GenProgram::load(&template, FlowSpace::ONE).expect("the generator program loads");
         // A page the forwarder rewrote: other bytes everywhere.
         let rewritten = vec![0xa5u8; template.len()];
         let (action, out) = generator.test_run(&rewritten).expect("test run");
@@ -326,13 +393,81 @@ mod tests {
         assert_eq!(action, XDP_DROP, "short frames are dropped");
         assert_eq!(out, short, "and left as they were");
         // The longest template fits too.
-        assert!(GenProgram::load(&[7u8; TEMPLATE_MAX]).is_ok());
+        assert!(GenProgram::load(&[7u8; TEMPLATE_MAX], FlowSpace::ONE).is_ok());
+    }
+
+    /// bpf/generator.bpf.c with a flow space: consecutive frames are consecutive flows of
+    /// [`FlowSpace::flow`] (wrapping round), and both checksums stay valid.
+    #[test]
+    fn generator_program_walks_the_flow_space_with_valid_checksums() {
+        assert!(
+            lab::netns::is_root(),
+            "this test loads bpf/generator.bpf.c into the kernel: run it as root"
+        );
+        // The counter is per CPU: stay on one.
+        let mut one = nix::sched::CpuSet::new();
+        one.set(0).expect("cpu set");
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pin");
+        let template =
+            crate::pktgen::udp4_frame([2; 6], [4; 6], GEN_ADDR, VIP, GEN_SPORT, PORT, FRAME_LEN);
+        let space = FlowSpace { flows: 5, ports: 2 };
+        let generator = GenProgram::load(&template, space).expect("the generator program loads");
+        for i in 0..7u64 {
+            let (action, out) = generator.test_run(&template).expect("test run");
+            assert_eq!(action, libbpf_rs::libbpf_sys::XDP_TX);
+            let ip = wire::Ipv4Packet::new_checked(&out[14..]).expect("IPv4");
+            let (addr, port) = space.flow(i);
+            assert_eq!(ip.src(), addr, "frame {i}");
+            assert_eq!(ip.dst(), VIP);
+            assert!(ip.verify_checksum(), "frame {i}: IPv4 checksum");
+            let udp = wire::UdpPacket::new_checked(&out[34..]).expect("UDP");
+            assert_eq!(udp.src_port(), port, "frame {i}");
+            assert!(udp.verify_checksum_v4(addr, VIP), "frame {i}: UDP checksum");
+        }
+    }
+
+    #[test]
+    fn flow_spaces_vary_addresses_times_ports_inside_the_lab() {
+        assert_eq!(FlowSpace::new(1), Some(FlowSpace::ONE));
+        assert_eq!(
+            FlowSpace::ONE.flow(7),
+            (GEN_ADDR, GEN_SPORT),
+            "one flow: the template's"
+        );
+        let small = FlowSpace::new(256).unwrap();
+        assert_eq!((small.ports, small.addresses()), (256, 1));
+        assert_eq!(small.flow(0), (FIRST_ADDR, FIRST_PORT));
+        assert_eq!(small.flow(255), (FIRST_ADDR, FIRST_PORT + 255));
+        assert_eq!(small.flow(256), small.flow(0), "wraps round");
+        let mid = FlowSpace::new(65_536).unwrap();
+        assert_eq!(mid.addresses(), 2);
+        assert_eq!(
+            mid.flow(50_000),
+            (Ipv4Addr::new(10, 80, 1, 101), FIRST_PORT)
+        );
+        let big = FlowSpace::new(1_000_000).unwrap();
+        assert_eq!(big.addresses(), 20);
+        let (last, port) = big.flow(999_999);
+        assert_eq!(last, Ipv4Addr::new(10, 80, 1, 119));
+        assert_eq!(port, FIRST_PORT + 49_999);
+        // Every flow is distinct.
+        let all: std::collections::HashSet<_> = (0..65_536).map(|i| mid.flow(i)).collect();
+        assert_eq!(all.len(), 65_536);
+        // The largest space still ends at .255, inside 10.80.1.0/24.
+        let max = FlowSpace::new(MAX_FLOWS).unwrap();
+        assert_eq!(
+            max.flow(u64::from(MAX_FLOWS) - 1).0,
+            Ipv4Addr::new(10, 80, 1, 255)
+        );
+        assert_eq!(FlowSpace::new(MAX_FLOWS + 1), None);
     }
 
     #[test]
     fn templates_must_be_whole_words_and_fit() {
         for bad in [0, 12, TEMPLATE_MAX + 8] {
-            let err = GenProgram::load(&vec![0u8; bad]).err().expect("refused");
+            let err = GenProgram::load(&vec![0u8; bad], FlowSpace::ONE)
+                .err()
+                .expect("refused");
             assert!(err.contains("multiple of 8"), "{bad} bytes: {err}");
         }
     }

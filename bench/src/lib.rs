@@ -33,8 +33,14 @@
 #![forbid(unsafe_code)]
 
 mod ceiling;
+pub mod client;
 pub mod counters;
+pub mod cps;
+pub mod cps_report;
+pub mod flows;
 pub mod generator;
+pub mod idle;
+pub mod memory;
 pub mod pktgen;
 pub mod report;
 mod runs;
@@ -49,6 +55,10 @@ use std::time::Duration;
 
 use lab::netns::LabError;
 
+pub use cps::{CpsOptions, cps_config, run_cps};
+pub use cps_report::CpsReport;
+pub use flows::{DEFAULT_FLOWS, FlowsReport, run_flows};
+pub use idle::{IdleOptions, IdleReport, run_idle};
 pub use report::{BenchReport, Round, RunResult};
 pub use runs::appliance_config;
 use topology::Bench;
@@ -120,10 +130,10 @@ pub fn run(options: &BenchOptions, stop: Arc<AtomicBool>) -> Result<BenchReport,
         rounds: options.rounds.max(1),
         ..options.clone()
     };
-    let mut bench = Bench::build(1)?;
+    let mut bench = Bench::build(1, generator::FlowSpace::ONE)?;
     // The same runs of Sluice over two queues (two workers), fed by one generator per CPU:
     // what two cores allow.
-    let mut two = Bench::build(2)?;
+    let mut two = Bench::build(2, generator::FlowSpace::ONE)?;
     for b in [&bench, &two] {
         eprintln!(
             "bench: namespaces {} -- {} -- {} up, {} queue(s)",

@@ -182,7 +182,7 @@ pub struct Round {
 }
 
 /// The run with the median delivered rate (the lower middle one for an even count).
-fn median_run<'a>(runs: impl Iterator<Item = &'a RunResult>) -> RunResult {
+pub(crate) fn median_run<'a>(runs: impl Iterator<Item = &'a RunResult>) -> RunResult {
     let mut v: Vec<&RunResult> = runs.collect();
     v.sort_by(|x, y| x.delivered_mpps.total_cmp(&y.delivered_mpps));
     v.get(v.len().saturating_sub(1) / 2)

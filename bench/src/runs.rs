@@ -41,6 +41,12 @@ pub(crate) struct ApplianceRun {
     pub(crate) datapath: Vec<String>,
     /// The flow cache's counters at the end of the run, from the API (A2 only).
     pub(crate) cache: Option<String>,
+    /// The appliance's status at the end of the run, from the API.
+    pub(crate) status: api::Status,
+    /// How much the process's resident memory grew over the flood, bytes.
+    pub(crate) rss_growth: u64,
+    /// The process's BPF maps, as the kernel accounts them.
+    pub(crate) maps: Vec<crate::memory::MapMemory>,
 }
 
 impl Bench {
@@ -78,13 +84,14 @@ impl Bench {
             name
         };
         let background = background_busy()?;
+        let pid = self.appliance_pid();
+        let rss0 = pid.and_then(crate::memory::rss_bytes);
         eprintln!("bench: run {run}: flooding for {} s", options.seconds);
         let raw = self.measure(stop, options.seconds)?;
-        let cache = if flow_cache || self.queues > 1 {
-            Some(status_line(&self.api_socket(), &name)?)
-        } else {
-            None
-        };
+        let rss1 = pid.and_then(crate::memory::rss_bytes);
+        let maps = pid.map(crate::memory::bpf_maps).unwrap_or_default();
+        let status = fetch_status(&self.api_socket())?;
+        let cache = (flow_cache || self.queues > 1).then(|| status_line(&status, &name));
         if !self.stop_appliance() {
             eprintln!(
                 "bench: warning: sluice run did not exit cleanly; log:\n{}",
@@ -97,6 +104,9 @@ impl Bench {
             result,
             datapath,
             cache,
+            status,
+            rss_growth: rss0.zip(rss1).map_or(0, |(a, b)| b.saturating_sub(a)),
+            maps,
         })
     }
 
@@ -200,11 +210,8 @@ impl Bench {
     }
 }
 
-/// The flow cache run's line for the report: XDP modes, cache counters and the frames the
-/// engine saw, from the appliance's API.
-/// What the appliance says about run `name`: XDP modes, the flow cache's counters (when
-/// on) and the frames each worker took.
-fn status_line(api_socket: &Path, name: &str) -> Result<String, BenchError> {
+/// The appliance's status document from its API.
+pub(crate) fn fetch_status(api_socket: &Path) -> Result<api::Status, BenchError> {
     let failed = |detail: String| BenchError::Counter {
         what: format!("the appliance's status from {}", api_socket.display()),
         detail,
@@ -214,9 +221,13 @@ fn status_line(api_socket: &Path, name: &str) -> Result<String, BenchError> {
         .build()
         .map_err(|e| failed(e.to_string()))?;
     let client = api::Client::new(api::Endpoint::Unix(api_socket.to_path_buf()));
-    let status = rt
-        .block_on(client.status())
-        .map_err(|e| failed(e.to_string()))?;
+    rt.block_on(client.status())
+        .map_err(|e| failed(e.to_string()))
+}
+
+/// What the appliance says about run `name`: XDP modes, the flow cache's counters (when
+/// on) and the frames each worker took.
+fn status_line(status: &api::Status, name: &str) -> String {
     let modes: Vec<String> = status
         .interfaces
         .iter()
@@ -233,12 +244,12 @@ fn status_line(api_socket: &Path, name: &str) -> Result<String, BenchError> {
         .iter()
         .map(|w| format!("{} {}", w.id, w.rx_packets))
         .collect();
-    Ok(format!(
+    format!(
         "{name}: XDP {}; {cache}frames the engine saw {} (per worker: {})",
         modes.join(", "),
         status.totals.rx_packets,
         workers.join(", ")
-    ))
+    )
 }
 
 /// Something that forwards from a thread inside lb's namespace until told to stop.

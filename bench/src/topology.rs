@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lab::netns::{self, LabError, Netns, try_veth_mq};
 
 use crate::counters::{RawRun, Sample, cpu_times, link_stats, mac_of, mac_text, parse_pid_stat};
-use crate::generator::{Flood, GenCmd, Generator};
+use crate::generator::{Flood, FlowSpace, GenCmd, Generator};
 use crate::runs::appliance_config;
 use crate::sink::{SinkCounts, SinkProgram};
 use crate::{BACKEND, BenchError, GEN_ADDR, LB_DOWNLINK, LB_UPLINK, PORT, READY_TIMEOUT};
@@ -34,6 +34,8 @@ pub(crate) struct Bench {
     pub(crate) generators: Vec<Generator>,
     /// Queues of every veth (and so the appliance's workers).
     pub(crate) queues: u32,
+    /// The flows every generator cycles through.
+    pub(crate) space: FlowSpace,
     // Field order is drop order: the generator thread leaves gen before gen is deleted, and
     // the sink program leaves s0 before the sink namespace is deleted.
     sink_prog: Option<SinkProgram>,
@@ -52,7 +54,7 @@ impl Drop for Bench {
 
 impl Bench {
     /// The namespaces, with `queues` rx/tx queues on every veth.
-    pub(crate) fn build(queues: u32) -> Result<Bench, BenchError> {
+    pub(crate) fn build(queues: u32, space: FlowSpace) -> Result<Bench, BenchError> {
         if !netns::is_root() {
             return Err(LabError {
                 command: "sluice bench".into(),
@@ -80,6 +82,7 @@ impl Bench {
             appliance: None,
             generators: Vec::new(),
             queues: queues.max(1),
+            space,
             sink_prog: None,
             gen_ns: ns("gen")?,
             lb: ns("lb")?,
@@ -197,6 +200,7 @@ impl Bench {
                 Arc::clone(stop),
                 k as u16,
                 self.queues > 1,
+                self.space,
             )?);
         }
         Ok(())
@@ -298,29 +302,14 @@ impl Bench {
         Ok(())
     }
 
-    /// SIGTERM, so the appliance detaches its XDP program itself; SIGKILL after 15 s.
-    /// Returns whether it exited cleanly.
+    /// The running appliance's process id.
+    pub(crate) fn appliance_pid(&self) -> Option<u32> {
+        self.appliance.as_ref().map(Child::id)
+    }
+
+    /// Stops the appliance ([`stop_child`]); whether it exited cleanly.
     pub(crate) fn stop_appliance(&mut self) -> bool {
-        let Some(mut child) = self.appliance.take() else {
-            return false;
-        };
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => return status.success(),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return false;
-                }
-            }
-        }
+        self.appliance.take().is_some_and(stop_child)
     }
 
     /// One measured run: counters, flood, drain, counters.
@@ -371,5 +360,27 @@ impl Bench {
             down: mac_of(&self.lb, "eth1")?,
             sink: mac_of(&self.sink, "s0")?,
         })
+    }
+}
+
+/// SIGTERM, so the appliance detaches its XDP program itself; SIGKILL after 15 s.
+/// Returns whether it exited cleanly.
+pub(crate) fn stop_child(mut child: Child) -> bool {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.success(),
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+        }
     }
 }

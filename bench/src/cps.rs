@@ -1,0 +1,481 @@
+//! `sluice bench --cps`: the connection-rate bench. Short TCP connections (connect, a small
+//! HTTP GET, the response, close) through a NAT VIP and a DR VIP of `sluice run`, against
+//! the kernel on the same namespaces, with the same client ([`crate::client`]) and the same
+//! backend (Debian's nginx), side by side in one run:
+//!
+//! ```text
+//!   cl ── c0 ═════ eth0 ── lb ── eth1 ═════ b0 ── be (nginx on :80, 192.0.2.21 on lo)
+//!  10.81.1.2      10.81.1.1      10.81.2.1      10.81.2.2
+//!    └─ d0 10.81.3.2 ═══════════════════════════ d1 10.81.3.1 ┘  (the direct link)
+//! ```
+//! Every new TCP flow passes through the appliance's engine (the handshake never hits the
+//! flow cache), so this is the engine's figure. The runs: "direct" (client to nginx over
+//! the direct link, nothing in between: what client and backend manage on this machine, the
+//! figure every other run should stay under), the kernel with an nftables DNAT rule (the NAT
+//! VIP's peer), the kernel routing the DR VIP to the backend that holds it (the DR VIP's
+//! peer: the same frames on the wire as DR, only the forwarder differs), and Sluice with
+//! both VIPs. In every run the backend's replies come back through lb (its default route),
+//! as two-arm NAT needs; DR's replies are forwarded by lb's kernel, for Sluice and the
+//! kernel alike. Each round alternates the order of the runs.
+
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use lab::netns::{self, LabError, Netns, try_veth_mq};
+
+use crate::client::{ClientOptions, ClientResult};
+use crate::counters::{cpu_times, mac_of, mac_text, parse_pid_stat};
+use crate::cps_report::{CpsReport, CpsRun, RunKind};
+use crate::{BenchError, READY_TIMEOUT};
+
+/// The NAT VIP (TCP port 80).
+pub const CPS_NAT_VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 20);
+/// The DR VIP (TCP port 80), also on the backend's loopback.
+pub const CPS_DR_VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 21);
+/// The backend, behind lb.
+pub const CPS_BACKEND: Ipv4Addr = Ipv4Addr::new(10, 81, 2, 2);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 81, 1, 2);
+/// The backend's end of the direct link, and the client's.
+const BACKEND_DIRECT: Ipv4Addr = Ipv4Addr::new(10, 81, 3, 1);
+const CLIENT_DIRECT: Ipv4Addr = Ipv4Addr::new(10, 81, 3, 2);
+const HTTP: u16 = 80;
+
+/// What `sluice bench --cps` measures.
+#[derive(Debug, Clone)]
+pub struct CpsOptions {
+    /// Client seconds per run.
+    pub seconds: u64,
+    /// Rounds; the report gives each run's medians.
+    pub rounds: usize,
+    /// The `sluice` binary.
+    pub sluice: PathBuf,
+    /// Connections in flight.
+    pub concurrency: usize,
+    /// Client threads.
+    pub threads: usize,
+    /// Queues on every veth (the appliance runs one worker per queue).
+    pub queues: u32,
+    /// Run the appliance with `busy_poll = true`.
+    pub busy_poll: bool,
+}
+
+/// The `sluice run` configuration of the connection-rate bench: both VIPs on the one
+/// backend, two-arm on eth0 and eth1, no health check (nginx is up before the appliance).
+pub fn cps_config(api_socket: &Path, busy_poll: bool) -> String {
+    let vip = |name: &str, addr: Ipv4Addr, mode: &str| {
+        format!(
+            "[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = {HTTP}\nprotocol = \"tcp\"\n\
+             scheduler = \"maglev\"\nmode = \"{mode}\"\n\
+             [[vip.backend]]\naddress = \"{CPS_BACKEND}\"\nport = {HTTP}\n\n"
+        )
+    };
+    format!(
+        "[appliance]\nname = \"bench-cps\"\ninterfaces = [\"eth0\", \"eth1\"]\nxdp_mode = \"auto\"\n\
+         busy_poll = {busy_poll}\n\n[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n{}{}",
+        api_socket.display(),
+        vip("nat", CPS_NAT_VIP, "nat"),
+        vip("dr", CPS_DR_VIP, "dr"),
+    )
+}
+
+/// The namespaces, nginx and the appliance of one connection-rate bench. Dropping it stops
+/// the appliance; the namespaces go after it, killing nginx.
+pub(crate) struct CpsBench {
+    pub(crate) dir: PathBuf,
+    appliance: Option<Child>,
+    nginx: Option<Child>,
+    pub(crate) cl: Netns,
+    pub(crate) lb: Netns,
+    pub(crate) be: Netns,
+}
+
+impl Drop for CpsBench {
+    fn drop(&mut self) {
+        self.stop_appliance();
+        if let Some(mut n) = self.nginx.take() {
+            let _ = n.kill();
+            let _ = n.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn lab_err(command: String, detail: impl ToString) -> BenchError {
+    BenchError::Lab(LabError {
+        command,
+        detail: detail.to_string(),
+    })
+}
+
+impl CpsBench {
+    /// The namespaces and links, nginx started and answering on both of its addresses.
+    pub(crate) fn build(queues: u32, with_nginx: bool) -> Result<CpsBench, BenchError> {
+        if !netns::is_root() {
+            return Err(lab_err(
+                "sluice bench".into(),
+                "needs root (network namespaces, XDP)",
+            ));
+        }
+        netns::require("ip", "iproute2")?;
+        netns::require("nft", "nftables")?;
+        netns::require("ethtool", "ethtool")?;
+        if with_nginx {
+            netns::require("nginx", "nginx")?;
+        }
+        let id = netns::unique("pf5");
+        let dir = std::env::temp_dir().join(format!("sluice-bench-{id}"));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| lab_err(format!("mkdir {}", dir.display()), e))?;
+        let mut bench = CpsBench {
+            dir,
+            appliance: None,
+            nginx: None,
+            cl: Netns::create(&format!("{id}cl"))?,
+            lb: Netns::create(&format!("{id}lb"))?,
+            be: Netns::create(&format!("{id}be"))?,
+        };
+        bench.wire(queues)?;
+        if with_nginx {
+            bench.start_nginx()?;
+        }
+        Ok(bench)
+    }
+
+    fn wire(&self, queues: u32) -> Result<(), BenchError> {
+        let (cl, lb, be) = (&self.cl, &self.lb, &self.be);
+        try_veth_mq(cl, "c0", lb, "eth0", queues)?;
+        try_veth_mq(lb, "eth1", be, "b0", queues)?;
+        try_veth_mq(cl, "d0", be, "d1", queues)?;
+        cl.try_sh(&format!(
+            "ip addr add {CLIENT}/24 dev c0 && ip addr add {CLIENT_DIRECT}/24 dev d0 && \
+             ip route add 192.0.2.0/24 via 10.81.1.1 && \
+             sysctl -qw net.ipv4.ip_local_port_range='1024 65535'"
+        ))?;
+        lb.try_sh(
+            "ip addr add 10.81.1.1/24 dev eth0 && ip addr add 10.81.2.1/24 dev eth1 && \
+             sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 \
+             net.ipv4.conf.default.rp_filter=0",
+        )?;
+        // DR: the backend takes the VIP's frames (VIP on lo) but never answers ARP for it.
+        be.try_sh(&format!(
+            "ip addr add {CPS_BACKEND}/24 dev b0 && ip addr add {BACKEND_DIRECT}/24 dev d1 && \
+             ip addr add {CPS_DR_VIP}/32 dev lo && ip route add default via 10.81.2.1 && \
+             sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 \
+             net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+             net.core.somaxconn=4096 net.ipv4.tcp_max_syn_backlog=4096"
+        ))?;
+        // Permanent neighbours: no run waits for ARP.
+        let (client_mac, backend_mac) = (mac_of(cl, "c0")?, mac_of(be, "b0")?);
+        for (addr, mac, dev) in [
+            (CLIENT, client_mac, "eth0"),
+            (CPS_BACKEND, backend_mac, "eth1"),
+        ] {
+            lb.try_sh(&format!(
+                "ip neigh replace {addr} lladdr {} dev {dev} nud permanent",
+                mac_text(mac)
+            ))?;
+        }
+        // GRO gives the client's and backend's veths NAPI, which frames the appliance's XDP
+        // program redirects into lb's veths (the flow cache) need to be received.
+        for (ns, dev) in [(cl, "c0"), (be, "b0")] {
+            ns.try_run(&["ethtool", "-K", dev, "gro", "on"])?;
+        }
+        Ok(())
+    }
+
+    fn start_nginx(&mut self) -> Result<(), BenchError> {
+        let d = self.dir.join("nginx");
+        std::fs::create_dir_all(&d).map_err(|e| lab_err(format!("mkdir {}", d.display()), e))?;
+        let p = d.display();
+        let conf = format!(
+            "user root;\nworker_processes auto;\ndaemon off;\npid {p}/nginx.pid;\n\
+             error_log {p}/error.log warn;\nworker_rlimit_nofile 16384;\n\
+             events {{ worker_connections 8192; }}\n\
+             http {{\n  access_log off;\n  keepalive_timeout 0;\n\
+               client_body_temp_path {p}/body; proxy_temp_path {p}/proxy;\n\
+               fastcgi_temp_path {p}/fastcgi; uwsgi_temp_path {p}/uwsgi; scgi_temp_path {p}/scgi;\n\
+               server {{ listen {HTTP} reuseport backlog=4096; \
+             location / {{ return 200 \"ok\\n\"; }} }}\n}}\n"
+        );
+        let path = d.join("nginx.conf");
+        std::fs::write(&path, conf).map_err(|e| lab_err(format!("write {}", path.display()), e))?;
+        let log = File::create(d.join("stderr.log")).ok();
+        let child = self.be.try_spawn(
+            &[
+                "nginx",
+                "-p",
+                &d.to_string_lossy(),
+                "-c",
+                &path.to_string_lossy(),
+            ],
+            log,
+        )?;
+        self.nginx = Some(child);
+        let direct = SocketAddr::from((BACKEND_DIRECT, HTTP));
+        self.wait_answers("nginx", direct, &AtomicBool::new(false))
+            .map_err(|e| match e {
+                BenchError::NotForwarding { run, detail } => BenchError::NotForwarding {
+                    run,
+                    detail: format!(
+                        "{detail}; nginx error log:\n{}",
+                        std::fs::read_to_string(d.join("error.log")).unwrap_or_default()
+                    ),
+                },
+                e => e,
+            })
+    }
+
+    /// Polls `target` with single GETs from the client namespace until one answers `200`.
+    pub(crate) fn wait_answers(
+        &mut self,
+        run: &str,
+        target: SocketAddr,
+        stop: &AtomicBool,
+    ) -> Result<(), BenchError> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            if stop.load(Ordering::Relaxed) {
+                return Err(BenchError::Interrupted);
+            }
+            if let Some(c) = self.appliance.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                return Err(BenchError::NotForwarding {
+                    run: run.into(),
+                    detail: format!("sluice run exited ({status}); log:\n{}", self.log_tail()),
+                });
+            }
+            let got = self
+                .cl
+                .in_thread(move || lab::http_get(target, "/", Duration::from_millis(500)))?
+                .join();
+            match got {
+                Ok(Ok((200, _))) => return Ok(()),
+                Ok(Ok((code, _))) => last = format!("HTTP {code}"),
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = "the probing thread panicked".into(),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let log = if self.appliance.is_some() {
+            format!("; log:\n{}", self.log_tail())
+        } else {
+            String::new()
+        };
+        Err(BenchError::NotForwarding {
+            run: run.into(),
+            detail: format!(
+                "no answer from {target} within {} s (last: {last}){log}",
+                READY_TIMEOUT.as_secs()
+            ),
+        })
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("sluice.log")
+    }
+
+    /// The API socket of the appliance.
+    pub(crate) fn api_socket(&self) -> PathBuf {
+        self.dir.join("api.sock")
+    }
+
+    pub(crate) fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Starts `sluice run` in lb with [`cps_config`].
+    pub(crate) fn start_appliance(
+        &mut self,
+        sluice: &Path,
+        busy_poll: bool,
+    ) -> Result<u32, BenchError> {
+        let cfg = self.dir.join("sluice.toml");
+        std::fs::write(&cfg, cps_config(&self.api_socket(), busy_poll))
+            .map_err(|e| lab_err(format!("write {}", cfg.display()), e))?;
+        let log = File::create(self.log_path()).ok();
+        let child = self.lb.try_spawn(
+            &[
+                &sluice.to_string_lossy(),
+                "run",
+                "--config",
+                &cfg.to_string_lossy(),
+            ],
+            log,
+        )?;
+        let pid = child.id();
+        self.appliance = Some(child);
+        Ok(pid)
+    }
+
+    /// Stops the appliance (SIGTERM, SIGKILL after 15 s); whether it exited cleanly.
+    pub(crate) fn stop_appliance(&mut self) -> bool {
+        self.appliance
+            .take()
+            .is_some_and(crate::topology::stop_child)
+    }
+
+    /// Adds (or removes) the kernel's forwarding for both VIPs: nftables DNAT for the NAT
+    /// VIP, a route to the backend for the DR VIP.
+    fn kernel_forwarding(&self, on: bool) -> Result<(), BenchError> {
+        if on {
+            self.lb.try_sh(&format!(
+                "nft add table ip sluicecps && \
+                 nft add chain ip sluicecps prerouting \
+                 '{{ type nat hook prerouting priority dstnat; policy accept; }}' && \
+                 nft add rule ip sluicecps prerouting ip daddr {CPS_NAT_VIP} tcp dport {HTTP} \
+                 dnat to {CPS_BACKEND}:{HTTP} && \
+                 ip route add {CPS_DR_VIP}/32 via {CPS_BACKEND} dev eth1"
+            ))?;
+        } else {
+            self.lb.try_sh(&format!(
+                "nft delete table ip sluicecps; ip route del {CPS_DR_VIP}/32; true"
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+/// Ticks of `pid`, or an error naming it.
+fn process_ticks(pid: u32) -> Result<u64, BenchError> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|t| parse_pid_stat(&t))
+        .ok_or_else(|| BenchError::Counter {
+            what: "the sluice process's CPU time".into(),
+            detail: format!("/proc/{pid}/stat unreadable (did it exit?)"),
+        })
+}
+
+impl CpsBench {
+    /// One measured client run against `kind`'s target, the appliance being `appliance`.
+    fn measure(
+        &mut self,
+        kind: RunKind,
+        options: &CpsOptions,
+        appliance: Option<u32>,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<CpsRun, BenchError> {
+        let target = SocketAddr::from((kind.target(CPS_NAT_VIP, CPS_DR_VIP, BACKEND_DIRECT), HTTP));
+        self.wait_answers(kind.label(), target, stop)?;
+        eprintln!(
+            "bench: {}: {} connections in flight for {} s",
+            kind.label(),
+            options.concurrency,
+            options.seconds
+        );
+        let client = ClientOptions {
+            target,
+            concurrency: options.concurrency,
+            threads: options.threads,
+            duration: Duration::from_secs(options.seconds),
+        };
+        let cpu0 = cpu_times()?;
+        let lb0 = appliance.map(process_ticks).transpose()?;
+        let stop2 = Arc::clone(stop);
+        let r: ClientResult = self
+            .cl
+            .in_thread(move || crate::client::run(&client, &stop2))?
+            .join()
+            .map_err(|_| BenchError::Generator("the client thread panicked".into()))?;
+        let cpu1 = cpu_times()?;
+        let lb1 = appliance.map(process_ticks).transpose()?;
+        if stop.load(Ordering::Relaxed) {
+            return Err(BenchError::Interrupted);
+        }
+        let lb_ticks = lb0.zip(lb1).map(|(a, b)| b.saturating_sub(a));
+        Ok(CpsRun::compute(
+            kind,
+            &r,
+            cpu1.busy.saturating_sub(cpu0.busy),
+            lb_ticks,
+        ))
+    }
+
+    /// Sluice's two runs: the appliance started, both VIPs measured, stopped.
+    fn sluice_runs(
+        &mut self,
+        options: &CpsOptions,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<CpsRun>, BenchError> {
+        let pid = self.start_appliance(&options.sluice, options.busy_poll)?;
+        eprintln!("bench: started sluice run in {}", self.lb.name);
+        let runs = [RunKind::SluiceNat, RunKind::SluiceDr]
+            .into_iter()
+            .map(|k| self.measure(k, options, Some(pid), stop))
+            .collect::<Result<Vec<_>, _>>();
+        if !self.stop_appliance() {
+            eprintln!(
+                "bench: warning: sluice run did not exit cleanly; log:\n{}",
+                self.log_tail()
+            );
+        }
+        runs
+    }
+
+    /// The kernel's two runs: DNAT and the route added, measured, removed.
+    fn kernel_runs(
+        &mut self,
+        options: &CpsOptions,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<CpsRun>, BenchError> {
+        self.kernel_forwarding(true)?;
+        let runs = [RunKind::KernelNat, RunKind::KernelDr]
+            .into_iter()
+            .map(|k| self.measure(k, options, None, stop))
+            .collect::<Result<Vec<_>, _>>();
+        self.kernel_forwarding(false)?;
+        runs
+    }
+}
+
+/// Runs the rounds of the connection-rate bench and returns the report; progress goes to
+/// stderr. Every namespace is removed before it returns, also on error and on Ctrl-C.
+pub fn run_cps(options: &CpsOptions, stop: Arc<AtomicBool>) -> Result<CpsReport, BenchError> {
+    let options = CpsOptions {
+        seconds: options.seconds.max(1),
+        rounds: options.rounds.max(1),
+        concurrency: options.concurrency.max(1),
+        threads: options.threads.max(1),
+        queues: options.queues.max(1),
+        ..options.clone()
+    };
+    let load_before = loadavg();
+    let mut bench = CpsBench::build(options.queues, true)?;
+    eprintln!(
+        "bench: namespaces {} -- {} -- {} up, nginx answering",
+        bench.cl.name, bench.lb.name, bench.be.name
+    );
+    let mut rounds = Vec::new();
+    for round in 1..=options.rounds {
+        eprintln!("bench: round {round} of {}", options.rounds);
+        let mut runs = Vec::new();
+        // Odd rounds go direct, kernel, Sluice; even rounds the other way round.
+        for step in 0..3 {
+            let step = if round % 2 == 1 { step } else { 2 - step };
+            match step {
+                0 => runs.push(bench.measure(RunKind::Direct, &options, None, &stop)?),
+                1 => runs.extend(bench.kernel_runs(&options, &stop)?),
+                _ => runs.extend(bench.sluice_runs(&options, &stop)?),
+            }
+        }
+        rounds.push(runs);
+    }
+    drop(bench);
+    Ok(CpsReport::new(&options, rounds, load_before, loadavg()))
+}
+
+/// `/proc/loadavg`'s first three fields, for the report (the machine is shared).
+pub(crate) fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}

@@ -1,0 +1,298 @@
+//! `sluice bench --flows N,M,...`: the packet-rate bench at many concurrent flows. The
+//! generator cycles through N UDP flows (source addresses of the gen namespace's subnet
+//! times source ports: [`FlowSpace`]), so every flow recurs every N frames; each flow count
+//! gets its own one-queue topology and rounds of the pure engine (A), the flow cache (A2),
+//! the XDP_REDIRECT ceiling (C) and nftables DNAT (B). Beside the rates it reports what the
+//! tables did: the cache's hit ratio and entries, the connection table's entries against its
+//! capacity and what it evicted or refused, flood mode's shedding, and the memory per flow
+//! (the process's resident growth over the connection table's entries; the cache map's
+//! kernel memory over its capacity), since the API counts entries but not bytes.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use serde::Serialize;
+
+use crate::cps::loadavg;
+use crate::generator::FlowSpace;
+use crate::report::{RunResult, median_run};
+use crate::topology::Bench;
+use crate::{BenchError, BenchOptions};
+
+/// The flow counts `--flows` runs when given no list.
+pub const DEFAULT_FLOWS: [u32; 3] = [256, 65_536, 1_000_000];
+
+/// What the tables said at the end of the last round's runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TableState {
+    /// Connection-table entries and capacity (run A, summed over workers).
+    pub conntrack_entries: u64,
+    /// See `conntrack_entries`.
+    pub conntrack_capacity: u64,
+    /// Entries created, expired, evicted (embryonic and closing) and new flows refused
+    /// because the table was full, over run A.
+    pub inserted: u64,
+    /// See `inserted`.
+    pub expired: u64,
+    /// See `inserted`.
+    pub evicted: u64,
+    /// See `inserted`.
+    pub table_full: u64,
+    /// New flows answered from the Maglev ring because a table was full.
+    pub fallbacks: u64,
+    /// First packets flood mode shed in XDP (run A).
+    pub flood_shed: u64,
+    /// Flow cache hits and misses and entries (run A2).
+    pub cache_hits: u64,
+    /// See `cache_hits`.
+    pub cache_misses: u64,
+    /// See `cache_hits`.
+    pub cache_entries: u64,
+    /// Run A's resident memory growth over the flood per connection-table entry, bytes.
+    pub engine_bytes_per_entry: Option<f64>,
+    /// The IPv4 flow-cache map's kernel memory per entry of capacity, bytes, and its
+    /// capacity.
+    pub cache_bytes_per_entry: Option<f64>,
+    /// See `cache_bytes_per_entry`.
+    pub cache_capacity: Option<u32>,
+    /// The kernel's connection-tracking entries in lb after run B, and its maximum.
+    pub nf_conntrack_count: Option<u64>,
+    /// See `nf_conntrack_count`.
+    pub nf_conntrack_max: Option<u64>,
+}
+
+impl TableState {
+    /// The cache's hits over all the frames it saw, percent.
+    pub fn hit_pct(&self) -> f64 {
+        let all = self.cache_hits + self.cache_misses;
+        if all == 0 {
+            0.0
+        } else {
+            self.cache_hits as f64 * 100.0 / all as f64
+        }
+    }
+}
+
+/// One flow count's medians.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowsRow {
+    /// Concurrent flows.
+    pub flows: u32,
+    /// Source addresses they come from.
+    pub addresses: u32,
+    /// Median rounds of runs A, A2, C and B.
+    pub sluice: RunResult,
+    /// See `sluice`.
+    pub cache: RunResult,
+    /// See `sluice`.
+    pub ceiling: RunResult,
+    /// See `sluice`.
+    pub nftables: RunResult,
+    /// The tables at the end of the last round.
+    pub tables: TableState,
+}
+
+/// The many-flows bench's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowsReport {
+    /// Generator seconds per run.
+    pub seconds: u64,
+    /// Rounds per flow count.
+    pub rounds: usize,
+    /// `/proc/loadavg` before and after.
+    pub load_before: String,
+    /// See `load_before`.
+    pub load_after: String,
+    /// One row per flow count.
+    pub rows: Vec<FlowsRow>,
+}
+
+fn sysctl_u64(bench: &Bench, key: &str) -> Option<u64> {
+    let out = bench.lb.try_run(&["sysctl", "-n", key]).ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+/// The rounds of one flow count on a fresh topology.
+fn one_count(
+    options: &BenchOptions,
+    space: FlowSpace,
+    stop: &Arc<AtomicBool>,
+) -> Result<FlowsRow, BenchError> {
+    let mut bench = Bench::build(1, space)?;
+    eprintln!(
+        "bench: {} flows from {} address(es): namespaces {} -- {} -- {} up",
+        space.flows,
+        space.addresses(),
+        bench.gen_ns.name,
+        bench.lb.name,
+        bench.sink.name
+    );
+    bench.start_generators(stop)?;
+    let (mut a, mut a2, mut c, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut tables = TableState::default();
+    for round in 1..=options.rounds {
+        eprintln!(
+            "bench: {} flows, round {round} of {}",
+            space.flows, options.rounds
+        );
+        let sluice = bench.run_sluice(options, false, stop)?;
+        let cache = bench.run_sluice(options, true, stop)?;
+        c.push(bench.run_ceiling(options.seconds, stop)?.0);
+        b.push(bench.run_kernel(options.seconds, stop)?);
+        tables = table_state(&sluice, &cache);
+        tables.nf_conntrack_count = sysctl_u64(&bench, "net.netfilter.nf_conntrack_count");
+        tables.nf_conntrack_max = sysctl_u64(&bench, "net.netfilter.nf_conntrack_max");
+        a.push(sluice.result);
+        a2.push(cache.result);
+    }
+    Ok(FlowsRow {
+        flows: space.flows,
+        addresses: space.addresses(),
+        sluice: median_run(a.iter()),
+        cache: median_run(a2.iter()),
+        ceiling: median_run(c.iter()),
+        nftables: median_run(b.iter()),
+        tables,
+    })
+}
+
+fn table_state(a: &crate::runs::ApplianceRun, a2: &crate::runs::ApplianceRun) -> TableState {
+    let s = &a.status;
+    let ct = &s.conntrack;
+    let cache = a2.status.flow_cache.unwrap_or(api::FlowCache {
+        hits: 0,
+        misses: 0,
+        entries: 0,
+    });
+    let map = a2.maps.iter().find(|m| m.name == "flow_cache4");
+    TableState {
+        conntrack_entries: s.conntrack_entries,
+        conntrack_capacity: s.conntrack_capacity,
+        inserted: ct.inserted,
+        expired: ct.expired,
+        evicted: ct.evicted_embryonic + ct.evicted_closing,
+        table_full: ct.table_full,
+        fallbacks: s.conntrack_fallbacks,
+        flood_shed: s.flood.map_or(0, |f| f.shed),
+        cache_hits: cache.hits,
+        cache_misses: cache.misses,
+        cache_entries: cache.entries,
+        engine_bytes_per_entry: (s.conntrack_entries > 0)
+            .then(|| a.rss_growth as f64 / s.conntrack_entries as f64),
+        cache_bytes_per_entry: map.map(crate::memory::MapMemory::bytes_per_entry),
+        cache_capacity: map.map(|m| m.max_entries),
+        nf_conntrack_count: None,
+        nf_conntrack_max: None,
+    }
+}
+
+/// Runs every flow count of `flows` and returns the report; every namespace is removed
+/// before it returns.
+pub fn run_flows(
+    options: &BenchOptions,
+    flows: &[u32],
+    stop: Arc<AtomicBool>,
+) -> Result<FlowsReport, BenchError> {
+    let options = BenchOptions {
+        seconds: options.seconds.max(1),
+        rounds: options.rounds.max(1),
+        ..options.clone()
+    };
+    let load_before = loadavg();
+    let mut rows = Vec::new();
+    for &n in flows {
+        let space = FlowSpace::new(n).ok_or_else(|| {
+            BenchError::Generator(format!(
+                "{n} flows: at most {} fit the bench's source addresses and ports",
+                crate::generator::MAX_FLOWS
+            ))
+        })?;
+        rows.push(one_count(&options, space, &stop)?);
+    }
+    Ok(FlowsReport {
+        seconds: options.seconds,
+        rounds: options.rounds,
+        load_before,
+        load_after: loadavg(),
+        rows,
+    })
+}
+
+impl FlowsReport {
+    /// The report as tables for a terminal.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "sluice bench --flows: 64-byte UDP, one queue, {} s per run, {} round(s), \
+             medians; load average before {}, after {}\n\n\
+             {:>9} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}\n",
+            self.seconds,
+            self.rounds,
+            self.load_before,
+            self.load_after,
+            "flows",
+            "addrs",
+            "A Mpps",
+            "A2 Mpps",
+            "C Mpps",
+            "B Mpps",
+            "A/B",
+            "A2/C",
+            "A ns/p",
+            "hit%",
+        );
+        let r = |x: f64, y: f64| if y > 0.0 { x / y } else { 0.0 };
+        for row in &self.rows {
+            s.push_str(&format!(
+                "{:>9} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2}x {:>7.2}x {:>8.0} {:>6.1}\n",
+                row.flows,
+                row.addresses,
+                row.sluice.delivered_mpps,
+                row.cache.delivered_mpps,
+                row.ceiling.delivered_mpps,
+                row.nftables.delivered_mpps,
+                r(row.sluice.delivered_mpps, row.nftables.delivered_mpps),
+                r(row.cache.delivered_mpps, row.ceiling.delivered_mpps),
+                row.sluice.lb_process_ns_per_pkt.unwrap_or(0.0),
+                row.tables.hit_pct(),
+            ));
+        }
+        s.push_str(
+            "\nA: sluice (AF_XDP engine), A2: sluice + XDP flow cache, C: XDP_REDIRECT \
+             ceiling, B: kernel + nftables DNAT; A ns/p: the sluice process's CPU per packet\n\n",
+        );
+        s.push_str(&self.tables_text());
+        s
+    }
+
+    fn tables_text(&self) -> String {
+        let mut s = String::from("tables at the end of the last round:\n");
+        let opt = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+        for row in &self.rows {
+            let t = &row.tables;
+            s.push_str(&format!(
+                "{:>9} flows: conntrack {} of {} entries (inserted {}, expired {}, evicted {}, \
+                 refused full {}, ring fallbacks {}), flood shed {}; cache {} entries of {}, \
+                 hits {} misses {}; memory per flow: engine {} B (RSS growth / entries), \
+                 cache {} B (map memory / capacity); kernel conntrack {} of {}\n",
+                row.flows,
+                t.conntrack_entries,
+                t.conntrack_capacity,
+                t.inserted,
+                t.expired,
+                t.evicted,
+                t.table_full,
+                t.fallbacks,
+                t.flood_shed,
+                t.cache_entries,
+                t.cache_capacity.map_or("-".into(), |c| c.to_string()),
+                t.cache_hits,
+                t.cache_misses,
+                opt(t.engine_bytes_per_entry),
+                opt(t.cache_bytes_per_entry),
+                t.nf_conntrack_count.map_or("-".into(), |c| c.to_string()),
+                t.nf_conntrack_max.map_or("-".into(), |c| c.to_string()),
+            ));
+        }
+        s
+    }
+}
