@@ -4,7 +4,8 @@
 # delivered rate and CPU per packet of Sluice (AF_XDP, copy mode on veth), Sluice with the
 # XDP flow cache, a trivial XDP_REDIRECT program (the ceiling) and the kernel's forwarding
 # with an nftables DNAT rule, measured side by side in the same run.
-# Needs root. Extra arguments go to `sluice bench` (e.g. --seconds 10, --json).
+# Needs root. Extra arguments go to `sluice bench` (e.g. --seconds 10, --json; --flows for
+# many flows, --cps for the connection rate with nginx backends, --idle for the idle cost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $EUID -ne 0 ]]; then

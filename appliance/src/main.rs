@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+
+mod bench_cmd;
 use sluice::config::{self, Config, LoadError};
 
 #[derive(Parser)]
@@ -111,40 +113,7 @@ enum Command {
     /// Packet-rate benchmark (root): 64-byte UDP to a VIP over veth, Sluice against kernel
     /// forwarding with nftables DNAT on the same namespaces, side by side. With --cps, the
     /// connection-rate bench; with --idle, the idle appliance's CPU.
-    Bench {
-        /// Seconds per run (default 5; 60 for --idle).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3600))]
-        seconds: Option<u64>,
-        /// Rounds of (Sluice run, nftables run), alternating; the report gives the medians.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
-        rounds: u64,
-        /// Run the appliance with busy_poll = true (workers spin on their rings).
-        #[arg(long)]
-        busy_poll: bool,
-        /// Connection rate: short HTTP connections through a NAT and a DR VIP, against the
-        /// kernel (nftables DNAT, a route) and a direct run, with nginx as the backend.
-        #[arg(long, conflicts_with = "idle")]
-        cps: bool,
-        /// Idle cost: the appliance with VIPs and no traffic, default and busy_poll.
-        #[arg(long, conflicts_with_all = ["busy_poll", "flows"])]
-        idle: bool,
-        /// Many flows: the packet-rate bench at these flow counts (source addresses x
-        /// ports), one queue, cache on and off; without a list 256,65536,1000000.
-        #[arg(long, value_delimiter = ',', num_args = 0.., conflicts_with = "cps")]
-        flows: Option<Vec<u32>>,
-        /// --cps: connections in flight.
-        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10000))]
-        concurrency: u64,
-        /// --cps: client threads.
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
-        threads: u64,
-        /// --cps and --idle: queues per veth (the appliance runs one worker per queue).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
-        queues: u32,
-        /// Print the report as JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Bench(bench_cmd::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -333,51 +302,7 @@ fn main() -> ExitCode {
             flow_cache: no_flow_cache.then_some(false),
             ..Default::default()
         }),
-        Command::Bench {
-            seconds,
-            rounds,
-            busy_poll,
-            cps,
-            idle,
-            flows,
-            concurrency,
-            threads,
-            queues,
-            json,
-        } => {
-            let mode = if idle {
-                BenchMode::Idle(bench::IdleOptions {
-                    seconds: seconds.unwrap_or(60),
-                    sluice: PathBuf::new(),
-                    queues,
-                })
-            } else if cps {
-                BenchMode::Cps(bench::CpsOptions {
-                    seconds: seconds.unwrap_or(5),
-                    rounds: rounds as usize,
-                    sluice: PathBuf::new(),
-                    concurrency: concurrency as usize,
-                    threads: threads as usize,
-                    queues,
-                    busy_poll,
-                })
-            } else {
-                let options = bench::BenchOptions {
-                    seconds: seconds.unwrap_or(5),
-                    sluice: PathBuf::new(),
-                    busy_poll,
-                    rounds: rounds as usize,
-                };
-                match flows {
-                    Some(f) if f.is_empty() => {
-                        BenchMode::Flows(options, bench::DEFAULT_FLOWS.to_vec())
-                    }
-                    Some(f) => BenchMode::Flows(options, f),
-                    None => BenchMode::Packets(options),
-                }
-            };
-            run_bench(mode, json)
-        }
+        Command::Bench(args) => bench_cmd::run(args),
     }
 }
 
@@ -566,67 +491,6 @@ fn console(api: &ApiArgs, no_color: bool, refresh: std::time::Duration) -> ExitC
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice console: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Which of `sluice bench`'s benches to run.
-enum BenchMode {
-    Packets(bench::BenchOptions),
-    Flows(bench::BenchOptions, Vec<u32>),
-    Cps(bench::CpsOptions),
-    Idle(bench::IdleOptions),
-}
-
-fn run_bench(mut mode: BenchMode, json: bool) -> ExitCode {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop)) {
-            eprintln!("sluice bench: cannot handle signals: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("sluice bench: cannot find the sluice binary: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let report = match &mut mode {
-        BenchMode::Packets(o) => {
-            o.sluice = exe;
-            bench::run(o, stop).map(|r| (serde_json::to_string_pretty(&r), r.table()))
-        }
-        BenchMode::Flows(o, flows) => {
-            o.sluice = exe;
-            bench::run_flows(o, flows, stop).map(|r| (serde_json::to_string_pretty(&r), r.table()))
-        }
-        BenchMode::Cps(o) => {
-            o.sluice = exe;
-            bench::run_cps(o, stop).map(|r| (serde_json::to_string_pretty(&r), r.table()))
-        }
-        BenchMode::Idle(o) => {
-            o.sluice = exe;
-            bench::run_idle(o, stop).map(|r| (serde_json::to_string_pretty(&r), r.table()))
-        }
-    };
-    match report {
-        Ok((Ok(text), _)) if json => {
-            println!("{text}");
-            ExitCode::SUCCESS
-        }
-        Ok((Err(e), _)) if json => {
-            eprintln!("sluice bench: {e}");
-            ExitCode::FAILURE
-        }
-        Ok((_, table)) => {
-            print!("{table}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("sluice bench: {e}");
             ExitCode::FAILURE
         }
     }

@@ -42,6 +42,9 @@ pub struct TableState {
     pub fallbacks: u64,
     /// First packets flood mode shed in XDP (run A).
     pub flood_shed: u64,
+    /// The same with the flow cache on (run A2), where flood mode also polices every
+    /// frame the cache missed.
+    pub flood_shed_cache: u64,
     /// Flow cache hits and misses and entries (run A2).
     pub cache_hits: u64,
     /// See `cache_hits`.
@@ -174,6 +177,7 @@ fn table_state(a: &crate::runs::ApplianceRun, a2: &crate::runs::ApplianceRun) ->
         table_full: ct.table_full,
         fallbacks: s.conntrack_fallbacks,
         flood_shed: s.flood.map_or(0, |f| f.shed),
+        flood_shed_cache: a2.status.flood.map_or(0, |f| f.shed),
         cache_hits: cache.hits,
         cache_misses: cache.misses,
         cache_entries: cache.entries,
@@ -271,8 +275,8 @@ impl FlowsReport {
             let t = &row.tables;
             s.push_str(&format!(
                 "{:>9} flows: conntrack {} of {} entries (inserted {}, expired {}, evicted {}, \
-                 refused full {}, ring fallbacks {}), flood shed {}; cache {} entries of {}, \
-                 hits {} misses {}; memory per flow: engine {} B (RSS growth / entries), \
+                 refused full {}, ring fallbacks {}), flood shed {} (with the cache {}); cache {} \
+                 entries of {}, hits {} misses {}; memory per flow: engine {} B (RSS growth / entries), \
                  cache {} B (map memory / capacity); kernel conntrack {} of {}\n",
                 row.flows,
                 t.conntrack_entries,
@@ -283,6 +287,7 @@ impl FlowsReport {
                 t.table_full,
                 t.fallbacks,
                 t.flood_shed,
+                t.flood_shed_cache,
                 t.cache_entries,
                 t.cache_capacity.map_or("-".into(), |c| c.to_string()),
                 t.cache_hits,

@@ -1,0 +1,152 @@
+//! `sluice bench`'s arguments and the choice between its benches (packet rate, many
+//! flows, connection rate, idle cost), kept out of `main.rs` so the binary's entry point
+//! stays a table of subcommands.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+/// `sluice bench`'s arguments.
+#[derive(Args)]
+pub(crate) struct BenchArgs {
+    /// Seconds per run (default 5; 60 for --idle).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    seconds: Option<u64>,
+    /// Rounds of (Sluice run, nftables run), alternating; the report gives the medians.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
+    rounds: u64,
+    /// Run the appliance with busy_poll = true (workers spin on their rings).
+    #[arg(long)]
+    busy_poll: bool,
+    /// Connection rate: short HTTP connections through a NAT and a DR VIP, against the
+    /// kernel (nftables DNAT, a route) and a direct run, with nginx as the backend.
+    #[arg(long, conflicts_with = "idle")]
+    cps: bool,
+    /// Idle cost: the appliance with VIPs and no traffic, default and busy_poll.
+    #[arg(long, conflicts_with_all = ["busy_poll", "flows"])]
+    idle: bool,
+    /// Many flows: the packet-rate bench at these flow counts (source addresses x
+    /// ports), one queue, cache on and off; without a list 256,65536,1000000.
+    #[arg(long, value_delimiter = ',', num_args = 0.., conflicts_with = "cps")]
+    flows: Option<Vec<u32>>,
+    /// --cps: connections in flight.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    concurrency: u64,
+    /// --cps: client threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    threads: u64,
+    /// --cps and --idle: queues per veth (the appliance runs one worker per queue).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    queues: u32,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the bench `args` choose and prints its report.
+pub(crate) fn run(args: BenchArgs) -> ExitCode {
+    let BenchArgs {
+        seconds,
+        rounds,
+        busy_poll,
+        cps,
+        idle,
+        flows,
+        concurrency,
+        threads,
+        queues,
+        json,
+    } = args;
+    let mode = if idle {
+        BenchMode::Idle(bench::IdleOptions {
+            seconds: seconds.unwrap_or(60),
+            sluice: PathBuf::new(),
+            queues,
+        })
+    } else if cps {
+        BenchMode::Cps(bench::CpsOptions {
+            seconds: seconds.unwrap_or(5),
+            rounds: rounds as usize,
+            sluice: PathBuf::new(),
+            concurrency: concurrency as usize,
+            threads: threads as usize,
+            queues,
+            busy_poll,
+        })
+    } else {
+        let options = bench::BenchOptions {
+            seconds: seconds.unwrap_or(5),
+            sluice: PathBuf::new(),
+            busy_poll,
+            rounds: rounds as usize,
+        };
+        match flows {
+            Some(f) if f.is_empty() => BenchMode::Flows(options, bench::DEFAULT_FLOWS.to_vec()),
+            Some(f) => BenchMode::Flows(options, f),
+            None => BenchMode::Packets(options),
+        }
+    };
+    run_bench(mode, json)
+}
+
+/// Which of `sluice bench`'s benches to run.
+enum BenchMode {
+    Packets(bench::BenchOptions),
+    Flows(bench::BenchOptions, Vec<u32>),
+    Cps(bench::CpsOptions),
+    Idle(bench::IdleOptions),
+}
+
+fn run_bench(mut mode: BenchMode, json: bool) -> ExitCode {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop)) {
+            eprintln!("sluice bench: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("sluice bench: cannot find the sluice binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match &mut mode {
+        BenchMode::Packets(o) => {
+            o.sluice = exe;
+            bench::run(o, stop).map(|r| (serde_json::to_string_pretty(&r), r.table()))
+        }
+        BenchMode::Flows(o, flows) => {
+            o.sluice = exe;
+            bench::run_flows(o, flows, stop).map(|r| (serde_json::to_string_pretty(&r), r.table()))
+        }
+        BenchMode::Cps(o) => {
+            o.sluice = exe;
+            bench::run_cps(o, stop).map(|r| (serde_json::to_string_pretty(&r), r.table()))
+        }
+        BenchMode::Idle(o) => {
+            o.sluice = exe;
+            bench::run_idle(o, stop).map(|r| (serde_json::to_string_pretty(&r), r.table()))
+        }
+    };
+    match report {
+        Ok((Ok(text), _)) if json => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Ok((Err(e), _)) if json => {
+            eprintln!("sluice bench: {e}");
+            ExitCode::FAILURE
+        }
+        Ok((_, table)) => {
+            print!("{table}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sluice bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
