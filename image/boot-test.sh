@@ -2,29 +2,42 @@
 # Boot test of the appliance image (build it first with image/build.sh). As root:
 #   image/boot-test.sh
 # Boots mkosi.output/sluice.raw in qemu-system-x86_64 (TCG: KVM guests hang on these hosts;
-# SLUICE_ACCEL=kvm to try it elsewhere) by direct kernel boot, with a virtio-net NIC on a tap
-# in a network namespace, and hands the guest a generated sluice.toml as the kernel argument
-# sluice.config=<base64> (sluice-provision.service writes it). Topology, all in namespaces this script creates:
+# SLUICE_ACCEL=kvm to try it elsewhere) three times, each on a copy-on-write overlay of the
+# image (the image itself is never written), with a virtio-net NIC on a tap in a network
+# namespace. The image carries no address and no config: the test hands in its own.
 #
-#   client ns            router ns (BIRD, AS 65000)           guest (sluice, AS 65010)
-#   198.51.100.2 ── 198.51.100.1 | br0 10.0.0.1 ── tap ─── eth0 10.0.0.10, VIP 192.0.2.10:80
-#                                      └── veth ── backend ns 10.0.0.21:8080 (HTTP)
+#   client ns          router ns (BIRD, AS 65100)                        guest (sluice, AS 65110)
+#   198.18.22.2 ── 198.18.22.1 | br0 172.30.22.1 ── tap ── eth0 172.30.22.10
+#                              | (VLAN 42, tagged frames on br0) ─ eth0.42 172.30.42.10
+#                  172.30.23.1 ── backend ns 172.30.23.21:8080 (HTTP; routed, not on-link)
 #
-# Waits for sluice.service ready on the serial console ("Started sluice.service": the unit
-# turns active only after sluice logs "sluice running"), then checks that BIRD established the
-# session and installed the VIP route, and that HTTP from the client through the VIP reaches
-# the backend. Prints the image size, the boot time (power-on to ready) and the console's
-# screen on the serial line (`sluice console`, replayed through a terminal emulator, pyte);
-# on any failure prints the console log. Removes the namespaces (and
-# with them the tap), qemu, BIRD and the backend on exit.
-# SLUICE_BOOT_APPEND adds kernel arguments, e.g. systemd.journald.forward_to_console=1 to
-# see why sluice.service failed (its log on the serial console).
+# 1. First boot, UEFI (OVMF: systemd-boot and the unified kernel image from the disk's ESP),
+#    a 3 GB disk and a seed disk labelled CIDATA with sluice.toml (VIP 203.0.113.80:80) and
+#    network files (eth0's address and two static routes, the VLAN 42 netdev and its address,
+#    a DNS server). Checks: the seed's lines on the console, the state partition grown to the
+#    disk (systemd-repart), sluice.service ready, BIRD's session and the VIP route, HTTP from
+#    the client through the VIP to the routed backend, the VLAN address answering, and the
+#    console (`sluice console`) on the serial line. Powered off through ACPI.
+# 2. Second boot of the same disk (direct kernel boot), no seed, virtio-net with 2 queue pairs:
+#    the network files come from the state partition, and a new sluice.toml (VIP
+#    203.0.113.81:80) from a systemd credential (qemu -smbios type=11). Checks: the console
+#    says so, the new VIP's route and HTTP, two queues and two workers on the console; then,
+#    from the powered-off disk, the journal on the state partition holds both boots and
+#    sluice's lines on the queues and AF_XDP mode (zero-copy, or the kernel's reason why not).
+# 3. A fresh disk with nothing handed in: the console says what is missing and how to give it
+#    and stays up; sluice.service is not started.
+# Prints the boot-to-ready times and the console screens; on any failure prints the current
+# boot's console log. Every namespace, the tap, qemu, BIRD and the backend go on exit.
+# SLUICE_BOOT_APPEND adds kernel arguments to the direct boots, e.g.
+# systemd.journald.forward_to_console=1 to see why sluice.service failed.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${SLUICE_IMAGE_DIR:-$repo/mkosi.output}
-boot_timeout=${SLUICE_BOOT_TIMEOUT:-240}
+boot_timeout=${SLUICE_BOOT_TIMEOUT:-420}
 accel=${SLUICE_ACCEL:-tcg}
+ovmf_code=/usr/share/OVMF/OVMF_CODE_4M.fd
+ovmf_vars=/usr/share/OVMF/OVMF_VARS_4M.fd
 
 fail() {
     echo "boot-test: FAIL: $*" >&2
@@ -34,24 +47,27 @@ fail() {
 [ "$(id -u)" = 0 ] || fail "run as root (network namespaces, tap devices)"
 /usr/bin/python3 -c "import pyte" 2>/dev/null ||
     fail "python3-pyte is missing (apt-get install python3-pyte; image/build.sh installs it)"
-for prog in qemu-system-x86_64:qemu-system-x86 bird:bird2 birdc:bird2 curl:curl \
-    python3:python3 ip:iproute2 sfdisk:fdisk base64:coreutils; do
+for prog in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils bird:bird2 birdc:bird2 \
+    curl:curl python3:python3 ip:iproute2 sfdisk:fdisk base64:coreutils mkfs.vfat:dosfstools \
+    mcopy:mtools socat:socat debugfs:e2fsprogs journalctl:systemd; do
     command -v "${prog%%:*}" >/dev/null ||
-        fail "${prog%%:*} is missing (apt-get install ${prog#*:}; image/build.sh installs qemu)"
+        fail "${prog%%:*} is missing (apt-get install ${prog#*:}; image/build.sh installs it)"
 done
+[ -f "$ovmf_code" ] || fail "$ovmf_code is missing (apt-get install ovmf; image/build.sh installs it)"
 for f in sluice.raw sluice.vmlinuz sluice.initrd; do
     [ -f "$out/$f" ] || fail "$out/$f is missing: build the image first (image/build.sh)"
 done
-sluice=$repo/target/release/sluice
-[ -x "$sluice" ] || fail "$sluice is missing: cargo build --release -p appliance"
+# The binary the image carries (image/build.sh strips it into .image-tools/).
+sluice=$repo/.image-tools/sluice
+[ -x "$sluice" ] || fail "$sluice is missing: build the image first (image/build.sh)"
 
 id=$$
-rns=slr$id      # router: bridge, tap to the guest, BIRD
-bns=slb$id      # backend: HTTP server
-cns=slc$id      # client: sends HTTP to the VIP
-tap=sltap$id
+rns=im5r$id # router: bridge, tap to the guest, BIRD
+bns=im5b$id # backend: HTTP server, routed behind the router
+cns=im5c$id # client: sends HTTP to the VIPs
+tap=im5t$id
 work=$(mktemp -d /tmp/sluice-boot-test.XXXXXX)
-console=$work/console.log
+console=$work/none.log
 qemu_pid=
 bird_pid=
 web_pid=
@@ -61,11 +77,20 @@ plain() {
     sed -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1b[()][A-Z0-9]//g' -e 's/\r//g' "$1"
 }
 
+stop() {
+    local pid=$1
+    [ -n "$pid" ] || return 0
+    kill "$pid" 2>/dev/null || return 0
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null
+    return 0
+}
+
 cleanup() {
     local rc=$?
     set +e
     if [ "$rc" != 0 ]; then
-        echo "boot-test: ---- serial console (last 150 lines) ----" >&2
+        echo "boot-test: ---- serial console of this boot, $console (last 150 lines) ----" >&2
         [ -f "$console" ] && plain "$console" | tail -n 150 >&2
         if [ -f "$work/bird.log" ]; then
             echo "boot-test: ---- BIRD log (last 20 lines) ----" >&2
@@ -74,17 +99,15 @@ cleanup() {
         echo "boot-test: ---- end (files kept in $work) ----" >&2
     fi
     for pid in $qemu_pid $bird_pid $web_pid; do
-        kill "$pid" 2>/dev/null
-    done
-    for pid in $qemu_pid $bird_pid $web_pid; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null
+        stop "$pid"
     done
     for ns in $cns $bns $rns; do
         ip netns del "$ns" 2>/dev/null
     done
-    # The whole serial console, kept next to the image for the record.
-    [ -f "$console" ] && plain "$console" >"$out/boot-test-console.log"
+    # The serial consoles, kept next to the image for the record.
+    for f in "$work"/boot*.log; do
+        [ -f "$f" ] && plain "$f" >"$out/boot-test-${f##*/}"
+    done
     [ "$rc" = 0 ] && rm -rf "$work"
     exit "$rc"
 }
@@ -97,54 +120,61 @@ nsx() {
     ip netns exec "$ns" "$@"
 }
 
+elapsed() {
+    python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $1))"
+}
+
 echo "boot-test: image $(du -h --apparent-size "$out/sluice.raw" | cut -f1) raw," \
     "$(du -h "$out/sluice.raw" | cut -f1) allocated$([ -f "$out/sluice.raw.zst" ] &&
         echo ", $(du -h "$out/sluice.raw.zst" | cut -f1) compressed (sluice.raw.zst)")"
 
-# --- host side: namespaces, bridge, tap, backend, client
+# --- host side: namespaces, bridge, tap, routed backend, client
 for ns in $rns $bns $cns; do
     ip netns add "$ns"
     nsx "$ns" ip link set lo up
 done
 nsx $rns ip link add br0 type bridge
-nsx $rns ip addr add 10.0.0.1/24 dev br0
+nsx $rns ip addr add 172.30.22.1/24 dev br0
 nsx $rns ip link set br0 up
-nsx $rns ip tuntap add dev "$tap" mode tap
+# multi_queue: the second boot gives the guest's virtio-net two queue pairs on this tap.
+nsx $rns ip tuntap add dev "$tap" mode tap multi_queue
 nsx $rns ip link set "$tap" master br0 up
 nsx $rns sysctl -qw net.ipv4.ip_forward=1
 
-ip link add "b$id" netns $rns type veth peer name eth0 netns $bns
-nsx $rns ip link set "b$id" master br0 up
-nsx $bns ip addr add 10.0.0.21/24 dev eth0
+ip link add "im5b$id" netns $rns type veth peer name eth0 netns $bns
+nsx $rns ip addr add 172.30.23.1/24 dev "im5b$id"
+nsx $rns ip link set "im5b$id" up
+nsx $bns ip addr add 172.30.23.21/24 dev eth0
 nsx $bns ip link set eth0 up
-nsx $bns ip route add default via 10.0.0.1
-# NAT: the backend's replies (from port 8080) return through the appliance, which rewrites them.
-nsx $bns ip route add default via 10.0.0.10 table 100
-nsx $bns ip rule add sport 8080 lookup 100
+nsx $bns ip route add default via 172.30.23.1
+# NAT: the backend's replies (from port 8080) must return through the appliance, which
+# rewrites them; the router sends them there instead of straight to the client.
+nsx $rns ip route add default via 172.30.22.10 table 100
+nsx $rns ip rule add iif "im5b$id" from 172.30.23.21 ipproto tcp sport 8080 lookup 100
 
-ip link add "c$id" netns $rns type veth peer name eth0 netns $cns
-nsx $rns ip addr add 198.51.100.1/24 dev "c$id"
-nsx $rns ip link set "c$id" up
-nsx $cns ip addr add 198.51.100.2/24 dev eth0
+ip link add "im5c$id" netns $rns type veth peer name eth0 netns $cns
+nsx $rns ip addr add 198.18.22.1/24 dev "im5c$id"
+nsx $rns ip link set "im5c$id" up
+nsx $cns ip addr add 198.18.22.2/24 dev eth0
 nsx $cns ip link set eth0 up
-nsx $cns ip route add default via 198.51.100.1
+nsx $cns ip route add default via 198.18.22.1
 
 token="sluice-boot-test-$id-$RANDOM"
 mkdir -p "$work/www"
 echo "$token" >"$work/www/index.html"
-ip netns exec "$bns" python3 -m http.server --bind 10.0.0.21 --directory "$work/www" 8080 \
+ip netns exec "$bns" python3 -m http.server --bind 172.30.23.21 --directory "$work/www" 8080 \
     >"$work/backend.log" 2>&1 &
 web_pid=$!
 
 # --- BIRD in the router namespace: peers with the appliance, exports learned routes to the kernel
 cat >"$work/bird.conf" <<BIRD
-router id 10.0.0.1;
+router id 172.30.22.1;
 log "$work/bird.log" all;
 protocol device { scan time 1; }
 protocol kernel k4 { ipv4 { import none; export all; }; }
 protocol bgp sluice {
-  local 10.0.0.1 as 65000;
-  neighbor 10.0.0.10 as 65010;
+  local 172.30.22.1 as 65100;
+  neighbor 172.30.22.10 as 65110;
   hold time 9;
   connect retry time 2;
   error wait time 1, 10;
@@ -155,8 +185,9 @@ ip netns exec "$rns" bird -f -c "$work/bird.conf" -s "$work/bird.ctl" -P "$work/
     >"$work/bird.out" 2>&1 &
 bird_pid=$!
 
-# --- the appliance config for this topology, checked here before the guest sees it
-cat >"$work/sluice.toml" <<TOML
+# --- the appliance's config for this topology (one VIP per boot), checked before the guest sees it
+sluice_toml() {
+    cat <<TOML
 [appliance]
 name = "boot-test"
 interfaces = ["eth0"]
@@ -170,111 +201,311 @@ socket = "/run/sluice/api.sock"
 metrics = ""
 
 [bgp]
-asn = 65010
-router_id = "10.0.0.10"
+asn = 65110
+router_id = "172.30.22.10"
 graceful_shutdown_wait = "1s"
 
 [[bgp.peer]]
-address = "10.0.0.1"
-asn = 65000
+address = "172.30.22.1"
+asn = 65100
 hold_time = "9s"
 connect_retry = "1s"
-source = "10.0.0.10"
+source = "172.30.22.10"
 
 [[vip]]
-name = "web"
-address = "192.0.2.10"
+name = "$1"
+address = "$2"
 port = 80
 protocol = "tcp"
 mode = "nat"
 scheduler = "maglev"
 
 [[vip.backend]]
-address = "10.0.0.21"
+address = "172.30.23.21"
 port = 8080
 TOML
-"$sluice" check --config "$work/sluice.toml" >/dev/null || fail "the generated sluice.toml does not pass sluice check"
+}
+sluice_toml web-seed 203.0.113.80 >"$work/seed.toml"
+sluice_toml web-cred 203.0.113.81 >"$work/cred.toml"
+for f in seed cred; do
+    "$sluice" check --config "$work/$f.toml" >/dev/null || fail "the generated $f.toml does not pass sluice check"
+done
 
-# --- boot: direct kernel boot of the image's kernel and initrd, root on the disk's root
-# partition (found by its GPT type, root-x86-64), the disk itself left untouched (snapshot=on)
+# --- the seed disk: vfat labelled CIDATA, written without mounting (mtools)
+mkdir -p "$work/network"
+cat >"$work/network/10-eth0.network" <<'NET'
+[Match]
+Name=eth0
+
+[Link]
+RequiredForOnline=yes
+
+[Network]
+Address=172.30.22.10/24
+VLAN=eth0.42
+DNS=172.30.22.1
+IPv6AcceptRA=no
+LinkLocalAddressing=no
+
+[Route]
+Destination=172.30.23.0/24
+Gateway=172.30.22.1
+
+[Route]
+Destination=198.18.22.0/24
+Gateway=172.30.22.1
+NET
+cat >"$work/network/20-vlan42.netdev" <<'NET'
+[NetDev]
+Name=eth0.42
+Kind=vlan
+
+[VLAN]
+Id=42
+NET
+cat >"$work/network/30-vlan42.network" <<'NET'
+[Match]
+Name=eth0.42
+
+[Link]
+RequiredForOnline=no
+
+[Network]
+Address=172.30.42.10/24
+LinkLocalAddressing=no
+NET
+truncate -s 4M "$work/seed.img"
+mkfs.vfat -n CIDATA "$work/seed.img" >/dev/null
+mmd -i "$work/seed.img" ::network
+mcopy -i "$work/seed.img" "$work/seed.toml" ::sluice.toml
+mcopy -i "$work/seed.img" "$work/network"/* ::network/
+
 root_uuid=$(sfdisk --json "$out/sluice.raw" | python3 -c '
 import json, sys
 parts = json.load(sys.stdin)["partitiontable"]["partitions"]
 print(next(p["uuid"] for p in parts if p["type"].upper() == "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"))')
-credential=$(base64 -w0 "$work/sluice.toml")
+image_state=$(sfdisk --json "$out/sluice.raw" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["partitiontable"]
+print(next(p["size"] * t.get("sectorsize", 512) for p in t["partitions"] if p.get("name") == "sluice-state"))')
+
+# boot NAME DISK QUEUES [qemu args...]: starts the guest on DISK (a qcow2 overlay) with
+# QUEUES virtio-net queue pairs, its serial console in $work/NAME.log.
+boot() {
+    local name=$1 disk=$2 queues=$3 mq=
+    shift 3
+    [ "$queues" -gt 1 ] && mq=",mq=on,vectors=$((2 * queues + 2))"
+    console=$work/$name.log
+    rm -f "$work/monitor.sock"
+    start=$(date +%s.%N)
+    ip netns exec "$rns" qemu-system-x86_64 -accel "$accel" -machine q35 -cpu max -smp 2 -m 1024 \
+        -nodefaults -vga none -display none -serial "file:$console" -no-reboot \
+        -monitor "unix:$work/monitor.sock,server,nowait" \
+        -drive "if=virtio,format=qcow2,file=$disk" \
+        -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no,queues=$queues" \
+        -device "virtio-net-pci,netdev=n0,mac=52:54:00:51:1c:0a,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off$mq" \
+        "$@" >"$work/qemu.out" 2>&1 &
+    qemu_pid=$!
+}
+
+# Direct kernel boot of the image's kernel and initrd, root on the disk's root partition.
 cmdline="root=PARTUUID=${root_uuid,,} rw console=tty1 console=ttyS0,115200 net.ifnames=0"
-cmdline+=" loglevel=4 systemd.show_status=true"
-cmdline+=" systemd.firstboot=off sluice.config=$credential ${SLUICE_BOOT_APPEND:-}"
+cmdline+=" loglevel=4 systemd.show_status=true systemd.firstboot=off ${SLUICE_BOOT_APPEND:-}"
+direct=(-kernel "$out/sluice.vmlinuz" -initrd "$out/sluice.initrd" -append "$cmdline")
 
-echo "boot-test: booting under $accel (timeout ${boot_timeout}s)"
-start=$(date +%s.%N)
-ip netns exec "$rns" qemu-system-x86_64 -accel "$accel" -machine q35 -cpu max -smp 2 -m 1024 -nodefaults \
-    -vga none -display none -monitor none -serial "file:$console" -no-reboot \
-    -kernel "$out/sluice.vmlinuz" -initrd "$out/sluice.initrd" -append "$cmdline" \
-    -drive "if=virtio,format=raw,file=$out/sluice.raw,snapshot=on" \
-    -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" \
-    -device "virtio-net-pci,netdev=n0,mac=52:54:00:51:1c:0a,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off" \
-    >"$work/qemu.out" 2>&1 &
-qemu_pid=$!
+# wait_console REGEX WHAT: until the current boot's console matches REGEX (extended, on the
+# plain text), while qemu runs and sluice.service has not failed.
+wait_console() {
+    local re=$1 what=$2 deadline=$((SECONDS + boot_timeout))
+    while :; do
+        if [ -f "$console" ] && plain "$console" | grep -aqE "$re"; then
+            return 0
+        fi
+        kill -0 "$qemu_pid" 2>/dev/null || { cat "$work/qemu.out" >&2; fail "qemu exited before $what"; }
+        if [ -f "$console" ] && grep -aqE "Failed to start .{0,16}sluice\.service" "$console"; then
+            fail "sluice.service failed to start (rerun with SLUICE_BOOT_APPEND=systemd.journald.forward_to_console=1 for its own log)"
+        fi
+        [ $SECONDS -lt $deadline ] || fail "no $what within ${boot_timeout}s"
+        sleep 0.5
+    done
+}
 
-ready=
-while :; do
-    now=$(date +%s.%N)
-    if [ -f "$console" ] && grep -aqE "Started .{0,16}sluice\.service" "$console"; then
-        ready=$(echo "$now - $start" | bc -l 2>/dev/null || python3 -c "print($now - $start)")
-        break
-    fi
-    kill -0 "$qemu_pid" 2>/dev/null || { cat "$work/qemu.out" >&2; fail "qemu exited before sluice.service was ready"; }
-    if [ -f "$console" ] && grep -aqE "Failed to start .{0,16}sluice\.service" "$console"; then
-        fail "sluice.service failed to start (see the console log; rerun with SLUICE_BOOT_APPEND=systemd.journald.forward_to_console=1 for its own log)"
-    fi
-    python3 -c "import sys; sys.exit(0 if $now - $start < $boot_timeout else 1)" ||
-        fail "sluice.service not ready within ${boot_timeout}s"
-    sleep 0.2
-done
-printf 'boot-test: sluice.service ready %.1f s after power-on (%s)\n' "$ready" "$accel"
-
-# --- BGP: session up and the VIP route in the router's kernel
-deadline=$((SECONDS + 60))
-until nsx $rns ip route show 192.0.2.10 | grep -q "via 10.0.0.10"; do
-    [ $SECONDS -lt $deadline ] || {
-        birdc -s "$work/bird.ctl" show protocols all sluice >&2 || true
-        fail "no route to the VIP 192.0.2.10 from BGP within 60 s"
-    }
-    sleep 0.5
-done
-birdc -s "$work/bird.ctl" show protocols sluice | grep -q Established ||
-    fail "BIRD has the route but the session is not Established"
-echo "boot-test: BGP established; router: $(nsx $rns ip route show 192.0.2.10)"
-birdc -s "$work/bird.ctl" show route 192.0.2.10/32 all | sed 's/^/boot-test:   /'
-
-# --- HTTP from the client through the VIP to the backend
-deadline=$((SECONDS + 30))
-until reply=$(nsx $cns curl -s --max-time 3 http://192.0.2.10/) && [ "$reply" = "$token" ]; do
-    [ $SECONDS -lt $deadline ] || fail "no correct HTTP reply through the VIP within 30 s (last: '${reply:-}')"
-    sleep 1
-done
-echo "boot-test: HTTP through the VIP 192.0.2.10:80 reached the backend 10.0.0.21:8080 ('$reply')"
-for _ in $(seq 20); do
-    reply=$(nsx $cns curl -s --max-time 3 http://192.0.2.10/) || fail "request through the VIP failed"
-    [ "$reply" = "$token" ] || fail "wrong reply through the VIP: '$reply'"
-done
-echo "boot-test: 20 more requests through the VIP answered correctly"
-
-# --- the console on the serial line: replay everything qemu wrote to ttyS0 through a
-# terminal emulator and print the final 80x24 screen (what an operator sees there now).
-sleep 4
-screen=$(/usr/bin/python3 - "$console" <<'PY'
+# The console on the serial line: everything qemu wrote to ttyS0 replayed through a terminal
+# emulator; the final 80x24 screen (what an operator sees there now).
+screen() {
+    /usr/bin/python3 - "$console" <<'PY'
 import sys, pyte
 data = open(sys.argv[1], "rb").read().decode("utf-8", "replace")
 scr = pyte.Screen(80, 24)
 pyte.Stream(scr).feed(data.replace("\n", "\r\n").replace("\r\r\n", "\r\n"))
 print("\n".join(line.rstrip() for line in scr.display))
 PY
-)
-echo "boot-test: ---- serial console: the console screen (80x24) ----"
-printf '%s\n' "$screen"
-echo "boot-test: ---- end of console screen ----"
-grep -q "Overview" <<<"$screen" && grep -q "Conntrack" <<<"$screen" ||
-    fail "the serial console does not show sluice console (its Overview view)"
-echo "boot-test: PASS (ready ${ready%.*} s after power-on under $accel)"
+}
+
+# wait_screen REGEX...: until the console screen shows every REGEX (within 240 s).
+wait_screen() {
+    local deadline=$((SECONDS + 240)) re ok
+    while :; do
+        shown=$(screen)
+        ok=1
+        for re in "$@"; do
+            grep -qE "$re" <<<"$shown" || ok=0
+        done
+        [ $ok = 1 ] && return 0
+        [ $SECONDS -lt $deadline ] || {
+            printf '%s\n' "$shown" >&2
+            fail "the serial console screen does not show: $*"
+        }
+        sleep 2
+    done
+}
+
+wait_route() {
+    local vip=$1 deadline=$((SECONDS + 90))
+    until nsx $rns ip route show "$vip" | grep -q "via 172.30.22.10"; do
+        [ $SECONDS -lt $deadline ] || {
+            birdc -s "$work/bird.ctl" show protocols all sluice >&2 || true
+            fail "no route to the VIP $vip from BGP within 90 s"
+        }
+        sleep 0.5
+    done
+    birdc -s "$work/bird.ctl" show protocols sluice | grep -q Established ||
+        fail "BIRD has the route to $vip but the session is not Established"
+    echo "boot-test: BGP established; router: $(nsx $rns ip route show "$vip")"
+}
+
+check_http() {
+    local vip=$1 deadline=$((SECONDS + 60)) reply=
+    until reply=$(nsx $cns curl -s --max-time 3 "http://$vip/") && [ "$reply" = "$token" ]; do
+        [ $SECONDS -lt $deadline ] || fail "no correct HTTP reply through the VIP $vip within 60 s (last: '${reply:-}')"
+        sleep 1
+    done
+    for _ in $(seq 20); do
+        reply=$(nsx $cns curl -s --max-time 5 "http://$vip/") || fail "a request through the VIP $vip failed"
+        [ "$reply" = "$token" ] || fail "wrong reply through the VIP $vip: '$reply'"
+    done
+    echo "boot-test: HTTP through the VIP $vip:80 reached the backend 172.30.23.21:8080, 21 requests answered"
+}
+
+# Power off through ACPI (systemd shuts down; sluice withdraws its routes); qemu exits itself
+# (-no-reboot). A guest that does not go down in time is killed.
+power_off() {
+    echo system_powerdown | socat - "UNIX-CONNECT:$work/monitor.sock" >/dev/null 2>&1 || true
+    local deadline=$((SECONDS + 120))
+    while kill -0 "$qemu_pid" 2>/dev/null; do
+        [ $SECONDS -lt $deadline ] || { echo "boot-test: guest did not power off in 120 s: killed"; break; }
+        sleep 0.5
+    done
+    stop "$qemu_pid"
+    qemu_pid=
+}
+
+# --- boot 1: first boot under UEFI from the seed, on a disk larger than the image
+qemu-img create -q -f qcow2 -F raw -b "$out/sluice.raw" "$work/disk1.qcow2" 3G
+cp "$ovmf_vars" "$work/vars.fd"
+echo "boot-test: boot 1: UEFI (OVMF), 3 GB disk, seed disk CIDATA (timeout ${boot_timeout}s, $accel)"
+boot boot1 "$work/disk1.qcow2" 1 \
+    -drive "if=pflash,format=raw,readonly=on,file=$ovmf_code" \
+    -drive "if=pflash,format=raw,file=$work/vars.fd" \
+    -drive "if=virtio,format=raw,readonly=on,file=$work/seed.img"
+wait_console "Started .{0,16}sluice\.service" "sluice.service ready"
+echo "boot-test: boot 1: sluice.service ready $(elapsed "$start") s after power-on (UEFI, first boot)"
+plain "$console" | grep -a "sluice-seed:" | sed 's/^.*sluice-seed:/boot-test:   seed:/'
+plain "$console" | grep -aqE "sluice-seed: config: /etc/sluice/sluice.toml installed from seed /dev/vd" ||
+    fail "the console does not say the config came from the seed disk"
+plain "$console" | grep -aqE "sluice-seed: network: 10-eth0.network 20-vlan42.netdev 30-vlan42.network installed .* from seed" ||
+    fail "the console does not say the network files came from the seed disk"
+state_size=$(plain "$console" | sed -n 's/.*sluice-seed: state: \/var is \([^,]*\), \([0-9.]*\)G .*/\2/p' | head -n 1)
+[ -n "$state_size" ] || fail "the console does not report the state partition on /var in GB (image: $image_state bytes)"
+python3 -c "import sys; sys.exit(0 if $state_size * 2**30 > 4 * $image_state else 1)" ||
+    fail "the state partition was not grown to the disk: ${state_size}G (image: $image_state bytes)"
+echo "boot-test: state partition grown from $((image_state >> 20)) MiB to ${state_size}G at first boot"
+wait_route 203.0.113.80
+check_http 203.0.113.80
+# The host kernel may lack 802.1Q, so the router asks for the VLAN address itself: an ARP
+# request tagged with VLAN 42 on br0, answered by the guest's eth0.42 alone.
+nsx $rns python3 - "$(nsx $rns cat /sys/class/net/br0/address)" <<'PY' ||
+import socket, sys, time
+mine = bytes.fromhex(sys.argv[1].replace(":", ""))
+guest = bytes.fromhex("525400511c0a")
+want, src = socket.inet_aton("172.30.42.10"), socket.inet_aton("172.30.42.1")
+arp = b"\x00\x01\x08\x00\x06\x04\x00\x01" + mine + src + b"\x00" * 6 + want
+frame = b"\xff" * 6 + mine + b"\x81\x00\x00\x2a\x08\x06" + arp
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind(("br0", 0))
+s.settimeout(1)
+deadline = time.time() + 45
+while time.time() < deadline:
+    s.send(frame)
+    end = time.time() + 1
+    while time.time() < end:
+        try:
+            got = s.recv(2048)
+        except socket.timeout:
+            break
+        # An ARP reply (op 2) from the guest's MAC for 172.30.42.10, tag in the frame or not.
+        if b"\x00\x02" + guest + want in got:
+            sys.exit(0)
+sys.exit(1)
+PY
+    fail "the guest's VLAN 42 address 172.30.42.10 does not answer ARP on VLAN 42 within 45 s"
+echo "boot-test: the seeded VLAN 42 address 172.30.42.10 answers ARP on VLAN 42"
+wait_screen Overview Conntrack
+echo "boot-test: ---- boot 1: the console screen on the serial line (80x24) ----"
+printf '%s\n' "$shown"
+power_off
+
+# --- boot 2: the same disk, no seed: network from the state partition, config from a credential
+echo "boot-test: boot 2: direct kernel boot, no seed, sluice.toml as an SMBIOS credential, 2 virtio-net queues"
+boot boot2 "$work/disk1.qcow2" 2 "${direct[@]}" \
+    -smbios "type=11,value=io.systemd.credential.binary:sluice.toml=$(base64 -w0 "$work/cred.toml")"
+wait_console "Started .{0,16}sluice\.service" "sluice.service ready"
+echo "boot-test: boot 2: sluice.service ready $(elapsed "$start") s after power-on (direct kernel boot)"
+plain "$console" | grep -a "sluice-seed:" | sed 's/^.*sluice-seed:/boot-test:   seed:/'
+plain "$console" | grep -aqE "sluice-seed: config: /etc/sluice/sluice.toml installed from credential sluice.toml" ||
+    fail "the console does not say the config came from the credential"
+plain "$console" | grep -aqE "sluice-seed: network: 10-eth0.network 20-vlan42.netdev 30-vlan42.network as installed before" ||
+    fail "the network files installed at the first boot were not kept on the state partition"
+wait_route 203.0.113.81
+check_http 203.0.113.81
+wait_screen "eth0 .*2 queues" "Workers +2 run"
+echo "boot-test: ---- boot 2: the console screen on the serial line (80x24) ----"
+printf '%s\n' "$shown"
+power_off
+
+# --- the journal on the state partition, read from the powered-off disk: both boots are in
+# it, and sluice's own lines about the datapath (queues, AF_XDP mode, the kernel's reason when
+# zero-copy was refused)
+qemu-img convert -O raw "$work/disk1.qcow2" "$work/disk1.raw"
+read -r state_start state_bytes < <(sfdisk --json "$work/disk1.raw" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["partitiontable"]
+p = next(p for p in t["partitions"] if p.get("name") == "sluice-state")
+print(p["start"] * t.get("sectorsize", 512), p["size"] * t.get("sectorsize", 512))')
+dd if="$work/disk1.raw" of="$work/state.img" bs=4M iflag=skip_bytes,count_bytes conv=sparse \
+    skip="$state_start" count="$state_bytes" status=none
+rm -f "$work/disk1.raw"
+debugfs -R "rdump /log/journal $work" "$work/state.img" >/dev/null 2>&1 ||
+    fail "cannot read /var/log/journal from the state partition"
+rm -f "$work/state.img"
+boots=$(journalctl -D "$work/journal" --list-boots --no-pager -q 2>/dev/null | wc -l)
+[ "$boots" -ge 2 ] || fail "the journal on the state partition holds $boots boot(s), not both"
+echo "boot-test: the journal on the state partition holds both boots"
+journalctl -D "$work/journal" -b 0 -u sluice.service -o cat --no-pager -q >"$work/sluice-boot2.log" 2>&1
+grep -aE "datapath interface up|zero-copy bind failed" "$work/sluice-boot2.log" | sed 's/^/boot-test:   sluice: /'
+grep -aqE "datapath interface up.*queues=2" "$work/sluice-boot2.log" ||
+    fail "sluice did not log eth0 up with 2 queues in the second boot"
+grep -aqE "af_xdp=zero-copy|zero-copy bind failed \(" "$work/sluice-boot2.log" ||
+    fail "sluice's log says neither that zero-copy was bound nor why it was not"
+
+# --- boot 3: a fresh disk, nothing handed in
+qemu-img create -q -f qcow2 -F raw -b "$out/sluice.raw" "$work/disk3.qcow2"
+echo "boot-test: boot 3: direct kernel boot, fresh disk, no seed, no credential"
+boot boot3 "$work/disk3.qcow2" 1 "${direct[@]}"
+wait_console "sluice-seed: MISSING: no sluice config" "the seed's report of the missing config"
+wait_screen "not configured" "MISSING: no sluice config" "MISSING: no network configuration" "CIDATA"
+echo "boot-test: ---- boot 3: the console screen on the serial line (80x24) ----"
+printf '%s\n' "$shown"
+plain "$console" | grep -aqE "Started .{0,16}sluice\.service" && fail "sluice.service started without a config"
+power_off
+echo "boot-test: PASS"

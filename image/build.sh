@@ -44,19 +44,20 @@ if [ -z "$mkosi_version" ] || dpkg --compare-versions "$mkosi_version" lt 24; th
     # stays as it is (repart, bootctl and ukify 254 are unpacked below instead).
     apt-get install -y -qq --no-install-recommends mkosi/bookworm-backports
 fi
-# qemu for image/boot-test.sh: bookworm-backports' (the preinstalled qemu-utils is that
-# version and conflicts with bookworm's).
-if ! installed qemu-system-x86; then
-    echo "build.sh: installing qemu-system-x86 from bookworm-backports"
-    apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-x86
+# qemu for image/boot-test.sh (qemu-img makes its disk overlays): bookworm-backports' (the
+# preinstalled qemu-utils is that version and conflicts with bookworm's).
+if ! installed qemu-system-x86 || ! installed qemu-utils; then
+    echo "build.sh: installing qemu-system-x86 and qemu-utils from bookworm-backports"
+    apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-x86 qemu-utils
 fi
 
 # Host tools mkosi calls: kmod (module dependencies), pefile (UKI), dosfstools + mtools (ESP
 # without mounting it), e2fsprogs (root), zstd (the shipped image), cpio (initrd),
 # reprepro (the local repository for the backports kernel), python3-pyte (boot-test.sh
-# replays the serial console through it to show the console screen).
+# replays the serial console through it to show the console screen; mtools also writes its
+# seed disk), ovmf (UEFI firmware for booting the disk in qemu).
 host=(kmod python3-pefile dosfstools mtools e2fsprogs zstd cpio debian-archive-keyring
-    bubblewrap systemd-container binutils reprepro python3-pyte)
+    bubblewrap systemd-container binutils reprepro python3-pyte ovmf)
 missing=()
 for p in "${host[@]}"; do
     installed "$p" || missing+=("$p")
@@ -111,16 +112,26 @@ fi
 # The project's own build dependencies (clang for the XDP program, libelf, ...) and cargo.
 scripts/setup.sh
 
-# SLUICE_IMAGE_NO_CARGO=1 uses target/release/sluice as it is (CI that built it already).
+# SLUICE_IMAGE_PROFILE=debug puts target/debug/sluice in the image instead of the release
+# build (CI has built it already for its tests; a release build would cost minutes more).
+# SLUICE_IMAGE_NO_CARGO=1 uses the binary as it is.
+profile=${SLUICE_IMAGE_PROFILE:-release}
+case "$profile" in
+release) cargo_profile=(--release) ;;
+debug) cargo_profile=() ;;
+*) echo "build.sh: SLUICE_IMAGE_PROFILE is release or debug, not '$profile'" >&2; exit 1 ;;
+esac
 if [ "${SLUICE_IMAGE_NO_CARGO:-0}" != 1 ]; then
-    echo "build.sh: building the release binary"
-    cargo build --release -p appliance
+    echo "build.sh: building the $profile binary"
+    cargo build "${cargo_profile[@]}" -p appliance --bin sluice
 fi
-test -x target/release/sluice
-# The image ships examples/sluice.toml as /etc/sluice/sluice.toml: it must be valid.
-target/release/sluice check --config examples/sluice.toml >/dev/null
+bin=target/$profile/sluice
+[ -x "$bin" ] || { echo "build.sh: $bin is missing (cargo build ${cargo_profile[*]} -p appliance)" >&2; exit 1; }
+# The seed's config is checked by this binary at boot; the example must pass it.
+"$bin" check --config examples/sluice.toml >/dev/null
 # The image gets the binary without debug info (mkosi.conf takes it from .image-tools/).
-strip --strip-debug -o "$tools/sluice" target/release/sluice
+strip --strip-debug -o "$tools/sluice" "$bin"
+echo "build.sh: image binary: $bin, $(du -h "$tools/sluice" | cut -f1) stripped"
 
 echo "build.sh: building the image with mkosi"
 start=$(date +%s)
