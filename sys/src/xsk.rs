@@ -84,12 +84,21 @@ impl Xsk {
     pub fn new(cfg: &XskConfig) -> io::Result<Xsk> {
         match Xsk::create(cfg, true) {
             Ok(x) => Ok(x),
-            Err(zc) => Xsk::create(cfg, false).map_err(|copy| {
-                io::Error::new(
-                    copy.kind(),
-                    format!("zero-copy bind failed ({zc}), copy-mode bind failed ({copy})"),
-                )
-            }),
+            Err(zc) => {
+                let x = Xsk::create(cfg, false).map_err(|copy| {
+                    io::Error::new(
+                        copy.kind(),
+                        format!("zero-copy bind failed ({zc}), copy-mode bind failed ({copy})"),
+                    )
+                })?;
+                // The kernel's reason, for the operator who expected zero-copy on this NIC.
+                tracing::info!(
+                    interface = %cfg.ifname,
+                    queue = cfg.queue,
+                    "AF_XDP zero-copy bind failed ({zc}): this queue runs in copy mode"
+                );
+                Ok(x)
+            }
         }
     }
 
