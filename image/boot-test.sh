@@ -136,9 +136,17 @@ done
 nsx $rns ip link add br0 type bridge
 nsx $rns ip addr add 172.30.22.1/24 dev br0
 nsx $rns ip link set br0 up
-# multi_queue: the second boot gives the guest's virtio-net two queue pairs on this tap.
-nsx $rns ip tuntap add dev "$tap" mode tap multi_queue
-nsx $rns ip link set "$tap" master br0 up
+# make_tap QUEUES: the tap to the guest, made anew for each boot (a multi-queue tap serves only
+# a guest with several queue pairs, a single-queue tap only one with one).
+make_tap() {
+    nsx $rns ip link del "$tap" 2>/dev/null || true
+    if [ "$1" -gt 1 ]; then
+        nsx $rns ip tuntap add dev "$tap" mode tap multi_queue
+    else
+        nsx $rns ip tuntap add dev "$tap" mode tap
+    fi
+    nsx $rns ip link set "$tap" master br0 up
+}
 nsx $rns sysctl -qw net.ipv4.ip_forward=1
 
 ip link add "im5b$id" netns $rns type veth peer name eth0 netns $bns
@@ -295,6 +303,7 @@ boot() {
     local name=$1 disk=$2 queues=$3 mq=
     shift 3
     [ "$queues" -gt 1 ] && mq=",mq=on,vectors=$((2 * queues + 2))"
+    make_tap "$queues"
     console=$work/$name.log
     rm -f "$work/monitor.sock"
     start=$(date +%s.%N)
