@@ -77,6 +77,21 @@ plain() {
     sed -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1b[()][A-Z0-9]//g' -e 's/\r//g' "$1"
 }
 
+# console_has REGEX: whether the current boot's console (plain text) matches REGEX. Through
+# a file: `grep -q` in a pipeline would end the pipeline early, and pipefail would count that
+# as a failure.
+console_has() {
+    [ -f "$console" ] || return 1
+    plain "$console" >"$console.txt"
+    grep -aqE "$1" "$console.txt"
+}
+
+# seed_lines: the seed's lines on the current boot's console.
+seed_lines() {
+    plain "$console" >"$console.txt"
+    grep -a "sluice-seed:" "$console.txt" | sed 's/^.*sluice-seed:/boot-test:   seed:/'
+}
+
 stop() {
     local pid=$1
     [ -n "$pid" ] || return 0
@@ -327,7 +342,7 @@ direct=(-kernel "$out/sluice.vmlinuz" -initrd "$out/sluice.initrd" -append "$cmd
 wait_console() {
     local re=$1 what=$2 deadline=$((SECONDS + boot_timeout))
     while :; do
-        if [ -f "$console" ] && plain "$console" | grep -aqE "$re"; then
+        if console_has "$re"; then
             return 0
         fi
         kill -0 "$qemu_pid" 2>/dev/null || { cat "$work/qemu.out" >&2; fail "qemu exited before $what"; }
@@ -371,14 +386,14 @@ wait_screen() {
 
 wait_route() {
     local vip=$1 deadline=$((SECONDS + 90))
-    until nsx $rns ip route show "$vip" | grep -q "via 172.30.22.10"; do
+    until grep -q "via 172.30.22.10" <<<"$(nsx $rns ip route show "$vip")"; do
         [ $SECONDS -lt $deadline ] || {
             birdc -s "$work/bird.ctl" show protocols all sluice >&2 || true
             fail "no route to the VIP $vip from BGP within 90 s"
         }
         sleep 0.5
     done
-    birdc -s "$work/bird.ctl" show protocols sluice | grep -q Established ||
+    grep -q Established <<<"$(birdc -s "$work/bird.ctl" show protocols sluice)" ||
         fail "BIRD has the route to $vip but the session is not Established"
     echo "boot-test: BGP established; router: $(nsx $rns ip route show "$vip")"
 }
@@ -419,12 +434,13 @@ boot boot1 "$work/disk1.qcow2" 1 \
     -drive "if=virtio,format=raw,readonly=on,file=$work/seed.img"
 wait_console "Started .{0,16}sluice\.service" "sluice.service ready"
 echo "boot-test: boot 1: sluice.service ready $(elapsed "$start") s after power-on (UEFI, first boot)"
-plain "$console" | grep -a "sluice-seed:" | sed 's/^.*sluice-seed:/boot-test:   seed:/'
-plain "$console" | grep -aqE "sluice-seed: config: /etc/sluice/sluice.toml installed from seed /dev/vd" ||
+seed_lines
+console_has "sluice-seed: config: /etc/sluice/sluice.toml installed from seed /dev/vd" ||
     fail "the console does not say the config came from the seed disk"
-plain "$console" | grep -aqE "sluice-seed: network: 10-eth0.network 20-vlan42.netdev 30-vlan42.network installed .* from seed" ||
+console_has "sluice-seed: network: 10-eth0.network 20-vlan42.netdev 30-vlan42.network installed .* from seed" ||
     fail "the console does not say the network files came from the seed disk"
-state_size=$(plain "$console" | sed -n 's/.*sluice-seed: state: \/var is \([^,]*\), \([0-9.]*\)G .*/\2/p' | head -n 1)
+state_size=$(sed -n 's/.*sluice-seed: state: \/var is \([^,]*\), \([0-9.]*\)G .*/\2/p' "$console.txt")
+state_size=${state_size%%$'\n'*}
 [ -n "$state_size" ] || fail "the console does not report the state partition on /var in GB (image: $image_state bytes)"
 python3 -c "import sys; sys.exit(0 if $state_size * 2**30 > 4 * $image_state else 1)" ||
     fail "the state partition was not grown to the disk: ${state_size}G (image: $image_state bytes)"
@@ -470,10 +486,10 @@ boot boot2 "$work/disk1.qcow2" 2 "${direct[@]}" \
     -smbios "type=11,value=io.systemd.credential.binary:sluice.toml=$(base64 -w0 "$work/cred.toml")"
 wait_console "Started .{0,16}sluice\.service" "sluice.service ready"
 echo "boot-test: boot 2: sluice.service ready $(elapsed "$start") s after power-on (direct kernel boot)"
-plain "$console" | grep -a "sluice-seed:" | sed 's/^.*sluice-seed:/boot-test:   seed:/'
-plain "$console" | grep -aqE "sluice-seed: config: /etc/sluice/sluice.toml installed from credential sluice.toml" ||
+seed_lines
+console_has "sluice-seed: config: /etc/sluice/sluice.toml installed from credential sluice.toml" ||
     fail "the console does not say the config came from the credential"
-plain "$console" | grep -aqE "sluice-seed: network: 10-eth0.network 20-vlan42.netdev 30-vlan42.network as installed before" ||
+console_has "sluice-seed: network: 10-eth0.network 20-vlan42.netdev 30-vlan42.network as installed before" ||
     fail "the network files installed at the first boot were not kept on the state partition"
 wait_route 203.0.113.81
 check_http 203.0.113.81
@@ -515,6 +531,6 @@ wait_console "sluice-seed: MISSING: no sluice config" "the seed's report of the 
 wait_screen "not configured" "MISSING: no sluice config" "MISSING: no network configuration" "CIDATA"
 echo "boot-test: ---- boot 3: the console screen on the serial line (80x24) ----"
 printf '%s\n' "$shown"
-plain "$console" | grep -aqE "Started .{0,16}sluice\.service" && fail "sluice.service started without a config"
+! console_has "Started .{0,16}sluice\.service" || fail "sluice.service started without a config"
 power_off
 echo "boot-test: PASS"
