@@ -34,7 +34,8 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${SLUICE_IMAGE_DIR:-$repo/mkosi.output}
-boot_timeout=${SLUICE_BOOT_TIMEOUT:-420}
+# Generous: a first boot under TCG takes about 3 minutes on a busy 2-core machine.
+boot_timeout=${SLUICE_BOOT_TIMEOUT:-900}
 accel=${SLUICE_ACCEL:-tcg}
 ovmf_code=/usr/share/OVMF/OVMF_CODE_4M.fd
 ovmf_vars=/usr/share/OVMF/OVMF_VARS_4M.fd
