@@ -27,10 +27,10 @@ use crate::lb::Verdict;
 /// larger batch means fewer `sendto`s per frame, and in copy mode fewer kicks that find the
 /// kernel's budget spent (EAGAIN).
 const BATCH: usize = 256;
-/// How long an idle worker sleeps in `poll` before it looks at the stop flag again; also
-/// the period of `FrameHandler::tick`.
+/// How long an idle worker sleeps in `poll` before it looks at the stop flag again.
 const IDLE_POLL_MS: i32 = 10;
-const TICK_NS: u64 = IDLE_POLL_MS as u64 * 1_000_000;
+/// The period of `FrameHandler::tick`.
+pub(crate) const TICK_NS: u64 = IDLE_POLL_MS as u64 * 1_000_000;
 
 /// Per-worker counters, written by the worker only and read by `Datapath::stats`.
 #[derive(Debug, Default)]

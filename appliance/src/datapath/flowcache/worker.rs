@@ -36,6 +36,30 @@ struct Pending {
 /// engine while the kernel still forwards it, then evicted on the next walk).
 pub const SWEEP_NS: u64 = 1_000_000_000;
 
+/// Flows a walk visits per tick at most, unless the shortest cached timeout needs more:
+/// each visit costs up to two map lookups (syscalls, about a microsecond each), so this
+/// keeps the walk near half a millisecond of every 10 ms tick however many flows there
+/// are; with more flows the walk takes longer instead (65,536 flows: about 2.6 s).
+const WALK_PER_TICK: usize = 256;
+
+/// Flows to visit this tick, out of `flows`: a walk over about 50 ticks (half a second)
+/// while that stays within [`WALK_PER_TICK`], but always fast enough to end within a
+/// quarter of `timeout_ns`: a flow the kernel forwards must be refreshed in the connection
+/// table before the engine would expire it there.
+fn walk_budget(flows: usize, timeout_ns: u64) -> usize {
+    let ticks = (timeout_ns / 4 / crate::datapath::worker::TICK_NS).max(1) as usize;
+    (flows / 50)
+        .clamp(64, WALK_PER_TICK)
+        .max(flows.div_ceil(ticks))
+}
+
+/// The shortest idle timeout of a state whose flows the kernel may forward.
+fn shortest_cached_timeout(ct: &ConnTable) -> u64 {
+    use crate::lb::FlowState;
+    ct.timeout_ns(FlowState::TcpEstablished)
+        .min(ct.timeout_ns(FlowState::Udp))
+}
+
 /// A worker's side of the cache: installs the entries its decisions describe, evicts them
 /// when the flow closes or leaves the connection table, and refreshes the connection table
 /// from the kernel's last-seen times (the kernel forwards the flow, so the engine no longer
@@ -212,9 +236,7 @@ impl WorkerCache {
             self.sweep = self.flows.keys().copied().collect();
             self.sweep_started = now;
         }
-        // A walk spreads over about half the sweep period's ticks (one per 10 ms): a map
-        // lookup is a syscall, and a long burst of them would stall the worker's rings.
-        let budget = (self.flows.len() / 50).max(64);
+        let budget = walk_budget(self.flows.len(), shortest_cached_timeout(ct));
         for _ in 0..budget {
             let Some(flow) = self.sweep.pop() else {
                 break;
@@ -261,6 +283,38 @@ impl WorkerCache {
             }
             // Idle past its timeout, or gone from the table: the kernel stops too.
             self.forget_flow(&flow, true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::walk_budget;
+
+    const S: u64 = 1_000_000_000;
+
+    /// Small tables walk in about half a second; big ones are capped per tick and take
+    /// longer; a short timeout raises the cap so that every flow is visited within a
+    /// quarter of it.
+    #[test]
+    fn the_walk_is_bounded_per_tick_and_still_beats_the_timeout() {
+        assert_eq!(walk_budget(0, 300 * S), 64);
+        assert_eq!(walk_budget(10_000, 300 * S), 200);
+        assert_eq!(walk_budget(65_536, 300 * S), 256);
+        assert_eq!(walk_budget(1_000_000, 300 * S), 256);
+        // 300 s / 4 = 7,500 ticks: 10,000,000 flows need 1,334 a tick.
+        assert_eq!(walk_budget(10_000_000, 300 * S), 1_334);
+        // A 2 s UDP timeout: 50 ticks for the whole walk.
+        assert_eq!(walk_budget(65_536, 2 * S), 1_311);
+        for flows in [1usize, 999, 65_536, 1 << 20, 5_000_000] {
+            for timeout in [S, 30 * S, 300 * S, 900 * S] {
+                let per_tick = walk_budget(flows, timeout);
+                let ticks = flows.div_ceil(per_tick) as u64;
+                assert!(
+                    ticks * 10_000_000 <= timeout / 4 + 10_000_000,
+                    "{flows} flows, {timeout} ns"
+                );
+            }
         }
     }
 }
