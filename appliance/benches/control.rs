@@ -9,13 +9,18 @@
 //!   built, but the effective config, probe targets, steering, egress and every VIP's
 //!   entries are made again): how health versions were committed before
 //!   `prepare_health`;
+//! - `last`: the last release: health versions as `now`, transitions committed 50 ms
+//!   (`health_batch`) after the first of a batch (`health_batch_delay` = `health_batch`);
 //! - `now`: this release: a health batch's version is the running tables with only the
-//!   touched VIPs rebuilt (`prepare_health`), everything else shared or copied.
+//!   touched VIPs rebuilt (`prepare_health`), everything else shared or copied, and the
+//!   default pacing: the first transition after a quiet spell waits `health_batch_delay`
+//!   (10 ms), commits start at least `health_batch` (50 ms) apart.
 //!
 //! Figures: start-up (the config's parse and validation, the first full build with its
 //! next hops resolved from a routing snapshot holding a neighbour entry for every backend,
-//! and their sum); the resident memory after it with the tables held and the peak
-//! (`VmHWM`); the table fingerprint `GET /v1/status` computes; one health transition's
+//! and their sum); the resident memory after it with the tables held and the peaks
+//! (`VmHWM`, reset between phases) of the parse, the first build and the commits after it;
+//! the table fingerprint `GET /v1/status` computes; one health transition's
 //! commit (preparing the next version as the control loop does before the swap); a storm
 //! of 1,000 backends going down, their transitions arriving 1 ms apart (probes fail on
 //! their own schedules) or all at once: commits made, total commit work, and the sync lag
@@ -27,7 +32,7 @@
 //!
 //! `cargo bench -p appliance --bench control` (the figures are printed; the issue's goals
 //! are one transition at 1,000 VIPs under 5 ms, 10,000 VIPs under 500 MB, a storm under 1 s
-//! of commit work with the lag under 200 ms).
+//! of commit work with the lag under 200 ms). `-- 1000 now` runs one size and one mode.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -108,7 +113,7 @@ struct Mode {
     name: &'static str,
     commit: Commit,
     table_size: Option<u32>,
-    batch: Duration,
+    pacing: Pacing,
 }
 
 /// The control loop's inputs for one size, and the running version.
@@ -223,10 +228,11 @@ struct Storm {
     extrapolated: bool,
 }
 
-/// Transitions `i` at `spacing * i`; a batch commits `batch` after its first arrival (at
-/// once when `batch` is zero) or when the loop is free again, whichever is later; the
-/// virtual clock advances by each commit's measured time.
-fn storm(l: &mut Loop, batch: Duration, spacing: Duration) -> Storm {
+/// Transitions `i` at `spacing * i`; a batch commits when its pacing says (`delay` after
+/// its first arrival, `hold` after the last batch was taken; at once when both are zero)
+/// or when the loop is free again, whichever is later; the virtual clock advances by each
+/// commit's measured time.
+fn storm(l: &mut Loop, pacing: Pacing, spacing: Duration) -> Storm {
     let arrivals: Vec<Duration> = (0..STORM).map(|i| spacing * i as u32).collect();
     if l.commit == Commit::Full {
         // One full build per transition: measure a few, the rest cost the same.
@@ -254,9 +260,14 @@ fn storm(l: &mut Loop, batch: Duration, spacing: Duration) -> Storm {
     let mut clock = Duration::ZERO;
     let mut next = 0usize;
     let (mut commits, mut work, mut max_lag) = (0usize, Duration::ZERO, Duration::ZERO);
+    let mut last_taken: Option<Duration> = None;
     while next < STORM {
         let first = arrivals[next];
-        let due = clock.max(first + batch);
+        let mut due = clock.max(first + pacing.delay);
+        if let Some(t) = last_taken {
+            due = due.max(t + pacing.hold);
+        }
+        last_taken = Some(due);
         let mut changed = Vec::new();
         while next < STORM && arrivals[next] <= due {
             l.set(l.storm_backend(next), false, &mut changed);
@@ -276,12 +287,20 @@ fn storm(l: &mut Loop, batch: Duration, spacing: Duration) -> Storm {
     }
 }
 
+/// Resets the peak (`VmHWM`) to the resident size now, so the next reading is the peak of
+/// what runs in between.
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 fn run(vips: usize, mode: Mode) {
     let text = config_text(vips, mode.table_size);
+    reset_peak();
     let t = Instant::now();
     let file = Arc::new(Config::from_toml_str(&text).expect("valid bench config"));
     let parse = t.elapsed();
     drop(text);
+    let peak_parse = proc_status("VmHWM:");
     let health: HashMap<BackendId, bool> = file
         .vips
         .iter()
@@ -298,8 +317,11 @@ fn run(vips: usize, mode: Mode) {
         version: 0,
         commit: Commit::Full,
     };
+    reset_peak();
     let full = l.commit(&[]);
     let rss = proc_status("VmRSS:");
+    let peak_build = proc_status("VmHWM:");
+    reset_peak();
     let (rings, fingerprint) = {
         let t = l.running.as_ref().expect("a first version");
         let at = Instant::now();
@@ -318,14 +340,14 @@ fn run(vips: usize, mode: Mode) {
         }
         took / 2
     };
-    let spread = storm(&mut l, mode.batch, Duration::from_millis(1));
+    let spread = storm(&mut l, mode.pacing, Duration::from_millis(1));
     let all: Vec<BackendId> = l.health.keys().cloned().collect();
     for v in l.health.values_mut() {
         *v = true;
     }
     l.commit(&all);
-    let burst = storm(&mut l, mode.batch, Duration::ZERO);
-    let peak = proc_status("VmHWM:");
+    let burst = storm(&mut l, mode.pacing, Duration::ZERO);
+    let peak_commits = proc_status("VmHWM:");
     let storm_line = |s: &Storm| {
         format!(
             "{} commits, {} of commit work, lag {}{}",
@@ -341,7 +363,8 @@ fn run(vips: usize, mode: Mode) {
     };
     println!(
         "{vips:>6} VIPs  {:<5} start-up {} (parse and validate {}, first build with next hops {})\n\
-         {:>19}rss {} (+{} for the tables, rings {})  peak {}  fingerprint {} ({})\n\
+         {:>19}rss {} (+{} for the tables, rings {})  peak: parse {}, first build {}, commits {}\n\
+         {:>19}fingerprint {} ({})\n\
          {:>19}one transition {}\n\
          {:>19}storm, 1 ms apart: {}\n\
          {:>19}storm, at once:    {}",
@@ -353,7 +376,10 @@ fn run(vips: usize, mode: Mode) {
         mb(rss),
         mb(rss.saturating_sub(rss_before)),
         mb(rings),
-        mb(peak),
+        mb(peak_parse),
+        mb(peak_build),
+        mb(peak_commits),
+        "",
         ms(fingerprint.0),
         fingerprint.1,
         "",
@@ -365,29 +391,55 @@ fn run(vips: usize, mode: Mode) {
     );
 }
 
-const MODES: [Mode; 3] = [
+/// How a commit is paced: see `sluice::control::batch`.
+#[derive(Clone, Copy)]
+struct Pacing {
+    delay: Duration,
+    hold: Duration,
+}
+
+/// The last release's pacing: a batch committed `health_batch` after its first transition.
+const WINDOW: Pacing = Pacing {
+    delay: sluice::config::DEFAULT_HEALTH_BATCH,
+    hold: sluice::config::DEFAULT_HEALTH_BATCH,
+};
+
+const MODES: [Mode; 4] = [
     Mode {
         name: "now",
         commit: Commit::Health,
         table_size: None,
-        batch: sluice::config::DEFAULT_HEALTH_BATCH,
+        pacing: Pacing {
+            delay: sluice::config::DEFAULT_HEALTH_BATCH_DELAY,
+            hold: sluice::config::DEFAULT_HEALTH_BATCH,
+        },
+    },
+    Mode {
+        name: "last",
+        commit: Commit::Health,
+        table_size: None,
+        pacing: WINDOW,
     },
     Mode {
         name: "rings",
         commit: Commit::Rings,
         table_size: None,
-        batch: sluice::config::DEFAULT_HEALTH_BATCH,
+        pacing: WINDOW,
     },
     Mode {
         name: "main",
         commit: Commit::Full,
         table_size: Some(65537),
-        batch: Duration::ZERO,
+        pacing: Pacing {
+            delay: Duration::ZERO,
+            hold: Duration::ZERO,
+        },
     },
 ];
 
 /// Each size and mode runs in a child process of its own, so that its peak memory is its
-/// own. `cargo bench` passes `--bench`; a number argument (e.g. `1000`) picks one size.
+/// own. `cargo bench` passes `--bench`; a number argument (e.g. `1000`) picks one size, a
+/// mode's name (e.g. `now`) one mode.
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--child") {
@@ -397,6 +449,11 @@ fn main() {
         return;
     }
     let filter: Option<usize> = args.iter().skip(1).find_map(|a| a.parse().ok());
+    let only: Option<&str> = args
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .find(|a| MODES.iter().any(|m| m.name == *a));
     let exe = std::env::current_exe().expect("the bench binary");
     // `cargo test --all-targets` runs this binary without `--bench` (and unoptimised): one
     // small size proves the bench still runs without spending CI's minutes on it.
@@ -411,7 +468,10 @@ fn main() {
         if filter.is_some_and(|f| f != vips) {
             continue;
         }
-        for mode in 0..MODES.len() {
+        for (mode, m) in MODES.iter().enumerate() {
+            if only.is_some_and(|o| o != m.name) {
+                continue;
+            }
             let ok = Command::new(&exe)
                 .args(["--child", &vips.to_string(), &mode.to_string()])
                 .status()

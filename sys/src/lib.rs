@@ -6,6 +6,7 @@
 //! [`ethtool`] installs and removes the NIC's ntuple rules that steer FullNAT return traffic
 //! to the queue of the worker that owns it.
 //! [`packet`] is AF_PACKET with a classic BPF filter, for the health probes that prove a VIP.
+//! [`mem`] hands the heap's freed pages back to the kernel after start-up's parse.
 //! Everything else in the workspace is `#![forbid(unsafe_code)]` and reaches the kernel
 //! through these safe functions or through maintained crates (libbpf-rs, rtnetlink, nix).
 //! Each module opts in with `#![allow(unsafe_code)]`, and every `unsafe` block carries a
@@ -14,6 +15,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod ethtool;
+pub mod mem;
 pub mod packet;
 pub mod sockopt;
 pub mod xsk;

@@ -58,9 +58,13 @@ pub struct Appliance {
     pub conntrack_capacity: u32,
     /// Maglev ring size (a prime) of every VIP that does not set its own.
     pub maglev_table_size: u32,
-    /// Health transitions arriving within this window of the first are committed as one
-    /// version (`health_batch`); zero commits each on its own.
+    /// The least time between the starts of two health commits (`health_batch`): the
+    /// transitions arriving meanwhile wait and are committed as one version; zero commits
+    /// each on its own.
     pub health_batch: Duration,
+    /// How long the first transition after a quiet spell (no health commit within
+    /// `health_batch`) waits for others before it commits (`health_batch_delay`).
+    pub health_batch_delay: Duration,
     pub timeouts: Timeouts,
     /// `[appliance.icmp_limits]`: how many ICMP messages the engine originates.
     pub icmp_limits: IcmpLimits,

@@ -60,6 +60,7 @@ fn base_is_valid_with_defaults() {
     assert_eq!(v.backends[0].state, BackendState::Active);
     assert_eq!(c.appliance.maglev_table_size, 16381);
     assert_eq!(c.appliance.health_batch, Duration::from_millis(50));
+    assert_eq!(c.appliance.health_batch_delay, Duration::from_millis(10));
     assert_eq!(c.metrics.per_backend, PerBackend::All);
     assert!(c.vips.iter().all(|v| v.maglev_table_size == 16381));
 }
@@ -771,7 +772,28 @@ fn health_batch_and_per_backend_metrics() {
     ))
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.appliance.health_batch, Duration::ZERO);
+    assert_eq!(
+        c.appliance.health_batch_delay,
+        Duration::ZERO,
+        "the default delay is never longer than the window"
+    );
     assert_eq!(c.metrics.per_backend, PerBackend::Top(25));
+    let c = Config::from_toml_str(&with("health_batch_delay = \"0s\"", ""))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.appliance.health_batch, c.appliance.health_batch_delay),
+        (DEFAULT_HEALTH_BATCH, Duration::ZERO)
+    );
+    assert_error(
+        &with("health_batch = \"20ms\"\nhealth_batch_delay = \"30ms\"", ""),
+        "appliance.health_batch_delay",
+        "30ms is longer than health_batch (20ms)",
+    );
+    assert_error(
+        &with("health_batch_delay = \"5s\"", ""),
+        "appliance.health_batch_delay",
+        "out of range",
+    );
     for (text, want) in [
         ("\"none\"", PerBackend::None),
         ("\"all\"", PerBackend::All),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use ::api::BackendAction;
 use tracing::{debug, error, info, warn};
 
+use super::batch::Pacing;
 use super::change::{self, Applied, ChangeError, Deferred};
 use super::commit::publish;
 use super::events::Kind;
@@ -86,8 +87,9 @@ impl Control {
     }
 
     /// Probes changed state: `first` and every transition already queued behind it join
-    /// the health batch (each logged and counted now); the batch commits `health_batch`
-    /// after its first transition, or at once when the window is zero or already over.
+    /// the health batch (each logged and counted now); the batch commits when its pacing
+    /// says (`health_batch_delay` after its first transition, `health_batch` after the last
+    /// health commit), at once when that time has come.
     pub(super) async fn on_transitions(
         &mut self,
         first: health::Transition,
@@ -100,7 +102,7 @@ impl Control {
         }
         if self
             .health_batch
-            .is_due(self.st.config.appliance.health_batch, Instant::now())
+            .is_due(Pacing::of(&self.st.config), Instant::now())
         {
             self.commit_health().await;
         }
@@ -129,7 +131,7 @@ impl Control {
     /// Commits the health batch as one version: every pair takes its newest verdict. A
     /// batch that changes no verdict (flaps that went back) makes no version.
     pub(super) async fn commit_health(&mut self) {
-        let Some(batch) = self.health_batch.take() else {
+        let Some(batch) = self.health_batch.take(Instant::now()) else {
             return;
         };
         if self.fleet.is_some() {

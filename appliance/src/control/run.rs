@@ -276,8 +276,9 @@ impl Control {
         let mut ticks: u64 = 0;
         let mut stall = StallHook::from_env()?;
         loop {
-            let window = self.st.config.appliance.health_batch;
-            let due = self.health_batch.due(window);
+            let due = self
+                .health_batch
+                .due(super::batch::Pacing::of(&self.st.config));
             // A far deadline stands in while no batch waits (the branch is disabled then).
             let batch_at = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             let ramp = self.ramp_at();

@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use crate::config::{Backend, Config, Vip};
 use crate::lb::limits::LimitBoard;
-use crate::lb::maglev::Ring;
-use crate::lb::tables::{Core, TableError, Tables};
+use crate::lb::tables::{TableError, Tables};
 
 impl Tables {
     /// Version `version` of these tables with the health verdicts `healthy` gives (as for
@@ -50,7 +49,7 @@ impl Tables {
             }
             touched.push((slot, v));
         }
-        let rings = match build_rings(&core, &touched) {
+        let rings = match super::rings::build(&core, &touched, false) {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
@@ -70,52 +69,4 @@ impl Tables {
             egress: Arc::clone(&self.egress),
         }))
     }
-}
-
-/// Below this many touched VIPs one thread builds their rings; above it, every core does
-/// (a ring of 16381 slots takes about 0.65 ms, so a storm that touches a thousand VIPs is
-/// most of a second on one core, and the sync lag with it).
-const PARALLEL_FROM: usize = 32;
-
-/// The rings of the `touched` VIPs (slot, config), in order, each with whether it was built
-/// rather than shared with the running version.
-fn build_rings(
-    core: &Core,
-    touched: &[(usize, &Vip)],
-) -> Result<Vec<(Arc<Ring>, bool)>, TableError> {
-    let one = |&(slot, v): &(usize, &Vip)| {
-        let entry = &core.vips[slot];
-        core.ring_shared(v, entry.backends.clone(), Some(&entry.ring))
-    };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if touched.len() < PARALLEL_FROM || threads < 2 {
-        return touched.iter().map(one).collect();
-    }
-    let chunk = touched.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let mut out = Vec::with_capacity(touched.len());
-        let mut parts = Vec::new();
-        for part in touched.chunks(chunk) {
-            // A thread the system will not give (out of memory or threads) is no reason to
-            // fail a commit: that part is built here instead.
-            match std::thread::Builder::new()
-                .name("sluice-rings".into())
-                .spawn_scoped(s, move || part.iter().map(one).collect::<Vec<_>>())
-            {
-                Ok(h) => parts.push(Ok(h)),
-                Err(_) => parts.push(Err(part)),
-            }
-        }
-        for p in parts {
-            let built = match p {
-                // A panic in a ring build is a bug; carry it to this thread as it is.
-                Ok(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
-                Err(part) => part.iter().map(one).collect(),
-            };
-            for r in built {
-                out.push(r?);
-            }
-        }
-        Ok(out)
-    })
 }

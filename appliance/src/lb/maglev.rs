@@ -10,12 +10,17 @@
 //!
 //! Backends are sorted by their identity (address, port) before population so the table does
 //! not depend on configuration order. The inner loop allocates nothing and uses no division:
-//! a backend's permutation position advances by `skip` with a conditional subtraction.
+//! a backend's permutation position advances by `skip` with a conditional subtraction. When
+//! every weight is the same (the common pool) the credit bookkeeping is skipped: the
+//! population is then plain round robin, the same table.
 //!
 //! A slot holds a 16-bit position in the pool (a pool has at most 65536 backends), so a ring
 //! costs 2 bytes per slot. A ring remembers what it was built from ([`Ring::built_from`]) so
 //! that a new table version can share an unchanged VIP's ring instead of building it again,
-//! and carries a stable digest of its slots for comparing tables across appliances.
+//! and a stable digest of its slots for comparing tables across appliances, computed when
+//! first asked for: forwarding never needs it, so a health commit does not wait for it.
+
+use std::sync::OnceLock;
 
 use crate::lb::hash::maglev_offset_skip;
 
@@ -38,7 +43,7 @@ pub const MAX_POOL: usize = 1 << 16;
 
 /// A built lookup table: each slot holds a position in the backend list passed to
 /// [`Ring::build`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Ring {
     slots: Vec<u16>,
     /// The table size asked for (also when the ring is empty).
@@ -49,8 +54,22 @@ pub struct Ring {
     inputs: Vec<(u8, u32)>,
     /// Slots per backend position, counted once at build (the API and metrics read them).
     counts: Vec<u32>,
-    digest: u64,
+    /// [`Ring::digest`], once asked for.
+    digest: OnceLock<u64>,
 }
+
+/// Rings are equal when built the same way to the same slots (whether their digests were
+/// computed yet does not matter).
+impl PartialEq for Ring {
+    fn eq(&self, other: &Ring) -> bool {
+        self.m == other.m
+            && self.slots == other.slots
+            && self.ids == other.ids
+            && self.inputs == other.inputs
+    }
+}
+
+impl Eq for Ring {}
 
 /// Why a ring could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -132,10 +151,8 @@ impl Ring {
             order.sort_by(|&a, &b| backends[a as usize].id.cmp(backends[b as usize].id));
             populate(backends, &order, m)
         };
-        let mut digest = fnv(DIGEST_SEED, &m.to_le_bytes());
         let mut counts = vec![0u32; backends.len()];
         for &s in &slots {
-            digest = fnv(digest, &s.to_le_bytes());
             counts[usize::from(s)] += 1;
         }
         Ok(Ring {
@@ -144,8 +161,21 @@ impl Ring {
             ids,
             inputs,
             counts,
-            digest,
+            digest: OnceLock::new(),
         })
+    }
+
+    /// The empty ring of no backends at the default size: what a table entry holds until
+    /// its ring is built.
+    pub(crate) fn none() -> Ring {
+        Ring {
+            slots: Vec::new(),
+            m: DEFAULT_M,
+            ids: Vec::new(),
+            inputs: Vec::new(),
+            counts: Vec::new(),
+            digest: OnceLock::new(),
+        }
     }
 
     /// Whether building from `backends` at size `m` would give this ring: the same table
@@ -204,9 +234,16 @@ impl Ring {
     }
 
     /// A stable 64-bit digest of the table size and every slot (FNV-1a): equal on every
-    /// appliance that built the same ring.
+    /// appliance that built the same ring. Computed on the first call (a pass over the
+    /// slots), then kept.
     pub fn digest(&self) -> u64 {
-        self.digest
+        *self.digest.get_or_init(|| {
+            let mut digest = fnv(DIGEST_SEED, &self.m.to_le_bytes());
+            for &s in &self.slots {
+                digest = fnv(digest, &s.to_le_bytes());
+            }
+            digest
+        })
     }
 
     /// Heap bytes this ring holds (slots and the inputs it remembers).
@@ -226,15 +263,17 @@ impl Ring {
     }
 }
 
+/// A backend's walk through its Maglev permutation, and its weight credit.
+struct Perm {
+    pos: u32,
+    skip: u32,
+    weight: u64,
+    credit: u64,
+    index: u16,
+}
+
 /// Fills `m` slots from the backends at positions `order` (weight > 0, sorted by identity).
 fn populate(backends: &[MaglevBackend<'_>], order: &[u16], m: u32) -> Vec<u16> {
-    struct Perm {
-        pos: u32,
-        skip: u32,
-        weight: u64,
-        credit: u64,
-        index: u16,
-    }
     let mut perms: Vec<Perm> = order
         .iter()
         .map(|&i| {
@@ -256,20 +295,25 @@ fn populate(backends: &[MaglevBackend<'_>], order: &[u16], m: u32) -> Vec<u16> {
     // walks probe it; late in the fill most probes hit taken slots.
     let mut taken = vec![0u64; (m as usize).div_ceil(64)];
     let mut filled = 0u32;
+    if perms.iter().all(|p| p.weight == max_weight) {
+        // Equal weights: every backend's credit reaches the largest weight every round.
+        'round_robin: loop {
+            for p in perms.iter_mut() {
+                claim(p, m, &mut taken, &mut slots);
+                filled += 1;
+                if filled == m {
+                    break 'round_robin;
+                }
+            }
+        }
+        return slots;
+    }
     'fill: loop {
         for p in perms.iter_mut() {
             p.credit += p.weight;
             while p.credit >= max_weight {
                 p.credit -= max_weight;
-                // Walk this backend's permutation to its next free slot.
-                while taken[(p.pos >> 6) as usize] & (1u64 << (p.pos & 63)) != 0 {
-                    p.pos += p.skip;
-                    if p.pos >= m {
-                        p.pos -= m;
-                    }
-                }
-                taken[(p.pos >> 6) as usize] |= 1u64 << (p.pos & 63);
-                slots[p.pos as usize] = p.index;
+                claim(p, m, &mut taken, &mut slots);
                 filled += 1;
                 if filled == m {
                     break 'fill;
@@ -278,6 +322,27 @@ fn populate(backends: &[MaglevBackend<'_>], order: &[u16], m: u32) -> Vec<u16> {
         }
     }
     slots
+}
+
+/// Walks `p`'s permutation to its next free slot and gives it `p`'s backend.
+#[inline(always)]
+fn claim(p: &mut Perm, m: u32, taken: &mut [u64], slots: &mut [u16]) {
+    // Position and step in registers for the walk; the word is tested and set once.
+    let (mut pos, skip) = (p.pos, p.skip);
+    loop {
+        let word = taken[(pos >> 6) as usize];
+        let bit = 1u64 << (pos & 63);
+        if word & bit == 0 {
+            taken[(pos >> 6) as usize] = word | bit;
+            break;
+        }
+        pos += skip;
+        if pos >= m {
+            pos -= m;
+        }
+    }
+    p.pos = pos;
+    slots[pos as usize] = p.index;
 }
 
 #[cfg(test)]
@@ -433,6 +498,57 @@ mod tests {
         let empty = Ring::build(&backends(&id, &[0; 4]), 251).unwrap();
         assert!(empty.is_empty() && empty.built_from(&backends(&id, &[0; 4]), 251));
         assert_eq!(empty.table_size(), 251);
+    }
+
+    /// Every appliance of every release must build the same ring from the same inputs: the
+    /// digests of rings over fixed backends (equal weights, unequal weights with a
+    /// zero-weight backend, a pool near the balance rule's limit) at the smallest allowed
+    /// size, the default and 65537 are pinned here. A change to the population, the hashes
+    /// or the identity bytes fails this test.
+    /// Pool size, weight of backend `i`, table size, the ring's digest.
+    type Pinned = (usize, fn(usize) -> u32, u32, u64);
+
+    #[test]
+    fn ring_digests_are_pinned() {
+        let cases: [Pinned; 9] = [
+            (10, |_| 1, 1009, 0x73ca_ccb8_b5f6_b7ed),
+            (10, |_| 1, DEFAULT_M, 0x8814_ef33_41e5_a2f5),
+            (10, |_| 1, 65537, 0x7082_b6e2_c0c9_991b),
+            (7, |i| [3, 1, 0, 2, 5, 1, 1][i], 1009, 0x49b2_7c7b_5317_7a58),
+            (
+                7,
+                |i| [3, 1, 0, 2, 5, 1, 1][i],
+                DEFAULT_M,
+                0xd335_71a6_6347_f691,
+            ),
+            (
+                7,
+                |i| [3, 1, 0, 2, 5, 1, 1][i],
+                65537,
+                0x3d80_bfaf_9c82_f348,
+            ),
+            (163, |i| 1 + (i % 4) as u32, 16301, 0x6370_28bc_eb12_a689),
+            (
+                163,
+                |i| 1 + (i % 4) as u32,
+                DEFAULT_M,
+                0x2afe_4f0d_af1e_df1e,
+            ),
+            (163, |i| 1 + (i % 4) as u32, 65537, 0x5b9b_7688_d037_63be),
+        ];
+        let mut got = Vec::new();
+        for (n, weight, m, _) in cases {
+            let id = ids(n);
+            let w: Vec<u32> = (0..n).map(weight).collect();
+            got.push(Ring::build(&backends(&id, &w), m).unwrap().digest());
+        }
+        let want: Vec<u64> = cases.iter().map(|c| c.3).collect();
+        assert_eq!(
+            got.iter().map(|d| format!("{d:#018x}")).collect::<Vec<_>>(),
+            want.iter()
+                .map(|d| format!("{d:#018x}"))
+                .collect::<Vec<_>>()
+        );
     }
 
     proptest! {

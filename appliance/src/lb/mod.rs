@@ -16,6 +16,7 @@ pub mod limits;
 pub mod maglev;
 pub mod persist;
 pub mod process;
+mod rings;
 pub mod sched;
 pub mod tables;
 

@@ -441,8 +441,17 @@ impl Tables {
             limits: Arc::new(LimitBoard::new(0)),
             limited: Vec::new(),
         };
+        // Every VIP's entries first, each holding its previous ring (or none) until the
+        // rings, which read the entries, are built, on every core for a large config.
+        let none = Arc::new(Ring::none());
         for v in &config.vips {
-            t.add_vip(v, healthy, prev.get(v.name.as_str()).copied())?;
+            let held = prev.get(v.name.as_str()).copied().unwrap_or(&none);
+            t.add_vip(v, healthy, Arc::clone(held))?;
+        }
+        let all: Vec<(usize, &Vip)> = config.vips.iter().enumerate().collect();
+        for ((slot, _), (ring, built)) in all.iter().zip(super::rings::build(&t, &all, true)?) {
+            t.rings_built += u32::from(built);
+            t.vips[*slot].ring = ring;
         }
         t.limits = Arc::new(LimitBoard::new(t.limited.len()));
         let egress = Egress::default().with_backends(t.backends.len());
@@ -527,7 +536,7 @@ impl Core {
         &mut self,
         v: &Vip,
         healthy: &dyn Fn(&Vip, &Backend) -> bool,
-        prev: Option<&Arc<Ring>>,
+        ring: Arc<Ring>,
     ) -> Result<(), TableError> {
         let vslot = self.vips.len() as u32;
         if v.backends.len() > usize::from(u16::MAX) {
@@ -550,7 +559,6 @@ impl Core {
         let pool_has_limits = range
             .clone()
             .any(|s| self.backends[s as usize].limit.is_some());
-        let ring = self.ring(v, range.clone(), prev)?;
         let buckets = self.buckets(v, range.clone());
         let snat: Vec<u128> = v.snat.iter().map(|a| addr_to_u128(*a)).collect();
         for &a in &snat {
@@ -631,20 +639,8 @@ impl Core {
     }
 
     /// The Maglev ring of a VIP whose backends hold slots `range` (ineligible ones weigh 0):
-    /// `prev` when it was built from the same inputs, else a new one.
-    pub(super) fn ring(
-        &mut self,
-        v: &Vip,
-        range: Range<u32>,
-        prev: Option<&Arc<Ring>>,
-    ) -> Result<Arc<Ring>, TableError> {
-        let (ring, built) = self.ring_shared(v, range, prev)?;
-        self.rings_built += u32::from(built);
-        Ok(ring)
-    }
-
-    /// [`Core::ring`] without the count, for builds on several threads: the ring and
-    /// whether it was built (not `prev` again).
+    /// `prev` when it was built from the same inputs, else a new one; and whether it was
+    /// built (not `prev` again).
     pub(super) fn ring_shared(
         &self,
         v: &Vip,
@@ -859,6 +855,7 @@ pub(crate) mod tests {
                 conntrack_capacity: 1024,
                 maglev_table_size: 65537,
                 health_batch: crate::config::DEFAULT_HEALTH_BATCH,
+                health_batch_delay: crate::config::DEFAULT_HEALTH_BATCH_DELAY,
                 timeouts: Timeouts::default(),
                 icmp_limits: Default::default(),
             },

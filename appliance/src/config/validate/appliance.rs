@@ -45,6 +45,7 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         .unwrap_or(1 << 18) as u32;
     let maglev_table_size = maglev_table_size(&mut t, errs);
     let health_batch = super::scale::health_batch(&mut t, errs);
+    let health_batch_delay = super::scale::health_batch_delay(&mut t, health_batch, errs);
     let timeouts = match t.table("timeouts", errs) {
         Some(tt) => timeouts(tt, errs),
         None => Timeouts::default(),
@@ -66,6 +67,7 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         conntrack_capacity,
         maglev_table_size,
         health_batch,
+        health_batch_delay,
         timeouts,
         icmp_limits,
     })

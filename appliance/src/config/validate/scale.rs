@@ -1,7 +1,8 @@
 //! The keys that keep the control plane cheap at thousands of VIPs: each VIP's Maglev ring
-//! size, checked against its pool for balance; `[appliance] health_batch`, the window that
-//! turns a storm of health transitions into a few commits; and `[metrics] per_backend`,
-//! which bounds the scrape.
+//! size, checked against its pool for balance; `[appliance] health_batch` and
+//! `health_batch_delay`, which pace health commits so that a storm of transitions becomes a
+//! few versions while a lone transition commits soon; and `[metrics] per_backend`, which
+//! bounds the scrape.
 
 use std::time::Duration;
 
@@ -36,8 +37,15 @@ pub fn prime_at_least(n: u64) -> u64 {
     c
 }
 
-/// The health batch window when `[appliance] health_batch` is not set.
+/// The health batch window when `[appliance] health_batch` is not set: the least time
+/// between the starts of two health commits.
 pub const DEFAULT_HEALTH_BATCH: Duration = Duration::from_millis(50);
+
+/// How long the first transition after a quiet spell waits for others to join its commit
+/// when `[appliance] health_batch_delay` is not set (never longer than `health_batch`).
+/// Transitions a failure causes at one moment reach the loop within a few milliseconds of
+/// each other; waiting longer only adds to every storm's lag.
+pub const DEFAULT_HEALTH_BATCH_DELAY: Duration = Duration::from_millis(10);
 
 /// The largest Maglev table a VIP may have.
 pub const MAX_TABLE_SIZE: u32 = 1 << 24;
@@ -50,6 +58,35 @@ pub(super) fn health_batch(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Durati
         errs,
     )
     .unwrap_or(DEFAULT_HEALTH_BATCH)
+}
+
+/// `[appliance] health_batch_delay`: 0 up to `health_batch` (`batch`); when unset, the
+/// default or `health_batch` when that is shorter.
+pub(super) fn health_batch_delay(
+    t: &mut Table<'_>,
+    batch: Duration,
+    errs: &mut ConfigErrors,
+) -> Duration {
+    let set = t.duration(
+        "health_batch_delay",
+        Duration::ZERO..=Duration::from_secs(1),
+        errs,
+    );
+    match set {
+        Some(d) if d > batch => {
+            errs.push(
+                t.key("health_batch_delay"),
+                format!(
+                    "{} is longer than health_batch ({}): lower it, or raise health_batch",
+                    humantime::format_duration(d),
+                    humantime::format_duration(batch)
+                ),
+            );
+            batch
+        }
+        Some(d) => d,
+        None => DEFAULT_HEALTH_BATCH_DELAY.min(batch),
+    }
 }
 
 /// A VIP's ring size: its own `maglev_table_size`, else the appliance's; a prime with at
