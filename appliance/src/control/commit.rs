@@ -363,6 +363,7 @@ pub(super) fn publish(
             health_since,
         };
     }
+    shared.sync_changed.notify_one();
     view::event(shared, Kind::Commit, format!("version {version}: {why}"));
     version
 }

@@ -831,6 +831,7 @@ address = "10.1.0.21"
                 lag: Some(Duration::from_millis(1500)),
                 health_since: None,
             }),
+            sync_changed: tokio::sync::Notify::new(),
             commands: tokio::sync::mpsc::channel(1).0,
             api_errors: AtomicU64::new(4),
             probes_not_run: AtomicU64::new(0),

@@ -215,6 +215,7 @@ fn shared(
             lag: None,
             health_since: None,
         }),
+        sync_changed: tokio::sync::Notify::new(),
         commands,
         api_errors: Default::default(),
         probes_not_run: Default::default(),

@@ -111,6 +111,9 @@ pub struct Shared {
     pub view: ArcSwap<View>,
     pub events: Mutex<EventRing>,
     pub sync: Mutex<Sync>,
+    /// Signalled after each commit sets `sync`, so the sync watcher sleeps between commits
+    /// instead of ticking while the appliance is idle.
+    pub sync_changed: tokio::sync::Notify,
     pub commands: mpsc::Sender<Command>,
     /// API requests refused (4xx), by the API server.
     pub api_errors: AtomicU64,

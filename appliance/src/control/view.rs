@@ -118,14 +118,24 @@ pub fn summary(shared: &Shared) -> String {
 }
 
 /// Watches the workers after each commit and records how long it took them all to run it.
+/// Between commits it sleeps until the next one (`sync_changed`): an idle appliance wakes
+/// nothing here.
 pub async fn watch_sync(shared: Arc<Shared>) {
     let mut iv = tokio::time::interval(Duration::from_millis(5));
+    iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        iv.tick().await;
         let Ok(s) = shared.sync.lock().map(|s| *s) else {
             return;
         };
-        if s.lag.is_none() && shared.synced_to(s.version) {
+        if s.lag.is_some() {
+            // A commit sets `sync` before it signals, so none is missed between the read
+            // above and this wait (a signal with no waiter is kept for the next one).
+            shared.sync_changed.notified().await;
+            iv.reset();
+            continue;
+        }
+        iv.tick().await;
+        if shared.synced_to(s.version) {
             let lag = s.published_at.elapsed();
             if let Ok(mut cur) = shared.sync.lock()
                 && cur.version == s.version
