@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 use lab::netns::{self, LabError, Netns, try_veth_mq};
 
 use crate::client::{ClientOptions, ClientResult};
-use crate::counters::{cpu_times, mac_of, mac_text, parse_pid_stat};
+use crate::counters::{cpu_times, mac_of, mac_text};
 use crate::cps_report::{CpsReport, CpsRun, RunKind};
+use crate::idle::process_ticks;
 use crate::{BenchError, READY_TIMEOUT};
 
 /// The NAT VIP (TCP port 80).
@@ -287,9 +288,7 @@ impl CpsBench {
     }
 
     pub(crate) fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        crate::topology::tail_of(&self.log_path())
     }
 
     /// Starts `sluice run` in lb with [`cps_config`].
@@ -342,17 +341,6 @@ impl CpsBench {
         }
         Ok(())
     }
-}
-
-/// Ticks of `pid`, or an error naming it.
-fn process_ticks(pid: u32) -> Result<u64, BenchError> {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|t| parse_pid_stat(&t))
-        .ok_or_else(|| BenchError::Counter {
-            what: "the sluice process's CPU time".into(),
-            detail: format!("/proc/{pid}/stat unreadable (did it exit?)"),
-        })
 }
 
 impl CpsBench {

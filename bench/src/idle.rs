@@ -86,7 +86,8 @@ fn thread_ticks(pid: u32) -> Vec<(String, u64)> {
         .collect()
 }
 
-fn process_ticks(pid: u32) -> Result<u64, BenchError> {
+/// Ticks of `pid`'s CPU time, or an error naming it.
+pub(crate) fn process_ticks(pid: u32) -> Result<u64, BenchError> {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|t| parse_pid_stat(&t))

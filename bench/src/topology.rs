@@ -267,9 +267,7 @@ impl Bench {
     }
 
     pub(crate) fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        tail_of(&self.log_path())
     }
 
     /// Starts `sluice run` in lb with the bench config; its output goes to the log.
@@ -383,4 +381,11 @@ pub(crate) fn stop_child(mut child: Child) -> bool {
             }
         }
     }
+}
+
+/// The last 20 lines of the appliance log at `path` (empty when it cannot be read).
+pub(crate) fn tail_of(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
 }
