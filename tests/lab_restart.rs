@@ -1,7 +1,10 @@
 //! Graceful restart (RFC 4724) with `sluice run`: with `graceful_restart` configured, a
 //! SIGTERM closes the BGP session without withdrawing and the next process takes over, so
 //! the router (BIRD) keeps the VIP route through the whole restart. Without it, SIGTERM
-//! withdraws (RFC 8326 graceful shutdown) and the route goes. Needs root and bird2.
+//! withdraws (RFC 8326 graceful shutdown) and the route goes. The operator's overrides (a
+//! drain, a weight, a VIP withdrawn from BGP) are kept in `[appliance] state_dir` and come
+//! back with the next process; a corrupt overrides file is reported and ignored. Needs root
+//! and bird2.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -137,6 +140,139 @@ fn route_goes_on_sigterm_without_graceful_restart() {
     assert!(
         misses > 0,
         "without graceful restart SIGTERM must withdraw the route"
+    );
+    assert!(lab.stop_appliance(), "clean exit");
+}
+
+/// `sluice ctl` against appliance 0's API socket; (exit code, stdout, stderr).
+fn ctl(lab: &Lab, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(sluice())
+        .arg("ctl")
+        .arg("--socket")
+        .arg(lab.api_socket_at(0))
+        .args(args)
+        .output()
+        .expect("run sluice ctl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The VIP's backends as `sluice ctl --json backends` reports them, polled until the API
+/// answers (a process just started may not listen yet).
+fn backends(lab: &Lab, vip: &str) -> Vec<api::Backend> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, out, err) = ctl(lab, &["--json", "backends", vip]);
+        if code == 0 {
+            return serde_json::from_str(&out).expect("--json parses");
+        }
+        assert!(Instant::now() < deadline, "no answer from the API: {err}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn backend<'a>(list: &'a [api::Backend], id: &str) -> &'a api::Backend {
+    list.iter()
+        .find(|b| b.id == id)
+        .unwrap_or_else(|| panic!("no backend {id} in {list:?}"))
+}
+
+fn withdrawn_by_operator(lab: &Lab, vip: &str) -> bool {
+    let (code, out, err) = ctl(lab, &["--json", "vips"]);
+    assert_eq!(code, 0, "{err}");
+    let vips: Vec<api::Vip> = serde_json::from_str(&out).expect("--json parses");
+    vips.iter()
+        .find(|v| v.name == vip)
+        .unwrap_or_else(|| panic!("no VIP {vip}: {out}"))
+        .withdrawn_by_operator
+}
+
+fn restart(lab: &mut Lab) -> String {
+    assert!(lab.terminate_appliance_at(0), "SIGTERM");
+    assert!(
+        lab.wait_appliance_at(0, Duration::from_secs(15)),
+        "clean exit on SIGTERM"
+    );
+    let log = lab.start_appliance(sluice()).expect("restart");
+    // The log is complete up to the start once the API answers.
+    backends(lab, "nat4-tcp");
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+#[test]
+fn operator_overrides_survive_a_restart_and_a_corrupt_file_is_ignored() {
+    let mut lab = lab(false);
+    let state = lab.dir.join("im6-state");
+    let cfg = std::fs::read_to_string(lab.config_path_at(0)).expect("config");
+    let cfg = cfg.replacen(
+        "[appliance]\n",
+        &format!("[appliance]\nstate_dir = \"{}\"\n", state.display()),
+        1,
+    );
+    assert!(cfg.contains("state_dir"), "config edit");
+    lab.write_config(&cfg).expect("write");
+    lab.start_appliance(sluice()).expect("start");
+    let vip = LabMode::Nat.vip(false);
+    assert!(
+        wait_routed(&lab, vip, Duration::from_secs(30)),
+        "router never learned {vip}"
+    );
+    for args in [
+        &["drain", "nat4-tcp", "10.0.0.21:8080"][..],
+        &["weight", "nat4-tcp", "10.0.0.22:8080", "7"],
+        &["withdraw", "nat4-tcp"],
+    ] {
+        let (code, _, err) = ctl(&lab, args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+    let file = state.join("overrides.json");
+    let text = std::fs::read_to_string(&file).expect("overrides.json written");
+    assert!(
+        text.contains("\"drain\"") && text.contains("nat4-tcp"),
+        "{text}"
+    );
+
+    let log = restart(&mut lab);
+    assert!(
+        log.contains("operator overrides restored from"),
+        "start log:\n{log}"
+    );
+    let list = backends(&lab, "nat4-tcp");
+    let drained = backend(&list, "10.0.0.21:8080");
+    assert_eq!(
+        (drained.state.as_str(), drained.state_overridden),
+        ("drain", true)
+    );
+    let weighted = backend(&list, "10.0.0.22:8080");
+    assert_eq!((weighted.weight, weighted.weight_overridden), (7, true));
+    assert!(withdrawn_by_operator(&lab, "nat4-tcp"), "withdrawal lost");
+
+    // An undo is kept too: undrain, restart, the backend is active from the file.
+    let (code, _, err) = ctl(&lab, &["undrain", "nat4-tcp", "10.0.0.21:8080"]);
+    assert_eq!(code, 0, "{err}");
+    restart(&mut lab);
+    let list = backends(&lab, "nat4-tcp");
+    assert_eq!(backend(&list, "10.0.0.21:8080").state, "active");
+    assert!(backend(&list, "10.0.0.22:8080").weight_overridden);
+
+    // A corrupt file: reported with its path, ignored; the appliance runs on its config.
+    std::fs::write(&file, "{\"format\": 1, \"backends\": [").expect("corrupt");
+    let log = restart(&mut lab);
+    let said = format!("{} is not a sluice overrides file", file.display());
+    assert!(log.contains(&said), "start log lacks {said:?}:\n{log}");
+    assert!(
+        state.join("overrides.json.corrupt").exists(),
+        "the corrupt file is kept aside"
+    );
+    let list = backends(&lab, "nat4-tcp");
+    assert!(!backend(&list, "10.0.0.22:8080").weight_overridden);
+    assert!(!withdrawn_by_operator(&lab, "nat4-tcp"));
+    assert!(
+        wait_routed(&lab, vip, Duration::from_secs(30)),
+        "{vip} not announced again once the withdrawal was gone"
     );
     assert!(lab.stop_appliance(), "clean exit");
 }

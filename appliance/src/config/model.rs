@@ -68,6 +68,9 @@ pub struct Appliance {
     pub timeouts: Timeouts,
     /// `[appliance.icmp_limits]`: how many ICMP messages the engine originates.
     pub icmp_limits: IcmpLimits,
+    /// Where the operator's overrides are kept across restarts (`state_dir`); `None` uses
+    /// systemd's `$STATE_DIRECTORY`, or keeps them in memory only without it.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Rate limits on the ICMP and ICMPv6 messages the engine originates (echo replies for VIPs

@@ -183,6 +183,7 @@ impl Control {
             a.withdraw_unless(|ip| vips.iter().any(|v| v.address == *ip), "VIP removed");
         }
         let rest = self.st.adopt(p);
+        self.keep_overrides();
         if rest.targets != self.targets {
             self.targets = rest.targets;
             set_probes(&self.prober, &self.targets);

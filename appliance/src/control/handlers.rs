@@ -417,6 +417,7 @@ impl Control {
         } else {
             self.st.withdrawn.insert(vip.to_string());
         }
+        self.keep_overrides();
         self.sync_bgp(Instant::now());
         self.view(None);
         let applied = Applied::Announce {

@@ -124,6 +124,12 @@ pub fn render(s: &Shared) -> String {
     );
     listeners(&mut b, s);
     b.counter1(
+        "sluice_overrides_file_errors",
+        "Failed reads and writes of the operator overrides file in the state directory \
+         (the log says which and why)",
+        s.overrides_file_errors.load(Ordering::Relaxed),
+    );
+    b.counter1(
         "sluice_health_probes_not_run",
         "Health probes not run for a local shortage (descriptors, buffers, ports); verdicts kept",
         s.probes_not_run.load(Ordering::Relaxed),
@@ -845,6 +851,7 @@ address = "10.1.0.21"
                 h
             },
             fleet: Default::default(),
+            overrides_file_errors: AtomicU64::new(0),
             flow_cache: None,
             vip_probes: {
                 let c = crate::datapath::vipprobe::VipProbeCounters::default();
@@ -1253,6 +1260,9 @@ sluice_api_connections_refused_total{listener="tcp"} 0
 sluice_api_connection_timeouts_total{listener="metrics"} 0
 sluice_api_connection_timeouts_total{listener="socket"} 0
 sluice_api_connection_timeouts_total{listener="tcp"} 0
+# HELP sluice_overrides_file_errors Failed reads and writes of the operator overrides file in the state directory (the log says which and why).
+# TYPE sluice_overrides_file_errors counter
+sluice_overrides_file_errors_total 0
 # HELP sluice_health_probes_not_run Health probes not run for a local shortage (descriptors, buffers, ports); verdicts kept.
 # TYPE sluice_health_probes_not_run counter
 sluice_health_probes_not_run_total 0

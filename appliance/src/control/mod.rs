@@ -28,6 +28,7 @@ pub mod events;
 pub mod fleet;
 mod flood;
 mod handlers;
+pub mod kept;
 pub mod metrics;
 mod neighbours;
 pub mod prepare;

@@ -59,6 +59,8 @@ pub(super) struct Control {
     pub(super) walker: Option<cache::Walker>,
     /// When the last slow-start step was committed (steps keep `MIN_STEP_GAP` apart).
     pub(super) last_ramp_step: Option<Instant>,
+    /// The operator overrides on disk (see `kept.rs`).
+    pub(super) keeper: super::kept::Keeper,
 }
 
 impl Control {
@@ -87,6 +89,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     // A fleet member starts on the last revision it activated, if one is kept.
     let start = super::fleet::start_from(path, file);
     let mut st = State::new(path.to_path_buf(), start.config);
+    let keeper = super::kept::Keeper::start(&mut st);
     let (hops, misses) = neighbours::first(&resolver)
         .await
         .map_err(RunError::Netlink)?;
@@ -144,12 +147,14 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         fleet,
         walker,
         last_ramp_step: None,
+        keeper,
     };
     c.sync_bgp(Instant::now());
     c.view(c.dp.stats().ok());
     let started = format!("version {}: started", published.version());
     event(&shared, Kind::Commit, started);
     c.fleet_started(start.problem);
+    c.kept_started();
     c.event_loop(cmd_rx, transitions).await?;
     listeners.stop();
     sync_task.abort();
@@ -223,6 +228,7 @@ fn shared(
         reloads_rejected: Default::default(),
         health: Default::default(),
         fleet: Default::default(),
+        overrides_file_errors: Default::default(),
     })
 }
 

@@ -132,6 +132,8 @@ pub struct Shared {
     pub health: super::batch::HealthStats,
     /// The fleet document (`GET /v1/fleet`); `None` without `[fleet]`.
     pub fleet: Mutex<Option<api::FleetStatus>>,
+    /// Failed reads and writes of the operator overrides file (see `kept.rs`).
+    pub overrides_file_errors: AtomicU64,
 }
 
 /// Counters summed over the workers, keyed by names that survive reloads.

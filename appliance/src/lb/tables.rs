@@ -858,6 +858,7 @@ pub(crate) mod tests {
                 health_batch_delay: crate::config::DEFAULT_HEALTH_BATCH_DELAY,
                 timeouts: Timeouts::default(),
                 icmp_limits: Default::default(),
+                state_dir: None,
             },
             api: Api {
                 socket: PathBuf::from("/run/sluice.sock"),

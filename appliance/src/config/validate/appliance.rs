@@ -2,6 +2,7 @@
 //! connection-table timeouts.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{MAX_DURATION, check_name, is_prime};
@@ -54,6 +55,7 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         Some(tt) => icmp_limits(tt, errs),
         None => IcmpLimits::default(),
     };
+    let state_dir = state_dir(&mut t, errs);
     t.finish(errs);
     Some(Appliance {
         name: name?,
@@ -70,7 +72,21 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         health_batch_delay,
         timeouts,
         icmp_limits,
+        state_dir,
     })
+}
+
+/// `state_dir`: an absolute directory for the operator's overrides (see `control::kept`).
+fn state_dir(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<PathBuf> {
+    let dir = PathBuf::from(t.string("state_dir", errs)?);
+    if !dir.is_absolute() {
+        errs.push(
+            t.key("state_dir"),
+            format!("{:?} must be an absolute path", dir.display().to_string()),
+        );
+        return None;
+    }
+    Some(dir)
 }
 
 /// `interfaces`: at least one, each a valid Linux interface name, none twice.
@@ -187,4 +203,36 @@ fn timeouts(mut tt: Table<'_>, errs: &mut ConfigErrors) -> Timeouts {
     };
     tt.finish(errs);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use crate::config::Config;
+
+    const VIP: &str = "[[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\n\
+        protocol = \"tcp\"\n[[vip.backend]]\naddress = \"10.0.0.21\"\n";
+
+    #[test]
+    fn state_dir_is_optional_and_must_be_absolute() {
+        let text = format!("[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n{VIP}");
+        let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.appliance.state_dir, None);
+        let text = format!(
+            "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\nstate_dir = \"/srv/lb\"\n{VIP}"
+        );
+        let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.appliance.state_dir, Some(PathBuf::from("/srv/lb")));
+        let text = format!(
+            "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\nstate_dir = \"srv/lb\"\n{VIP}"
+        );
+        let e = Config::from_toml_str(&text)
+            .expect_err("relative")
+            .to_string();
+        assert!(
+            e.contains("appliance.state_dir: \"srv/lb\" must be an absolute path"),
+            "{e}"
+        );
+    }
 }
