@@ -118,12 +118,28 @@ const P: [u64; 3] = [
 ];
 
 /// Two addresses and a word of ports and protocol, keyed by `secret`, to 32 well-mixed bits.
+///
+/// Keys that differ only in the ports vary one multiplicand of the last product by its top
+/// bits, which spreads them by a multiple of the other multiplicand alone: for an unlucky
+/// secret, consecutive ports would land in neighbouring slots. MurmurHash3's 64-bit
+/// finalizer after it makes every output bit depend on every bit of the product, whatever
+/// the secret.
 #[inline(always)]
 fn keyed(secret: &[u64; 3], a: u128, b: u128, tail: u64) -> u32 {
     let x = mum(a as u64 ^ secret[0], (a >> 64) as u64 ^ P[0]);
     let y = mum(b as u64 ^ secret[1], (b >> 64) as u64 ^ P[1]);
-    let z = mum(x ^ tail ^ secret[2], y ^ P[2]);
+    let z = fmix64(mum(x ^ tail ^ secret[2], y ^ P[2]));
     (z ^ (z >> 32)) as u32
+}
+
+/// MurmurHash3's 64-bit finalizer (an avalanche of all 64 bits).
+#[inline(always)]
+fn fmix64(mut z: u64) -> u64 {
+    z ^= z >> 33;
+    z = z.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    z ^= z >> 33;
+    z = z.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    z ^ (z >> 33)
 }
 
 #[cfg(test)]
