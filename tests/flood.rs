@@ -540,7 +540,9 @@ const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
+const FIN: u8 = 0x01;
 const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
 const ACK: u8 = 0x10;
 
 /// Runs `frame` through the program; `true` when it went on to the engine (a test run has
@@ -797,6 +799,61 @@ fn a_busy_source_whose_flows_complete_keeps_opening_them_during_a_flood() {
     assert!(
         spoofed <= 3,
         "{spoofed} of 1000 never-completed flows went on"
+    );
+}
+
+/// A busy client's short connections (connect, request, close) while the mode is on: its
+/// handshake ACK and its request leave back to back, so both reach the engine before the
+/// engine's entry is in the cache, and the next frame it sends is its FIN, which the program
+/// hands to the engine without forwarding it. Such a connection never has a first hit; its
+/// FIN (or RST) finds the entry, is not policed, and pays the source back. A spoofed source
+/// sending FINs and RSTs of flows that do not exist is policed like any miss.
+#[test]
+fn a_busy_source_whose_short_connections_close_before_a_hit_keeps_opening_them() {
+    let lab = cached_lab();
+    lab.flood();
+    let proxy = Ipv4Addr::new(198, 51, 100, 4);
+    let first = |lab: &CachedLab| lab.steer.counters().expect("counters").flood.first;
+    let mut opened = 0;
+    for port in 30_000..31_000u16 {
+        let syn = steered(&lab.steer, &tcp_to(DR_VIP, proxy, port, SYN));
+        let ack = steered(&lab.steer, &tcp_to(DR_VIP, proxy, port, ACK));
+        let request = steered(&lab.steer, &tcp_to(DR_VIP, proxy, port, ACK | 0x08));
+        if syn && ack && request {
+            opened += 1;
+            lab.establish(proxy, port);
+            let before = first(&lab);
+            let close = if port % 2 == 0 { FIN | ACK } else { RST };
+            assert!(
+                steered(&lab.steer, &tcp_to(DR_VIP, proxy, port, close)),
+                "the cached flow's teardown goes to the engine"
+            );
+            assert!(
+                steered(&lab.steer, &tcp_to(DR_VIP, proxy, port, close)),
+                "its retransmission too"
+            );
+            assert_eq!(
+                first(&lab),
+                before,
+                "a cached flow's teardown is not policed"
+            );
+        }
+    }
+    assert_eq!(opened, 1000, "connections the proxy opened and closed");
+    let c = lab.steer.counters().expect("counters").flood;
+    assert_eq!(
+        c.refunded, 1000,
+        "one refund per connection, not per FIN: {c:?}"
+    );
+    let spoofed = (40_000..41_000u16)
+        .filter(|&port| {
+            let flags = if port % 2 == 0 { FIN | ACK } else { RST };
+            steered(&lab.steer, &tcp_to(DR_VIP, SPOOF_B, port, flags))
+        })
+        .count();
+    assert!(
+        spoofed <= 6,
+        "{spoofed} of 1000 FINs and RSTs of no flow went on"
     );
 }
 

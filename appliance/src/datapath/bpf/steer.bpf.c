@@ -766,13 +766,14 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 // that may open a flow or belong to none, and that an established flow does not send at its
 // data rate: a TCP SYN without ACK to any VIP; and, with the cache on, every frame of a
 // cached mode (NAT, FullNAT, DR) the cache missed, since those modes' established flows hit
-// it. Tunnel VIPs are never cached, so their non-SYN frames and their UDP are never policed:
+// it (a FIN or RST of a cached flow included: flood_cached_teardown). Tunnel VIPs are never cached, so their non-SYN frames and their UDP are never policed:
 // an established tunnel flow is never shed. Every CPU counts the policed frames, and above
 // `threshold` of them a second it switches the mode on. While it is on, each source address
 // gets a token bucket (`src_rate` frames a second, `src_burst` deep) in an LRU map: a
 // flooding source is cut to its rate and the rest is dropped here, counted. A source earns
 // its tokens back with flows that prove themselves: the first frame the flow cache forwards
-// for a flow (the engine saw its handshake, or its second datagram, and installed it) puts
+// for a flow, or its first FIN or RST the cache holds an entry for (the engine saw its
+// handshake, or its second datagram, and installed it), puts
 // FLOOD_REFUND tokens back in its source's bucket, so many clients behind one NAT address
 // open as many flows as they complete, while spoofed sources, which never complete one,
 // stay at their rate. The mode switches off after a second below half the threshold. The
@@ -948,6 +949,48 @@ static __always_inline void flood_refund(const void *addr, __u8 family)
 	__u64 credit = b->credit + FLOOD_REFUND * NS_PER_SEC;
 	b->credit = credit > cap ? cap : credit;
 	flood_count(FL_REFUNDED);
+}
+
+// A FIN or RST of a flow the cache holds: the program hands teardown to the engine without
+// looking the cache up (l4_csum), so it would count as a miss. Only a flow the engine saw
+// complete its handshake has an entry, so such a frame is not policed, and the entry's first
+// sighting pays its source back as a first hit does: a short connection whose handshake ACK
+// and first data both reach the engine before the entry is installed (they leave the
+// client back to back) still proves itself at its FIN. The lookup costs one map lookup per
+// FIN or RST to a cached VIP while the mode is enabled.
+static __always_inline int flood_cached_teardown(const struct flow *f)
+{
+	if (f->proto != IPPROTO_TCP || !(f->tcp_flags & (TCP_FIN | TCP_RST)) ||
+	    (f->tcp_flags & TCP_SYN))
+		return 0;
+	struct cache_val *v;
+	if (f->family == FAMILY_V4) {
+		struct cache_key4 k;
+		__builtin_memset(&k, 0, sizeof(k));
+		__builtin_memcpy(&k.src, f->src, 4);
+		__builtin_memcpy(&k.dst, f->dst, 4);
+		k.sport = f->sport;
+		k.dport = f->dport;
+		k.proto = f->proto;
+		v = bpf_map_lookup_elem(&flow_cache4, &k);
+	} else {
+		struct cache_key6 k;
+		__builtin_memset(&k, 0, sizeof(k));
+		__builtin_memcpy(k.src, f->src, 16);
+		__builtin_memcpy(k.dst, f->dst, 16);
+		k.sport = f->sport;
+		k.dport = f->dport;
+		k.proto = f->proto;
+		v = bpf_map_lookup_elem(&flow_cache6, &k);
+	}
+	if (!v)
+		return 0;
+	if (!v->last_seen) {
+		flood_refund(f->src, f->family);
+		// Activity for the workers' ageing, and the mark that this flow has paid back.
+		v->last_seen = bpf_jiffies64();
+	}
+	return 1;
 }
 
 // Whether flood mode polices this VIP frame (see the section's comment).
@@ -1152,6 +1195,8 @@ static __always_inline int flood_action(struct xdp_md *ctx, const struct flow *f
 	const struct flood_conf *c = bpf_map_lookup_elem(&flood_conf, &zero);
 	struct flood_cpu *st = bpf_map_lookup_elem(&flood_cpus, &zero);
 	if (!c || !st || c->threshold == 0)
+		return -1;
+	if (flood_cached_teardown(f))
 		return -1;
 	__u64 now = bpf_ktime_get_ns();
 	flood_count(FL_FIRST);
