@@ -128,7 +128,7 @@ fn answer(t: &sluice::lb::Tables, ct: &sluice::lb::ConnTable) -> Option<Vec<u8>>
     }
     let (dst, dport) = f.snat.unwrap_or((f.key.src, f.key.sport));
     let l4 = if f.key.proto == 6 {
-        golden::tcp(f.backend_port, dport, 0x12, 7, b"")
+        golden::tcp(f.backend_port, dport, 0x12, golden::PEER_ISN, b"")
     } else {
         golden::udp(f.backend_port, dport, b"a")
     };
@@ -1312,7 +1312,12 @@ fn expired_fullnat_port_is_not_misdirected(cache: FlowCache) {
         handle(seg(40000, 0x02), golden::UPLINK, now),
         Verdict::Tx { .. }
     ));
-    let synack = golden::Pkt::new(backend, pool, 6, golden::tcp(8443, port_a, 0x12, 9, b""));
+    let synack = golden::Pkt::new(
+        backend,
+        pool,
+        6,
+        golden::tcp(8443, port_a, 0x12, golden::PEER_ISN, b""),
+    );
     assert!(matches!(
         handle(synack.build(), golden::BACKENDS, now),
         Verdict::Tx { .. }

@@ -119,13 +119,19 @@ pub struct Pkt {
     pub pad_to: usize,
 }
 
+/// The sequence number of the SYN-ACK that every ACK [`tcp`] builds acknowledges (their
+/// acknowledgement number is `PEER_ISN + 1`): a handshake the engine must accept as
+/// complete (NAT and FullNAT check it) answers with a SYN-ACK of this sequence number.
+pub const PEER_ISN: u32 = 0x1000_0000;
+
 /// A TCP segment: 20-byte header, window 65535, no options.
 pub fn tcp(sport: u16, dport: u16, flags: u8, seq: u32, payload: &[u8]) -> Vec<u8> {
     let mut t = Vec::new();
     t.extend_from_slice(&sport.to_be_bytes());
     t.extend_from_slice(&dport.to_be_bytes());
     t.extend_from_slice(&seq.to_be_bytes());
-    t.extend_from_slice(&(if flags & ACK != 0 { 0x1000_0001u32 } else { 0 }).to_be_bytes());
+    let ack = if flags & ACK != 0 { PEER_ISN + 1 } else { 0 };
+    t.extend_from_slice(&ack.to_be_bytes());
     t.push(0x50);
     t.push(flags);
     t.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);

@@ -28,7 +28,7 @@ use sluice::lb::conntrack::ConnTable;
 use sluice::lb::process::{DropReason, Verdict, WorkerStats, process};
 use sluice::lb::{Frame, HEADROOM, Tables, WorkerState};
 
-pub use build::{Pkt, checksum, icmp, l4_checksum, tcp, udp};
+pub use build::{PEER_ISN, Pkt, checksum, icmp, l4_checksum, tcp, udp};
 pub use setup::{CONFIG_TOML, config, fresh_conntrack, setup, tables};
 
 /// The fixed clock of every fixture.

@@ -43,7 +43,7 @@ pub mod state;
 mod tests;
 
 pub use snat::{SNAT_PORT_MIN, SNAT_PROBES};
-pub use state::{CLASSES, FlowState, Seen, first_state, is_syn, tcp_flags};
+pub use state::{CLASSES, Evidence, FlowState, Seen, first_state, is_syn, tcp_flags};
 
 use crate::config::{ClientAddress, Timeouts};
 use crate::lb::hash::FlowKey;
@@ -88,8 +88,8 @@ pub struct Flow {
     pub version: u64,
     /// Connection state.
     pub state: FlowState,
-    /// Evidence toward established ([`state::marks`]).
-    pub marks: u8,
+    /// Evidence toward established.
+    pub evidence: Evidence,
     /// Last packet seen, in the caller's nanosecond clock.
     pub last_seen: u64,
     /// The flow hash under the VIP's hash fields (tunnel outer source, stateless answers).
@@ -250,7 +250,7 @@ impl ConnTable {
                 backend_port: 0,
                 version: 0,
                 state: FlowState::UdpNew,
-                marks: 0,
+                evidence: Evidence::default(),
                 last_seen: 0,
                 hash: 0,
                 snat: None,
@@ -471,8 +471,8 @@ impl ConnTable {
     #[inline(always)]
     pub fn step(&mut self, id: u32, now: u64, flags: u8, seen: Seen) -> FlowState {
         let f = &mut self.slots[id as usize].flow;
-        let (st, m) = state::advance(f.state, f.marks, flags, seen);
-        f.marks = m;
+        let (st, m) = state::advance(f.state, f.evidence, flags, seen);
+        f.evidence = m;
         self.touch(id, now, st);
         st
     }

@@ -7,9 +7,12 @@
 //! the mode can see:
 //!
 //! - **NAT and FullNAT** see both directions, so they see the handshake: a TCP flow is
-//!   established by the client's ACK after the backend's SYN-ACK passed, a UDP flow by the
-//!   backend's first answer. A blind spoofer never sees the SYN-ACK and cannot answer the
-//!   backend, so it cannot get past embryonic.
+//!   established by the client's ACK of the backend's SYN-ACK (its acknowledgement number
+//!   at most 64 KiB past the SYN-ACK's sequence number, room for data a Fast Open backend
+//!   sends before it), a UDP flow by the backend's first answer. A blind spoofer never sees
+//!   the SYN-ACK: its ACKs, timed after the SYN-ACK passed or not, match one time in 65,536,
+//!   so it cannot get past embryonic (and cannot earn flood mode's refunds, which need an
+//!   established flow in the cache).
 //! - **DR and tunnel** see only the client's side. A TCP flow is established by its first
 //!   segment that carries payload after the SYN, or by its second segment after the SYN
 //!   (the ACK that completes the handshake and the next one, for protocols where the server
@@ -120,6 +123,25 @@ pub struct Seen {
     pub both_ways: bool,
     /// The segment carries payload (TCP) or any datagram (UDP).
     pub payload: bool,
+    /// TCP: the segment's sequence number (0 for UDP).
+    pub seq: u32,
+    /// TCP: the segment's acknowledgement number (0 for UDP).
+    pub ack: u32,
+}
+
+/// How far past the backend's SYN-ACK the handshake's ACK may acknowledge: data a TCP Fast
+/// Open backend sends with or right after its SYN-ACK (an initial window, about 15 KB on
+/// Linux) is acknowledged with it.
+pub const HANDSHAKE_ACK_WINDOW: u32 = 65_536;
+
+/// Per-flow evidence toward established, kept between packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Evidence {
+    /// [`marks`] bits.
+    pub marks: u8,
+    /// With [`marks::REPLY`] on a TCP flow: the backend's SYN-ACK's sequence number plus
+    /// one, the least the client's handshake ACK acknowledges.
+    pub syn_ack: u32,
 }
 
 /// Per-flow evidence the state machine keeps between packets ([`Flow::marks`] bits).
@@ -134,7 +156,7 @@ pub mod marks {
 
 /// The next state of a flow in `cur` with evidence `m` after a packet with `flags`
 /// (0 for UDP) and `seen`; returns the new state and evidence.
-pub fn advance(cur: FlowState, m: u8, flags: u8, seen: Seen) -> (FlowState, u8) {
+pub fn advance(cur: FlowState, m: Evidence, flags: u8, seen: Seen) -> (FlowState, Evidence) {
     use FlowState as S;
     match cur {
         S::Udp => (S::Udp, m),
@@ -145,19 +167,23 @@ pub fn advance(cur: FlowState, m: u8, flags: u8, seen: Seen) -> (FlowState, u8) 
         S::UdpNew => (S::Udp, m),
         _ if flags & (tcp_flags::FIN | tcp_flags::RST) != 0 => (S::TcpClosing, m),
         // A fresh SYN on a closing tuple is a new connection on the same backend.
-        S::TcpClosing if !seen.reverse && is_syn(flags) => (S::TcpSyn, 0),
+        S::TcpClosing if !seen.reverse && is_syn(flags) => (S::TcpSyn, Evidence::default()),
         S::TcpClosing | S::TcpEstablished => (cur, m),
         S::TcpSyn => syn_advance(m, flags, seen),
     }
 }
 
 /// [`advance`] for an embryonic TCP flow (no FIN or RST in `flags`).
-fn syn_advance(m: u8, flags: u8, seen: Seen) -> (FlowState, u8) {
+fn syn_advance(m: Evidence, flags: u8, seen: Seen) -> (FlowState, Evidence) {
     use FlowState as S;
     const SYN_ACK: u8 = tcp_flags::SYN | tcp_flags::ACK;
     if seen.reverse {
+        // The latest SYN-ACK counts: a backend that restarted the handshake answers anew.
         let m = if flags & SYN_ACK == SYN_ACK {
-            m | marks::REPLY
+            Evidence {
+                marks: m.marks | marks::REPLY,
+                syn_ack: seen.seq.wrapping_add(1),
+            }
         } else {
             m
         };
@@ -168,16 +194,22 @@ fn syn_advance(m: u8, flags: u8, seen: Seen) -> (FlowState, u8) {
         return (S::TcpSyn, m);
     }
     if seen.both_ways {
-        return if m & marks::REPLY != 0 {
+        let answers =
+            m.marks & marks::REPLY != 0 && seen.ack.wrapping_sub(m.syn_ack) < HANDSHAKE_ACK_WINDOW;
+        return if answers {
             (S::TcpEstablished, m)
         } else {
             (S::TcpSyn, m)
         };
     }
-    if seen.payload || m & marks::FOLLOWED != 0 {
+    if seen.payload || m.marks & marks::FOLLOWED != 0 {
         (S::TcpEstablished, m)
     } else {
-        (S::TcpSyn, m | marks::FOLLOWED)
+        let m = Evidence {
+            marks: m.marks | marks::FOLLOWED,
+            ..m
+        };
+        (S::TcpSyn, m)
     }
 }
 
@@ -186,13 +218,21 @@ mod tests {
     use super::tcp_flags::{ACK, FIN, RST, SYN};
     use super::*;
 
+    /// The backend's initial sequence number in these tests' handshakes.
+    const ISN: u32 = 0xffff_fff0;
+    /// A client segment that acknowledges the backend's SYN-ACK (sequence `ISN`).
     const FWD_NAT: Seen = Seen {
         reverse: false,
         both_ways: true,
         payload: false,
+        seq: 7,
+        ack: ISN.wrapping_add(1),
     };
+    /// A backend segment with sequence `ISN` (its SYN-ACK when the flags say so).
     const REV_NAT: Seen = Seen {
         reverse: true,
+        seq: ISN,
+        ack: 8,
         ..FWD_NAT
     };
     const FWD_DR: Seen = Seen {
@@ -201,7 +241,7 @@ mod tests {
     };
 
     fn run(seq: &[(u8, Seen)], first: FlowState) -> FlowState {
-        let (mut s, mut m) = (first, 0);
+        let (mut s, mut m) = (first, Evidence::default());
         for (f, seen) in seq {
             (s, m) = advance(s, m, *f, *seen);
         }
@@ -229,6 +269,55 @@ mod tests {
             run(&[(ACK, REV_NAT), (ACK, FWD_NAT)], FlowState::TcpSyn),
             FlowState::TcpSyn
         );
+    }
+
+    /// A blind spoofer can time its ACK after the backend's SYN-ACK passed but cannot know
+    /// its sequence number: only an ACK of the SYN-ACK (or of a Fast Open backend's first
+    /// data with it) establishes the flow, across the sequence space's wrap.
+    #[test]
+    fn nat_needs_the_ack_of_the_backends_syn_ack() {
+        let acking = |ack: u32| Seen { ack, ..FWD_NAT };
+        let handshake = |ack: u32| {
+            run(
+                &[(SYN | ACK, REV_NAT), (ACK, acking(ack))],
+                FlowState::TcpSyn,
+            )
+        };
+        let first = ISN.wrapping_add(1);
+        assert_eq!(handshake(first), FlowState::TcpEstablished);
+        assert_eq!(
+            handshake(first.wrapping_add(HANDSHAKE_ACK_WINDOW - 1)),
+            FlowState::TcpEstablished,
+            "a Fast Open backend's data acknowledged with the handshake"
+        );
+        for blind in [
+            ISN.wrapping_sub(1000),
+            ISN,
+            first.wrapping_sub(1),
+            first.wrapping_add(HANDSHAKE_ACK_WINDOW),
+            first.wrapping_add(1 << 31),
+        ] {
+            assert_eq!(handshake(blind), FlowState::TcpSyn, "ack {blind:#x}");
+            // Blind ACKs with payload, one after the other, prove nothing either.
+            let spoofed = [
+                (SYN | ACK, REV_NAT),
+                (ACK, acking(blind)),
+                (
+                    ACK | 0x08,
+                    Seen {
+                        payload: true,
+                        ..acking(blind)
+                    },
+                ),
+            ];
+            assert_eq!(run(&spoofed, FlowState::TcpSyn), FlowState::TcpSyn);
+        }
+        // A backend that answers a retransmitted SYN with a new SYN-ACK: its latest counts.
+        let again = Seen { seq: 5, ..REV_NAT };
+        let redo = [(SYN | ACK, REV_NAT), (SYN | ACK, again), (ACK, acking(6))];
+        assert_eq!(run(&redo, FlowState::TcpSyn), FlowState::TcpEstablished);
+        let stale = [(SYN | ACK, REV_NAT), (SYN | ACK, again), (ACK, FWD_NAT)];
+        assert_eq!(run(&stale, FlowState::TcpSyn), FlowState::TcpSyn);
     }
 
     #[test]
@@ -275,7 +364,11 @@ mod tests {
             FlowState::TcpSyn
         );
         // The reopened flow needs a new handshake: the old REPLY mark is gone.
-        let (s, m) = advance(FlowState::TcpClosing, marks::REPLY, SYN, FWD_NAT);
+        let replied = Evidence {
+            marks: marks::REPLY,
+            syn_ack: ISN.wrapping_add(1),
+        };
+        let (s, m) = advance(FlowState::TcpClosing, replied, SYN, FWD_NAT);
         assert_eq!(advance(s, m, ACK, FWD_NAT).0, FlowState::TcpSyn);
     }
 }

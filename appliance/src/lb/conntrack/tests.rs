@@ -45,7 +45,7 @@ fn flow(i: u32, backend: u32, state: FlowState) -> Flow {
         backend_port: 8080,
         version: 1,
         state,
-        marks: 0,
+        evidence: Default::default(),
         last_seen: 0,
         hash: i,
         snat: None,

@@ -6,7 +6,7 @@ use super::tests::{ct_for, one_vip, send, tables};
 use super::*;
 use crate::config::Scheduler;
 use proptest::prelude::*;
-use testkit::golden::{Pkt, tcp, udp};
+use testkit::golden::{PEER_ISN, Pkt, tcp, udp};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -96,7 +96,13 @@ fn nat_establishes_on_the_seen_handshake() {
         Some(FlowState::TcpSyn),
         "blind ACKs prove nothing"
     );
-    let synack = Pkt::new("10.9.0.1", "198.51.100.7", 6, tcp(80, 7000, 0x12, 9, b"")).build();
+    let synack = Pkt::new(
+        "10.9.0.1",
+        "198.51.100.7",
+        6,
+        tcp(80, 7000, 0x12, PEER_ISN, b""),
+    )
+    .build();
     assert!(matches!(
         run(&t, &mut ct, &mut w, &synack, 3).0,
         Verdict::Tx { .. }
@@ -180,8 +186,20 @@ fn syn_flood_cannot_evict_an_established_flow() {
     send(&t, &mut ct, &mut w, 7000, 0x02, 0);
     let id = ct.lookup(&key_of(7000), 0).unwrap();
     let sent = ct.flow(id).snat.unwrap();
-    let synack = Pkt::new("10.9.0.1", "10.1.0.1", 6, tcp(80, sent.1, 0x12, 9, b"")).build();
-    let back = Pkt::new("10.9.0.2", "10.1.0.1", 6, tcp(80, sent.1, 0x12, 9, b"")).build();
+    let synack = Pkt::new(
+        "10.9.0.1",
+        "10.1.0.1",
+        6,
+        tcp(80, sent.1, 0x12, PEER_ISN, b""),
+    )
+    .build();
+    let back = Pkt::new(
+        "10.9.0.2",
+        "10.1.0.1",
+        6,
+        tcp(80, sent.1, 0x12, PEER_ISN, b""),
+    )
+    .build();
     let (v1, _) = run(&t, &mut ct, &mut w, &synack, 1);
     let (v2, _) = run(&t, &mut ct, &mut w, &back, 1);
     assert!(matches!(v1, Verdict::Tx { .. }) || matches!(v2, Verdict::Tx { .. }));

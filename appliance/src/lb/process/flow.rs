@@ -102,6 +102,8 @@ pub(super) struct Packet<'a> {
     pub(super) flags: u8,
     /// A TCP segment with payload, or any UDP datagram.
     pub(super) payload: bool,
+    /// TCP: the segment's acknowledgement number (0 for UDP).
+    pub(super) ack: u32,
 }
 
 /// Finds or creates the flow for a client → VIP packet.
@@ -132,6 +134,8 @@ pub(super) fn flow_for(
                 reverse: false,
                 both_ways: matches!(tables.vips[vip as usize].mode, Mode::Nat | Mode::FullNat),
                 payload: p.payload,
+                seq: 0,
+                ack: p.ack,
             };
             ct.step(id, now, p.flags, seen);
             return Ok(FlowHit {
@@ -229,7 +233,7 @@ fn new_flow(
         backend_port: b.port,
         version: tables.version,
         state,
-        marks: 0,
+        evidence: Default::default(),
         last_seen: now,
         hash,
         snat,

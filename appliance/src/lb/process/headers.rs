@@ -104,6 +104,9 @@ pub(super) struct L4 {
     pub(super) flags: u8,
     /// A TCP segment with payload, or any UDP datagram (evidence for the flow's state).
     pub(super) payload: bool,
+    /// TCP: the sequence and acknowledgement numbers (the handshake's evidence); 0 for UDP.
+    pub(super) seq: u32,
+    pub(super) ack: u32,
     pub(super) csum: L4Csum,
 }
 
@@ -145,6 +148,8 @@ fn parse_l4_in(d: &[u8], ip: &Ip, fragment: bool) -> Result<L4, DropReason> {
                 dport: t.dst_port(),
                 flags: t.flags(),
                 payload: avail > doff,
+                seq: t.seq_number(),
+                ack: t.ack_number(),
                 csum: L4Csum {
                     off: ip.l4 + TCP_CSUM_AT,
                     udp: false,
@@ -166,6 +171,8 @@ fn parse_l4_in(d: &[u8], ip: &Ip, fragment: bool) -> Result<L4, DropReason> {
                 dport: u.dst_port(),
                 flags: 0,
                 payload: true,
+                seq: 0,
+                ack: 0,
                 csum: L4Csum {
                     off: ip.l4 + UDP_CSUM_AT,
                     udp: !ip.v6,

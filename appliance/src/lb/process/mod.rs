@@ -634,6 +634,7 @@ fn packet<'a>(key: &'a FlowKey, l4: &L4) -> Packet<'a> {
         key,
         flags: l4.flags,
         payload: l4.payload,
+        ack: l4.ack,
     }
 }
 

@@ -66,6 +66,8 @@ pub(super) fn from_flow(ct: &mut ConnTable, id: u32, ip: &Ip, l4: &L4, now: u64)
         reverse: true,
         both_ways: true,
         payload: l4.payload,
+        seq: l4.seq,
+        ack: l4.ack,
     };
     ct.step(id, now, l4.flags, seen);
     let client = if f.snat.is_some() {

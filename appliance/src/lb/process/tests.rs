@@ -443,6 +443,8 @@ proptest! {
             dport: rd16(&d, l4off + 2),
             flags: 0,
             payload: true,
+            seq: 0,
+            ack: 0,
             csum: L4Csum { off: csum_off, udp: udp && !v6 },
         };
         let mut want = d.clone();
