@@ -112,6 +112,21 @@ fn nat_establishes_on_the_seen_handshake() {
     assert_eq!(state(&ct), Some(FlowState::TcpEstablished));
     assert_eq!(ct.stats.promoted, 1);
 
+    // A blind spoofer times its ACKs after the backend's SYN-ACK passed, but does not know
+    // its sequence number (here 9, where the spoofer's ACKs acknowledge PEER_ISN).
+    let mut ct = ct_for(&t, 16);
+    send(&t, &mut ct, &mut w, 7001, 0x02, 10);
+    let guessed = Pkt::new("10.9.0.1", "198.51.100.7", 6, tcp(80, 7001, 0x12, 9, b"")).build();
+    run(&t, &mut ct, &mut w, &guessed, 11);
+    send(&t, &mut ct, &mut w, 7001, 0x10, 12);
+    send(&t, &mut ct, &mut w, 7001, 0x18, 13);
+    assert_eq!(
+        state(&ct),
+        Some(FlowState::TcpSyn),
+        "ACKs of another sequence number prove nothing"
+    );
+    assert_eq!(ct.stats.promoted, 0);
+
     let mut u = one_vip(Mode::Nat, Scheduler::Maglev, 1);
     u.vips[0].protocol = crate::config::Protocol::Udp;
     let t = tables(&u, 1, &|_| true);
