@@ -1,5 +1,5 @@
 //! Control-plane cost at scale: 1,000 and 10,000 VIPs of 10 DR backends each, every
-//! backend under a health check. For each size and for three ways of committing:
+//! backend under a health check. For each size and for four ways of committing:
 //!
 //! - `main`: what `sluice run` did before incremental commits: every version builds every
 //!   ring (`running: None`) at the old default ring size, 65537 slots, and every health
@@ -9,12 +9,13 @@
 //!   built, but the effective config, probe targets, steering, egress and every VIP's
 //!   entries are made again): how health versions were committed before
 //!   `prepare_health`;
-//! - `last`: the last release: health versions as `now`, transitions committed 50 ms
-//!   (`health_batch`) after the first of a batch (`health_batch_delay` = `health_batch`);
+//! - `last`: the last release: health versions and pacing as `now`, every ring at the last
+//!   release's default size, 16381 slots;
 //! - `now`: this release: a health batch's version is the running tables with only the
-//!   touched VIPs rebuilt (`prepare_health`), everything else shared or copied, and the
-//!   default pacing: the first transition after a quiet spell waits `health_batch_delay`
-//!   (10 ms), commits start at least `health_batch` (50 ms) apart.
+//!   touched VIPs rebuilt (`prepare_health`), everything else shared or copied, the
+//!   default pacing (the first transition after a quiet spell waits `health_batch_delay`,
+//!   10 ms; commits start at least `health_batch`, 50 ms, apart) and the default ring size
+//!   for the pool (1021 slots for 10 backends).
 //!
 //! Figures: start-up (the config's parse and validation, the first full build with its
 //! next hops resolved from a routing snapshot holding a neighbour entry for every backend,
@@ -30,20 +31,29 @@
 //! `main`'s storm is one full build per transition: measured for a few, extrapolated to
 //! 1,000.
 //!
+//! Before them, `sizes`: for every default ring size (`sluice::config::DEFAULT_TABLE_SIZES`)
+//! and the smallest and largest pool that gets it, one ring's build time, the balance
+//! (most and fewest slots of a backend) and the disruption when one backend leaves or
+//! joins (the share of slots whose backend changes, against the ideal 1/N), and for the
+//! largest pool the share of flows that change backend when one more backend takes the pool
+//! to the next size.
+//!
 //! `cargo bench -p appliance --bench control` (the figures are printed; the issue's goals
 //! are one transition at 1,000 VIPs under 5 ms, 10,000 VIPs under 500 MB, a storm under 1 s
-//! of commit work with the lag under 200 ms). `-- 1000 now` runs one size and one mode.
+//! of commit work with the lag under 200 ms). `-- 1000 now last` runs one size and two
+//! modes, `-- sizes` only the ring sizes.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::config::Config;
+use sluice::config::{Config, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND, default_table_size};
 use sluice::control::prepare::{HealthSource, Inputs, NextHops, prepare, prepare_health};
 use sluice::engine::BackendId;
 use sluice::lb::Tables;
 use sluice::lb::egress::{Link, NetState, Route, RouteHop};
+use sluice::lb::maglev::{MaglevBackend, Ring};
 use std::process::Command;
 
 const BACKENDS: usize = 10;
@@ -398,7 +408,8 @@ struct Pacing {
     hold: Duration,
 }
 
-/// The last release's pacing: a batch committed `health_batch` after its first transition.
+/// The pacing before `health_batch_delay`: a batch committed `health_batch` after its
+/// first transition.
 const WINDOW: Pacing = Pacing {
     delay: sluice::config::DEFAULT_HEALTH_BATCH,
     hold: sluice::config::DEFAULT_HEALTH_BATCH,
@@ -417,13 +428,16 @@ const MODES: [Mode; 4] = [
     Mode {
         name: "last",
         commit: Commit::Health,
-        table_size: None,
-        pacing: WINDOW,
+        table_size: Some(16381),
+        pacing: Pacing {
+            delay: sluice::config::DEFAULT_HEALTH_BATCH_DELAY,
+            hold: sluice::config::DEFAULT_HEALTH_BATCH,
+        },
     },
     Mode {
         name: "rings",
         commit: Commit::Rings,
-        table_size: None,
+        table_size: Some(16381),
         pacing: WINDOW,
     },
     Mode {
@@ -449,27 +463,32 @@ fn main() {
         return;
     }
     let filter: Option<usize> = args.iter().skip(1).find_map(|a| a.parse().ok());
-    let only: Option<&str> = args
+    let only: Vec<&str> = args
         .iter()
         .skip(1)
         .map(String::as_str)
-        .find(|a| MODES.iter().any(|m| m.name == *a));
+        .filter(|a| *a == "sizes" || MODES.iter().any(|m| m.name == *a))
+        .collect();
     let exe = std::env::current_exe().expect("the bench binary");
     // `cargo test --all-targets` runs this binary without `--bench` (and unoptimised): one
     // small size proves the bench still runs without spending CI's minutes on it.
-    let sizes: &[usize] = if args.iter().any(|a| a == "--bench") {
+    let bench = args.iter().any(|a| a == "--bench");
+    let sizes: &[usize] = if bench {
         &[1000, 10_000]
     } else {
         println!("smoke run (no --bench): 100 VIPs only; `cargo bench` runs 1,000 and 10,000");
         &[100]
     };
+    if (only.is_empty() || only.contains(&"sizes")) && filter.is_none() {
+        ring_sizes(if bench { DEFAULT_TABLE_SIZES.len() } else { 1 });
+    }
     println!("control plane at scale ({BACKENDS} DR backends per VIP, storms of {STORM})");
     for &vips in sizes {
         if filter.is_some_and(|f| f != vips) {
             continue;
         }
         for (mode, m) in MODES.iter().enumerate() {
-            if only.is_some_and(|o| o != m.name) {
+            if !only.is_empty() && !only.contains(&m.name) {
                 continue;
             }
             let ok = Command::new(&exe)
@@ -477,6 +496,90 @@ fn main() {
                 .status()
                 .is_ok_and(|s| s.success());
             assert!(ok, "the {vips}-VIP run failed");
+        }
+    }
+}
+
+/// `n` distinct backend identities (addresses 172.16.0.0 and up, port 80).
+fn identities(n: usize) -> Vec<[u8; 18]> {
+    (0..n as u32)
+        .map(|i| {
+            let a = std::net::Ipv4Addr::from(0xac10_0000 + i);
+            sluice::lb::hash::backend_identity(a.into(), 80)
+        })
+        .collect()
+}
+
+/// A ring of equal weights over `ids` at `m` slots, and its build time.
+fn timed_ring(ids: &[[u8; 18]], m: u32) -> (Ring, Duration) {
+    let b: Vec<MaglevBackend<'_>> = ids
+        .iter()
+        .map(|id| MaglevBackend { id, weight: 1 })
+        .collect();
+    let t = Instant::now();
+    let r = Ring::build(&b, m).expect("a prime with room for the pool");
+    (r, t.elapsed())
+}
+
+/// The share of flows whose backend identity differs between ring `a` over `ia` and ring
+/// `b` over `ib`: every slot when the sizes are equal, else a fixed sample of 2^20 hashes.
+fn flows_moved(a: &Ring, ia: &[[u8; 18]], b: &Ring, ib: &[[u8; 18]]) -> f64 {
+    // Rings of one size: every slot once (hash h lands on slot h).
+    let (sample, stride) = if a.len() == b.len() {
+        (a.len() as u32, 1)
+    } else {
+        (1u32 << 20, 0x9e37_79b9u32)
+    };
+    let moved = (0..sample)
+        .map(|i| i.wrapping_mul(stride))
+        .filter(|&h| {
+            let x = a.lookup(h).map(|p| ia[p as usize]);
+            let y = b.lookup(h).map(|p| ib[p as usize]);
+            x != y
+        })
+        .count();
+    moved as f64 / f64::from(sample)
+}
+
+/// The balance and disruption figures of the first `steps` default ring sizes.
+fn ring_sizes(steps: usize) {
+    println!("default ring sizes (equal weights; moves: the share of flows that change backend)");
+    let room = |m: u32| (u64::from(m) / MIN_SLOTS_PER_BACKEND) as usize;
+    for (i, &m) in DEFAULT_TABLE_SIZES.iter().enumerate().take(steps) {
+        let low = if i == 0 {
+            2
+        } else {
+            room(DEFAULT_TABLE_SIZES[i - 1]) + 1
+        };
+        let high = room(m).min(sluice::lb::maglev::MAX_POOL - 1);
+        for n in [low, high] {
+            assert_eq!(default_table_size(n), m);
+            let ids = identities(n + 1);
+            let (full, took) = timed_ring(&ids[..n], m);
+            let c = full.counts(n);
+            let (min, max) = (c.iter().min().unwrap(), c.iter().max().unwrap());
+            // The last backend leaves (a fresh ring of the others) ...
+            let (left, _) = timed_ring(&ids[..n - 1], m);
+            let leave = flows_moved(&full, &ids[..n], &left, &ids[..n - 1]);
+            // ... or one more joins: the same size, or the next step when it crosses one.
+            let (joined, _) = timed_ring(&ids, default_table_size(n + 1));
+            let join = flows_moved(&full, &ids[..n], &joined, &ids);
+            let cross = if default_table_size(n + 1) == m {
+                String::new()
+            } else {
+                format!(" (to {} slots)", default_table_size(n + 1))
+            };
+            println!(
+                "  M {m:>8} N {n:>5}: build {}, slots per backend {min}..{max} \
+                 (max/min {:.4}), one leaving moves {:.3}% (ideal {:.3}%), one joining{cross} \
+                 {:.3}% (ideal {:.3}%)",
+                ms(took),
+                f64::from(*max) / f64::from(*min),
+                100.0 * leave,
+                100.0 / n as f64,
+                100.0 * join,
+                100.0 / (n + 1) as f64,
+            );
         }
     }
 }

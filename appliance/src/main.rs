@@ -662,7 +662,7 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
         };
         let _ = writeln!(
             s,
-            "  vip {:<12} {}/{} {} {} {} backends={} check={}",
+            "  vip {:<12} {}/{} {} {} {} backends={} ring={} check={}",
             v.name,
             addr,
             v.protocol.name(),
@@ -670,6 +670,7 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
             v.scheduler.name(),
             v.hash.name(),
             v.backends.len(),
+            v.maglev_table_size,
             v.health_check.as_deref().unwrap_or("-")
         );
     }

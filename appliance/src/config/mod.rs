@@ -17,8 +17,8 @@ pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use model::*;
 pub use validate::FLEET_SECTIONS;
 pub use validate::{
-    DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_MAGLEV_TABLE_SIZE, DEFAULT_METRICS,
-    DEFAULT_SOCKET, MIN_SLOTS_PER_BACKEND, min_table_size, prime_at_least,
+    DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_METRICS, DEFAULT_SOCKET,
+    DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND, default_table_size, min_table_size, prime_at_least,
 };
 
 /// Where `sluice` looks for its configuration unless told otherwise.

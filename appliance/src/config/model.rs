@@ -56,8 +56,9 @@ pub struct Appliance {
     pub ring_size: u32,
     /// Connection-table entries per worker.
     pub conntrack_capacity: u32,
-    /// Maglev ring size (a prime) of every VIP that does not set its own.
-    pub maglev_table_size: u32,
+    /// Maglev ring size (a prime) of every VIP that does not set its own; `None`: each
+    /// such VIP's is the default for its pool's size (`config::default_table_size`).
+    pub maglev_table_size: Option<u32>,
     /// The least time between the starts of two health commits (`health_batch`): the
     /// transitions arriving meanwhile wait and are committed as one version; zero commits
     /// each on its own.
@@ -261,7 +262,8 @@ pub struct Vip {
     pub mode: Mode,
     pub scheduler: Scheduler,
     pub hash: HashFields,
-    /// Maglev ring size (a prime): the VIP's own `maglev_table_size`, else the appliance's.
+    /// Maglev ring size (a prime): the VIP's own `maglev_table_size`, else the appliance's,
+    /// else the default for its pool's size.
     pub maglev_table_size: u32,
     /// Name of a `[[health_check]]`; `None` treats every backend as healthy.
     pub health_check: Option<String>,

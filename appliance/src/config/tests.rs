@@ -58,11 +58,11 @@ fn base_is_valid_with_defaults() {
     );
     assert_eq!(v.backends[0].weight, 100);
     assert_eq!(v.backends[0].state, BackendState::Active);
-    assert_eq!(c.appliance.maglev_table_size, 16381);
+    assert_eq!(c.appliance.maglev_table_size, None);
     assert_eq!(c.appliance.health_batch, Duration::from_millis(50));
     assert_eq!(c.appliance.health_batch_delay, Duration::from_millis(10));
     assert_eq!(c.metrics.per_backend, PerBackend::All);
-    assert!(c.vips.iter().all(|v| v.maglev_table_size == 16381));
+    assert!(c.vips.iter().all(|v| v.maglev_table_size == 1021));
 }
 
 #[test]
@@ -733,6 +733,31 @@ fn a_vip_ring_size_is_its_own_or_the_appliances_and_balanced_for_its_pool() {
     );
     let c = Config::from_toml_str(&wide).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.vips[0].maglev_table_size, 65537);
+    // Unset, the size follows the pool: 1021 up to 10 backends, 4093 from 11, whatever
+    // the backends' weights or states (the config alone decides it).
+    let mut ten = BASE.to_string();
+    for i in 12..21 {
+        ten.push_str(&format!(
+            "\n[[vip.backend]]\naddress = \"10.1.0.{i}\"\nweight = 0\n"
+        ));
+    }
+    let c = Config::from_toml_str(&ten).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.vips[0].backends.len(), c.vips[0].maglev_table_size),
+        (10, 1021)
+    );
+    let eleven = format!("{ten}\n[[vip.backend]]\naddress = \"10.1.0.21\"\nstate = \"drain\"\n");
+    let c = Config::from_toml_str(&eleven).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.vips[0].backends.len(), c.vips[0].maglev_table_size),
+        (11, 4093)
+    );
+    let pinned = eleven.replace(
+        "interfaces = [\"eth0\"]",
+        "interfaces = [\"eth0\"]\nmaglev_table_size = 16381",
+    );
+    let c = Config::from_toml_str(&pinned).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.vips[0].maglev_table_size, 16381);
     let not_prime = BASE.replace("port = 80\n", "port = 80\nmaglev_table_size = 1000\n");
     assert_error(&not_prime, "vip \"web\".maglev_table_size", "not a prime");
     // Eleven backends need 1100 slots: 1009 is too small, and the message says what to set.

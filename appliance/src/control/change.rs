@@ -56,6 +56,46 @@ pub fn op_name(op: BackendOp) -> String {
     }
 }
 
+/// A VIP whose Maglev ring size a reload changes (its pool crossed a step of the default
+/// sizes, or a size was set anew): every slot of its ring may move, so new flows are spread
+/// afresh while established ones keep their backends through the connection table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    pub vip: String,
+    /// The running ring size and the new one.
+    pub from: u32,
+    pub to: u32,
+    /// Configured backends in the new config.
+    pub backends: usize,
+}
+
+impl std::fmt::Display for Resized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "vip {}: Maglev ring {} -> {} slots ({} backends): every slot may move; \
+             established flows keep their backends",
+            self.vip, self.from, self.to, self.backends
+        )
+    }
+}
+
+/// The VIPs of both configs (by name) whose ring size differs, in `next`'s order.
+pub fn resized(running: &Config, next: &Config) -> Vec<Resized> {
+    next.vips
+        .iter()
+        .filter_map(|v| {
+            let old = running.vips.iter().find(|o| o.name == v.name)?;
+            (old.maglev_table_size != v.maglev_table_size).then(|| Resized {
+                vip: v.name.clone(),
+                from: old.maglev_table_size,
+                to: v.maglev_table_size,
+                backends: v.backends.len(),
+            })
+        })
+        .collect()
+}
+
 /// ` ([appliance] flow_cache takes effect at the next start)` for each deferred section.
 pub fn deferred_note(deferred: &[Deferred]) -> String {
     deferred.iter().map(|d| format!(" ({d})")).collect()
@@ -225,6 +265,36 @@ mod tests {
         assert_eq!(field("web", "10.1.0.99"), Some("backend"));
         assert_eq!(field("web", "nonsense"), Some("backend"));
         assert_eq!(field("api", "10.1.0.11"), Some("vip"));
+    }
+
+    #[test]
+    fn a_pool_that_grows_past_a_default_step_is_named_with_its_new_ring_size() {
+        let base = "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n\
+                    [[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\n";
+        let pool = |n: usize| {
+            let mut t = base.to_string();
+            for i in 0..n {
+                t.push_str(&format!(
+                    "[[vip.backend]]\naddress = \"10.1.0.{}\"\n",
+                    i + 1
+                ));
+            }
+            Config::from_toml_str(&t).unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert_eq!(
+            resized(&pool(3), &pool(10)),
+            vec![],
+            "one step: same ring size"
+        );
+        let r = resized(&pool(10), &pool(11));
+        assert_eq!(
+            r.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "vip web: Maglev ring 1021 -> 4093 slots (11 backends): every slot may move; \
+              established flows keep their backends"
+            ]
+        );
+        assert_eq!(resized(&pool(11), &pool(10))[0].to, 1021);
     }
 
     #[test]

@@ -343,6 +343,7 @@ impl Control {
         })
         .map_err(ChangeError::TablesRejected)?;
         let deferred = deferred(&self.st.config, &prepared.config);
+        let resized = change::resized(&self.st.config, &prepared.config);
         let version = self
             .commit(prepared, how, now)
             .await
@@ -365,6 +366,9 @@ impl Control {
                 change::deferred_note(&deferred)
             ),
         );
+        for r in resized {
+            event(&self.shared, Kind::Reload, format!("{how}: {r}"));
+        }
         Ok(Applied::Reloaded { version, deferred })
     }
 

@@ -35,7 +35,7 @@ pub struct MaglevBackend<'a> {
 }
 
 pub use crate::config::{
-    DEFAULT_MAGLEV_TABLE_SIZE as DEFAULT_M, MIN_SLOTS_PER_BACKEND, min_table_size, prime_at_least,
+    DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND, default_table_size, min_table_size, prime_at_least,
 };
 
 /// Most backends a pool may have: slots hold 16-bit positions.
@@ -165,12 +165,12 @@ impl Ring {
         })
     }
 
-    /// The empty ring of no backends at the default size: what a table entry holds until
-    /// its ring is built.
+    /// The empty ring of no backends at the default size of an empty pool: what a table
+    /// entry holds until its ring is built.
     pub(crate) fn none() -> Ring {
         Ring {
             slots: Vec::new(),
-            m: DEFAULT_M,
+            m: DEFAULT_TABLE_SIZES[0],
             ids: Vec::new(),
             inputs: Vec::new(),
             counts: Vec::new(),
@@ -399,10 +399,19 @@ mod tests {
         assert!(!is_prime(1) && !is_prime(65535) && !is_prime(9));
     }
 
-    /// The sizes the property tests cover: the default, Katran's 65537 (the golden
-    /// fixtures' size), and the smallest the balance rule allows for `n` backends.
+    /// The last release's default, pinned where a test was written for it.
+    const M16381: u32 = 16381;
+
+    /// The sizes the property tests cover: the default for `n` backends, the last
+    /// release's default, Katran's 65537 (the golden fixtures' size), and the smallest the
+    /// balance rule allows for `n` backends.
     fn sizes(n: usize) -> Vec<u32> {
-        let mut m = vec![prime_at_least(min_table_size(n)) as u32, DEFAULT_M, 65537];
+        let mut m = vec![
+            prime_at_least(min_table_size(n)) as u32,
+            default_table_size(n),
+            M16381,
+            65537,
+        ];
         m.retain(|&m| u64::from(m) >= min_table_size(n));
         m.sort_unstable();
         m.dedup();
@@ -471,9 +480,13 @@ mod tests {
                 assert!(worst <= 0.01, "N={n} M={m}: worst deviation {worst:.4}");
             }
         }
-        assert_eq!(sizes(10)[0], 1009);
-        assert_eq!(sizes(163), vec![16301, DEFAULT_M, 65537]);
-        assert_eq!(sizes(164)[1..], [65537], "the default is too small for 164");
+        assert_eq!(sizes(10), vec![1009, 1021, M16381, 65537]);
+        assert_eq!(sizes(163), vec![16301, M16381, 65537]);
+        assert_eq!(
+            sizes(164),
+            vec![16411, 65521, 65537],
+            "16381 is too small for 164"
+        );
     }
 
     #[test]
@@ -502,23 +515,26 @@ mod tests {
 
     /// Every appliance of every release must build the same ring from the same inputs: the
     /// digests of rings over fixed backends (equal weights, unequal weights with a
-    /// zero-weight backend, a pool near the balance rule's limit) at the smallest allowed
-    /// size, the default and 65537 are pinned here. A change to the population, the hashes
+    /// zero-weight backend, pools at the balance rule's limit) at the smallest allowed
+    /// size, the default for the pool, the last release's default and 65537 are pinned
+    /// here. A change to the population, the hashes
     /// or the identity bytes fails this test.
     /// Pool size, weight of backend `i`, table size, the ring's digest.
     type Pinned = (usize, fn(usize) -> u32, u32, u64);
 
     #[test]
     fn ring_digests_are_pinned() {
-        let cases: [Pinned; 9] = [
+        let cases: [Pinned; 11] = [
             (10, |_| 1, 1009, 0x73ca_ccb8_b5f6_b7ed),
-            (10, |_| 1, DEFAULT_M, 0x8814_ef33_41e5_a2f5),
+            (10, |_| 1, 1021, 0x9771_c373_815d_95e9),
+            (40, |i| 1 + (i % 3) as u32, 4093, 0x8803_4a8b_1ee8_11ed),
+            (10, |_| 1, M16381, 0x8814_ef33_41e5_a2f5),
             (10, |_| 1, 65537, 0x7082_b6e2_c0c9_991b),
             (7, |i| [3, 1, 0, 2, 5, 1, 1][i], 1009, 0x49b2_7c7b_5317_7a58),
             (
                 7,
                 |i| [3, 1, 0, 2, 5, 1, 1][i],
-                DEFAULT_M,
+                M16381,
                 0xd335_71a6_6347_f691,
             ),
             (
@@ -528,12 +544,7 @@ mod tests {
                 0x3d80_bfaf_9c82_f348,
             ),
             (163, |i| 1 + (i % 4) as u32, 16301, 0x6370_28bc_eb12_a689),
-            (
-                163,
-                |i| 1 + (i % 4) as u32,
-                DEFAULT_M,
-                0x2afe_4f0d_af1e_df1e,
-            ),
+            (163, |i| 1 + (i % 4) as u32, M16381, 0x2afe_4f0d_af1e_df1e),
             (163, |i| 1 + (i % 4) as u32, 65537, 0x5b9b_7688_d037_63be),
         ];
         let mut got = Vec::new();
@@ -557,7 +568,7 @@ mod tests {
         #[test]
         fn equal_weights_differ_by_at_most_one(n in 1usize..300, w in 1u32..100, big in any::<bool>()) {
             let id = ids(n);
-            let m = if big { 65537 } else { DEFAULT_M };
+            let m = if big { 65537 } else { M16381 };
             let r = Ring::build(&backends(&id, &vec![w; n]), m).unwrap();
             let c = r.counts(n);
             let min = *c.iter().min().unwrap();
@@ -569,7 +580,7 @@ mod tests {
         fn weights_respected_within_one_percent(weights in proptest::collection::vec(1u32..20, 2..40), big in any::<bool>()) {
             let n = weights.len();
             let id = ids(n);
-            let m = if big { 65537 } else { DEFAULT_M };
+            let m = if big { 65537 } else { M16381 };
             let r = Ring::build(&backends(&id, &weights), m).unwrap();
             let c = r.counts(n);
             let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();

@@ -14,6 +14,8 @@ mod health_version;
 mod incremental_tests;
 pub mod limits;
 pub mod maglev;
+#[cfg(test)]
+mod maglev_sizes_tests;
 pub mod persist;
 pub mod process;
 mod rings;

@@ -1,8 +1,8 @@
 //! Many VIPs' rings at once: a storm's health version rebuilds hundreds of rings, a first
-//! build or a reload every ring, and a 16381-slot ring is a fraction of a millisecond of
-//! one core. Above [`PARALLEL_FROM`] VIPs the rings are built on every core the system
-//! gives; each ring is built whole on one thread, so the result is the one a single thread
-//! would build, in the same order.
+//! build or a reload every ring, and each ring is a fill of all its slots on one core.
+//! Above [`PARALLEL_FROM`] VIPs the rings are built on every core the system gives; each
+//! ring is built whole on one thread, so the result is the one a single thread would build,
+//! in the same order.
 
 use std::sync::Arc;
 

@@ -853,7 +853,7 @@ pub(crate) mod tests {
                 umem_frames: 4096,
                 ring_size: 2048,
                 conntrack_capacity: 1024,
-                maglev_table_size: 65537,
+                maglev_table_size: Some(65537),
                 health_batch: crate::config::DEFAULT_HEALTH_BATCH,
                 health_batch_delay: crate::config::DEFAULT_HEALTH_BATCH_DELAY,
                 timeouts: Timeouts::default(),

@@ -151,20 +151,16 @@ fn rings(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Rings {
 }
 
 /// `maglev_table_size`: every VIP's ring size unless it sets its own; Maglev's permutation
-/// needs a prime.
-fn maglev_table_size(t: &mut Table<'_>, errs: &mut ConfigErrors) -> u32 {
-    let maglev_table_size =
-        t.int("maglev_table_size", 13..=(1 << 24), errs)
-            .unwrap_or(i64::from(super::scale::DEFAULT_MAGLEV_TABLE_SIZE)) as u32;
-    if !is_prime(maglev_table_size) {
+/// needs a prime. Unset, each VIP's comes from its pool's size.
+fn maglev_table_size(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<u32> {
+    let m = t.int("maglev_table_size", 13..=(1 << 24), errs)? as u32;
+    if !is_prime(m) {
         errs.push(
             t.key("maglev_table_size"),
-            format!(
-                "{maglev_table_size} is not a prime (Maglev needs a prime table size, e.g. 65537)"
-            ),
+            format!("{m} is not a prime (Maglev needs a prime table size, e.g. 65537)"),
         );
     }
-    maglev_table_size
+    Some(m)
 }
 
 /// `[appliance.icmp_limits]`, each key defaulting on its own.

@@ -30,8 +30,8 @@ use super::reader::Table;
 pub use api::{DEFAULT_METRICS, DEFAULT_SOCKET};
 pub use fleet::{FLEET_SECTIONS, merge};
 pub use scale::{
-    DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_MAGLEV_TABLE_SIZE,
-    MIN_SLOTS_PER_BACKEND, min_table_size, prime_at_least,
+    DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND,
+    default_table_size, min_table_size, prime_at_least,
 };
 
 /// The longest duration any key accepts unless it says otherwise.

@@ -1,5 +1,5 @@
 //! The keys that keep the control plane cheap at thousands of VIPs: each VIP's Maglev ring
-//! size, checked against its pool for balance; `[appliance] health_batch` and
+//! size, checked against its pool for balance or chosen from the pool's size; `[appliance] health_batch` and
 //! `health_batch_delay`, which pace health commits so that a storm of transitions becomes a
 //! few versions while a lone transition commits soon; and `[metrics] per_backend`, which
 //! bounds the scrape.
@@ -12,10 +12,29 @@ use crate::config::model::{Appliance, Metrics, PerBackend};
 use crate::config::reader::{Table, describe};
 use config::ValueKind;
 
-/// Default ring size per VIP: a prime that keeps pools of up to 163 backends within 1% of
-/// an even share ([`MIN_SLOTS_PER_BACKEND`]) at 32 KiB per ring (2-byte slots), so 10,000
-/// VIPs fit in about 330 MB.
-pub const DEFAULT_MAGLEV_TABLE_SIZE: u32 = 16381;
+/// The ring sizes a VIP gets when neither it nor `[appliance]` sets `maglev_table_size`
+/// ([`default_table_size`]): the prime just below every fourth power of two from 2^10 to
+/// 2^24. A step is four times the last, so few pool sizes cross one, and a ring of 2-byte
+/// slots just fits its power-of-two allocation (1021 slots: 2042 bytes).
+pub const DEFAULT_TABLE_SIZES: [u32; 8] = [
+    1021, 4093, 16381, 65521, 262_139, 1_048_573, 4_194_301, 16_777_213,
+];
+
+/// The default ring size for a pool of `backends` configured backends: the smallest of
+/// [`DEFAULT_TABLE_SIZES`] with at least [`MIN_SLOTS_PER_BACKEND`] slots per backend (1021
+/// up to 10 backends, 4093 up to 40, 16381 up to 163, 65521 up to 655, ...), the largest
+/// when none has. It counts every configured backend, whatever its weight, state or
+/// health, so the size, like the ring, is a function of the config alone and the same on
+/// every appliance. A pool that grows past a step gets the next size, and then every slot
+/// may move: established flows keep their backends through the connection table, new flows
+/// are spread over the new ring (pin `maglev_table_size` to keep a VIP's size).
+pub fn default_table_size(backends: usize) -> u32 {
+    let need = min_table_size(backends);
+    DEFAULT_TABLE_SIZES
+        .into_iter()
+        .find(|&m| u64::from(m) >= need)
+        .unwrap_or(DEFAULT_TABLE_SIZES[DEFAULT_TABLE_SIZES.len() - 1])
+}
 
 /// The balance rule: a ring needs at least this many slots per configured backend. With
 /// equal weights every backend holds `floor(M/N)` or `ceil(M/N)` slots, so the worst
@@ -89,9 +108,10 @@ pub(super) fn health_batch_delay(
     }
 }
 
-/// A VIP's ring size: its own `maglev_table_size`, else the appliance's; a prime with at
-/// least [`MIN_SLOTS_PER_BACKEND`] slots per configured backend, so that every backend's
-/// share stays within 1% of an even one.
+/// A VIP's ring size: its own `maglev_table_size`, else the appliance's, else the default
+/// for its pool ([`default_table_size`]). A size that is set must be a prime with at least
+/// [`MIN_SLOTS_PER_BACKEND`] slots per configured backend, so that every backend's share
+/// stays within 1% of an even one; the default always has (up to 167,772 backends).
 pub(super) fn vip_table_size(
     t: &mut Table<'_>,
     appliance: Option<&Appliance>,
@@ -101,7 +121,7 @@ pub(super) fn vip_table_size(
     let own = t
         .int("maglev_table_size", 13..=i64::from(MAX_TABLE_SIZE), errs)
         .map(|m| m as u32);
-    let (m, from) = match (own, appliance) {
+    let (m, from) = match (own, appliance.map(|a| a.maglev_table_size)) {
         (Some(m), _) => {
             if !is_prime(m) {
                 errs.push(
@@ -112,10 +132,8 @@ pub(super) fn vip_table_size(
             }
             (m, t.key("maglev_table_size"))
         }
-        (None, Some(a)) => (
-            a.maglev_table_size,
-            "appliance.maglev_table_size".to_string(),
-        ),
+        (None, Some(Some(m))) => (m, "appliance.maglev_table_size".to_string()),
+        (None, Some(None)) => return Some(default_table_size(backends)),
         (None, None) => return None,
     };
     let need = min_table_size(backends);
