@@ -133,12 +133,73 @@ bin=target/$profile/sluice
 strip --strip-debug -o "$tools/sluice" "$bin"
 echo "build.sh: image binary: $bin, $(du -h "$tools/sluice" | cut -f1) stripped"
 
+# part NAME: the byte offset and size of the partition labelled NAME in sluice.raw.
+part() {
+    sfdisk --json "$out/sluice.raw" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["partitiontable"]
+p = next(p for p in t["partitions"] if p.get("name") == sys.argv[1])
+print(p["start"] * t.get("sectorsize", 512), p["size"] * t.get("sectorsize", 512))' "$1"
+}
+
+# slots OUT: makes the disk's ESP boot system slot A through a boot loader entry of its own
+# (kernel and initrd in /sluice/a/, root=PARTLABEL=sluice-root-a) in place of mkosi's unified
+# kernel image, whose command line names no slot; then writes the update bundle of this build
+# (sluice-update-VERSION.tar: the kernel, initrd and slot A's filesystem, image/bundle.py).
+slots() {
+    local out=$1 esp_off esp_size root_off root_size tmp cmdline version
+    read -r esp_off esp_size < <(part sluice-esp)
+    read -r root_off root_size < <(part sluice-root-a)
+    tmp=$(mktemp -d "$out/.slots.XXXXXX")
+    # The kernel command line of mkosi.conf (KernelCommandLine=), one argument a line there.
+    cmdline=$(awk '/^KernelCommandLine=/ { on = 1; next }
+        on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); printf "%s ", $0; next }
+        on { exit }' mkosi.conf)
+    cmdline=${cmdline% }
+    version=${SLUICE_IMAGE_VERSION:-$(.image-tools/sluice --version | awk '{ print $2 }')+$(git rev-parse --short HEAD 2>/dev/null || echo local)}
+    export MTOOLS_SKIP_CHECK=1
+    local esp="$out/sluice.raw@@$esp_off"
+    mdel -i "$esp" '::/EFI/Linux/*.efi' 2>/dev/null || true
+    mdel -i "$esp" '::/loader/entries/*' 2>/dev/null || true
+    mmd -i "$esp" ::/sluice ::/sluice/a 2>/dev/null || true
+    mmd -i "$esp" ::/loader ::/loader/entries 2>/dev/null || true
+    mcopy -o -i "$esp" "$out/sluice.vmlinuz" ::/sluice/a/vmlinuz
+    mcopy -o -i "$esp" "$out/sluice.initrd" ::/sluice/a/initrd
+    # No menu (a key held at power-on shows it); the newest entry with tries left boots.
+    printf 'timeout 0\neditor no\n' >"$tmp/loader.conf"
+    mcopy -o -i "$esp" "$tmp/loader.conf" ::/loader/loader.conf
+    # The format `sluice image update` writes (appliance/src/image/slots.rs); slot A from
+    # the factory is good (no boot counter).
+    printf 'title Sluice %s (slot a)\nsort-key sluice\nversion 1\nlinux /sluice/a/vmlinuz\ninitrd /sluice/a/initrd\noptions root=PARTLABEL=sluice-root-a sluice.slot=a %s\n' \
+        "$version" "$cmdline" >"$tmp/sluice-a.conf"
+    mcopy -o -i "$esp" "$tmp/sluice-a.conf" ::/loader/entries/sluice-a.conf
+    echo "build.sh: ESP: slot A's entry (Sluice $version), mkosi's unified kernel image removed"
+    mdir -i "$esp" -/ -b :: | sed 's/^/build.sh:   ESP /'
+    # The bundle: slot A's filesystem shrunk to its minimum, with the kernel and initrd.
+    dd if="$out/sluice.raw" of="$tmp/root.img" bs=4M iflag=skip_bytes,count_bytes conv=sparse \
+        skip="$root_off" count="$root_size" status=none
+    # Exit status 1: e2fsck fixed something (a fresh filesystem: counts), which is fine.
+    e2fsck -fp "$tmp/root.img" >/dev/null || [ $? -le 1 ]
+    resize2fs -M "$tmp/root.img" >/dev/null 2>&1
+    local blocks bsize
+    blocks=$(dumpe2fs -h "$tmp/root.img" 2>/dev/null | awk -F: '/^Block count/ { gsub(/ /, "", $2); print $2 }')
+    bsize=$(dumpe2fs -h "$tmp/root.img" 2>/dev/null | awk -F: '/^Block size/ { gsub(/ /, "", $2); print $2 }')
+    truncate -s $((blocks * bsize)) "$tmp/root.img"
+    rm -f "$out"/sluice-update-*.tar "$out"/sluice-update-*.tar.sha256
+    local bundle="$out/sluice-update-$version.tar"
+    python3 image/bundle.py "$bundle" --version "$version" --cmdline "$cmdline" \
+        --vmlinuz "$out/sluice.vmlinuz" --initrd "$out/sluice.initrd" --root "$tmp/root.img" >/dev/null
+    echo "build.sh: update bundle $bundle ($(du -h --apparent-size "$bundle" | cut -f1); root filesystem $((blocks * bsize >> 20)) MiB of slot A's $((root_size >> 20)) MiB)"
+    rm -rf "$tmp"
+}
+
 echo "build.sh: building the image with mkosi"
 start=$(date +%s)
 mkosi --force build
 echo "build.sh: mkosi took $(($(date +%s) - start)) s"
 
 out=mkosi.output
+slots "$out"
 rm -f "$out/sluice.raw.zst"
 zstd -q -T0 -10 --long=27 "$out/sluice.raw" -o "$out/sluice.raw.zst"
 echo "build.sh: image files:"

@@ -11,3 +11,5 @@ ln -s /var/lib/sluice/config "$BUILDROOT/etc/sluice"
 mkdir -p "$BUILDROOT/var/lib/sluice/network" "$BUILDROOT/var/lib/sluice/config"
 # journald keeps the journal on the state partition (Storage=auto with the directory present).
 mkdir -p "$BUILDROOT/var/log/journal"
+# The ESP's mount point (etc/fstab): the system slots' boot loader entries (sluice image).
+mkdir -p "$BUILDROOT/efi"

@@ -13,6 +13,7 @@ pub mod ctl;
 pub mod datapath;
 pub mod engine;
 pub mod fleetctl;
+pub mod image;
 pub mod import;
 pub mod lb;
 pub mod trace;

@@ -114,6 +114,32 @@ enum Command {
     /// forwarding with nftables DNAT on the same namespaces, side by side. With --cps, the
     /// connection-rate bench; with --idle, the idle appliance's CPU.
     Bench(bench_cmd::BenchArgs),
+    /// The appliance image's two system slots (A/B): write an update bundle into the slot
+    /// that is not running, or show which slot runs and what became of the other.
+    Image {
+        #[command(subcommand)]
+        command: ImageCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum ImageCmd {
+    /// Write BUNDLE (the sluice-update-*.tar image/build.sh writes, as a file or a block
+    /// device) into the other slot; the next boot tries it and falls back by itself.
+    Update {
+        bundle: PathBuf,
+        /// The bundle's sha256 as published next to it: checked before anything is written.
+        #[arg(long)]
+        sha256: Option<String>,
+        /// Boots the new slot gets to reach sluice ready before systemd-boot gives up on it.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=9))]
+        tries: u32,
+        /// Reboot into it once written.
+        #[arg(long)]
+        reboot: bool,
+    },
+    /// The running slot, the other slot's state, the last failed trial boot.
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -303,6 +329,35 @@ fn main() -> ExitCode {
             ..Default::default()
         }),
         Command::Bench(args) => bench_cmd::run(args),
+        Command::Image { command } => image(command),
+    }
+}
+
+fn image(command: ImageCmd) -> ExitCode {
+    use sluice::image;
+    let paths = image::Paths::default();
+    let r = match command {
+        ImageCmd::Update {
+            bundle,
+            sha256,
+            tries,
+            reboot,
+        } => image::update(&bundle, &image::Update { sha256, tries }, &paths).map(|said| {
+            println!("{said}");
+            if reboot {
+                let _ = std::process::Command::new("systemctl")
+                    .arg("reboot")
+                    .status();
+            }
+        }),
+        ImageCmd::Status => image::status(&paths).map(|s| print!("{s}")),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice image: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Writes a Sluice update bundle: a ustar archive whose first member is sluice-update.json (the
+manifest: image name, format, version, architecture, kernel command line, and the size and
+sha256 of every member), then vmlinuz, initrd and root.img (the system slot's ext4
+filesystem). `sluice image update` reads exactly this (appliance/src/image/bundle.rs).
+image/build.sh makes one per build; image/boot-test.sh repacks one with another version.
+
+    bundle.py OUT.tar --version V --cmdline "ARGS" --vmlinuz F --initrd F --root F
+Prints the bundle's sha256 (also written to OUT.tar.sha256).
+"""
+import argparse
+import hashlib
+import io
+import json
+import os
+import tarfile
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--version", required=True)
+    p.add_argument("--cmdline", required=True)
+    p.add_argument("--vmlinuz", required=True)
+    p.add_argument("--initrd", required=True)
+    p.add_argument("--root", required=True)
+    a = p.parse_args()
+    files = {"vmlinuz": a.vmlinuz, "initrd": a.initrd, "root.img": a.root}
+    manifest = {
+        "image": "sluice",
+        "format": 1,
+        "version": a.version,
+        "arch": "x86_64",
+        "cmdline": a.cmdline,
+        "files": {n: {"size": os.path.getsize(f), "sha256": sha256(f)} for n, f in files.items()},
+    }
+    text = (json.dumps(manifest, indent=2) + "\n").encode()
+    tmp = a.out + ".tmp"
+    with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as t:
+        info = tarfile.TarInfo("sluice-update.json")
+        info.size = len(text)
+        info.mode = 0o644
+        t.addfile(info, io.BytesIO(text))
+        for name, path in files.items():
+            info = t.gettarinfo(path, arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o644
+            with open(path, "rb") as f:
+                t.addfile(info, f)
+    os.replace(tmp, a.out)
+    digest = sha256(a.out)
+    with open(a.out + ".sha256", "w") as f:
+        f.write(f"{digest}  {os.path.basename(a.out)}\n")
+    print(digest)
+
+
+if __name__ == "__main__":
+    main()
