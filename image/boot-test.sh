@@ -178,6 +178,7 @@ nsx $bns ip route add default via 172.30.23.1
 # rewrites them; the router sends them there instead of straight to the client.
 nsx $rns ip route add default via 172.30.22.10 table 100
 nsx $rns ip rule add iif "im5b$id" from 172.30.23.21 ipproto tcp sport 8080 lookup 100
+nsx $rns ip rule add iif "im5b$id" from 172.30.23.22 ipproto tcp sport 8080 lookup 100
 
 ip link add "im5c$id" netns $rns type veth peer name eth0 netns $cns
 nsx $rns ip addr add 198.18.22.1/24 dev "im5c$id"
