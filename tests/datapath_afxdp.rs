@@ -76,8 +76,9 @@ fn ipv4_checksum(h: &[u8]) -> u16 {
 static TICKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl FrameHandler for Forwarder {
-    fn tick(&mut self, _now: u64) {
+    fn tick(&mut self, _now: u64) -> Option<u64> {
         TICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        None
     }
 
     fn handle(&mut self, frame: &mut Frame<'_>, _now: u64) -> Verdict {

@@ -13,6 +13,7 @@
 //! worker frees it and counts it as `unpassable` (the steering program keeps such frames out
 //! of the sockets, so that counter should stay near zero).
 
+use super::doorbell::Doorbell;
 use crate::lb::Verdict;
 pub use crate::lb::{Frame, HEADROOM};
 
@@ -35,7 +36,19 @@ pub trait FrameHandler: Send {
     /// next pass.
     fn after_tx(&mut self) {}
 
-    /// Called about every 10 ms whether or not frames flow, so the handler can pick up new
-    /// tables or age its connection table without waiting for traffic.
-    fn tick(&mut self, _now_ns: u64) {}
+    /// Periodic work (new tables, ageing, counters), at most every 10 ms (`TICK_NS`): within
+    /// that of any pass that moved frames, then at the time (`CLOCK_MONOTONIC`, ns) the
+    /// previous call returned, and when the handler's [`FrameHandler::doorbell`] rang.
+    /// `None`: nothing is due until frames come or the bell rings, and the worker sleeps.
+    /// A handler without a doorbell is ticked every 10 ms, idle or not, since nothing
+    /// else could tell its worker about new tables.
+    fn tick(&mut self, _now_ns: u64) -> Option<u64> {
+        None
+    }
+
+    /// The bell whoever changes what the handler works with (new tables) rings to wake an
+    /// idle worker for a [`FrameHandler::tick`].
+    fn doorbell(&self) -> Option<&Doorbell> {
+        None
+    }
 }

@@ -24,12 +24,11 @@
 //! worker o: each pass: ring[* -> o].pop -> take_free on its socket -> handler -> tx
 //! ```
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 
-use nix::sys::eventfd::{EfdFlags, EventFd};
-
+use super::doorbell::Doorbell;
 use super::xsk::FRAME_SIZE;
 
 /// Frames a ring between two workers holds: one rx batch of the sender.
@@ -134,19 +133,18 @@ impl Ring {
     }
 }
 
-/// Wakes a worker that sleeps in `poll`.
+/// Wakes a worker that sleeps in `poll`: its doorbell, rung by a producer only when the
+/// worker said it was about to sleep.
 pub struct Waker {
-    fd: EventFd,
+    bell: Doorbell,
     /// Set by the worker just before it sleeps, cleared when it wakes.
     sleeping: AtomicBool,
 }
 
 impl Waker {
     fn new() -> std::io::Result<Waker> {
-        let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-            .map_err(std::io::Error::from)?;
         Ok(Waker {
-            fd,
+            bell: Doorbell::new()?,
             sleeping: AtomicBool::new(false),
         })
     }
@@ -199,7 +197,12 @@ impl HandoffPort {
 
     /// The eventfd this worker polls besides its sockets.
     pub fn wake_fd(&self) -> RawFd {
-        self.wakers[self.me].fd.as_raw_fd()
+        self.wakers[self.me].bell.fd()
+    }
+
+    /// This worker's doorbell, for whoever else must wake it (`Datapath::stop`).
+    pub fn doorbell(&self) -> Doorbell {
+        self.wakers[self.me].bell.clone()
     }
 
     /// Copies `packet` toward worker `to`; false when its ring is full (or `to` is this
@@ -229,8 +232,7 @@ impl HandoffPort {
             mask &= mask - 1;
             let w = &self.wakers[o];
             if w.sleeping.load(Ordering::SeqCst) {
-                // A full counter (EAGAIN) already wakes it; nothing else can fail here.
-                let _ = w.fd.write(1);
+                w.bell.ring();
             }
         }
     }
@@ -252,8 +254,7 @@ impl HandoffPort {
     pub fn woke(&self) {
         let w = &self.wakers[self.me];
         w.sleeping.store(false, Ordering::SeqCst);
-        // EAGAIN when nobody wrote: nothing to clear.
-        let _ = w.fd.read();
+        w.bell.clear();
     }
 
     /// Rings from the other workers, for [`HandoffPort::peek`] and [`HandoffPort::pop_into`].

@@ -20,6 +20,7 @@
 //! ```
 
 mod abi;
+pub mod doorbell;
 mod error;
 pub mod flowcache;
 pub mod frame;
@@ -149,6 +150,9 @@ pub struct Datapath {
     workers: Vec<JoinHandle<()>>,
     counters: Vec<Arc<RingCounters>>,
     stop: Arc<AtomicBool>,
+    /// Each worker's handoff doorbell: `stop` rings them, so a sleeping worker sees the
+    /// flag at once.
+    bells: Vec<doorbell::Doorbell>,
     stopped: bool,
 }
 
@@ -404,6 +408,7 @@ impl Datapath {
             workers: Vec::new(),
             counters: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
+            bells: Vec::new(),
             stopped: false,
         };
         dp.spawn_workers(&cfg, &ifaces, sockets.ports, handler_factory)?;
@@ -440,6 +445,10 @@ impl Datapath {
                 })
                 .collect();
             let counters = Arc::new(RingCounters::default());
+            let handoff = handoffs.next().ok_or_else(|| {
+                DatapathError::Handoff(std::io::Error::other("fewer handoff ports than workers"))
+            })?;
+            self.bells.push(handoff.doorbell());
             let worker = Worker {
                 ports,
                 egress,
@@ -447,11 +456,7 @@ impl Datapath {
                 counters: counters.clone(),
                 stop: self.stop.clone(),
                 busy_poll: cfg.busy_poll,
-                handoff: handoffs.next().ok_or_else(|| {
-                    DatapathError::Handoff(std::io::Error::other(
-                        "fewer handoff ports than workers",
-                    ))
-                })?,
+                handoff,
             };
             let pin = cfg.pin_workers.then_some(w % ncpu);
             let handle = std::thread::Builder::new()
@@ -583,6 +588,9 @@ impl Datapath {
         }
         self.ntuple().clear();
         self.stop.store(true, Ordering::Relaxed);
+        for b in &self.bells {
+            b.ring();
+        }
         for h in self.workers.drain(..) {
             if h.join().is_err() {
                 tracing::error!("a datapath worker panicked");

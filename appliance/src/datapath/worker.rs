@@ -14,10 +14,15 @@
 //!
 //! An idle worker sleeps in `poll` at once rather than spinning a while first: on a CPU it
 //! shares, a spin window burns the share the worker needs to move frames once they come.
+//! It sleeps until a frame comes (need_wakeup has the kernel wake it), another worker hands
+//! it one, its handler's doorbell rings (new tables; `doorbell`), or the handler's next
+//! timer is due (`FrameHandler::tick` says when: ageing the flows it holds, the flow-cache
+//! walk); with no flows, nothing is due and an idle appliance's workers cost nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::doorbell::Doorbell;
 use super::frame::{Frame, FrameHandler};
 use super::handoff::{HandoffPort, Meta};
 use super::xsk::{Desc, FRAME_SIZE, Xsk, chunk_of, poll_readable};
@@ -27,10 +32,73 @@ use crate::lb::Verdict;
 /// larger batch means fewer `sendto`s per frame, and in copy mode fewer kicks that find the
 /// kernel's budget spent (EAGAIN).
 const BATCH: usize = 256;
-/// How long an idle worker sleeps in `poll` before it looks at the stop flag again.
-const IDLE_POLL_MS: i32 = 10;
-/// The period of `FrameHandler::tick`.
-pub(crate) const TICK_NS: u64 = IDLE_POLL_MS as u64 * 1_000_000;
+/// The period of `FrameHandler::tick` while frames flow (or a timer keeps it busy), and the
+/// shortest gap between two ticks.
+pub(crate) const TICK_NS: u64 = 10_000_000;
+/// The longest an idle worker sleeps with nothing due. New tables and `Datapath::stop`
+/// ring its doorbells, so this only bounds what a lost wake-up could cost.
+const IDLE_MAX_MS: i32 = 1000;
+/// How long a worker backs off after `poll` itself failed.
+const POLL_ERROR_BACKOFF_MS: u64 = 10;
+
+/// When a worker next ticks its handler (see [`FrameHandler::tick`]).
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    /// The next tick; `None`: only frames or the doorbell bring one.
+    due: Option<u64>,
+    last: u64,
+    /// Every [`TICK_NS`] whatever the handler says (busy_poll, or a handler without a
+    /// doorbell, which nothing else could wake for new tables).
+    always: bool,
+}
+
+impl Schedule {
+    /// The first tick is due at once.
+    fn new(always: bool) -> Schedule {
+        Schedule {
+            due: Some(0),
+            last: 0,
+            always,
+        }
+    }
+
+    fn is_due(&self, now: u64) -> bool {
+        self.due.is_some_and(|d| now >= d)
+    }
+
+    /// The handler ticked at `now` and wants the next at `next`: never sooner than a tick
+    /// away.
+    fn ticked(&mut self, now: u64, next: Option<u64>) {
+        self.last = now;
+        self.due = if self.always {
+            Some(now + TICK_NS)
+        } else {
+            next.map(|d| d.max(now + TICK_NS))
+        };
+    }
+
+    /// A pass moved frames, which changed what the handler holds: a tick is due within
+    /// [`TICK_NS`] of the last one, as long as frames flow and once after.
+    fn moved_frames(&mut self) {
+        let soon = self.last + TICK_NS;
+        self.due = Some(self.due.map_or(soon, |d| d.min(soon)));
+    }
+
+    /// The doorbell rang: tick at once.
+    fn rung(&mut self) {
+        self.due = Some(0);
+    }
+
+    /// How long an idle worker may sleep in `poll` from `now`, in milliseconds rounded up
+    /// (a timer never fires early), at most [`IDLE_MAX_MS`].
+    fn sleep_ms(&self, now: u64) -> i32 {
+        self.due.map_or(IDLE_MAX_MS, |d| {
+            d.saturating_sub(now)
+                .div_ceil(1_000_000)
+                .min(IDLE_MAX_MS as u64) as i32
+        })
+    }
+}
 
 /// Per-worker counters, written by the worker only and read by `Datapath::stats`.
 #[derive(Debug, Default)]
@@ -136,48 +204,28 @@ impl Worker {
     pub fn run(mut self) {
         let mut descs = [Desc::default(); BATCH];
         let mut local = Local::default();
+        let bell = self.handler.doorbell().map(Doorbell::fd);
         let mut pollfds: Vec<libc::pollfd> = self
             .ports
             .iter()
-            .map(|p| libc::pollfd {
-                fd: p.xsk.fd(),
+            .map(|p| p.xsk.fd())
+            .chain([self.handoff.wake_fd()])
+            .chain(bell)
+            .map(|fd| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
             })
-            .chain(std::iter::once(libc::pollfd {
-                fd: self.handoff.wake_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }))
             .collect();
-        let mut last_tick = monotonic_ns();
+        let mut schedule = Schedule::new(self.busy_poll || bell.is_none());
         while !self.stop.load(Ordering::Relaxed) {
-            let mut busy = false;
-            let mut tx_waiting = false;
             let now = monotonic_ns();
-            if now.saturating_sub(last_tick) >= TICK_NS {
-                self.handler.tick(now);
-                last_tick = now;
+            if schedule.is_due(now) {
+                schedule.ticked(now, self.handler.tick(now));
             }
-            for i in 0..self.ports.len() {
-                self.ports[i].xsk.complete();
-                let n = self.ports[i].xsk.recv(&mut descs);
-                if n > 0 {
-                    busy = true;
-                }
-                for d in &descs[..n] {
-                    self.one(i, *d, now, &mut local);
-                }
-                self.ports[i].xsk.refill();
-            }
-            busy |= self.take_handed(now, &mut local);
-            self.handoff.wake_pushed();
-            for p in &mut self.ports {
-                tx_waiting |= p.xsk.flush();
-            }
-            self.handler.after_tx();
-            local.publish(&self.counters);
+            let (busy, tx_waiting) = self.pass(&mut descs, now, &mut local);
             if busy {
+                schedule.moved_frames();
                 continue;
             }
             if self.busy_poll {
@@ -188,18 +236,60 @@ impl Worker {
             }
             // Frames still in a tx ring need another kick soon, but a link that is down
             // would never take them: wait a millisecond rather than spin.
-            let timeout = if tx_waiting { 1 } else { IDLE_POLL_MS };
+            let timeout = if tx_waiting {
+                1
+            } else {
+                schedule.sleep_ms(monotonic_ns())
+            };
             if !self.handoff.may_sleep() {
                 continue;
             }
             let polled = poll_readable(&mut pollfds, timeout);
             self.handoff.woke();
+            if bell.is_some()
+                && pollfds
+                    .last()
+                    .is_some_and(|p| p.revents & libc::POLLIN != 0)
+            {
+                // Cleared before the tick reads what changed: a ring after this wakes the
+                // next poll instead of being lost.
+                if let Some(b) = self.handler.doorbell() {
+                    b.clear();
+                }
+                schedule.rung();
+            }
             if let Err(e) = polled {
                 tracing::error!(error = %e, "poll on AF_XDP sockets failed; worker backs off");
-                std::thread::sleep(std::time::Duration::from_millis(IDLE_POLL_MS as u64));
+                std::thread::sleep(std::time::Duration::from_millis(POLL_ERROR_BACKOFF_MS));
             }
         }
         local.publish(&self.counters);
+    }
+
+    /// One pass over every socket and the handoff rings, then the tx kicks: whether any
+    /// frame moved, and whether frames still wait in a tx ring.
+    fn pass(&mut self, descs: &mut [Desc; BATCH], now: u64, local: &mut Local) -> (bool, bool) {
+        let mut busy = false;
+        let mut tx_waiting = false;
+        for i in 0..self.ports.len() {
+            self.ports[i].xsk.complete();
+            let n = self.ports[i].xsk.recv(descs);
+            if n > 0 {
+                busy = true;
+            }
+            for d in &descs[..n] {
+                self.one(i, *d, now, local);
+            }
+            self.ports[i].xsk.refill();
+        }
+        busy |= self.take_handed(now, local);
+        self.handoff.wake_pushed();
+        for p in &mut self.ports {
+            tx_waiting |= p.xsk.flush();
+        }
+        self.handler.after_tx();
+        local.publish(&self.counters);
+        (busy, tx_waiting)
     }
 
     fn one(&mut self, i: usize, d: Desc, now: u64, local: &mut Local) {
@@ -370,5 +460,48 @@ impl Worker {
             local.tx_ring_full += 1;
             dst.xsk.release(out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IDLE_MAX_MS, Schedule, TICK_NS};
+
+    const MS: u64 = 1_000_000;
+
+    /// An idle worker sleeps until its handler's timer, or indefinitely (up to the cap)
+    /// when nothing is due; frames bring the 10 ms tick back, and ticks are never closer
+    /// than that.
+    #[test]
+    fn ticks_follow_what_is_due() {
+        let mut s = Schedule::new(false);
+        assert!(s.is_due(0), "the first tick is at once");
+        s.ticked(1000 * MS, None);
+        assert!(!s.is_due(u64::MAX), "nothing due: only frames or the bell");
+        assert_eq!(s.sleep_ms(1000 * MS), IDLE_MAX_MS);
+        s.moved_frames();
+        assert!(
+            !s.is_due(1009 * MS) && s.is_due(1010 * MS),
+            "a tick after frames"
+        );
+        s.moved_frames();
+        assert_eq!(s.due, Some(1010 * MS), "more frames do not push it back");
+        s.ticked(1010 * MS, Some(1011 * MS));
+        assert_eq!(s.due, Some(1020 * MS), "never closer than a tick");
+        s.ticked(1020 * MS, Some(5000 * MS));
+        assert_eq!(s.sleep_ms(1020 * MS), IDLE_MAX_MS, "capped");
+        assert_eq!(s.sleep_ms(4999 * MS + 1), 1, "rounded up, never early");
+        assert_eq!(s.sleep_ms(6000 * MS), 0, "overdue");
+        s.rung();
+        assert!(s.is_due(1021 * MS), "the bell ticks at once");
+
+        let mut always = Schedule::new(true);
+        always.ticked(1000 * MS, None);
+        assert_eq!(
+            always.due,
+            Some(1000 * MS + TICK_NS),
+            "busy_poll ticks regardless"
+        );
+        assert_eq!(always.sleep_ms(1000 * MS), 10);
     }
 }

@@ -17,6 +17,7 @@ use super::BackendId;
 use super::counters::{BackendTotals, CounterSnapshot, SlotCounters, VipTotals};
 use super::published::Published;
 use crate::datapath::FrameHandler;
+use crate::datapath::doorbell::Doorbell;
 use crate::datapath::flowcache::{FlowCache, WorkerCache};
 use crate::lb::{self, ConnTable, Frame, Tables, Verdict, WorkerState};
 
@@ -43,6 +44,9 @@ pub struct LbHandler {
     workers: u16,
     /// Where this worker sent FullNAT return fragments (see `lb::process::owner`).
     frag_owners: lb::process::FragOwners,
+    /// Rung when a new version is published (`None` if no eventfd could be had: the
+    /// worker then ticks every 10 ms to notice new tables).
+    doorbell: Option<Doorbell>,
 }
 
 impl LbHandler {
@@ -66,6 +70,16 @@ impl LbHandler {
         running.store(tables.version, Ordering::Release);
         let mut state = WorkerState::new();
         state.set_persistence(Arc::clone(published.persistence()));
+        let doorbell = published
+            .doorbell()
+            .inspect_err(|e| {
+                tracing::warn!(
+                    worker,
+                    error = %e,
+                    "no eventfd for the worker's doorbell: it wakes every 10 ms instead"
+                )
+            })
+            .ok();
         LbHandler {
             published,
             tables,
@@ -80,6 +94,7 @@ impl LbHandler {
             worker,
             workers: workers.max(1),
             frag_owners: Default::default(),
+            doorbell,
         }
     }
 
@@ -221,7 +236,9 @@ impl FrameHandler for LbHandler {
         }
     }
 
-    fn tick(&mut self, now_ns: u64) {
+    /// Nothing is due while the connection table and the cache hold nothing: an idle
+    /// worker sleeps until frames come or a new version rings its doorbell.
+    fn tick(&mut self, now_ns: u64) -> Option<u64> {
         self.refresh();
         if let Some(fc) = &mut self.flow_cache {
             fc.tick(&mut self.ct, now_ns);
@@ -233,5 +250,11 @@ impl FrameHandler for LbHandler {
             lb::process::publish_all_counts(&self.tables, &self.ct);
         }
         self.publish_counters();
+        let walk = self.flow_cache.as_ref().and_then(|fc| fc.next_due(now_ns));
+        [self.ct.next_expiry(), walk].into_iter().flatten().min()
+    }
+
+    fn doorbell(&self) -> Option<&Doorbell> {
+        self.doorbell.as_ref()
     }
 }

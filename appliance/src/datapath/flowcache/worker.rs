@@ -223,6 +223,18 @@ impl WorkerCache {
         }
     }
 
+    /// When the walk needs the worker's next tick: as soon as it can while a walk is under
+    /// way, else when the next walk starts; `None` with nothing installed.
+    pub fn next_due(&self, now: u64) -> Option<u64> {
+        if !self.sweep.is_empty() {
+            Some(now)
+        } else if self.flows.is_empty() {
+            None
+        } else {
+            Some(self.sweep_started.saturating_add(SWEEP_NS))
+        }
+    }
+
     /// Part of the periodic walk (call it from the worker's tick): for each flow visited,
     /// an entry whose last-seen moved since the previous walk (the kernel forwarded the
     /// flow) refreshes the flow in the connection table; a flow idle past its timeout or

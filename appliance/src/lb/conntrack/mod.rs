@@ -624,6 +624,24 @@ impl ConnTable {
         self.count(id, true);
     }
 
+    /// The earliest time any flow may expire, `None` for an empty table: each timeout
+    /// class's oldest list position plus the class's timeout. A flow's last packet is at
+    /// most [`LRU_GRANULARITY_NS`] newer than its position, so this is early by at most
+    /// that, never late; an idle worker sleeps until then (and [`ConnTable::expire`] runs).
+    pub fn next_expiry(&self) -> Option<u64> {
+        (0..CLASSES)
+            .filter_map(|class| {
+                let tail = self.lists[class].tail;
+                (tail != NONE).then(|| {
+                    self.slots[tail as usize]
+                        .lru_at
+                        .saturating_add(self.timeouts_ns[class])
+                        .saturating_add(1)
+                })
+            })
+            .min()
+    }
+
     /// Removes expired flows, oldest first in each timeout class, visiting at most `budget`
     /// entries; returns how many went. A list's walk stops at its first entry placed no
     /// longer than the class's timeout ago: every entry ahead of it was placed later and

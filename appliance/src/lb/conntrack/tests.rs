@@ -95,6 +95,33 @@ fn timeouts_expire_by_now() {
     assert_eq!(ct.inactive_counts()[0] + ct.active_counts()[0], 0);
 }
 
+/// An idle worker sleeps until `next_expiry`: it must never be later than the first flow
+/// `expire` would remove, and once that flow is gone it moves to the next one.
+#[test]
+fn next_expiry_is_the_first_flow_expire_removes() {
+    let mut ct = ConnTable::new(16, timeouts(), 1, 0, 1);
+    assert_eq!(ct.next_expiry(), None, "an empty table has nothing due");
+    ct.insert(flow(1, 0, FlowState::TcpEstablished), 0).unwrap();
+    ct.insert(flow(2, 0, FlowState::Udp), 5 * S).unwrap();
+    ct.insert(flow(3, 0, FlowState::TcpClosing), 7 * S).unwrap();
+    let due = ct.next_expiry().expect("flows are due");
+    assert_eq!(
+        due,
+        17 * S + 1,
+        "the closing flow, 10 s after it was placed"
+    );
+    assert_eq!(ct.expire(due - 1, 100), 0, "nothing expires before it");
+    assert_eq!(ct.expire(due, 100), 1);
+    assert_eq!(ct.next_expiry(), Some(305 * S + 1), "then the UDP flow");
+    // A packet moves its flow on: the bound follows (up to the LRU granularity early).
+    let id = ct.lookup(&key(2, 17), 100 * S).expect("live");
+    ct.touch(id, 100 * S, FlowState::Udp);
+    assert_eq!(ct.next_expiry(), Some(400 * S + 1));
+    assert_eq!(ct.expire(400 * S, 100), 0);
+    assert_eq!(ct.expire(900 * S + 1, 100), 2);
+    assert_eq!(ct.next_expiry(), None);
+}
+
 #[test]
 fn full_table_evicts_embryonic_then_refuses() {
     let mut ct = ConnTable::new(4, timeouts(), 1, 0, 1);
