@@ -747,17 +747,17 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
 #[cfg(test)]
 mod tests {
     /// The config `sluice bench` starts `sluice run` with (runs A and A2) is one the
-    /// appliance accepts: one NAT VIP, two-arm, the flow cache as asked.
+    /// appliance accepts: one NAT VIP, two-arm, the flow cache and flood mode as asked.
     #[test]
     fn bench_config_is_valid_and_two_arm() {
-        for flow_cache in [false, true] {
+        for (flow_cache, flood) in [(false, true), (true, true), (false, false), (true, false)] {
             let dir = std::env::temp_dir().join(format!(
-                "sluice-bench-test-{}-{flow_cache}",
+                "sluice-bench-test-{}-{flow_cache}-{flood}",
                 std::process::id()
             ));
             std::fs::create_dir_all(&dir).expect("tmp dir");
             let path = dir.join("sluice.toml");
-            let text = bench::appliance_config(&dir.join("api.sock"), true, flow_cache);
+            let text = bench::appliance_config(&dir.join("api.sock"), true, flow_cache, flood);
             std::fs::write(&path, text).expect("write");
             let cfg = sluice::config::load_with_env(&path, Vec::new());
             let _ = std::fs::remove_dir_all(&dir);
@@ -773,6 +773,7 @@ mod tests {
             assert_eq!(cfg.api.metrics, None, "no metrics listener in the bench");
             assert!(cfg.appliance.busy_poll);
             assert_eq!(cfg.appliance.flow_cache, flow_cache);
+            assert_eq!(cfg.flood.enabled, flood);
         }
     }
 }

@@ -24,15 +24,16 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lab::netns::{self, LabError, Netns, try_veth_mq};
 
+use crate::BenchError;
+use crate::appliance::{self, Appliance};
 use crate::client::{ClientOptions, ClientResult};
 use crate::counters::{cpu_times, mac_of, mac_text};
 use crate::cps_report::{CpsReport, CpsRun, RunKind};
 use crate::idle::process_ticks;
-use crate::{BenchError, READY_TIMEOUT};
 
 /// The NAT VIP (TCP port 80).
 pub const CPS_NAT_VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 20);
@@ -88,7 +89,7 @@ pub fn cps_config(api_socket: &Path, busy_poll: bool) -> String {
 /// the appliance; the namespaces go after it, killing nginx.
 pub(crate) struct CpsBench {
     pub(crate) dir: PathBuf,
-    appliance: Option<Child>,
+    appliance: Option<Appliance>,
     nginx: Option<Child>,
     pub(crate) cl: Netns,
     pub(crate) lb: Netns,
@@ -238,48 +239,19 @@ impl CpsBench {
         target: SocketAddr,
         stop: &AtomicBool,
     ) -> Result<(), BenchError> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            if stop.load(Ordering::Relaxed) {
-                return Err(BenchError::Interrupted);
-            }
-            if let Some(c) = self.appliance.as_mut()
-                && let Ok(Some(status)) = c.try_wait()
-            {
-                return Err(BenchError::NotForwarding {
-                    run: run.into(),
-                    detail: format!("sluice run exited ({status}); log:\n{}", self.log_tail()),
-                });
-            }
-            let got = self
-                .cl
+        let cl = &self.cl;
+        appliance::wait_ready(run, self.appliance.as_mut(), &self.dir, stop, || {
+            let got = cl
                 .in_thread(move || lab::http_get(target, "/", Duration::from_millis(500)))?
                 .join();
-            match got {
-                Ok(Ok((200, _))) => return Ok(()),
-                Ok(Ok((code, _))) => last = format!("HTTP {code}"),
-                Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = "the probing thread panicked".into(),
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        let log = if self.appliance.is_some() {
-            format!("; log:\n{}", self.log_tail())
-        } else {
-            String::new()
-        };
-        Err(BenchError::NotForwarding {
-            run: run.into(),
-            detail: format!(
-                "no answer from {target} within {} s (last: {last}){log}",
-                READY_TIMEOUT.as_secs()
-            ),
+            let last = match got {
+                Ok(Ok((200, _))) => return Ok(None),
+                Ok(Ok((code, _))) => format!("HTTP {code}"),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "the probing thread panicked".into(),
+            };
+            Ok(Some(format!("no answer from {target} (last: {last})")))
         })
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.join("sluice.log")
     }
 
     /// The API socket of the appliance.
@@ -288,38 +260,25 @@ impl CpsBench {
     }
 
     pub(crate) fn log_tail(&self) -> String {
-        crate::topology::tail_of(&self.log_path())
+        appliance::log_tail(&self.dir)
     }
 
-    /// Starts `sluice run` in lb with [`cps_config`].
+    /// Starts `sluice run` in lb with [`cps_config`]; its process id.
     pub(crate) fn start_appliance(
         &mut self,
         sluice: &Path,
         busy_poll: bool,
     ) -> Result<u32, BenchError> {
-        let cfg = self.dir.join("sluice.toml");
-        std::fs::write(&cfg, cps_config(&self.api_socket(), busy_poll))
-            .map_err(|e| lab_err(format!("write {}", cfg.display()), e))?;
-        let log = File::create(self.log_path()).ok();
-        let child = self.lb.try_spawn(
-            &[
-                &sluice.to_string_lossy(),
-                "run",
-                "--config",
-                &cfg.to_string_lossy(),
-            ],
-            log,
-        )?;
-        let pid = child.id();
-        self.appliance = Some(child);
+        let config = cps_config(&self.api_socket(), busy_poll);
+        let a = Appliance::start(&self.lb, sluice, &self.dir, &config)?;
+        let pid = a.pid();
+        self.appliance = Some(a);
         Ok(pid)
     }
 
-    /// Stops the appliance (SIGTERM, SIGKILL after 15 s); whether it exited cleanly.
+    /// Stops the appliance ([`Appliance::stop`]); whether it exited cleanly.
     pub(crate) fn stop_appliance(&mut self) -> bool {
-        self.appliance
-            .take()
-            .is_some_and(crate::topology::stop_child)
+        self.appliance.take().is_some_and(Appliance::stop)
     }
 
     /// Adds (or removes) the kernel's forwarding for both VIPs: nftables DNAT for the NAT

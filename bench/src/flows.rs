@@ -4,9 +4,15 @@
 //! gets its own one-queue topology and rounds of the pure engine (A), the flow cache (A2),
 //! the XDP_REDIRECT ceiling (C) and nftables DNAT (B). Beside the rates it reports what the
 //! tables did: the cache's hit ratio and entries, the connection table's entries against its
-//! capacity and what it evicted or refused, flood mode's shedding, and the memory per flow
-//! (the process's resident growth over the connection table's entries; the cache map's
-//! kernel memory over its capacity), since the API counts entries but not bytes.
+//! capacity and what it evicted or refused, and the memory per flow (the process's resident
+//! growth over the connection table's entries; the cache map's kernel memory over its
+//! capacity), since the API counts entries but not bytes.
+//!
+//! Runs A and A2 turn flood mode off (`[flood] enabled = false`): the sink never answers
+//! the generator's UDP flows, so to flood mode every one of them is a source that only
+//! opens flows, and at many flows it would measure the flood defence, not the engine or the
+//! cache. One more run per round, A2d, is the cache with the default flood settings (what an
+//! operator gets), with the frames flood mode shed.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -40,11 +46,16 @@ pub struct TableState {
     pub table_full: u64,
     /// New flows answered from the Maglev ring because a table was full.
     pub fallbacks: u64,
-    /// First packets flood mode shed in XDP (run A).
+    /// Frames flood mode shed in XDP in runs A and A2, where it is off (so 0).
+    pub flood_shed_off: u64,
+    /// Run A2d, the cache with the default flood settings: frames flood mode shed (with
+    /// the cache on it polices every frame the cache missed), and the cache's hits and
+    /// misses.
     pub flood_shed: u64,
-    /// The same with the flow cache on (run A2), where flood mode also polices every
-    /// frame the cache missed.
-    pub flood_shed_cache: u64,
+    /// See `flood_shed`.
+    pub flood_hits: u64,
+    /// See `flood_shed`.
+    pub flood_misses: u64,
     /// Flow cache hits and misses and entries (run A2).
     pub cache_hits: u64,
     /// See `cache_hits`.
@@ -64,15 +75,25 @@ pub struct TableState {
     pub nf_conntrack_max: Option<u64>,
 }
 
+/// `hits` over `hits + misses`, percent (0 with no frames).
+fn pct_of(hits: u64, misses: u64) -> f64 {
+    let all = hits + misses;
+    if all == 0 {
+        0.0
+    } else {
+        hits as f64 * 100.0 / all as f64
+    }
+}
+
 impl TableState {
-    /// The cache's hits over all the frames it saw, percent.
+    /// The cache's hits over all the frames it saw, percent (run A2).
     pub fn hit_pct(&self) -> f64 {
-        let all = self.cache_hits + self.cache_misses;
-        if all == 0 {
-            0.0
-        } else {
-            self.cache_hits as f64 * 100.0 / all as f64
-        }
+        pct_of(self.cache_hits, self.cache_misses)
+    }
+
+    /// The same for run A2d (default flood settings).
+    pub fn flood_hit_pct(&self) -> f64 {
+        pct_of(self.flood_hits, self.flood_misses)
     }
 }
 
@@ -83,10 +104,12 @@ pub struct FlowsRow {
     pub flows: u32,
     /// Source addresses they come from.
     pub addresses: u32,
-    /// Median rounds of runs A, A2, C and B.
+    /// Median rounds of runs A, A2, C and B, and A2d (the cache, default flood settings).
     pub sluice: RunResult,
     /// See `sluice`.
     pub cache: RunResult,
+    /// See `sluice`.
+    pub cache_flood: RunResult,
     /// See `sluice`.
     pub ceiling: RunResult,
     /// See `sluice`.
@@ -132,41 +155,54 @@ fn one_count(
     );
     bench.start_generators(stop)?;
     let (mut a, mut a2, mut c, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut a2d = Vec::new();
     let mut tables = TableState::default();
     for round in 1..=options.rounds {
         eprintln!(
             "bench: {} flows, round {round} of {}",
             space.flows, options.rounds
         );
+        bench.flood = false;
         let sluice = bench.run_sluice(options, false, stop)?;
         let cache = bench.run_sluice(options, true, stop)?;
+        bench.flood = true;
+        let cache_flood = bench.run_sluice(options, true, stop)?;
         c.push(bench.run_ceiling(options.seconds, stop)?.0);
         b.push(bench.run_kernel(options.seconds, stop)?);
-        tables = table_state(&sluice, &cache);
+        tables = table_state(&sluice, &cache, &cache_flood);
         tables.nf_conntrack_count = sysctl_u64(&bench, "net.netfilter.nf_conntrack_count");
         tables.nf_conntrack_max = sysctl_u64(&bench, "net.netfilter.nf_conntrack_max");
         a.push(sluice.result);
         a2.push(cache.result);
+        a2d.push(cache_flood.result);
     }
     Ok(FlowsRow {
         flows: space.flows,
         addresses: space.addresses(),
         sluice: median_run(a.iter()),
         cache: median_run(a2.iter()),
+        cache_flood: median_run(a2d.iter()),
         ceiling: median_run(c.iter()),
         nftables: median_run(b.iter()),
         tables,
     })
 }
 
-fn table_state(a: &crate::runs::ApplianceRun, a2: &crate::runs::ApplianceRun) -> TableState {
+fn table_state(
+    a: &crate::runs::ApplianceRun,
+    a2: &crate::runs::ApplianceRun,
+    a2d: &crate::runs::ApplianceRun,
+) -> TableState {
     let s = &a.status;
     let ct = &s.conntrack;
-    let cache = a2.status.flow_cache.unwrap_or(api::FlowCache {
+    let none = api::FlowCache {
         hits: 0,
         misses: 0,
         entries: 0,
-    });
+    };
+    let cache = a2.status.flow_cache.unwrap_or(none);
+    let flood = a2d.status.flow_cache.unwrap_or(none);
+    let shed = |r: &crate::runs::ApplianceRun| r.status.flood.map_or(0, |f| f.shed);
     let map = a2.maps.iter().find(|m| m.name == "flow_cache4");
     TableState {
         conntrack_entries: s.conntrack_entries,
@@ -176,8 +212,10 @@ fn table_state(a: &crate::runs::ApplianceRun, a2: &crate::runs::ApplianceRun) ->
         evicted: ct.evicted_embryonic + ct.evicted_closing,
         table_full: ct.table_full,
         fallbacks: s.conntrack_fallbacks,
-        flood_shed: s.flood.map_or(0, |f| f.shed),
-        flood_shed_cache: a2.status.flood.map_or(0, |f| f.shed),
+        flood_shed_off: shed(a) + shed(a2),
+        flood_shed: shed(a2d),
+        flood_hits: flood.hits,
+        flood_misses: flood.misses,
         cache_hits: cache.hits,
         cache_misses: cache.misses,
         cache_entries: cache.entries,
@@ -261,10 +299,37 @@ impl FlowsReport {
             ));
         }
         s.push_str(
-            "\nA: sluice (AF_XDP engine), A2: sluice + XDP flow cache, C: XDP_REDIRECT \
-             ceiling, B: kernel + nftables DNAT; A ns/p: the sluice process's CPU per packet\n\n",
+            "\nA: sluice (AF_XDP engine), A2: sluice + XDP flow cache, both with flood mode \
+             off ([flood] enabled = false); C: XDP_REDIRECT ceiling, B: kernel + nftables \
+             DNAT; A ns/p: the sluice process's CPU per packet\n\n",
         );
+        s.push_str(&self.flood_text());
         s.push_str(&self.tables_text());
+        s
+    }
+
+    /// Run A2d per flow count: the cache with the default flood settings.
+    fn flood_text(&self) -> String {
+        let mut s = String::from(
+            "A2d: sluice + XDP flow cache with the default [flood] settings (what an operator \
+             gets; the sink never answers, so every source only opens flows):\n",
+        );
+        for row in &self.rows {
+            let c = row.ceiling.delivered_mpps;
+            s.push_str(&format!(
+                "{:>9} flows: {:.2} Mpps = {:.2}x C, hit {:.1}%, flood mode shed {} frames\n",
+                row.flows,
+                row.cache_flood.delivered_mpps,
+                if c > 0.0 {
+                    row.cache_flood.delivered_mpps / c
+                } else {
+                    0.0
+                },
+                row.tables.flood_hit_pct(),
+                row.tables.flood_shed,
+            ));
+        }
+        s.push('\n');
         s
     }
 
@@ -275,7 +340,7 @@ impl FlowsReport {
             let t = &row.tables;
             s.push_str(&format!(
                 "{:>9} flows: conntrack {} of {} entries (inserted {}, expired {}, evicted {}, \
-                 refused full {}, ring fallbacks {}), flood shed {} (with the cache {}); cache {} \
+                 refused full {}, ring fallbacks {}), flood shed in A and A2 {}; cache {} \
                  entries of {}, hits {} misses {}; memory per flow: engine {} B (RSS growth / entries), \
                  cache {} B (map memory / capacity); kernel conntrack {} of {}\n",
                 row.flows,
@@ -286,8 +351,7 @@ impl FlowsReport {
                 t.evicted,
                 t.table_full,
                 t.fallbacks,
-                t.flood_shed,
-                t.flood_shed_cache,
+                t.flood_shed_off,
                 t.cache_entries,
                 t.cache_capacity.map_or("-".into(), |c| c.to_string()),
                 t.cache_hits,

@@ -21,15 +21,22 @@ use lab::netns::Netns;
 
 use crate::{BenchError, FRAME_LEN, GEN_ADDR, GEN_SPORT, PORT, VIP};
 
-/// Source ports per source address in a flow space.
-pub const PORTS_PER_ADDR: u32 = 50_000;
+/// Source ports per source address in a flow space: many clients with a few hundred
+/// connections each, as in front of real services (and as flood mode, which counts per
+/// source address, meets them).
+pub const PORTS_PER_ADDR: u32 = 256;
 /// The first source port of a flow space.
 pub const FIRST_PORT: u16 = 10_000;
-/// The first source address of a flow space: unused addresses of the gen namespace's own
-/// subnet (10.80.1.0/24), so the bench spoofs nothing outside its lab.
-pub const FIRST_ADDR: Ipv4Addr = Ipv4Addr::new(10, 80, 1, 100);
-/// The most flows a space holds: 156 addresses (10.80.1.100 to .255) of 50,000 ports.
-pub const MAX_FLOWS: u32 = 156 * PORTS_PER_ADDR;
+/// The first source address of a flow space: the bench's client network 10.82.0.0/16,
+/// which lb routes to the gen namespace ([`CLIENT_NET`]), so the bench spoofs nothing
+/// outside its lab.
+pub const FIRST_ADDR: Ipv4Addr = Ipv4Addr::new(10, 82, 0, 1);
+/// The client network behind gen, as lb routes it.
+pub const CLIENT_NET: &str = "10.82.0.0/16";
+/// Source addresses a space may use: 10.82.0.1 to 10.82.255.254.
+const MAX_ADDRS: u32 = 65_534;
+/// The most flows a space holds: every address of the client network times the ports.
+pub const MAX_FLOWS: u32 = MAX_ADDRS * PORTS_PER_ADDR;
 
 /// The flows a generator cycles through: flow i comes from `FIRST_ADDR + i / ports` and
 /// port `FIRST_PORT + i % ports`, to the VIP. One flow is the template's own.
@@ -440,24 +447,21 @@ mod tests {
         assert_eq!(small.flow(255), (FIRST_ADDR, FIRST_PORT + 255));
         assert_eq!(small.flow(256), small.flow(0), "wraps round");
         let mid = FlowSpace::new(65_536).unwrap();
-        assert_eq!(mid.addresses(), 2);
-        assert_eq!(
-            mid.flow(50_000),
-            (Ipv4Addr::new(10, 80, 1, 101), FIRST_PORT)
-        );
+        assert_eq!(mid.addresses(), 256);
+        assert_eq!(mid.flow(256), (Ipv4Addr::new(10, 82, 0, 2), FIRST_PORT));
         let big = FlowSpace::new(1_000_000).unwrap();
-        assert_eq!(big.addresses(), 20);
+        assert_eq!(big.addresses(), 3_907);
         let (last, port) = big.flow(999_999);
-        assert_eq!(last, Ipv4Addr::new(10, 80, 1, 119));
-        assert_eq!(port, FIRST_PORT + 49_999);
+        assert_eq!(last, Ipv4Addr::new(10, 82, 15, 67), "address 3,907");
+        assert_eq!(port, FIRST_PORT + 63, "999,999 is 3,906 x 256 + 63");
         // Every flow is distinct.
         let all: std::collections::HashSet<_> = (0..65_536).map(|i| mid.flow(i)).collect();
         assert_eq!(all.len(), 65_536);
-        // The largest space still ends at .255, inside 10.80.1.0/24.
+        // The largest space still ends inside 10.82.0.0/16, below its broadcast address.
         let max = FlowSpace::new(MAX_FLOWS).unwrap();
         assert_eq!(
             max.flow(u64::from(MAX_FLOWS) - 1).0,
-            Ipv4Addr::new(10, 80, 1, 255)
+            Ipv4Addr::new(10, 82, 255, 254)
         );
         assert_eq!(FlowSpace::new(MAX_FLOWS + 1), None);
     }

@@ -20,13 +20,26 @@ const RUN_CACHE: &str = "sluice + XDP flow cache (NAT)";
 const RUN_CEILING: &str = "XDP_REDIRECT ceiling";
 
 /// The `sluice run` configuration of runs A and A2: one NAT VIP, two-arm on eth0 (uplink)
-/// and eth1, the XDP flow cache on (A2) or off (A: pure AF_XDP, whatever the default).
-pub fn appliance_config(api_socket: &Path, busy_poll: bool, flow_cache: bool) -> String {
+/// and eth1, the XDP flow cache on (A2) or off (A: pure AF_XDP, whatever the default),
+/// flood mode as by default (`flood`) or off (`[flood] enabled = false`: the many-flows
+/// runs, whose generator's flows the sink never answers, so that flood mode would police
+/// them as a flood).
+pub fn appliance_config(
+    api_socket: &Path,
+    busy_poll: bool,
+    flow_cache: bool,
+    flood: bool,
+) -> String {
+    let flood = if flood {
+        String::new()
+    } else {
+        "[flood]\nenabled = false\n\n".to_string()
+    };
     format!(
         "[appliance]\nname = \"bench-lb\"\ninterfaces = [\"eth0\", \"eth1\"]\nxdp_mode = \"auto\"\n\
          busy_poll = {busy_poll}\nflow_cache = {flow_cache}\n\
          umem_frames = 4096\nring_size = 2048\nconntrack_capacity = 65536\n\n\
-         [api]\nsocket = \"{}\"\nmetrics = \"\"\n\n\
+         {flood}[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n\
          [[vip]]\nname = \"bench\"\naddress = \"{VIP}\"\nport = {PORT}\nprotocol = \"udp\"\n\
          scheduler = \"maglev\"\nmode = \"nat\"\n\
          [[vip.backend]]\naddress = \"{BACKEND}\"\nport = {PORT}\n",
@@ -68,7 +81,13 @@ impl Bench {
                 ""
             }
         );
-        let label = if flow_cache { RUN_CACHE } else { RUN_A };
+        let label = match (flow_cache, self.flood) {
+            (true, true) => RUN_CACHE.to_string(),
+            (true, false) => format!("{RUN_CACHE}, flood mode off"),
+            (false, true) => RUN_A.to_string(),
+            (false, false) => format!("{RUN_A}, flood mode off"),
+        };
+        let label = label.as_str();
         self.wait_forwarding(label, stop)?;
         let datapath = self.datapath_lines();
         let name = if flow_cache || datapath.is_empty() {

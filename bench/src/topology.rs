@@ -3,18 +3,18 @@
 //! of every counter a run compares before and after its flood.
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lab::netns::{self, LabError, Netns, try_veth_mq};
 
-use crate::counters::{RawRun, Sample, cpu_times, link_stats, mac_of, mac_text, parse_pid_stat};
+use crate::appliance::{self, Appliance};
+use crate::counters::{RawRun, Sample, cpu_times, link_stats, mac_of, mac_text};
 use crate::generator::{Flood, FlowSpace, GenCmd, Generator};
 use crate::runs::appliance_config;
 use crate::sink::{SinkCounts, SinkProgram};
-use crate::{BACKEND, BenchError, GEN_ADDR, LB_DOWNLINK, LB_UPLINK, PORT, READY_TIMEOUT};
+use crate::{BACKEND, BenchError, GEN_ADDR, LB_DOWNLINK, LB_UPLINK, PORT};
 
 /// MACs the in-namespace forwarders need.
 #[derive(Debug, Clone, Copy)]
@@ -29,13 +29,15 @@ pub(crate) struct Macs {
 /// appliance, then the namespaces go (each killing whatever is left inside).
 pub(crate) struct Bench {
     pub(crate) dir: PathBuf,
-    appliance: Option<Child>,
+    appliance: Option<Appliance>,
     /// One per queue (the first also sends the probe bursts).
     pub(crate) generators: Vec<Generator>,
     /// Queues of every veth (and so the appliance's workers).
     pub(crate) queues: u32,
     /// The flows every generator cycles through.
     pub(crate) space: FlowSpace,
+    /// Flood mode as by default in the appliance's config (false: `enabled = false`).
+    pub(crate) flood: bool,
     // Field order is drop order: the generator thread leaves gen before gen is deleted, and
     // the sink program leaves s0 before the sink namespace is deleted.
     sink_prog: Option<SinkProgram>,
@@ -83,6 +85,7 @@ impl Bench {
             generators: Vec::new(),
             queues: queues.max(1),
             space,
+            flood: true,
             sink_prog: None,
             gen_ns: ns("gen")?,
             lb: ns("lb")?,
@@ -115,6 +118,17 @@ impl Bench {
             "nud",
             "permanent",
         ])?;
+        // The generator's many-flows sources live on a client network behind gen.
+        lb.try_run(&[
+            "ip",
+            "route",
+            "add",
+            crate::generator::CLIENT_NET,
+            "via",
+            &GEN_ADDR.to_string(),
+            "dev",
+            "eth0",
+        ])?;
         lb.try_run(&["sysctl", "-qw", "net.ipv4.ip_forward=0"])?;
         // s0 keeps veth's default GRO off: XDP_REDIRECT into eth1 (flow cache, ceiling) is
         // dropped unless its peer s0 has NAPI, which GRO or an XDP program enables, and the
@@ -142,32 +156,12 @@ impl Bench {
     }
 
     fn sink_counts(&self) -> Result<SinkCounts, BenchError> {
-        let counter = |detail: String| BenchError::Counter {
-            what: "the sink's XDP counters".into(),
-            detail,
-        };
-        self.sink_prog
-            .as_ref()
-            .ok_or_else(|| counter("the sink program is not attached".into()))?
-            .counts()
-            .map_err(counter)
-    }
-
-    fn delivered(&self) -> Result<u64, BenchError> {
-        Ok(self.sink_counts()?.delivered)
+        counts_of(self.sink_prog.as_ref())
     }
 
     fn sample(&mut self) -> Result<Sample, BenchError> {
         let lb_process = match &self.appliance {
-            Some(c) => Some(
-                std::fs::read_to_string(format!("/proc/{}/stat", c.id()))
-                    .ok()
-                    .and_then(|t| parse_pid_stat(&t))
-                    .ok_or_else(|| BenchError::Counter {
-                        what: "the sluice process's CPU time".into(),
-                        detail: format!("/proc/{}/stat unreadable (did it exit?)", c.id()),
-                    })?,
-            ),
+            Some(a) => Some(crate::idle::process_ticks(a.pid())?),
             None => None,
         };
         let sink = self.sink_counts()?;
@@ -212,43 +206,22 @@ impl Bench {
         run: &str,
         stop: &AtomicBool,
     ) -> Result<(), BenchError> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        while Instant::now() < deadline {
-            if stop.load(Ordering::Relaxed) {
-                return Err(BenchError::Interrupted);
-            }
-            if let Some(c) = self.appliance.as_mut()
-                && let Ok(Some(status)) = c.try_wait()
-            {
-                return Err(BenchError::NotForwarding {
-                    run: run.into(),
-                    detail: format!("sluice run exited ({status}); log:\n{}", self.log_tail()),
-                });
-            }
-            let before = self.delivered()?;
-            self.generator()?.call(GenCmd::Burst(64))?;
+        let generator = self
+            .generators
+            .first()
+            .ok_or_else(|| BenchError::Generator("not started".into()))?;
+        let sink = self.sink_prog.as_ref();
+        let delivered = || counts_of(sink).map(|c| c.delivered);
+        appliance::wait_ready(run, self.appliance.as_mut(), &self.dir, stop, || {
+            let before = delivered()?;
+            generator.call(GenCmd::Burst(64))?;
             std::thread::sleep(Duration::from_millis(100));
-            if self.delivered()? > before {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        let log = if self.appliance.is_some() {
-            format!("; log:\n{}", self.log_tail())
-        } else {
-            String::new()
-        };
-        Err(BenchError::NotForwarding {
-            run: run.into(),
-            detail: format!(
-                "no probe frame reached the sink within {} s{log}",
-                READY_TIMEOUT.as_secs()
-            ),
+            Ok((delivered()? <= before).then(|| "no probe frame reached the sink".to_string()))
         })
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.join("sluice.log")
+        appliance::log_path(&self.dir)
     }
 
     /// The API socket of the `sluice run` the bench starts.
@@ -267,7 +240,7 @@ impl Bench {
     }
 
     pub(crate) fn log_tail(&self) -> String {
-        tail_of(&self.log_path())
+        appliance::log_tail(&self.dir)
     }
 
     /// Starts `sluice run` in lb with the bench config; its output goes to the log.
@@ -277,37 +250,19 @@ impl Bench {
         busy_poll: bool,
         flow_cache: bool,
     ) -> Result<(), BenchError> {
-        let cfg = self.dir.join("sluice.toml");
-        std::fs::write(
-            &cfg,
-            appliance_config(&self.api_socket(), busy_poll, flow_cache),
-        )
-        .map_err(|e| LabError {
-            command: format!("write {}", cfg.display()),
-            detail: e.to_string(),
-        })?;
-        let log = std::fs::File::create(self.log_path()).ok();
-        let child = self.lb.try_spawn(
-            &[
-                &sluice.to_string_lossy(),
-                "run",
-                "--config",
-                &cfg.to_string_lossy(),
-            ],
-            log,
-        )?;
-        self.appliance = Some(child);
+        let config = appliance_config(&self.api_socket(), busy_poll, flow_cache, self.flood);
+        self.appliance = Some(Appliance::start(&self.lb, sluice, &self.dir, &config)?);
         Ok(())
     }
 
     /// The running appliance's process id.
     pub(crate) fn appliance_pid(&self) -> Option<u32> {
-        self.appliance.as_ref().map(Child::id)
+        self.appliance.as_ref().map(Appliance::pid)
     }
 
-    /// Stops the appliance ([`stop_child`]); whether it exited cleanly.
+    /// Stops the appliance ([`Appliance::stop`]); whether it exited cleanly.
     pub(crate) fn stop_appliance(&mut self) -> bool {
-        self.appliance.take().is_some_and(stop_child)
+        self.appliance.take().is_some_and(Appliance::stop)
     }
 
     /// One measured run: counters, flood, drain, counters.
@@ -361,31 +316,13 @@ impl Bench {
     }
 }
 
-/// SIGTERM, so the appliance detaches its XDP program itself; SIGKILL after 15 s.
-/// Returns whether it exited cleanly.
-pub(crate) fn stop_child(mut child: Child) -> bool {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return status.success(),
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return false;
-            }
-        }
-    }
-}
-
-/// The last 20 lines of the appliance log at `path` (empty when it cannot be read).
-pub(crate) fn tail_of(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
+/// The sink program's counters.
+fn counts_of(sink: Option<&SinkProgram>) -> Result<SinkCounts, BenchError> {
+    let counter = |detail: String| BenchError::Counter {
+        what: "the sink's XDP counters".into(),
+        detail,
+    };
+    sink.ok_or_else(|| counter("the sink program is not attached".into()))?
+        .counts()
+        .map_err(counter)
 }
