@@ -36,6 +36,10 @@ pub(crate) struct BenchArgs {
     /// --cps: client threads.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     threads: u64,
+    /// --idle: also measure this other `sluice` binary (an older build), in the same run
+    /// before this one, default and busy_poll.
+    #[arg(long, requires = "idle", value_name = "PATH")]
+    baseline: Option<PathBuf>,
     /// --cps and --idle: queues per veth (the appliance runs one worker per queue).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     queues: u32,
@@ -56,6 +60,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         concurrency,
         threads,
         queues,
+        baseline,
         json,
     } = args;
     let mode = if idle {
@@ -63,6 +68,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
             seconds: seconds.unwrap_or(60),
             sluice: PathBuf::new(),
             queues,
+            baseline,
         })
     } else if cps {
         BenchMode::Cps(bench::CpsOptions {

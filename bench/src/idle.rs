@@ -3,7 +3,9 @@
 //! both VIPs), lets it settle, and measures for `--seconds` the CPU time (user + system) of
 //! the process and of each of its threads, and the whole machine's, first with the default
 //! (workers sleep until the kernel wakes them: need_wakeup), then with `busy_poll = true`
-//! (workers spin) for comparison. The goal is under 1% of one core by default.
+//! (workers spin) for comparison. The goal is under 1% of one core by default. With a
+//! baseline binary (`--baseline PATH`, an older build) its two windows come first, on the
+//! same namespaces in the same run, so a change's before and after sit side by side.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +20,8 @@ use crate::cps::{CPS_NAT_VIP, CpsBench, loadavg};
 /// How long the appliance runs before the window opens: start-up work (loading XDP, the
 /// first health and route passes) is not idle cost.
 const SETTLE: Duration = Duration::from_secs(3);
+/// How the report names the binary that runs the bench.
+const THIS_BUILD: &str = "this build";
 /// The idle goal, in percent of one core.
 pub const IDLE_GOAL_PCT: f64 = 1.0;
 
@@ -30,6 +34,8 @@ pub struct IdleOptions {
     pub sluice: std::path::PathBuf,
     /// Queues per veth (appliance workers).
     pub queues: u32,
+    /// Another `sluice` binary measured first the same way (before and after a change).
+    pub baseline: Option<std::path::PathBuf>,
 }
 
 /// One thread's share of a window.
@@ -44,6 +50,8 @@ pub struct ThreadCost {
 /// One idle window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct IdleRun {
+    /// The binary measured: `this build`, or the baseline's path.
+    pub binary: String,
     /// Whether the workers spun.
     pub busy_poll: bool,
     /// The window's length, seconds.
@@ -129,10 +137,11 @@ pub fn pct(ticks: u64, seconds: f64) -> f64 {
 fn window(
     bench: &mut CpsBench,
     options: &IdleOptions,
+    (binary, sluice): (&str, &std::path::Path),
     busy_poll: bool,
     stop: &AtomicBool,
 ) -> Result<IdleRun, BenchError> {
-    let pid = bench.start_appliance(&options.sluice, busy_poll)?;
+    let pid = bench.start_appliance(sluice, busy_poll)?;
     let label = if busy_poll { "idle, busy_poll" } else { "idle" };
     // Forwarding proves the VIPs are up; the probe is the last traffic before the window.
     bench.wait_answers(label, (CPS_NAT_VIP, 80).into(), stop)?;
@@ -164,6 +173,7 @@ fn window(
         );
     }
     Ok(IdleRun {
+        binary: binary.to_string(),
         busy_poll,
         seconds,
         process_pct_of_core: pct(p1.saturating_sub(p0), seconds),
@@ -181,12 +191,22 @@ pub fn run_idle(options: &IdleOptions, stop: Arc<AtomicBool>) -> Result<IdleRepo
     };
     let load_before = loadavg();
     let mut bench = CpsBench::build(options.queues, true)?;
-    let runs = vec![
-        window(&mut bench, &options, false, &stop)?,
-        window(&mut bench, &options, true, &stop)?,
-    ];
+    let baseline = options.baseline.as_ref().map(|p| p.display().to_string());
+    let mut binaries = Vec::new();
+    if let (Some(label), Some(path)) = (&baseline, &options.baseline) {
+        binaries.push((label.as_str(), path.as_path()));
+    }
+    binaries.push((THIS_BUILD, options.sluice.as_path()));
+    let mut runs = Vec::new();
+    for binary in binaries {
+        for busy_poll in [false, true] {
+            runs.push(window(&mut bench, &options, binary, busy_poll, &stop)?);
+        }
+    }
     drop(bench);
-    let goal_met = runs[0].process_pct_of_core < IDLE_GOAL_PCT;
+    let goal_met = runs
+        .iter()
+        .any(|r| r.binary == THIS_BUILD && !r.busy_poll && r.process_pct_of_core < IDLE_GOAL_PCT);
     Ok(IdleReport {
         load_before,
         load_after: loadavg(),
@@ -200,12 +220,19 @@ impl IdleReport {
     pub fn table(&self) -> String {
         let mut s = format!(
             "sluice bench --idle: sluice run with a NAT and a DR VIP, no traffic\n\
-             load average before {}, after {}\n\n{:<26} {:>8} {:>14} {:>14}\n",
-            self.load_before, self.load_after, "run", "seconds", "sluice % core", "machine cores"
+             load average before {}, after {}\n\n{:<22} {:<26} {:>8} {:>14} {:>14}\n",
+            self.load_before,
+            self.load_after,
+            "binary",
+            "run",
+            "seconds",
+            "sluice % core",
+            "machine cores"
         );
         for r in &self.runs {
             s.push_str(&format!(
-                "{:<26} {:>8.1} {:>14.2} {:>14.2}\n",
+                "{:<22} {:<26} {:>8.1} {:>14.2} {:>14.2}\n",
+                r.binary,
                 if r.busy_poll {
                     "busy_poll = true"
                 } else {
@@ -224,7 +251,8 @@ impl IdleReport {
                 .map(|t| format!("{} {:.2}%", t.name, t.pct_of_core))
                 .collect();
             s.push_str(&format!(
-                "threads, {}: {}\n",
+                "threads, {}, {}: {}\n",
+                r.binary,
                 if r.busy_poll { "busy_poll" } else { "default" },
                 if top.is_empty() {
                     "none used CPU".into()
@@ -234,7 +262,7 @@ impl IdleReport {
             ));
         }
         s.push_str(&format!(
-            "goal (default under {IDLE_GOAL_PCT}% of one core): {}\n",
+            "goal ({THIS_BUILD}, default, under {IDLE_GOAL_PCT}% of one core): {}\n",
             if self.goal_met { "met" } else { "NOT met" }
         ));
         s
