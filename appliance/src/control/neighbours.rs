@@ -6,15 +6,13 @@
 //! the loop [`NetEvent`]s (a fresh snapshot after a route change, single neighbour changes
 //! as they come). It also makes the kernel resolve next hops nobody has a MAC for: the
 //! addresses the loop asks for (backends, routers; at most once a second each, within a
-//! budget per second) and the on-link destinations workers missed (`lb::egress::MissQueue`,
-//! drained when a worker's request wakes the task: an idle task polls nothing).
+//! budget per second) and the on-link destinations workers missed (`lb::egress::MissQueue`).
 //! Resolution never waits: the kernel's answer comes back as a neighbour notification,
 //! which makes a new table version sharing everything but the egress
 //! ([`crate::lb::Tables::with_egress`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
@@ -34,8 +32,6 @@ pub const MISS_QUEUE_DEPTH: usize = 1024;
 const RESOLVE_BUDGET: usize = 256;
 /// How often one address is asked for at most.
 const RESOLVE_EVERY: Duration = Duration::from_secs(1);
-/// The shortest gap between two drains of the miss queue.
-const MISS_DRAIN_EVERY: Duration = Duration::from_millis(10);
 /// How long route notifications are gathered before one re-dump.
 const ROUTE_SETTLE: Duration = Duration::from_millis(20);
 /// A full re-dump this often repairs anything a lost notification left behind.
@@ -71,95 +67,24 @@ impl NetTask {
     }
 }
 
-/// The task's end of the workers' miss queue: the requests, and the notification each
-/// request queued raises.
-#[derive(Debug)]
-pub struct Misses {
-    rx: Receiver<Unresolved>,
-    queued: Arc<tokio::sync::Notify>,
-}
-
-impl Misses {
-    /// Asks the kernel to resolve what workers missed, up to [`RESOLVE_BUDGET`] requests;
-    /// true when that many were taken (more may wait).
-    fn drain(&self, asked: &mut Asked) -> bool {
-        let now = Instant::now();
-        let mut taken = 0;
-        for u in self.rx.try_iter().take(RESOLVE_BUDGET) {
-            taken += 1;
-            if asked.admit(u, now) {
-                debug!(addr = %u.addr, ifindex = u.ifindex, "datapath missed a neighbour: resolving");
-                neigh::provoke_resolution(u.addr, u.ifindex);
-            }
-        }
-        taken == RESOLVE_BUDGET
-    }
-}
-
-/// When the miss queue is drained: on a worker's notification, but a miss storm at most
-/// every [`MISS_DRAIN_EVERY`], [`RESOLVE_BUDGET`] at a time (the per-second budget would
-/// refuse the rest anyway).
-#[derive(Debug)]
-struct Drain {
-    last: tokio::time::Instant,
-    /// A drain waits for its turn (and the notification is not listened to meanwhile).
-    at: Option<tokio::time::Instant>,
-}
-
-impl Default for Drain {
-    fn default() -> Drain {
-        Drain {
-            last: tokio::time::Instant::now(),
-            at: None,
-        }
-    }
-}
-
-impl Drain {
-    /// A worker queued a request: drain now, or at the storm's next turn.
-    fn queued(&mut self, misses: &Misses, asked: &mut Asked) {
-        let next = self.last + MISS_DRAIN_EVERY;
-        if tokio::time::Instant::now() >= next {
-            self.run(misses, asked);
-        } else {
-            self.at = Some(next);
-        }
-    }
-
-    /// Drains; when it took a whole budget, the next drain is due at the next turn.
-    fn run(&mut self, misses: &Misses, asked: &mut Asked) {
-        self.last = tokio::time::Instant::now();
-        self.at = misses.drain(asked).then_some(self.last + MISS_DRAIN_EVERY);
-    }
-
-    /// Resolves when a waiting drain's turn comes; never without one.
-    async fn due(&self) {
-        match self.at {
-            Some(t) => tokio::time::sleep_until(t).await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
 /// Takes the first snapshot (before the first version is built) and returns the next hops
 /// with the workers' miss queue, and the receiving end of that queue for [`spawn`].
-pub async fn first(resolver: &Resolver) -> Result<(NextHops, Misses), neigh::NeighError> {
+pub async fn first(
+    resolver: &Resolver,
+) -> Result<(NextHops, Receiver<Unresolved>), neigh::NeighError> {
     let net = resolver.snapshot().await?;
-    let queued = Arc::new(tokio::sync::Notify::new());
-    let wake = Arc::clone(&queued);
-    // A permit is kept when the task is busy elsewhere, so no request waits for a later one.
-    let (misses, rx) = MissQueue::new(MISS_QUEUE_DEPTH, move || wake.notify_one());
+    let (misses, rx) = MissQueue::new(MISS_QUEUE_DEPTH);
     Ok((
         NextHops {
             net,
             misses: Some(misses),
         },
-        Misses { rx, queued },
+        rx,
     ))
 }
 
 /// Starts the task on the current runtime.
-pub fn spawn(resolver: Resolver, misses: Misses) -> NetTask {
+pub fn spawn(resolver: Resolver, misses: Receiver<Unresolved>) -> NetTask {
     let (ev_tx, events) = mpsc::channel(4096);
     let (requests, req_rx) = mpsc::channel(64);
     tokio::spawn(run(resolver, misses, ev_tx, req_rx));
@@ -204,7 +129,7 @@ impl Asked {
 
 async fn run(
     resolver: Resolver,
-    misses: Misses,
+    misses: Receiver<Unresolved>,
     events: mpsc::Sender<NetEvent>,
     mut requests: mpsc::Receiver<Vec<Unresolved>>,
 ) {
@@ -216,7 +141,7 @@ async fn run(
         }
     };
     let mut asked = Asked::default();
-    let mut drain = Drain::default();
+    let mut poll = tokio::time::interval(Duration::from_millis(10));
     let mut resync = tokio::time::interval(RESYNC_EVERY);
     resync.reset();
     let mut dump_at: Option<tokio::time::Instant> = None;
@@ -264,8 +189,15 @@ async fn run(
                     }
                 }
             }
-            _ = misses.queued.notified(), if drain.at.is_none() => drain.queued(&misses, &mut asked),
-            _ = drain.due() => drain.run(&misses, &mut asked),
+            _ = poll.tick() => {
+                let now = Instant::now();
+                for u in misses.try_iter().take(RESOLVE_BUDGET) {
+                    if asked.admit(u, now) {
+                        debug!(addr = %u.addr, ifindex = u.ifindex, "datapath missed a neighbour: resolving");
+                        neigh::provoke_resolution(u.addr, u.ifindex);
+                    }
+                }
+            }
         }
     }
 }

@@ -8,9 +8,7 @@
 //! through rtnetlink ([`NetState`]) and builds an [`Egress`] from them; workers only look it
 //! up (no syscalls, no locks, no allocation). An on-link destination whose MAC the snapshot
 //! lacks is dropped as [`Miss::NoNeighbor`] and its address is offered, without blocking, on
-//! a bounded queue the control plane drains to make the kernel resolve it ([`MissQueue`]);
-//! each request queued also calls the queue's wake hook, so the drainer sleeps until there
-//! is something to drain.
+//! a bounded queue the control plane drains to make the kernel resolve it ([`MissQueue`]).
 //!
 //! Routes over interfaces that are not the datapath's (management ports, loopback, tunnels
 //! without a MAC) cannot carry the datapath's frames: they resolve to [`Miss::NotDatapath`].
@@ -19,7 +17,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use crate::config::HashFields;
@@ -107,41 +104,21 @@ pub struct Unresolved {
 }
 
 /// The workers' side of the miss queue: a bounded channel that never blocks (a full queue
-/// drops the request; the next miss asks again), and the hook that wakes its drainer.
-#[derive(Clone)]
-pub struct MissQueue {
-    tx: SyncSender<Unresolved>,
-    wake: Arc<dyn Fn() + Send + Sync>,
-}
-
-impl std::fmt::Debug for MissQueue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MissQueue").finish_non_exhaustive()
-    }
-}
+/// drops the request; the next miss asks again).
+#[derive(Debug, Clone)]
+pub struct MissQueue(SyncSender<Unresolved>);
 
 impl MissQueue {
-    /// A queue of `depth` requests and the control plane's end of it; `wake` runs after
-    /// each request queued (not for one a full queue dropped: the drainer is awake then).
-    pub fn new(
-        depth: usize,
-        wake: impl Fn() + Send + Sync + 'static,
-    ) -> (MissQueue, Receiver<Unresolved>) {
+    /// A queue of `depth` requests and the control plane's end of it.
+    pub fn new(depth: usize) -> (MissQueue, Receiver<Unresolved>) {
         let (tx, rx) = sync_channel(depth);
-        (
-            MissQueue {
-                tx,
-                wake: Arc::new(wake),
-            },
-            rx,
-        )
+        (MissQueue(tx), rx)
     }
 
     #[inline]
     fn offer(&self, u: Unresolved) {
-        match self.tx.try_send(u) {
-            Ok(()) => (self.wake)(),
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+        match self.0.try_send(u) {
+            Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
         }
     }
 }
@@ -735,13 +712,8 @@ mod tests {
     fn misses_are_counted_by_reason_and_on_link_misses_are_offered() {
         let mut n = net();
         n.routes.push(route("203.0.113.0", 24, vec![]));
-        let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let w = Arc::clone(&woken);
-        let (q, rx) = MissQueue::new(4, move || {
-            w.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        });
+        let (q, rx) = MissQueue::new(4);
         let e = Egress::build(&n, &dp(), &[], Some(q));
-        let woken = move || woken.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(route_to(&e, "8.8.8.8", 1), Err(Miss::NoRoute), "no default");
         assert_eq!(route_to(&e, "2001:db9::1", 1), Err(Miss::NoRoute));
         assert_eq!(
@@ -751,9 +723,7 @@ mod tests {
         );
         assert_eq!(route_to(&e, "192.168.1.1", 1), Err(Miss::NotDatapath));
         assert!(rx.try_recv().is_err(), "nothing offered yet");
-        assert_eq!(woken(), 0);
         assert_eq!(route_to(&e, "10.0.0.77", 1), Err(Miss::NoNeighbor));
-        assert_eq!(woken(), 1, "the drainer is woken for the request");
         let u = rx.try_recv().expect("offered");
         assert_eq!((u.ifindex, u.addr), (2, ip("10.0.0.77")));
         // A full queue drops the request instead of blocking the worker.
@@ -761,11 +731,6 @@ mod tests {
             assert_eq!(route_to(&e, "10.0.0.78", 1), Err(Miss::NoNeighbor));
         }
         assert_eq!(rx.try_iter().count(), 4);
-        assert_eq!(
-            woken(),
-            5,
-            "one wake per request queued, none for those dropped"
-        );
     }
 
     #[test]
