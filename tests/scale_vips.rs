@@ -226,40 +226,7 @@ fn a_thousand_vips_announce_forward_and_absorb_a_storm() {
     let answers = lab
         .from_client({
             let sample = sample.clone();
-            move || {
-                // Each VIP gets tries of 2 s until one answers or 20 s pass: on a loaded
-                // machine a few of 20 miss their first try right after start-up, while health
-                // batches still commit, and now and then one misses a few (printed with what
-                // they saw; the cause is open).
-                let mut misses = Vec::new();
-                let ok = sample
-                    .iter()
-                    .filter(|a| {
-                        let deadline = Instant::now() + Duration::from_secs(20);
-                        for tries in 1.. {
-                            let r = http_get(**a, "/whoami", Duration::from_secs(2)).map(|r| r.0);
-                            if matches!(r, Ok(200)) {
-                                if tries > 1 {
-                                    misses.push(format!("{a} answered on try {tries}"));
-                                }
-                                return true;
-                            }
-                            if tries == 1 || Instant::now() >= deadline {
-                                misses.push(format!("{a} try {tries}: {r:?}"));
-                            }
-                            if Instant::now() >= deadline {
-                                return false;
-                            }
-                        }
-                        false
-                    })
-                    .count();
-                println!(
-                    "MEASURE scale sample: {ok} of {} answered; misses: {misses:?}",
-                    sample.len()
-                );
-                ok
-            }
+            move || answered(&sample, "sample")
         })
         .expect("client");
     assert_eq!(answers, sample.len(), "every sampled VIP answers");
@@ -304,17 +271,41 @@ fn a_thousand_vips_announce_forward_and_absorb_a_storm() {
     );
     // Still forwarding: every VIP kept a backend in the third namespace.
     let answers = lab
-        .from_client(move || {
-            sample
-                .iter()
-                .filter(|a| {
-                    matches!(
-                        http_get(**a, "/whoami", Duration::from_secs(2)),
-                        Ok((200, _))
-                    )
-                })
-                .count()
-        })
+        .from_client(move || answered(&sample, "after the storm"))
         .expect("client");
     assert_eq!(answers, VIPS / 50, "every sampled VIP still answers");
+}
+
+/// How many of `sample` answer: each VIP gets tries of 2 s until one answers or 20 s pass.
+/// On a loaded machine a few of 20 miss their first try while health batches commit, and
+/// now and then one misses a few (printed with what they saw; the cause is open).
+fn answered(sample: &[SocketAddr], what: &str) -> usize {
+    let mut misses = Vec::new();
+    let ok = sample
+        .iter()
+        .filter(|a| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            for tries in 1.. {
+                let r = http_get(**a, "/whoami", Duration::from_secs(2)).map(|r| r.0);
+                if matches!(r, Ok(200)) {
+                    if tries > 1 {
+                        misses.push(format!("{a} answered on try {tries}"));
+                    }
+                    return true;
+                }
+                if tries == 1 || Instant::now() >= deadline {
+                    misses.push(format!("{a} try {tries}: {r:?}"));
+                }
+                if Instant::now() >= deadline {
+                    return false;
+                }
+            }
+            false
+        })
+        .count();
+    println!(
+        "MEASURE scale {what}: {ok} of {} answered; misses: {misses:?}",
+        sample.len()
+    );
+    ok
 }
