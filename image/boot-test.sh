@@ -361,8 +361,10 @@ wait_console() {
             return 0
         fi
         kill -0 "$qemu_pid" 2>/dev/null || { cat "$work/qemu.out" >&2; fail "qemu exited before $what"; }
-        if [ -z "${sluice_may_fail:-}" ] && [ -f "$console" ] &&
-            grep -aqE "Failed to start .{0,16}sluice\.service" "$console"; then
+        # systemd's own status line (the unit name cut short), not a line quoting it (the
+        # slot status repeats the last failed trial boot's log).
+        if [ -z "${sluice_may_fail:-}" ] && [ -f "$console.txt" ] &&
+            grep -aqE "^\[FAILED\] Failed to start sluice\.ser" "$console.txt"; then
             fail "sluice.service failed to start (rerun with SLUICE_BOOT_APPEND=systemd.journald.forward_to_console=1 for its own log)"
         fi
         [ $SECONDS -lt $deadline ] || fail "no $what within ${boot_timeout}s"
