@@ -7,7 +7,8 @@
 //! every ring entry) and every backend's next hop (MACs, egress and how a hairpin leaves).
 //! A ring is written whole, in one batch syscall, only when it changed; next hops likewise.
 //! DR VIPs take ring slots in table order, at most [`STATELESS_VIPS`] of them, each at most
-//! [`RING_STRIDE`] entries (the default `maglev_table_size`); the others, and backends past
+//! [`RING_STRIDE`] entries (a 65,537-slot ring; the default sizes for pools up to 655
+//! backends are smaller); the others, and backends past
 //! [`BACKEND_SLOTS`], stay with the policing and the engine. The ring map is
 //! `STATELESS_VIPS * RING_STRIDE` u32s: 8 MiB of kernel memory, allocated at load.
 
