@@ -142,7 +142,8 @@ pub struct Flood {
     /// First packets from sources the bucket map had no room for (let through).
     pub no_room: u64,
     /// Flows that proved themselves in flood mode (their first frame forwarded by the flow
-    /// cache) and gave tokens back to their source's bucket.
+    /// cache, or their first FIN or RST while the cache held them) and gave tokens back to
+    /// their source's bucket.
     #[serde(default)]
     pub refunded: u64,
     /// First packets of DR VIPs the XDP program answered itself, without state, from the

@@ -32,7 +32,7 @@ use crate::BenchError;
 use crate::appliance::{self, Appliance};
 use crate::client::{ClientOptions, ClientResult};
 use crate::counters::{cpu_times, mac_of, mac_text};
-use crate::cps_report::{CpsReport, CpsRun, RunKind};
+use crate::cps_report::{CpsReport, CpsRun, FloodSeen, RunKind};
 use crate::idle::process_ticks;
 
 /// The NAT VIP (TCP port 80).
@@ -325,6 +325,13 @@ impl CpsBench {
             threads: options.threads,
             duration: Duration::from_secs(options.seconds),
         };
+        let flood = |on: bool| -> Result<Option<api::Flood>, BenchError> {
+            if !on {
+                return Ok(None);
+            }
+            Ok(crate::runs::fetch_status(&self.api_socket())?.flood)
+        };
+        let flood0 = flood(appliance.is_some())?;
         let cpu0 = cpu_times()?;
         let lb0 = appliance.map(process_ticks).transpose()?;
         let stop2 = Arc::clone(stop);
@@ -339,12 +346,11 @@ impl CpsBench {
             return Err(BenchError::Interrupted);
         }
         let lb_ticks = lb0.zip(lb1).map(|(a, b)| b.saturating_sub(a));
-        Ok(CpsRun::compute(
-            kind,
-            &r,
-            cpu1.busy.saturating_sub(cpu0.busy),
-            lb_ticks,
-        ))
+        let mut run = CpsRun::compute(kind, &r, cpu1.busy.saturating_sub(cpu0.busy), lb_ticks);
+        run.flood = flood0
+            .zip(flood(appliance.is_some())?)
+            .map(|(a, b)| FloodSeen::between(&a, &b));
+        Ok(run)
     }
 
     /// Sluice's two runs: the appliance started, both VIPs measured, stopped.

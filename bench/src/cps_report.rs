@@ -88,6 +88,31 @@ pub struct CpsRun {
     pub appliance_us_per_conn: Option<f64>,
     /// The first failure the client saw.
     pub first_error: Option<String>,
+    /// What flood mode did meanwhile (Sluice's runs): the one client address opens
+    /// thousands of connections a second, which flood mode must not take for a flood.
+    pub flood: Option<FloodSeen>,
+}
+
+/// Flood mode's counters over one Sluice run (differences of the appliance's status).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct FloodSeen {
+    /// Times a CPU switched the mode on.
+    pub switched_on: u64,
+    /// The client's frames dropped in XDP (over its source's rate).
+    pub shed: u64,
+    /// Connections that proved themselves and paid the client's bucket back.
+    pub refunded: u64,
+}
+
+impl FloodSeen {
+    /// The counters' growth from `a` to `b`.
+    pub fn between(a: &api::Flood, b: &api::Flood) -> FloodSeen {
+        FloodSeen {
+            switched_on: b.switched_on.saturating_sub(a.switched_on),
+            shed: b.shed.saturating_sub(a.shed),
+            refunded: b.refunded.saturating_sub(a.refunded),
+        }
+    }
 }
 
 impl CpsRun {
@@ -116,6 +141,7 @@ impl CpsRun {
             machine_us_per_conn: per_conn(machine_ticks),
             appliance_us_per_conn: appliance_ticks.map(per_conn),
             first_error: r.first_error.clone(),
+            flood: None,
         }
     }
 }
@@ -281,6 +307,18 @@ impl CpsReport {
                 m.kind.label(),
                 rates.join(", ")
             ));
+        }
+        for r in self.rounds.iter().flatten() {
+            if let Some(f) = r.flood {
+                s.push_str(&format!(
+                    "flood mode, {}: switched on {} times, {} frames shed, {} connections \
+                     refunded\n",
+                    r.kind.label(),
+                    f.switched_on,
+                    f.shed,
+                    f.refunded
+                ));
+            }
         }
         for r in self.rounds.iter().flatten() {
             if let Some(e) = &r.first_error {

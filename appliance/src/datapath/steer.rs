@@ -195,8 +195,9 @@ pub struct FloodCounters {
     /// First frames from a source that got no bucket (the bucket map refused the insert),
     /// let through.
     pub no_room: u64,
-    /// Flows that proved themselves (their first frame forwarded by the flow cache) and
-    /// gave their source's bucket tokens back.
+    /// Flows that proved themselves (their first frame forwarded by the flow cache, or their
+    /// first FIN or RST while the cache held them) and gave their source's bucket tokens
+    /// back.
     pub refunded: u64,
     /// Answered by the program itself from a DR VIP's ring while the mode was on.
     pub stateless: u64,
