@@ -53,7 +53,7 @@ fn open(t: &Tables, ct: &mut ConnTable, w: &mut WorkerState, client: &str, vip: 
         &u128_to_addr(flow.backend_addr, v6).to_string(),
         &u128_to_addr(to, v6).to_string(),
         6,
-        tcp(flow.backend_port, to_port, 0x12, 1, b""),
+        tcp(flow.backend_port, to_port, 0x12, golden::PEER_ISN, b""),
     );
     run(ct, w, synack.build());
     for _ in 0..2 {

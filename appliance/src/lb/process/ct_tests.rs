@@ -67,7 +67,13 @@ proptest! {
         let mut u = one_vip(mode_of(mode), Scheduler::Maglev, 3);
         u.vips[0].protocol = crate::config::Protocol::Udp;
         let t = tables(&u, 1, &|_| true);
+        // One datagram per flow: a second one of the same flow (the same client address and
+        // port drawn twice) earns it, which is the rule, not a spoof.
+        let mut flows = std::collections::HashSet::new();
         for (i, sport, _) in &sources {
+            if !flows.insert((client(*i), *sport)) {
+                continue;
+            }
             let p = Pkt::new(&client(*i), "192.0.2.100", 17, udp(*sport, 80, b"q")).build();
             run(&t, &mut ct, &mut w, &p, 0);
         }
