@@ -136,18 +136,7 @@ fn sluice() -> PathBuf {
 }
 
 fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(sluice())
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("run sluice ctl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    lab::sluice_ctl(&sluice(), socket, args)
 }
 
 /// Parses an exposition with prometheus_client's OpenMetrics parser (python3); returns

@@ -146,18 +146,7 @@ fn route_goes_on_sigterm_without_graceful_restart() {
 
 /// `sluice ctl` against appliance 0's API socket; (exit code, stdout, stderr).
 fn ctl(lab: &Lab, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(sluice())
-        .arg("ctl")
-        .arg("--socket")
-        .arg(lab.api_socket_at(0))
-        .args(args)
-        .output()
-        .expect("run sluice ctl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    lab::sluice_ctl(sluice(), &lab.api_socket_at(0), args)
 }
 
 /// The VIP's backends as `sluice ctl --json backends` reports them, polled until the API

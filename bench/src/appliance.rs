@@ -43,15 +43,7 @@ impl Appliance {
             detail: e.to_string(),
         })?;
         let log = std::fs::File::create(log_path(dir)).ok();
-        let child = lb.try_spawn(
-            &[
-                &sluice.to_string_lossy(),
-                "run",
-                "--config",
-                &cfg.to_string_lossy(),
-            ],
-            log,
-        )?;
+        let child = lab::spawn_sluice_run(lb, sluice, &cfg, log)?;
         Ok(Appliance { child })
     }
 

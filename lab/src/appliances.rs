@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::netns::Result;
+use crate::netns::{Netns, Result};
 use crate::{Lab, STARTUP_HEALTH_WAIT};
 
 impl Lab {
@@ -52,15 +52,7 @@ impl Lab {
         }
         let log_path = self.log_path_at(k);
         let log = std::fs::File::create(&log_path).ok();
-        let child = self.appliance_ns(k).try_spawn(
-            &[
-                &sluice.to_string_lossy(),
-                "run",
-                "--config",
-                &cfg.to_string_lossy(),
-            ],
-            log,
-        )?;
+        let child = spawn_sluice_run(self.appliance_ns(k), sluice, &cfg, log)?;
         self.appliances[k] = Some(child);
         Ok(log_path)
     }
@@ -146,4 +138,38 @@ impl Lab {
             .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
             .unwrap_or(false)
     }
+}
+
+/// Starts `sluice run --config CFG` in `ns`, its output into `log` (or discarded).
+pub fn spawn_sluice_run(
+    ns: &Netns,
+    sluice: &Path,
+    cfg: &Path,
+    log: Option<std::fs::File>,
+) -> Result<Child> {
+    ns.try_spawn(
+        &[
+            &sluice.to_string_lossy(),
+            "run",
+            "--config",
+            &cfg.to_string_lossy(),
+        ],
+        log,
+    )
+}
+
+/// `sluice ctl --socket SOCKET ARGS...`: (exit code, stdout, stderr).
+pub fn sluice_ctl(sluice: &Path, socket: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(sluice)
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("run sluice ctl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

@@ -45,6 +45,7 @@ use std::time::Duration;
 
 use netns::{LabError, Netns, Result};
 
+pub use appliances::{sluice_ctl, spawn_sluice_run};
 pub use run::run_lab;
 pub use traffic::{
     BLOB_SIZE, VipReport, blob, exercise_vip, format_reports, http_get, slow_download, udp_ask,
