@@ -12,16 +12,9 @@ use lab::{Lab, LabMode, LabOptions};
 const HELD: usize = 6;
 
 fn ctl(socket: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("run sluice ctl");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "sluice ctl {args:?}: {stderr}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let (code, out, err) = lab::sluice_ctl(Path::new(env!("CARGO_BIN_EXE_sluice")), socket, args);
+    assert!(code == 0, "sluice ctl {args:?}: {err}");
+    out
 }
 
 /// One `  -> address:port Forward Weight ActiveConn InActConn` line.
