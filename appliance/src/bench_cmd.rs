@@ -37,9 +37,14 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     threads: u64,
     /// --idle: also measure this other `sluice` binary (an older build), in the same run
-    /// before this one, default and busy_poll.
-    #[arg(long, requires = "idle", value_name = "PATH")]
+    /// before this one, default and busy_poll; --cps: also run it (default settings) in
+    /// every round, next to this build.
+    #[arg(long, value_name = "PATH")]
     baseline: Option<PathBuf>,
+    /// --cps: also run this build with flood mode off (`[flood] enabled = false`) in
+    /// every round, next to the default run.
+    #[arg(long, requires = "cps")]
+    flood_off: bool,
     /// --cps and --idle: queues per veth (the appliance runs one worker per queue).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     queues: u32,
@@ -61,8 +66,15 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         threads,
         queues,
         baseline,
+        flood_off,
         json,
     } = args;
+    if baseline.is_some() && !idle && !cps {
+        eprintln!(
+            "sluice bench: --baseline needs --idle or --cps (the other benches have no baseline run)"
+        );
+        return ExitCode::from(2);
+    }
     let mode = if idle {
         BenchMode::Idle(bench::IdleOptions {
             seconds: seconds.unwrap_or(60),
@@ -79,6 +91,8 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
             threads: threads as usize,
             queues,
             busy_poll,
+            flood_off,
+            baseline,
         })
     } else {
         let options = bench::BenchOptions {

@@ -64,11 +64,18 @@ pub struct CpsOptions {
     pub queues: u32,
     /// Run the appliance with `busy_poll = true`.
     pub busy_poll: bool,
+    /// Also run Sluice with `[flood] enabled = false`, next to the default run in each
+    /// round: what flood mode's shedding costs the one busy client address.
+    pub flood_off: bool,
+    /// Also run this other `sluice` binary (an older build) with the default settings in
+    /// each round: before and after in one invocation.
+    pub baseline: Option<PathBuf>,
 }
 
 /// The `sluice run` configuration of the connection-rate bench: both VIPs on the one
-/// backend, two-arm on eth0 and eth1, no health check (nginx is up before the appliance).
-pub fn cps_config(api_socket: &Path, busy_poll: bool) -> String {
+/// backend, two-arm on eth0 and eth1, no health check (nginx is up before the appliance);
+/// `flood = false` adds `[flood] enabled = false`.
+pub fn cps_config(api_socket: &Path, busy_poll: bool, flood: bool) -> String {
     let vip = |name: &str, addr: Ipv4Addr, mode: &str| {
         format!(
             "[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = {HTTP}\nprotocol = \"tcp\"\n\
@@ -78,8 +85,13 @@ pub fn cps_config(api_socket: &Path, busy_poll: bool) -> String {
     };
     format!(
         "[appliance]\nname = \"bench-cps\"\ninterfaces = [\"eth0\", \"eth1\"]\nxdp_mode = \"auto\"\n\
-         busy_poll = {busy_poll}\n\n[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n{}{}",
+         busy_poll = {busy_poll}\n\n[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n{}{}{}",
         api_socket.display(),
+        if flood {
+            ""
+        } else {
+            "[flood]\nenabled = false\n\n"
+        },
         vip("nat", CPS_NAT_VIP, "nat"),
         vip("dr", CPS_DR_VIP, "dr"),
     )
@@ -129,7 +141,7 @@ impl CpsBench {
         if with_nginx {
             netns::require("nginx", "nginx")?;
         }
-        let id = netns::unique("pf5");
+        let id = netns::unique("pf7");
         let dir = std::env::temp_dir().join(format!("sluice-bench-{id}"));
         std::fs::create_dir_all(&dir)
             .map_err(|e| lab_err(format!("mkdir {}", dir.display()), e))?;
@@ -268,8 +280,9 @@ impl CpsBench {
         &mut self,
         sluice: &Path,
         busy_poll: bool,
+        flood: bool,
     ) -> Result<u32, BenchError> {
-        let config = cps_config(&self.api_socket(), busy_poll);
+        let config = cps_config(&self.api_socket(), busy_poll, flood);
         let a = Appliance::start(&self.lb, sluice, &self.dir, &config)?;
         let pid = a.pid();
         self.appliance = Some(a);
@@ -353,15 +366,59 @@ impl CpsBench {
         Ok(run)
     }
 
-    /// Sluice's two runs: the appliance started, both VIPs measured, stopped.
-    fn sluice_runs(
+    /// Every Sluice variant of a round: the default, then with flood mode off and the
+    /// baseline binary when asked for.
+    fn all_sluice_runs(
         &mut self,
         options: &CpsOptions,
         stop: &Arc<AtomicBool>,
     ) -> Result<Vec<CpsRun>, BenchError> {
-        let pid = self.start_appliance(&options.sluice, options.busy_poll)?;
-        eprintln!("bench: started sluice run in {}", self.lb.name);
-        let runs = [RunKind::SluiceNat, RunKind::SluiceDr]
+        let mut runs = self.sluice_runs(
+            &options.sluice,
+            true,
+            [RunKind::SluiceNat, RunKind::SluiceDr],
+            options,
+            stop,
+        )?;
+        if options.flood_off {
+            runs.extend(self.sluice_runs(
+                &options.sluice,
+                false,
+                [RunKind::SluiceNatFloodOff, RunKind::SluiceDrFloodOff],
+                options,
+                stop,
+            )?);
+        }
+        if let Some(old) = &options.baseline {
+            runs.extend(self.sluice_runs(
+                old,
+                true,
+                [RunKind::BaselineNat, RunKind::BaselineDr],
+                options,
+                stop,
+            )?);
+        }
+        Ok(runs)
+    }
+
+    /// One Sluice variant's two runs: `sluice` started (flood mode on or off), both VIPs
+    /// measured as `kinds`, stopped.
+    fn sluice_runs(
+        &mut self,
+        sluice: &Path,
+        flood: bool,
+        kinds: [RunKind; 2],
+        options: &CpsOptions,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<CpsRun>, BenchError> {
+        let pid = self.start_appliance(sluice, options.busy_poll, flood)?;
+        eprintln!(
+            "bench: started {} in {}{}",
+            sluice.display(),
+            self.lb.name,
+            if flood { "" } else { ", flood mode off" }
+        );
+        let runs = kinds
             .into_iter()
             .map(|k| self.measure(k, options, Some(pid), stop))
             .collect::<Result<Vec<_>, _>>();
@@ -417,7 +474,7 @@ pub fn run_cps(options: &CpsOptions, stop: Arc<AtomicBool>) -> Result<CpsReport,
             match step {
                 0 => runs.push(bench.measure(RunKind::Direct, &options, None, &stop)?),
                 1 => runs.extend(bench.kernel_runs(&options, &stop)?),
-                _ => runs.extend(bench.sluice_runs(&options, &stop)?),
+                _ => runs.extend(bench.all_sluice_runs(&options, &stop)?),
             }
         }
         rounds.push(runs);

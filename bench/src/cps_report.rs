@@ -24,17 +24,41 @@ pub enum RunKind {
     SluiceNat,
     /// `sluice run`'s DR VIP.
     SluiceDr,
+    /// `sluice run`'s NAT VIP with flood mode off (`--flood-off`).
+    SluiceNatFloodOff,
+    /// `sluice run`'s DR VIP with flood mode off (`--flood-off`).
+    SluiceDrFloodOff,
+    /// The `--baseline` binary's NAT VIP (an older build, default settings).
+    BaselineNat,
+    /// The `--baseline` binary's DR VIP.
+    BaselineDr,
 }
 
 impl RunKind {
     /// Every run, in the order of the report.
-    pub const ALL: [RunKind; 5] = [
+    pub const ALL: [RunKind; 9] = [
         RunKind::Direct,
         RunKind::KernelNat,
+        RunKind::BaselineNat,
         RunKind::SluiceNat,
+        RunKind::SluiceNatFloodOff,
         RunKind::KernelDr,
+        RunKind::BaselineDr,
         RunKind::SluiceDr,
+        RunKind::SluiceDrFloodOff,
     ];
+
+    /// Runs only some invocations make (`--flood-off`, `--baseline`): the report leaves
+    /// them out when they did not run.
+    fn optional(self) -> bool {
+        matches!(
+            self,
+            RunKind::SluiceNatFloodOff
+                | RunKind::SluiceDrFloodOff
+                | RunKind::BaselineNat
+                | RunKind::BaselineDr
+        )
+    }
 
     /// The run's name in the report.
     pub fn label(self) -> &'static str {
@@ -44,6 +68,10 @@ impl RunKind {
             RunKind::KernelDr => "kernel route to the VIP holder (DR VIP)",
             RunKind::SluiceNat => "sluice NAT VIP",
             RunKind::SluiceDr => "sluice DR VIP",
+            RunKind::SluiceNatFloodOff => "sluice NAT VIP, flood mode off",
+            RunKind::SluiceDrFloodOff => "sluice DR VIP, flood mode off",
+            RunKind::BaselineNat => "baseline sluice NAT VIP",
+            RunKind::BaselineDr => "baseline sluice DR VIP",
         }
     }
 
@@ -51,17 +79,27 @@ impl RunKind {
     pub(crate) fn target(self, nat: Ipv4Addr, dr: Ipv4Addr, direct: Ipv4Addr) -> Ipv4Addr {
         match self {
             RunKind::Direct => direct,
-            RunKind::KernelNat | RunKind::SluiceNat => nat,
-            RunKind::KernelDr | RunKind::SluiceDr => dr,
+            RunKind::KernelNat
+            | RunKind::SluiceNat
+            | RunKind::SluiceNatFloodOff
+            | RunKind::BaselineNat => nat,
+            RunKind::KernelDr
+            | RunKind::SluiceDr
+            | RunKind::SluiceDrFloodOff
+            | RunKind::BaselineDr => dr,
         }
     }
 
     /// The kernel run Sluice's run is compared with.
     pub fn peer(self) -> Option<RunKind> {
         match self {
-            RunKind::SluiceNat => Some(RunKind::KernelNat),
-            RunKind::SluiceDr => Some(RunKind::KernelDr),
-            _ => None,
+            RunKind::SluiceNat | RunKind::SluiceNatFloodOff | RunKind::BaselineNat => {
+                Some(RunKind::KernelNat)
+            }
+            RunKind::SluiceDr | RunKind::SluiceDrFloodOff | RunKind::BaselineDr => {
+                Some(RunKind::KernelDr)
+            }
+            RunKind::Direct | RunKind::KernelNat | RunKind::KernelDr => None,
         }
     }
 }
@@ -215,6 +253,7 @@ impl CpsReport {
         };
         let mut medians: Vec<CpsMedian> = RunKind::ALL
             .iter()
+            .filter(|k| !k.optional() || !runs_of(**k).is_empty())
             .map(|&k| {
                 let runs = runs_of(k);
                 let m = |f: &dyn Fn(&CpsRun) -> f64| median(runs.iter().map(|r| f(r)).collect());
@@ -377,6 +416,8 @@ mod tests {
             threads: 2,
             queues: 1,
             busy_poll: false,
+            flood_off: false,
+            baseline: None,
         };
         let round = |d, k, s| {
             vec![
@@ -409,6 +450,20 @@ mod tests {
         assert!(report.table().contains("sluice NAT VIP"));
         // No DR runs here: their medians are zero, not a panic or NaN.
         assert_eq!(of(RunKind::SluiceDr).vs_peer, Some(0.0));
+        assert!(
+            !report.medians.iter().any(|m| m.kind.optional()),
+            "runs this invocation did not make are left out"
+        );
+        let mut with_off = vec![round(900, 400, 100)];
+        with_off[0].push(run(RunKind::SluiceNatFloodOff, 300, &[1]));
+        let report = CpsReport::new(&opts, with_off, "0".into(), "0".into());
+        let off = report
+            .medians
+            .iter()
+            .find(|m| m.kind == RunKind::SluiceNatFloodOff)
+            .expect("the flood-off run is reported");
+        assert_eq!(off.vs_peer, Some(300.0 / 400.0), "against nftables DNAT");
+        assert!(report.table().contains("flood mode off"));
     }
 
     #[test]
