@@ -2,8 +2,9 @@
 //!
 //! An AF_XDP socket bound to queue q receives only queue q's frames, and the XDP program
 //! cannot redirect a frame into another queue's socket, so when RSS puts FullNAT return
-//! traffic on a queue whose worker does not hold the flow (`lb::process::owner`), the
-//! receiving worker copies the frame into a ring toward the owner, and the owner copies it
+//! traffic, or a NAT flow's frame of either direction, on a queue whose worker does not
+//! hold the flow (`lb::process::owner`), the receiving worker copies the frame into a ring
+//! toward the owner, and the owner copies it
 //! into a free frame of its own socket on the same interface and processes it as if it had
 //! received it, transmitting on its own sockets. Where the driver takes ntuple rules
 //! (`sys::ethtool`), the NIC steers those frames to the owner's queue and this path stays

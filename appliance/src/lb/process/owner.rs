@@ -5,9 +5,17 @@
 //! (`port % workers`, see `ConnTable::alloc_snat`). Return traffic to a FullNAT local address
 //! arrives on whatever queue the NIC's RSS picks, so the datapath asks [`owner`] first and
 //! hands a frame that belongs to another worker over to it. ICMP errors quoting a FullNAT
-//! flow (the quoted packet's source port is the local port) go the same way. Everything
-//! else (client → VIP, NAT return traffic, which is answered statelessly anywhere) belongs
-//! to the worker that received it.
+//! flow (the quoted packet's source port is the local port) go the same way.
+//!
+//! A NAT flow keeps the client's address and port in both directions, so its owner is
+//! named by them ([`nat_owner`]): the client's frames to a NAT VIP and the backend's replies
+//! to that client go to the same worker whichever queues RSS put them on. The reply
+//! direction's 5-tuple differs from the request's (the backend, not the VIP), so no RSS
+//! hash can put both on one queue. Without this, a TCP flow whose SYN-ACK arrived on
+//! another worker's queue would never see it in its own table, never earn established
+//! (the client's ACK must acknowledge that SYN-ACK, `lb::conntrack::state`), never be
+//! cached, and in flood mode never pay its source back. Everything else (client → a DR,
+//! tunnel or FullNAT VIP) belongs to the worker that received it.
 //!
 //! Fragments of FullNAT return traffic: the first fragment carries the local port and goes
 //! to its owner; the later ones carry no port. RSS hashes every fragment of a datagram on
@@ -22,6 +30,7 @@ use wire::{EthernetFrame, IpProtocol, l3_offset};
 use super::fragment::frag_info;
 use super::fragtable::FragOwners;
 use super::headers::{Ip, parse_ip, parse_l4, parse_l4_first_fragment};
+use crate::config::Mode;
 use crate::lb::frame::Frame;
 use crate::lb::tables::Tables;
 
@@ -34,9 +43,10 @@ const ICMP6_ERRORS: [u8; 4] = [1, 2, 3, 4];
 /// Bytes of the ICMP header before the quoted packet.
 const ICMP_HEADER: usize = 8;
 
-/// The worker (of `workers`) whose connection table holds the FullNAT flow `frame` returns
-/// on, when that is not something any worker can answer; `None` for every other frame,
-/// including malformed ones (the receiving worker drops and counts those). `memo` is the
+/// The worker (of `workers`) whose connection table holds the flow `frame` belongs to: a
+/// FullNAT flow's return traffic, a NAT flow's frames either way (see the module docs);
+/// `None` for every other frame, including malformed ones (the receiving worker drops and
+/// counts those) and NAT fragments (their reassembly is the receiver's). `memo` is the
 /// receiving worker's memory of where FullNAT return fragments went.
 pub fn owner(
     frame: &Frame<'_>,
@@ -53,7 +63,9 @@ pub fn owner(
         l3_offset(&eth).ok().map(|(o, t, _)| (o, t))?
     };
     let ip = parse_ip(d, l3, ethertype).ok()??;
-    tables.snat_vip(ip.dst)?;
+    if tables.snat_vip(ip.dst).is_none() {
+        return nat_flow_owner(d, &ip, tables, workers);
+    }
     if ip.frag {
         return fragment_owner(d, &ip, workers, memo);
     }
@@ -64,6 +76,34 @@ pub fn owner(
         _ => return None,
     };
     Some(port % workers)
+}
+
+/// The owner of a NAT flow's frame: a client's to a NAT VIP, or a NAT backend's reply to a
+/// client; `None` for anything else.
+fn nat_flow_owner(d: &[u8], ip: &Ip, tables: &Tables, workers: u16) -> Option<u16> {
+    if ip.frag || !matches!(ip.proto, IpProtocol::TCP | IpProtocol::UDP) {
+        return None;
+    }
+    let l4 = parse_l4(d, ip).ok()?;
+    if let Some(vip) = tables.vip_lookup(ip.dst, l4.dport, ip.proto) {
+        return (tables.vips.get(vip as usize)?.mode == Mode::Nat)
+            .then(|| nat_owner(ip.src, l4.sport, workers));
+    }
+    tables.nat_backend(ip.src, l4.sport, ip.proto)?;
+    // A reply to one of our own addresses (a health probe's) is not a client's flow.
+    if tables.is_local(ip.dst) {
+        return None;
+    }
+    Some(nat_owner(ip.dst, l4.dport, workers))
+}
+
+/// The worker that owns a NAT flow of the client `addr:port`: the same for the client's
+/// frames and the backend's replies, and spread evenly over the workers by a
+/// multiplicative hash (a client's ports are often consecutive).
+pub fn nat_owner(addr: u128, port: u16, workers: u16) -> u16 {
+    let folded = (addr as u64) ^ ((addr >> 64) as u64) ^ u64::from(port).rotate_left(32);
+    let h = (folded ^ u64::from(port)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((h >> 32) % u64::from(workers.max(1))) as u16
 }
 
 /// The owner of a FullNAT return fragment: by its port for the first, as remembered for the
@@ -258,5 +298,90 @@ mod tests {
                 "cut short: the receiver drops it"
             );
         }
+    }
+
+    /// A NAT flow's two directions reach one worker whichever queue each arrived on: the
+    /// client's frames to the VIP and the backend's replies are owned by the client's
+    /// address and port, spread over every worker; DR VIPs, health-probe replies and one
+    /// worker stay with the receiver.
+    #[test]
+    fn a_nat_flows_request_and_reply_share_one_owner() {
+        let c = Config::from_toml_str(golden::CONFIG_TOML).unwrap_or_else(|e| panic!("{e}"));
+        let t = Tables::build(&c, &|_, _| true, 1).expect("tables");
+        let mut per_worker = [0u32; 4];
+        for port in 20_000..24_000u16 {
+            let syn =
+                Pkt::new("198.51.100.7", "192.0.2.10", 6, tcp(port, 80, 0x02, 1, b"")).build();
+            let synack =
+                Pkt::new("10.0.0.1", "198.51.100.7", 6, tcp(8080, port, 0x12, 1, b"")).build();
+            let owner = owner_of(&syn, &t, 4).expect("a NAT VIP's frame has an owner");
+            assert_eq!(owner_of(&synack, &t, 4), Some(owner), "port {port}");
+            assert_eq!(owner, nat_owner(addr("198.51.100.7"), port, 4));
+            let dgram = Pkt::new("198.51.100.7", "192.0.2.10", 17, udp(port, 53, b"q")).build();
+            let answer = Pkt::new("10.0.0.2", "198.51.100.7", 17, udp(5353, port, b"a")).build();
+            assert_eq!(owner_of(&dgram, &t, 4), owner_of(&answer, &t, 4));
+            per_worker[usize::from(owner)] += 1;
+            assert_eq!(owner_of(&syn, &t, 1), None, "one worker owns everything");
+        }
+        assert!(
+            per_worker.iter().all(|n| (800..=1200).contains(n)),
+            "one client's consecutive ports spread over the workers: {per_worker:?}"
+        );
+        let v6 = Pkt::new(
+            "2001:db8:c::7",
+            "2001:db8::10",
+            6,
+            tcp(40000, 80, 0x02, 1, b""),
+        )
+        .build();
+        let v6_reply = Pkt::new(
+            "2001:db8:a::1",
+            "2001:db8:c::7",
+            6,
+            tcp(8080, 40000, 0x12, 1, b""),
+        )
+        .build();
+        assert!(owner_of(&v6, &t, 4).is_some());
+        assert_eq!(owner_of(&v6, &t, 4), owner_of(&v6_reply, &t, 4), "IPv6 too");
+        let dr = Pkt::new(
+            "198.51.100.7",
+            "192.0.2.30",
+            6,
+            tcp(40000, 80, 0x02, 1, b""),
+        )
+        .build();
+        assert_eq!(
+            owner_of(&dr, &t, 4),
+            None,
+            "a DR VIP's frame stays where it came"
+        );
+        let stranger = Pkt::new(
+            "10.9.9.9",
+            "198.51.100.7",
+            6,
+            tcp(8080, 40000, 0x12, 1, b""),
+        )
+        .build();
+        assert_eq!(owner_of(&stranger, &t, 4), None, "not a backend: not ours");
+        assert_eq!(
+            owner_of(&syn_cut(), &t, 4),
+            None,
+            "cut short: the receiver drops it"
+        );
+    }
+
+    fn syn_cut() -> Vec<u8> {
+        let syn = Pkt::new(
+            "198.51.100.7",
+            "192.0.2.10",
+            6,
+            tcp(40000, 80, 0x02, 1, b""),
+        )
+        .build();
+        syn[..40].to_vec()
+    }
+
+    fn addr(a: &str) -> u128 {
+        crate::lb::hash::addr_to_u128(a.parse().expect("literal"))
     }
 }
