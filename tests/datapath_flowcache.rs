@@ -1248,6 +1248,63 @@ fn workers_install_refresh_age_and_close(cache: FlowCache) {
     let fin = with_tcp_flags(&syn.input, 0x11).expect("fin");
     engine(&mut wc, &t, &mut ct, &mut st, &fin, syn.ifindex, now).expect("fin");
     assert!(cache.get(&d.key).is_none(), "closing flow evicted");
+
+    // The backend closes first (HTTP with `Connection: close`): its FIN takes the return
+    // entry only; the client's entry stays until the client's own FIN, so that FIN still
+    // finds it (flood mode's refund, flood_cached_teardown).
+    engine(&mut wc, &t, &mut ct, &mut st, &syn.input, syn.ifindex, now).expect("syn again");
+    let synack = answer(&t, &ct).expect("the backend's SYN-ACK");
+    let r = engine(&mut wc, &t, &mut ct, &mut st, &synack, syn.ifindex, now).expect("syn-ack");
+    assert!(r.reverse, "the SYN-ACK is return traffic");
+    assert!(
+        cache.get(&r.key).is_some(),
+        "return direction cached at the SYN-ACK"
+    );
+    // The client's handshake ACK, acknowledging that SYN-ACK (as `establish` builds it).
+    let hs_ack = {
+        use sluice::lb::hash::u128_to_addr;
+        let f = ct
+            .ids()
+            .map(|id| *ct.flow(id))
+            .find(|f| f.state == sluice::lb::FlowState::TcpSyn)
+            .expect("the reopened flow");
+        let v6 = f.key.v6;
+        golden::Pkt::new(
+            &u128_to_addr(f.key.src, v6).to_string(),
+            &u128_to_addr(f.key.dst, v6).to_string(),
+            6,
+            golden::tcp(f.key.sport, f.key.dport, 0x10, 2, b""),
+        )
+        .build()
+    };
+    engine(&mut wc, &t, &mut ct, &mut st, &hs_ack, syn.ifindex, now).expect("ack");
+    assert!(
+        cache.get(&d.key).is_some(),
+        "established again, client side cached"
+    );
+    let backend_fin = with_tcp_flags(&synack, 0x11).expect("backend fin");
+    engine(
+        &mut wc,
+        &t,
+        &mut ct,
+        &mut st,
+        &backend_fin,
+        syn.ifindex,
+        now,
+    )
+    .expect("backend fin");
+    assert!(
+        cache.get(&r.key).is_none(),
+        "the backend's FIN takes its return entry"
+    );
+    assert!(
+        cache.get(&d.key).is_some(),
+        "the client's entry waits for the client's FIN"
+    );
+    assert_eq!(wc.len(), 1);
+    engine(&mut wc, &t, &mut ct, &mut st, &fin, syn.ifindex, now).expect("client fin");
+    assert!(cache.get(&d.key).is_none(), "the client's FIN takes it");
+    assert!(wc.is_empty(), "nothing left tracked");
 }
 
 /// Issue 18 item 4: an expired FullNAT flow's kernel entries must be gone before its SNAT

@@ -53,6 +53,23 @@ fn walk_budget(flows: usize, timeout_ns: u64) -> usize {
         .max(flows.div_ceil(ticks))
 }
 
+/// The backend's FIN (no RST) of a NAT or FullNAT flow: only its return entry goes, and
+/// the client's entry stays until the client's own FIN or RST (or the flow leaving the
+/// table). A server that closes first (HTTP with `Connection: close`) is the common case:
+/// the client's ACKs of the response and of that FIN still go through the kernel, and its
+/// FIN still finds the flow's entry, which is what pays its source back in flood mode
+/// (`flood_cached_teardown` in the XDP program); with both entries gone at the backend's
+/// FIN, most short connections of a busy client address never would. The engine still
+/// sees every FIN and RST (the program hands them over), so the flow's closing is its own.
+fn backend_closes_first(d: &Decision) -> bool {
+    use crate::config::Mode;
+    use crate::lb::conntrack::tcp_flags;
+    d.reverse
+        && matches!(d.mode, Mode::Nat | Mode::FullNat)
+        && d.tcp_flags & (tcp_flags::FIN | tcp_flags::RST | tcp_flags::SYN) == tcp_flags::FIN
+        && matches!(d.flow, Some((_, crate::lb::FlowState::TcpClosing)))
+}
+
 /// The shortest idle timeout of a state whose flows the kernel may forward.
 fn shortest_cached_timeout(ct: &ConnTable) -> u64 {
     use crate::lb::FlowState;
@@ -133,6 +150,23 @@ impl WorkerCache {
         }
     }
 
+    /// Evicts one direction's entry of `flow` (and drops what is queued for it), keeping
+    /// the other.
+    fn forget_direction(&mut self, flow: &FlowKey, reverse: bool) {
+        self.pending
+            .retain(|p| p.flow != *flow || p.reverse != reverse);
+        let Some(dirs) = self.flows.get_mut(flow) else {
+            return;
+        };
+        if let Some(k) = dirs[usize::from(reverse)].take() {
+            self.entries.remove(&k);
+            self.cache.evict(&k);
+        }
+        if *dirs == [None, None] {
+            self.flows.remove(flow);
+        }
+    }
+
     /// A flow left the connection table: evicts its kernel entries now and drops what is
     /// queued for it (see the module docs).
     #[inline]
@@ -145,13 +179,18 @@ impl WorkerCache {
 
     /// Acts on one decision of the engine, made with `tables`: when the flow is cacheable,
     /// queues the entry that repeats it for [`WorkerCache::install_pending`]; when it is
-    /// closing, evicts the flow's entries (and drops what is queued for it).
+    /// closing, evicts the flow's entries (and drops what is queued for it): both, or only
+    /// the return entry at a NAT backend's FIN (`backend_closes_first`).
     pub fn after_decision(&mut self, d: &Decision, tables: &Tables) {
         let Some((flow, _)) = d.flow else {
             return;
         };
         if !cacheable(d) {
-            self.forget_flow(&flow, true);
+            if backend_closes_first(d) {
+                self.forget_direction(&flow, true);
+            } else {
+                self.forget_flow(&flow, true);
+            }
             return;
         }
         let Some(id) = BackendId::of_slot(tables, d.backend as usize) else {
