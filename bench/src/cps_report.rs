@@ -140,6 +140,9 @@ pub struct FloodSeen {
     pub shed: u64,
     /// Connections that proved themselves and paid the client's bucket back.
     pub refunded: u64,
+    /// DR first packets the XDP program answered itself while the mode was on: the
+    /// engine never saw them, so they cost the sluice process nothing.
+    pub stateless: u64,
 }
 
 impl FloodSeen {
@@ -149,6 +152,7 @@ impl FloodSeen {
             switched_on: b.switched_on.saturating_sub(a.switched_on),
             shed: b.shed.saturating_sub(a.shed),
             refunded: b.refunded.saturating_sub(a.refunded),
+            stateless: b.stateless.saturating_sub(a.stateless),
         }
     }
 }
@@ -351,11 +355,12 @@ impl CpsReport {
             if let Some(f) = r.flood {
                 s.push_str(&format!(
                     "flood mode, {}: switched on {} times, {} frames shed, {} connections \
-                     refunded\n",
+                     refunded, {} first packets answered in XDP\n",
                     r.kind.label(),
                     f.switched_on,
                     f.shed,
-                    f.refunded
+                    f.refunded,
+                    f.stateless
                 ));
             }
         }
@@ -464,6 +469,34 @@ mod tests {
             .expect("the flood-off run is reported");
         assert_eq!(off.vs_peer, Some(300.0 / 400.0), "against nftables DNAT");
         assert!(report.table().contains("flood mode off"));
+    }
+
+    /// Each counter is its own growth over the run, and a counter that went back (a
+    /// restarted appliance) is no growth, not a wrap.
+    #[test]
+    fn flood_counters_are_the_growth_over_the_run() {
+        let at = |n: u64| api::Flood {
+            active_cpus: 0,
+            first_packets: n,
+            admitted: n,
+            shed: n,
+            switched_on: n,
+            switched_off: n,
+            no_room: n,
+            refunded: 2 * n,
+            stateless: 3 * n,
+        };
+        let seen = FloodSeen::between(&at(10), &at(15));
+        assert_eq!(
+            seen,
+            FloodSeen {
+                switched_on: 5,
+                shed: 5,
+                refunded: 10,
+                stateless: 15,
+            }
+        );
+        assert_eq!(FloodSeen::between(&at(15), &at(10)), FloodSeen::default());
     }
 
     #[test]
