@@ -31,6 +31,7 @@ mod handlers;
 pub mod kept;
 pub mod metrics;
 mod neighbours;
+mod notify;
 pub mod prepare;
 mod run;
 pub mod serve;

@@ -120,6 +120,11 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         "sluice running (appliance {})",
         st.config.appliance.name
     );
+    super::notify::notify(&format!(
+        "READY=1\nSTATUS=version {}, {} VIPs",
+        published.version(),
+        st.config.vips.len()
+    ));
     let sync_task = tokio::spawn(view::watch_sync(Arc::clone(&shared)));
     let (prober, transitions) = health::Prober::spawn_with(probe_context(&shared));
     set_probes(&prober, &targets);
@@ -316,6 +321,7 @@ impl Control {
 
     /// Leaves BGP, then detaches the datapath.
     async fn stop(mut self) -> Result<(), RunError> {
+        super::notify::notify("STOPPING=1");
         self.fleet_leave().await;
         // Routers move traffic away (GRACEFUL_SHUTDOWN, then withdraw) while we still
         // forward; with graceful restart configured they keep the routes for the next
