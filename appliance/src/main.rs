@@ -124,11 +124,13 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ImageCmd {
-    /// Write BUNDLE (the sluice-update-*.tar image/build.sh writes, as a file or a block
-    /// device) into the other slot; the next boot tries it and falls back by itself.
+    /// Write BUNDLE (the sluice-update-*.tar image/build.sh writes: a file, a block device,
+    /// or an http:// or https:// URL, streamed) into the other slot; the next boot tries it
+    /// and falls back by itself.
     Update {
-        bundle: PathBuf,
-        /// The bundle's sha256 as published next to it: checked before anything is written.
+        bundle: String,
+        /// The bundle's sha256 as published next to it: a file's is checked before anything
+        /// is written, a download's before its boot entry is.
         #[arg(long)]
         sha256: Option<String>,
         /// Boots the new slot gets to reach sluice ready before systemd-boot gives up on it.
@@ -342,7 +344,12 @@ fn image(command: ImageCmd) -> ExitCode {
             sha256,
             tries,
             reboot,
-        } => image::update(&bundle, &image::Update { sha256, tries }, &paths).map(|said| {
+        } => image::update(
+            &image::Source::parse(&bundle),
+            &image::Update { sha256, tries },
+            &paths,
+        )
+        .map(|said| {
             println!("{said}");
             if reboot {
                 let _ = std::process::Command::new("systemctl")

@@ -110,6 +110,11 @@ impl<R: Read> Reader<R> {
         Ok(m)
     }
 
+    /// The input, positioned after the archive's end marker (a stream's sum needs its rest).
+    pub fn into_inner(self) -> R {
+        self.r
+    }
+
     /// The next member's name and size, or `None` at the end of the archive.
     pub fn next_member(&mut self) -> Result<Option<(String, u64)>, ImageError> {
         Ok(self.header()?.map(|h| (h.name, h.size)))

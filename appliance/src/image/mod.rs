@@ -8,6 +8,7 @@
 
 pub mod bundle;
 pub mod slots;
+pub mod source;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use self::slots::Slot;
+pub use self::source::Source;
 
 /// Where things are: the real appliance's paths by default, a scratch tree in tests.
 #[derive(Debug, Clone)]
@@ -48,6 +50,20 @@ pub enum ImageError {
         "not a Sluice update bundle: {0} (give the sluice-update-*.tar that image/build.sh writes)"
     )]
     NotABundle(String),
+    #[error(
+        "cannot download {url}: {reason} (is the URL right, and the server reachable from the \
+         appliance?); the running slot is untouched"
+    )]
+    Fetch { url: String, reason: String },
+    #[error(
+        "the downloaded bundle's sha256 is {got}, not the {want} given: it is not the one \
+         meant; slot {slot} is left without a boot entry, the running slot is untouched"
+    )]
+    StreamSum {
+        got: String,
+        want: String,
+        slot: Slot,
+    },
     #[error("the bundle's manifest cannot be used: {0}")]
     Manifest(String),
     #[error("cannot open {path}: {source}")]
@@ -112,9 +128,9 @@ pub struct Update {
     pub tries: u32,
 }
 
-/// Writes the bundle at `file` (a file or a block device holding the tar) into the slot
-/// that is not running; returns what was done, for the operator.
-pub fn update(file: &Path, u: &Update, p: &Paths) -> Result<String, ImageError> {
+/// Writes the bundle from `source` into the slot that is not running; returns what was
+/// done, for the operator.
+pub fn update(source: &Source, u: &Update, p: &Paths) -> Result<String, ImageError> {
     let cmdline = fs::read_to_string(&p.cmdline).unwrap_or_default();
     let running = slots::running(&cmdline).ok_or(ImageError::NoSlot)?;
     let entries = slots::entries(&p.esp)?;
@@ -123,24 +139,72 @@ pub fn update(file: &Path, u: &Update, p: &Paths) -> Result<String, ImageError> 
     {
         return Err(ImageError::OnTrial(running));
     }
-    let open = || {
-        File::open(file).map_err(|source| ImageError::Open {
-            path: file.to_path_buf(),
-            source,
-        })
-    };
-    if let Some(want) = &u.sha256 {
-        let got = sum_of(open()?)?;
-        if !got.eq_ignore_ascii_case(want.trim()) {
-            return Err(ImageError::BundleSum {
-                got,
-                want: want.clone(),
-            });
-        }
-    }
-    let mut r = bundle::Reader::new(io::BufReader::with_capacity(1 << 20, open()?));
-    let m = r.manifest()?;
     let target = running.other();
+    let (m, need) = match source {
+        Source::File(file) => {
+            let open = || {
+                File::open(file).map_err(|source| ImageError::Open {
+                    path: file.to_path_buf(),
+                    source,
+                })
+            };
+            if let Some(want) = &u.sha256 {
+                let got = sum_of(open()?)?;
+                if !got.eq_ignore_ascii_case(want.trim()) {
+                    return Err(ImageError::BundleSum {
+                        got,
+                        want: want.clone(),
+                    });
+                }
+            }
+            let r = io::BufReader::with_capacity(1 << 20, open()?);
+            let (_, m, need) = write_slot(r, target, &entries, p)?;
+            (m, need)
+        }
+        Source::Url(url) => {
+            let (rest, m, need) = write_slot(source::get(url)?, target, &entries, p)?;
+            let got = rest.finish()?;
+            if let Some(want) = &u.sha256
+                && !got.eq_ignore_ascii_case(want.trim())
+            {
+                return Err(ImageError::StreamSum {
+                    got,
+                    want: want.clone(),
+                    slot: target,
+                });
+            }
+            (m, need)
+        }
+    };
+    let edir = slots::entries_dir(&p.esp);
+    let generation = entries.iter().map(|e| e.generation).max().unwrap_or(0) + 1;
+    let (name, text) = slots::entry(target, generation, &m.version, &m.cmdline, u.tries);
+    let tmp = edir.join(format!(".{name}.new"));
+    fs::write(&tmp, text).map_err(esp_err(&tmp))?;
+    fs::rename(&tmp, edir.join(&name)).map_err(esp_err(&edir.join(&name)))?;
+    nix::unistd::sync();
+    Ok(format!(
+        "slot {target}: Sluice {} written from {source} (root {} MB, kernel and initrd on the \
+         ESP, every sha256 matched); entry {name}: the next boot starts it and keeps it once \
+         sluice.service is ready, else slot {running} boots again by itself ({} tries). \
+         Reboot to switch: systemctl reboot",
+        m.version,
+        need >> 20,
+        u.tries
+    ))
+}
+
+/// Everything but the boot entry: the target slot loses its entry first, then the bundle's
+/// members go to their places; returns the input (for a stream's sum), the manifest and
+/// the root filesystem's size.
+fn write_slot<R: Read>(
+    input: R,
+    target: Slot,
+    entries: &[slots::Entry],
+    p: &Paths,
+) -> Result<(R, bundle::Manifest, u64), ImageError> {
+    let mut r = bundle::Reader::new(input);
+    let m = r.manifest()?;
     let dev = p.partitions.join(format!("sluice-root-{target}"));
     let mut part = OpenOptions::new()
         .write(true)
@@ -167,21 +231,7 @@ pub fn update(file: &Path, u: &Update, p: &Paths) -> Result<String, ImageError> 
     }
     nix::unistd::sync();
     write_members(&mut r, &m, target, &mut part, &p.esp)?;
-    let generation = entries.iter().map(|e| e.generation).max().unwrap_or(0) + 1;
-    let (name, text) = slots::entry(target, generation, &m.version, &m.cmdline, u.tries);
-    let tmp = edir.join(format!(".{name}.new"));
-    fs::write(&tmp, text).map_err(esp_err(&tmp))?;
-    fs::rename(&tmp, edir.join(&name)).map_err(esp_err(&edir.join(&name)))?;
-    nix::unistd::sync();
-    Ok(format!(
-        "slot {target}: Sluice {} written (root {} MB, kernel and initrd on the ESP, every \
-         sha256 matched); entry {name}: the next boot starts it and keeps it once sluice.service \
-         is ready, else slot {running} boots again by itself ({} tries). Reboot to switch: \
-         systemctl reboot",
-        m.version,
-        need >> 20,
-        u.tries
-    ))
+    Ok((r.into_inner(), m, need))
 }
 
 fn esp_err(path: &Path) -> impl FnOnce(io::Error) -> ImageError {

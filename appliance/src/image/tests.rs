@@ -93,7 +93,7 @@ fn update_writes_the_other_slot_and_gives_it_a_counted_entry() {
         sha256: Some(sha(&b)),
         tries: 3,
     };
-    let said = update(&f, &u, &t.paths).unwrap();
+    let said = update(&Source::File(f.clone()), &u, &t.paths).unwrap();
     assert!(said.starts_with("slot b: Sluice 0.2.0 written"), "{said}");
     assert_eq!(t.entry_names(), ["sluice-a.conf", "sluice-b+3.conf"]);
     let part = fs::read(t.paths.partitions.join("sluice-root-b")).unwrap();
@@ -124,7 +124,9 @@ fn a_damaged_or_foreign_bundle_leaves_the_other_slot_unbootable_and_the_running_
     let at = b.len() - 2048 - 512 - 100;
     b[at] ^= 0xff;
     let f = t.file("damaged.tar", &b);
-    let e = update(&f, &U, &t.paths).expect_err("damaged").to_string();
+    let e = update(&Source::File(f.clone()), &U, &t.paths)
+        .expect_err("damaged")
+        .to_string();
     assert!(
         e.contains("root.img: sha256") && e.contains("damaged"),
         "{e}"
@@ -136,19 +138,25 @@ fn a_damaged_or_foreign_bundle_leaves_the_other_slot_unbootable_and_the_running_
         sha256: Some("00".repeat(32)),
         tries: 3,
     };
-    let e = update(&f, &u, &t.paths).expect_err("sum").to_string();
+    let e = update(&Source::File(f.clone()), &u, &t.paths)
+        .expect_err("sum")
+        .to_string();
     assert!(e.contains("nothing was written"), "{e}");
 
     let f = t.file("notext4.tar", &bundle(&[1u8; 4096]));
-    let e = update(&f, &U, &t.paths).expect_err("not ext4").to_string();
+    let e = update(&Source::File(f.clone()), &U, &t.paths)
+        .expect_err("not ext4")
+        .to_string();
     assert!(e.contains("not an ext4 filesystem"), "{e}");
 
     let f = t.file("big.tar", &bundle(&ext4(128 << 10)));
-    let e = update(&f, &U, &t.paths).expect_err("too big").to_string();
+    let e = update(&Source::File(f.clone()), &U, &t.paths)
+        .expect_err("too big")
+        .to_string();
     assert!(e.contains("slot b's partition 65536"), "{e}");
 
     let f = t.file("raw.img", &[0u8; 8192]);
-    let e = update(&f, &U, &t.paths)
+    let e = update(&Source::File(f.clone()), &U, &t.paths)
         .expect_err("not a bundle")
         .to_string();
     assert!(e.contains("not a Sluice update bundle"), "{e}");
@@ -165,10 +173,14 @@ fn update_refuses_while_the_running_slot_is_on_trial_or_unknown() {
     )
     .unwrap();
     let f = t.file("bundle.tar", &bundle(&ext4(8192)));
-    let e = update(&f, &U, &t.paths).expect_err("trial").to_string();
+    let e = update(&Source::File(f.clone()), &U, &t.paths)
+        .expect_err("trial")
+        .to_string();
     assert!(e.contains("slot b runs on trial"), "{e}");
     fs::write(&t.paths.cmdline, "root=/dev/vda2 rw").unwrap();
-    let e = update(&f, &U, &t.paths).expect_err("no slot").to_string();
+    let e = update(&Source::File(f.clone()), &U, &t.paths)
+        .expect_err("no slot")
+        .to_string();
     assert!(e.contains("cannot tell the running slot"), "{e}");
 }
 
@@ -192,4 +204,115 @@ fn status_reports_a_failed_newer_slot_and_the_last_failure() {
         s.contains("last failed trial boot: 2026-12-02T01:00:00Z slot b: sluice.service exited 1"),
         "{s}"
     );
+}
+
+/// Serves `body` once per connection with `status` on a loopback port, for `n` requests;
+/// returns the URL. `cut` closes the connection after that many body bytes (a download that
+/// breaks off), with the full Content-Length announced.
+fn serve(status: &str, body: Vec<u8>, cut: Option<usize>, n: usize) -> String {
+    use std::io::{BufRead, BufReader};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/sluice-update.tar", l.local_addr().unwrap());
+    let status = status.to_string();
+    std::thread::spawn(move || {
+        for conn in l.incoming().take(n) {
+            let mut c = conn.unwrap();
+            let mut line = String::new();
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            while r.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = c.write_all(head.as_bytes());
+            let _ = c.write_all(&body[..cut.unwrap_or(body.len())]);
+        }
+    });
+    url
+}
+
+#[test]
+fn update_from_a_url_streams_into_the_slot_and_checks_the_whole_sum() {
+    let t = Tree::new("url", "a");
+    let root = ext4(8192);
+    let b = bundle(&root);
+    let u = Update {
+        sha256: Some(sha(&b)),
+        tries: 2,
+    };
+    let url = serve("200 OK", b.clone(), None, 1);
+    let said = update(&Source::parse(&url), &u, &t.paths).unwrap();
+    assert!(said.contains(&format!("written from {url}")), "{said}");
+    assert_eq!(t.entry_names(), ["sluice-a.conf", "sluice-b+2.conf"]);
+    let part = fs::read(t.paths.partitions.join("sluice-root-b")).unwrap();
+    assert_eq!(&part[..root.len()], &root[..]);
+
+    // The right members under a sum that is not the published one: no entry.
+    let t = Tree::new("urlsum", "a");
+    let wrong = Update {
+        sha256: Some("11".repeat(32)),
+        tries: 2,
+    };
+    let e = update(
+        &Source::parse(&serve("200 OK", b.clone(), None, 1)),
+        &wrong,
+        &t.paths,
+    )
+    .expect_err("sum")
+    .to_string();
+    assert!(
+        e.contains("downloaded bundle's sha256") && e.contains("slot b"),
+        "{e}"
+    );
+    assert_eq!(t.entry_names(), ["sluice-a.conf"]);
+}
+
+#[test]
+fn a_failed_or_broken_off_download_writes_no_entry() {
+    let t = Tree::new("url404", "a");
+    let b = bundle(&ext4(8192));
+    let e = update(
+        &Source::parse(&serve("404 Not Found", b"no".to_vec(), None, 1)),
+        &U,
+        &t.paths,
+    )
+    .expect_err("404")
+    .to_string();
+    assert!(e.contains("cannot download") && e.contains("404"), "{e}");
+    let cut = b.len() - 3000;
+    let e = update(
+        &Source::parse(&serve("200 OK", b, Some(cut), 1)),
+        &U,
+        &t.paths,
+    )
+    .expect_err("cut")
+    .to_string();
+    assert!(e.contains("reading the bundle"), "{e}");
+    assert_eq!(t.entry_names(), ["sluice-a.conf"]);
+    // Nothing listens there any more.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = format!("http://{}/b.tar", l.local_addr().unwrap());
+    drop(l);
+    let e = update(&Source::parse(&gone), &U, &t.paths)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("cannot download") && e.contains("untouched"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sources_parse_as_urls_only_with_an_http_scheme() {
+    assert_eq!(
+        Source::parse("HTTPS://mirror/x.tar"),
+        Source::Url("HTTPS://mirror/x.tar".into())
+    );
+    assert_eq!(
+        Source::parse("/dev/disk/by-id/virtio-bundle"),
+        Source::File("/dev/disk/by-id/virtio-bundle".into())
+    );
+    assert_eq!(Source::parse("ftp://x"), Source::File("ftp://x".into()));
 }
