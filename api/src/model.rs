@@ -201,6 +201,10 @@ pub struct Interface {
     pub xdp_mode: String,
     /// AF_XDP zero-copy (false: copy mode).
     pub zero_copy: bool,
+    /// In copy mode, the kernel's reason for refusing zero-copy (e.g. the driver has no
+    /// zero-copy support); absent when zero-copy is bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero_copy_refused: Option<String>,
     /// Queues served (one AF_XDP socket and worker each).
     pub queues: u32,
     /// How FullNAT return traffic reaches the worker that owns its flow: `one worker`,

@@ -223,11 +223,15 @@ pub fn format_status(s: &api::Status) -> String {
     for i in &s.interfaces {
         let _ = writeln!(
             o,
-            "interface   {} xdp {} af_xdp {} queues {}",
+            "interface   {} xdp {} af_xdp {} queues {}{}",
             i.name,
             i.xdp_mode,
             if i.zero_copy { "zero-copy" } else { "copy" },
-            i.queues
+            i.queues,
+            match &i.zero_copy_refused {
+                Some(why) => format!(" (zero-copy refused: {why})"),
+                None => String::new(),
+            }
         );
     }
     let t = &s.totals;

@@ -62,6 +62,8 @@ pub struct Xsk {
     area_len: usize,
     fd: RawFd,
     zero_copy: bool,
+    /// Why the kernel refused zero-copy (its error), when this socket runs in copy mode.
+    zero_copy_refused: Option<String>,
     /// Chunk base addresses userspace owns.
     free: Vec<u64>,
     /// Frames to keep out of the fill ring so two-arm copies into this socket find one.
@@ -85,7 +87,7 @@ impl Xsk {
         match Xsk::create(cfg, true) {
             Ok(x) => Ok(x),
             Err(zc) => {
-                let x = Xsk::create(cfg, false).map_err(|copy| {
+                let mut x = Xsk::create(cfg, false).map_err(|copy| {
                     io::Error::new(
                         copy.kind(),
                         format!("zero-copy bind failed ({zc}), copy-mode bind failed ({copy})"),
@@ -97,6 +99,7 @@ impl Xsk {
                     queue = cfg.queue,
                     "AF_XDP zero-copy bind failed ({zc}): this queue runs in copy mode"
                 );
+                x.zero_copy_refused = Some(zc.to_string());
                 Ok(x)
             }
         }
@@ -137,6 +140,7 @@ impl Xsk {
             area_len,
             fd: -1,
             zero_copy,
+            zero_copy_refused: None,
             free: (0..cfg.frames as u64)
                 .map(|i| i * FRAME_SIZE as u64)
                 .collect(),
@@ -288,6 +292,11 @@ impl Xsk {
     /// True when the socket is bound in zero-copy mode.
     pub fn zero_copy(&self) -> bool {
         self.zero_copy
+    }
+
+    /// The kernel's reason for refusing zero-copy, when the socket runs in copy mode.
+    pub fn zero_copy_refused(&self) -> Option<&str> {
+        self.zero_copy_refused.as_deref()
     }
 
     /// Moves free frames into the fill ring, keeping a reserve for two-arm copies.

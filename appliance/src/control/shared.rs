@@ -337,6 +337,7 @@ impl Shared {
                         }
                         .to_string(),
                         zero_copy: i.zero_copy,
+                        zero_copy_refused: i.zero_copy_refused.clone(),
                         queues: i.queues,
                         return_steering: i.return_steering.describe(),
                     })

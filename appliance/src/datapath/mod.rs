@@ -94,6 +94,8 @@ pub struct InterfaceStatus {
     pub xdp_mode: AttachMode,
     /// True when every socket on the interface is bound zero-copy, false for copy mode.
     pub zero_copy: bool,
+    /// In copy mode, the kernel's reason for refusing zero-copy (its first socket's).
+    pub zero_copy_refused: Option<String>,
     /// The kernel's drop counters, summed over the interface's sockets (zero after stop).
     pub kernel: KernelStats,
     /// How FullNAT return traffic reaches the worker that owns it (ntuple rules or the
@@ -282,10 +284,36 @@ fn add_cache_egress(c: &flowcache::FlowCache, ifaces: &[Interface]) -> Result<()
 struct Sockets {
     /// Per worker, the sockets it serves.
     ports: Vec<Vec<Port>>,
-    /// Per interface, whether every socket on it is bound zero-copy.
-    zero_copy: Vec<bool>,
+    /// Per interface, whether every socket on it is bound zero-copy, and else the kernel's
+    /// first reason.
+    zero_copy: Vec<ZeroCopy>,
     /// (index in the interfaces, socket fd) of every socket.
     fds: Vec<(usize, std::os::fd::RawFd)>,
+}
+
+/// Whether an interface's sockets are all bound zero-copy, and else why not.
+#[derive(Debug, Clone)]
+struct ZeroCopy {
+    all: bool,
+    refused: Option<String>,
+}
+
+impl Default for ZeroCopy {
+    fn default() -> ZeroCopy {
+        ZeroCopy {
+            all: true,
+            refused: None,
+        }
+    }
+}
+
+impl ZeroCopy {
+    fn add(&mut self, xsk: &Xsk) {
+        self.all &= xsk.zero_copy();
+        if self.refused.is_none() {
+            self.refused = xsk.zero_copy_refused().map(str::to_string);
+        }
+    }
 }
 
 /// Opens one socket per interface queue and enters it in the steering program's maps;
@@ -298,7 +326,7 @@ fn open_sockets(
 ) -> Result<Sockets, DatapathError> {
     let mut out = Sockets {
         ports: (0..n_workers).map(|_| Vec::new()).collect(),
-        zero_copy: vec![true; ifaces.len()],
+        zero_copy: vec![ZeroCopy::default(); ifaces.len()],
         fds: Vec::new(),
     };
     for (slot, i) in ifaces.iter().enumerate() {
@@ -313,7 +341,7 @@ fn open_sockets(
                 busy_poll: cfg.busy_poll,
             })
             .map_err(|e| socket_err(&i.name, q, e))?;
-            out.zero_copy[slot] &= xsk.zero_copy();
+            out.zero_copy[slot].add(&xsk);
             steer.set_socket(slot as u32, q, xsk.fd())?;
             out.fds.push((slot, xsk.fd()));
             out.ports[q as usize % n_workers].push(Port {
@@ -331,7 +359,7 @@ fn attach_all(
     steer: &Steer,
     cfg: &DatapathConfig,
     ifaces: &[Interface],
-    zero_copy: &[bool],
+    zero_copy: &[ZeroCopy],
 ) -> Result<Vec<InterfaceStatus>, DatapathError> {
     let mut interfaces: Vec<InterfaceStatus> = Vec::new();
     for (i, zero_copy) in ifaces.iter().zip(zero_copy) {
@@ -340,7 +368,7 @@ fn attach_all(
                 tracing::info!(
                     interface = %i.name,
                     xdp = mode.name(),
-                    af_xdp = if *zero_copy { "zero-copy" } else { "copy" },
+                    af_xdp = if zero_copy.all { "zero-copy" } else { "copy" },
                     queues = i.queues,
                     "datapath interface up"
                 );
@@ -349,7 +377,8 @@ fn attach_all(
                     ifindex: i.ifindex,
                     queues: i.queues,
                     xdp_mode: mode,
-                    zero_copy: *zero_copy,
+                    zero_copy: zero_copy.all,
+                    zero_copy_refused: zero_copy.refused.clone(),
                     kernel: KernelStats::default(),
                     return_steering: ReturnSteering::OneWorker,
                 });
