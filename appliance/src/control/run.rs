@@ -113,18 +113,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await
         .map_err(RunError::Api)?;
-    info!(
-        version = published.version(),
-        vips = st.config.vips.len(),
-        api = %st.config.api.socket.display(),
-        "sluice running (appliance {})",
-        st.config.appliance.name
-    );
-    super::notify::notify(&format!(
-        "READY=1\nSTATUS=version {}, {} VIPs",
-        published.version(),
-        st.config.vips.len()
-    ));
+    say_running(&st, &published);
     let sync_task = tokio::spawn(view::watch_sync(Arc::clone(&shared)));
     let (prober, transitions) = health::Prober::spawn_with(probe_context(&shared));
     set_probes(&prober, &targets);
@@ -164,6 +153,23 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     listeners.stop();
     sync_task.abort();
     c.stop().await
+}
+
+/// The datapath forwards and the API answers: the log says so, and so does systemd's
+/// readiness protocol (`Type=notify`).
+fn say_running(st: &State, published: &Published) {
+    info!(
+        version = published.version(),
+        vips = st.config.vips.len(),
+        api = %st.config.api.socket.display(),
+        "sluice running (appliance {})",
+        st.config.appliance.name
+    );
+    super::notify::notify(&format!(
+        "READY=1\nSTATUS=version {}, {} VIPs",
+        published.version(),
+        st.config.vips.len()
+    ));
 }
 
 /// The first version: tables prepared from the file and the kernel's routes and neighbours
