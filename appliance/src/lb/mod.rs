@@ -16,6 +16,7 @@ pub mod limits;
 pub mod maglev;
 #[cfg(test)]
 mod maglev_sizes_tests;
+pub mod outbound;
 pub mod persist;
 pub mod process;
 mod rings;
