@@ -88,6 +88,8 @@ pub fn split(range: PortRange, n: usize) -> Vec<PortRange> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment<K> {
     range: PortRange,
+    /// The pool, sorted: a backend without a share (more backends than ports) is still in it.
+    pool: Vec<K>,
     /// Shares in port order, each with its owner.
     shares: Vec<(PortRange, K)>,
 }
@@ -99,8 +101,15 @@ impl<K: Ord + Clone> Assignment<K> {
         let mut keys: Vec<K> = backends.into_iter().collect();
         keys.sort();
         keys.dedup();
-        let shares = split(range, keys.len()).into_iter().zip(keys).collect();
-        Assignment { range, shares }
+        let shares = split(range, keys.len())
+            .into_iter()
+            .zip(keys.iter().cloned())
+            .collect();
+        Assignment {
+            range,
+            pool: keys,
+            shares,
+        }
     }
 
     /// The whole outbound range.
@@ -131,7 +140,7 @@ impl<K: Ord + Clone> Assignment<K> {
     }
 
     fn has(&self, backend: &K) -> bool {
-        self.shares.iter().any(|(_, k)| k == backend)
+        self.pool.binary_search(backend).is_ok()
     }
 }
 
@@ -295,6 +304,18 @@ mod tests {
         // Backend 1 keeps only what it owned: 150-199 may still hold 2's connections.
         assert_eq!(o.usable(&1), Some(range(100, 149)));
         assert_eq!(o.usable(&2), None);
+    }
+
+    #[test]
+    fn a_backend_left_without_a_share_keeps_its_connections_through_the_drain() {
+        // One port, then four backends: 7 stays in the pool but the port's share is 0's.
+        let r = range(1000, 1000);
+        let mut o = Outbound::new(Assignment::new(r, [7u8]));
+        o.update(Assignment::new(r, [0u8, 1, 3, 7]), 0, 10);
+        assert_eq!(o.forward(1000), Some(&7));
+        assert_eq!(o.usable(&0), None);
+        assert!(o.tick(10));
+        assert_eq!(o.forward(1000), Some(&0));
     }
 
     #[test]
