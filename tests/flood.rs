@@ -1,7 +1,9 @@
 //! Spoofed-source floods against a DR VIP and a FullNAT VIP (issue 18): for 20 s one hping3
-//! process floods the VIP at its full rate (SYN, ACK or UDP) from four unused addresses of
-//! the client's subnet in turn, hping3 incrementing the source port, while four slow 1 MB
-//! downloads run through the same VIP and the client opens a new connection every 50 ms.
+//! process floods the VIP (SYN, ACK or UDP) from four unused addresses of the client's subnet
+//! in turn, hping3 incrementing the source port, while four slow 1 MB downloads run through
+//! the same VIP and the client opens a new connection every 50 ms. The FullNAT VIP gets
+//! hping3's full rate; the DR VIP a paced one ([`DR_PACE`]), because a DR appliance forwards
+//! the flood to the backends, and here they share the two cores with everything else.
 //! What must hold: 4/4 downloads intact, at least 99% of the client's new connections
 //! answered, the appliance up. Every figure (flood rate, what reached the appliance, the
 //! connection table's fill, the appliance's counters) is printed as `MEASURE flood ...`.
@@ -33,6 +35,14 @@ use sluice::lb::FlowKey;
 use sluice::lb::hash::addr_to_u128;
 use testkit::golden;
 
+/// hping3's interval for the DR VIP's flood: about 16,000-19,000 packets a second here, eight
+/// to ten times the flood threshold below and well over what the debug engine takes. At
+/// hping3's full rate (about 88,000 a second) the appliance still answers every packet in
+/// XDP, but the three backends it forwards them to, answering each SYN with a cookie or each
+/// ACK with a reset on these same two cores, fall behind: the host's per-CPU backlog queues
+/// dropped 212,616 packets in one such run (softnet_stat), legitimate ones among them, and the
+/// test failed on what the lab's backends lost, not on anything the appliance did.
+const DR_PACE: &str = "u20";
 /// How long each flood lasts, spread evenly over the spoofed addresses.
 const FLOOD: Duration = Duration::from_secs(20);
 /// Unused addresses of the client's subnet (198.51.100.0/24): the flood's sources.
@@ -137,6 +147,46 @@ fn rx_packets(ns: &Netns, dev: &str) -> u64 {
         .trim()
         .parse()
         .unwrap_or_else(|e| panic!("rx_packets of {dev} in {}: {e}", ns.name))
+}
+
+/// The kernel counters that say where a lost packet died outside the appliance: each
+/// backend's listen-queue overflows, SYN cookies, resets, socket-buffer and backlog drops, and
+/// the host's per-CPU backlog drops (softnet_stat's second column, all namespaces together).
+fn kernel_drops(lab: &Lab) -> String {
+    const KEYS: [&str; 12] = [
+        "TcpExtListenOverflows",
+        "TcpExtListenDrops",
+        "TcpExtSyncookiesSent",
+        "TcpExtSyncookiesRecv",
+        "TcpExtSyncookiesFailed",
+        "TcpOutRsts",
+        "TcpExtTCPBacklogDrop",
+        "TcpExtTCPReqQFullDrop",
+        "TcpExtTCPReqQFullDoCookies",
+        "UdpRcvbufErrors",
+        "UdpInErrors",
+        "IpExtInNoRoutes",
+    ];
+    let mut out = Vec::new();
+    for (i, be) in lab.backends.iter().enumerate() {
+        let text = String::from_utf8_lossy(&be.run(&["nstat", "-asz"]).stdout).into_owned();
+        let got: Vec<String> = text
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (k, v) = (w.next()?, w.next()?);
+                (KEYS.contains(&k) && v != "0").then(|| format!("{k}={v}"))
+            })
+            .collect();
+        out.push(format!("be{}: {}", i + 1, got.join(" ")));
+    }
+    let softnet = std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default();
+    let dropped: u64 = softnet
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .sum();
+    out.push(format!("softnet backlog drops {dropped}"));
+    out.join("; ")
 }
 
 /// What one flood run saw.
@@ -270,21 +320,17 @@ fn flood(lab: &Lab, mode: LabMode, kind: Kind) -> Run {
     for src in SPOOFED {
         // SIGINT makes hping3 stop and print its statistics; `timeout` ends it on time.
         let secs = format!("{}", each.as_secs_f64());
-        let out = lab.client.output(&[
-            "timeout",
-            "-s",
-            "INT",
-            &secs,
-            "hping3",
-            "--flood",
-            "-q",
-            kind.flag(),
-            "-a",
-            src,
-            "-p",
-            "80",
-            &vip.ip().to_string(),
-        ]);
+        let pace: &[&str] = if mode == LabMode::Dr {
+            &["-i", DR_PACE]
+        } else {
+            &["--flood"]
+        };
+        let mut args = vec!["timeout", "-s", "INT", &secs, "hping3"];
+        args.extend_from_slice(pace);
+        args.extend_from_slice(&["-q", kind.flag(), "-a", src, "-p", "80"]);
+        let dst = vip.ip().to_string();
+        args.push(&dst);
+        let out = lab.client.output(&args);
         let text = String::from_utf8_lossy(&out.stderr).into_owned()
             + &String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -373,6 +419,7 @@ fn flood_both_vips(kind: Kind, extra: &str) {
     for mode in [LabMode::FullNat, LabMode::Dr] {
         let run = flood(&lab, mode, kind);
         let (status, events, view) = appliance_view(&lab);
+        let kernel = kernel_drops(&lab);
         let counters = status.flood.expect("status shows flood mode");
         // The connection table evicts only when it is full (and then never an established
         // entry): one still short of full after the flood is the check available from
@@ -409,7 +456,7 @@ fn flood_both_vips(kind: Kind, extra: &str) {
             "MEASURE flood {kind:?} {}: {:.0} pkt/s from the client link, {:.0} pkt/s reached \
              the appliance; client {}/{} answered ({:.2}%, {} after >= 1 s, first error {:?}); \
              downloads {}/4 intact {:?}; shed in XDP {shed}, answered in XDP {stateless}; tunnel client {}/{} echoed\n  \
-             appliance: {view}\n  flood and health events: {events:?}",
+             appliance: {view}\n  kernel (so far): {kernel}\n  flood and health events: {events:?}",
             mode.name(),
             run.flood_rate,
             run.appliance_rate,
@@ -425,12 +472,8 @@ fn flood_both_vips(kind: Kind, extra: &str) {
         );
         // The tunnel client is one source well over its rate: before flood mode told tunnel
         // VIPs apart, the mode cut it to that rate (200 of its 500 datagrams a second, 40%).
-        // 2% is left for datagrams a busy 2-core machine loses in socket buffers; 10% while
-        // the DR VIP is flooded, whose flood the stateless answer forwards to the backends
-        // (as a DR load balancer does): the lab's backends, which echo the tunnel client too,
-        // share these two cores with it and drop some of everything they receive.
-        let keep = if mode == LabMode::Dr { 0.90 } else { 0.98 };
-        if run.tunnel_sent < 5000 || (run.tunnel_echoed as f64) < keep * run.tunnel_sent as f64 {
+        // 2% is left for datagrams a busy 2-core machine loses in socket buffers.
+        if run.tunnel_sent < 5000 || (run.tunnel_echoed as f64) < 0.98 * run.tunnel_sent as f64 {
             failures.push(format!(
                 "{kind:?} {}: the tunnel client's flow had {}/{} echoed",
                 mode.name(),
