@@ -196,9 +196,15 @@ fn every_route_against_a_running_appliance() {
         ..LabOptions::default()
     })
     .unwrap_or_else(|e| panic!("lab: {e}"));
+    // And a DR VIP with an outbound range, for GET /v1/vips/{vip}/outbound.
+    let socket = lab.api_socket_at(0);
+    let cfg = lab.config(&socket)
+        + "[[vip]]\nname = \"dr4-out\"\naddress = \"192.0.2.12\"\nport = 80\nmode = \"dr\"\n\
+           outbound = \"40000-40999\"\n[[vip.backend]]\naddress = \"10.0.0.21\"\n\
+           [[vip.backend]]\naddress = \"10.0.0.22\"\n";
+    lab.write_config(&cfg).expect("write config");
     let log = lab.start_appliance(&sluice()).expect("start");
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    let socket = lab.api_socket_at(0);
     wait_for("the API socket", Duration::from_secs(20), || {
         socket.exists().then_some(())
     });
@@ -243,7 +249,10 @@ fn every_route_against_a_running_appliance() {
         .iter()
         .filter_map(|v| v["name"].as_str())
         .collect();
-    assert_eq!(names, ["nat4-tcp", "nat4-udp", "nat6-tcp", "nat6-udp"]);
+    assert_eq!(
+        names,
+        ["nat4-tcp", "nat4-udp", "nat6-tcp", "nat6-udp", "dr4-out"]
+    );
     let one = api.call(
         &mut chk,
         Method::GET,
@@ -277,6 +286,32 @@ fn every_route_against_a_running_appliance() {
         StatusCode::NOT_FOUND,
     );
     assert_eq!(e["field"], "vip");
+    let o = api.call(
+        &mut chk,
+        Method::GET,
+        "/v1/vips/dr4-out/outbound",
+        "/v1/vips/{vip}/outbound",
+        None,
+        StatusCode::OK,
+    );
+    assert_eq!(o["range"], "40000-40999");
+    assert_eq!(o["backends"][0]["ports"], "40000-40499");
+    assert_eq!(o["backends"][1]["ports"], "40500-40999");
+    // A VIP without an outbound range.
+    let e = api.call(
+        &mut chk,
+        Method::GET,
+        "/v1/vips/nat4-tcp/outbound",
+        "/v1/vips/{vip}/outbound",
+        None,
+        StatusCode::NOT_FOUND,
+    );
+    assert!(
+        e["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("no outbound range")),
+        "{e}"
+    );
     let backends = wait_for("every backend up", Duration::from_secs(20), || {
         let b = api.call(
             &mut chk,

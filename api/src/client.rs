@@ -206,6 +206,16 @@ impl Client {
         .await
     }
 
+    /// `GET /v1/vips/{vip}/outbound`: the VIP's outbound range and its backends' shares.
+    pub async fn outbound(&self, vip: &str) -> Result<crate::Outbound, ClientError> {
+        self.call(
+            Method::GET,
+            &format!("/v1/vips/{}/outbound", seg(vip)),
+            None,
+        )
+        .await
+    }
+
     pub async fn bgp(&self) -> Result<Bgp, ClientError> {
         self.call(Method::GET, "/v1/bgp", None).await
     }

@@ -435,3 +435,34 @@ impl BackendAction {
         Self::ALL.into_iter().find(|a| a.name() == s)
     }
 }
+
+/// `GET /v1/vips/{vip}/outbound`: a DR or tunnel VIP's `outbound` range and each backend's
+/// share of it, as it stands now (during a drain, only the ports a backend owns both before
+/// and after the pool change).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outbound {
+    pub vip: String,
+    pub address: String,
+    /// `tcp` or `udp`: the protocol of the connections the range serves.
+    pub protocol: String,
+    /// The whole range, `FIRST-LAST`.
+    pub range: String,
+    /// `outbound_drain`.
+    pub drain_seconds: f64,
+    /// Seconds until the drain under way ends; `None` when the shares are settled.
+    pub drain_ends_in_seconds: Option<f64>,
+    /// Every backend, in config order.
+    pub backends: Vec<OutboundShare>,
+}
+
+/// One backend's outbound ports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboundShare {
+    pub address: String,
+    /// The ports it may open connections from now, `FIRST-LAST`; `None`: none (disabled,
+    /// more backends than ports, or a newcomer waiting for a drain to end).
+    pub ports: Option<String>,
+    /// The nftables commands that make its new connections leave from the VIP and these
+    /// ports (empty without ports).
+    pub snat: Vec<String>,
+}

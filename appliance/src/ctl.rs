@@ -22,6 +22,10 @@ pub enum CtlCommand {
     Backends {
         vip: String,
     },
+    /// A VIP's outbound range and shares, with each backend's nft lines.
+    Outbound {
+        vip: String,
+    },
     Events {
         since: u64,
     },
@@ -110,6 +114,14 @@ pub async fn run(client: &Client, cmd: CtlCommand, json: bool) -> Result<String,
                 format_backends(&vip, &b)
             }
         }
+        CtlCommand::Outbound { vip } => {
+            let o = client.outbound(&vip).await?;
+            if json {
+                to_json(&o)
+            } else {
+                format_outbound(&o)
+            }
+        }
         CtlCommand::Send(command) => {
             let c = client.send(&command).await?;
             if json { to_json(&c) } else { format_commit(&c) }
@@ -125,6 +137,40 @@ pub async fn run(client: &Client, cmd: CtlCommand, json: bool) -> Result<String,
         CtlCommand::Metrics => client.metrics().await?,
         CtlCommand::List { kind, interval } => list(client, kind, interval, json).await?,
     })
+}
+
+/// A VIP's outbound range, then per backend its ports and the commands to run on it.
+fn format_outbound(o: &api::Outbound) -> String {
+    let mut out = format!(
+        "VIP {} {} {}: outbound ports {} (drain {})",
+        o.vip,
+        o.protocol,
+        o.address,
+        o.range,
+        duration(o.drain_seconds.round() as u64)
+    );
+    if let Some(s) = o.drain_ends_in_seconds {
+        let _ = write!(
+            out,
+            ", draining: the shares settle in {}",
+            duration(s.ceil() as u64)
+        );
+    }
+    out.push('\n');
+    for b in &o.backends {
+        match &b.ports {
+            Some(p) => {
+                let _ = writeln!(out, "\n# backend {}: ports {p}", b.address);
+                for line in &b.snat {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+            None => {
+                let _ = writeln!(out, "\n# backend {}: no ports now", b.address);
+            }
+        }
+    }
+    out
 }
 
 /// Every VIP with its backends, in ipvsadm's order.

@@ -248,6 +248,8 @@ enum CtlCmd {
     Vips(PageArgs),
     /// The backends of a VIP: state, health, weight, ring share, flows, traffic.
     Backends { vip: String },
+    /// A DR or tunnel VIP's outbound range: each backend's ports, and the nft lines it runs.
+    Outbound { vip: String },
     /// Drain a backend: it keeps its flows and takes no new ones.
     Drain { vip: String, backend: String },
     /// Undo drain.
@@ -424,6 +426,7 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
         CtlCmd::Status => C::Status,
         CtlCmd::Vips(page) => C::Vips(page.into()),
         CtlCmd::Backends { vip } => C::Backends { vip },
+        CtlCmd::Outbound { vip } => C::Outbound { vip },
         CtlCmd::Drain { vip, backend } => b(vip, backend, A::Drain),
         CtlCmd::Undrain { vip, backend } => b(vip, backend, A::Undrain),
         CtlCmd::Disable { vip, backend } => b(vip, backend, A::Disable),

@@ -176,4 +176,6 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
 #[cfg(test)]
 mod lvs_tests;
 #[cfg(test)]
+mod outbound_tests;
+#[cfg(test)]
 mod tests;

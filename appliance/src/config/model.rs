@@ -295,6 +295,19 @@ pub struct Vip {
     /// `udp_one_packet`: each datagram is scheduled on its own and makes no connection-table
     /// entry (like `ipvsadm -o`); UDP VIPs only.
     pub udp_one_packet: bool,
+    /// `outbound` (DR and tunnel VIPs): the source ports the backends' own connections to the
+    /// outside use on the VIP address, split among them (see `lb::outbound`).
+    pub outbound: Option<OutboundPorts>,
+}
+
+/// A VIP's `outbound` range and `outbound_drain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboundPorts {
+    /// The ports, split among the backends that are not `disabled`.
+    pub range: crate::lb::outbound::PortRange,
+    /// After a pool change, how long the old shares still receive the answers to their
+    /// ports (and the ports that move are not given out).
+    pub drain: Duration,
 }
 
 impl Vip {

@@ -73,6 +73,7 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
         .route("/v1/vips", get(vips))
         .route("/v1/vips/{vip}", get(vip))
         .route("/v1/vips/{vip}/backends", get(backends))
+        .route("/v1/vips/{vip}/outbound", get(outbound))
         .route("/v1/vips/{vip}/withdraw", post(withdraw))
         .route("/v1/vips/{vip}/announce", post(announce))
         .route(
@@ -202,6 +203,18 @@ async fn backends(
     s.backends_page(&name, &p)
         .map(|(total, b)| paged(total, &b))
         .ok_or_else(|| unknown_vip(&name))
+}
+
+async fn outbound(State(s): State<S>, UrlPath(name): UrlPath<String>) -> Result<Response, Error> {
+    match s.outbound(&name) {
+        None => Err(unknown_vip(&name)),
+        Some(None) => Err(Error::new(
+            StatusCode::NOT_FOUND,
+            format!("VIP {name:?} has no outbound range (set outbound = \"FIRST-LAST\" on it)"),
+            Some("vip"),
+        )),
+        Some(Some(doc)) => Ok(json(&doc)),
+    }
 }
 
 async fn bgp(State(s): State<S>) -> Response {

@@ -175,7 +175,10 @@ impl Control {
     pub(super) async fn ramp_step(&mut self) {
         let now = Instant::now();
         self.last_ramp_step = Some(now);
-        let why = format!("slow start: {} backend(s) ramping", self.st.ramps.len());
+        let why = match self.st.ramps.len() {
+            0 => "outbound: a drain ended".to_string(),
+            n => format!("slow start: {n} backend(s) ramping"),
+        };
         let overrides = self.st.overrides.clone();
         if self.update(&overrides, &why).await.is_err() {
             // The running version stays (the error is logged); try again, without spinning.

@@ -1081,6 +1081,13 @@ sluice_overflow_total{action="reset"} 0
 # HELP sluice_one_packet_datagrams Datagrams of udp_one_packet VIPs, each scheduled on its own without a flow entry.
 # TYPE sluice_one_packet_datagrams counter
 sluice_one_packet_datagrams_total 0
+# HELP sluice_outbound_answers Answers to backends' outbound connections forwarded to the port's owner, by where.
+# TYPE sluice_outbound_answers counter
+sluice_outbound_answers_total{by="engine"} 0
+sluice_outbound_answers_total{by="xdp"} 0
+# HELP sluice_outbound_unowned Answers to an outbound port no backend owns (dropped as no_backend).
+# TYPE sluice_outbound_unowned counter
+sluice_outbound_unowned_total 0
 # HELP sluice_flood_active_cpus CPUs in flood mode now (0: off).
 # TYPE sluice_flood_active_cpus gauge
 sluice_flood_active_cpus 1

@@ -32,6 +32,7 @@ pub mod kept;
 pub mod metrics;
 mod neighbours;
 mod notify;
+pub mod outbound;
 pub mod prepare;
 mod run;
 pub mod serve;

@@ -92,7 +92,8 @@ pub struct Prepared {
     pub targets: Targets,
     /// When BGP stops waiting for health checks, when this change restarts the wait.
     pub settle_by: Option<Instant>,
-    /// The slow-start ramps this version was built with, and when their next level is due.
+    /// The slow-start ramps this version was built with, and when their next level (or the
+    /// end of an outbound drain) is due.
     pub ramps: Ramps,
     pub ramp_due: Option<Instant>,
 }
@@ -130,9 +131,22 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
     let egress = super::neighbours::egress(&config, &tables, i.next_hops);
     tables.set_egress(egress);
     tables.set_local_addresses(i.host_addresses);
+    // The outbound drains run on the workers' clock; `now` is converted, not read anew.
+    let now_ns = crate::datapath::instant_ns(i.now);
+    tables.set_outbound(&config, i.running, now_ns);
+    let mut steering = steering(&config);
+    steering
+        .returns
+        .extend(super::outbound::keys(&tables, now_ns));
+    // A version is due when a drain ends, like a slow-start level: its keys give the moved
+    // ports to their new owners.
+    let ramp_due = match (ramp_due, super::outbound::drain_due(&tables, i.now, now_ns)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     Ok(Prepared {
         file_config: Arc::clone(i.file),
-        steering: steering(&config),
+        steering,
         settle_by: i.resettle.then(|| i.now + settle_time(&config)),
         config,
         overrides,

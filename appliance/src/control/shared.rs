@@ -188,6 +188,8 @@ fn add_stats(a: &mut crate::lb::process::WorkerStats, st: &crate::lb::process::W
     a.persist_hits += st.persist_hits;
     a.persist_misses += st.persist_misses;
     a.persist_evictions += st.persist_evictions;
+    a.outbound_answers += st.outbound_answers;
+    a.outbound_unowned += st.outbound_unowned;
 }
 
 /// Per worker: the version it runs, its flows, and its ring and handoff counters (from the
@@ -455,6 +457,17 @@ impl Shared {
         let tables = self.published.current();
         let agg = self.aggregate();
         Some(vip_doc(&view, &tables, &agg, slot, &cfg.vips[slot]))
+    }
+
+    /// VIP `name`'s outbound range and shares now: `None` for an unknown VIP, `Some(None)`
+    /// for one without a range.
+    pub fn outbound(&self, name: &str) -> Option<Option<api::Outbound>> {
+        let view = self.view.load();
+        let cfg = view.config.as_ref()?;
+        let slot = cfg.vips.iter().position(|v| v.name == name)?;
+        let tables = self.published.current();
+        let now = crate::datapath::monotonic_ns();
+        Some(super::outbound::doc(&tables, slot, &cfg.vips[slot], now))
     }
 
     /// The backends of VIP `name`, in config order; `None` for an unknown VIP.

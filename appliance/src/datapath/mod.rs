@@ -43,7 +43,7 @@ pub use error::{DatapathError, SettingsError};
 pub use frame::{Frame, FrameHandler, HEADROOM};
 pub use ntuple::ReturnSteering;
 pub use steer::{AttachMode, FloodCounters, ReturnKey, SteerCounters, VipKey};
-pub use worker::monotonic_ns;
+pub use worker::{instant_ns, monotonic_ns};
 
 use crate::config::model::{Appliance, XdpMode};
 use steer::{MAX_INTERFACES, MAX_QUEUES, Steer};

@@ -142,7 +142,7 @@ impl Ntuple {
                         Protocol::Udp => L4::Udp,
                     },
                 )),
-                ReturnKey::Backend { .. } => None,
+                ReturnKey::Backend { .. } | ReturnKey::Outbound { .. } => None,
             })
             .collect();
         wanted.sort_by_key(|(a, p)| (*a, *p == L4::Udp));

@@ -33,6 +33,7 @@ const KIND_VIP: u8 = 0;
 const KIND_BACKEND: u8 = 1;
 const KIND_LOCAL: u8 = 2;
 const KIND_HOST: u8 = 3;
+const KIND_OUTBOUND: u8 = 4;
 const KIND_ADDR: u8 = 0x80;
 
 /// `steer_val.mode` (steer.bpf.c VMODE_*): what flood mode needs to know of a VIP.
@@ -81,6 +82,21 @@ pub enum ReturnKey {
         port: u16,
         /// Transport protocol.
         proto: Protocol,
+    },
+    /// An answer to a backend's outbound connection: a port of a VIP's `outbound` range
+    /// (matched on the destination, port by port; no address-only twin).
+    Outbound {
+        /// VIP address.
+        addr: IpAddr,
+        /// One port of the range.
+        port: u16,
+        /// Transport protocol.
+        proto: Protocol,
+        /// The VIP's slot.
+        vip: u32,
+        /// DR: the port owner's backend slot, whose next hop the program rewrites the frame
+        /// for itself (with the flow cache on); `None` sends the frame to the engine.
+        owner: Option<u16>,
     },
 }
 
@@ -160,6 +176,35 @@ fn steer_value(vip: Option<(Mode, u32, Option<u16>)>) -> [u8; steer_val::LEN] {
     .to_bytes()
 }
 
+/// The `steer_keys` entries of one return key. An outbound port's value carries the VIP's
+/// slot and, for a DR VIP, the owner's backend slot in `ring` with mode DR (the program
+/// forwards the answer itself); otherwise no mode, and the frame goes to the engine.
+fn return_entries(k: &ReturnKey) -> Vec<(SteerKey, [u8; steer_val::LEN])> {
+    let none = steer_value(None);
+    match *k {
+        ReturnKey::Backend { addr, port, proto } => SteerKey::pair(addr, port, proto, KIND_BACKEND)
+            .map(|k| (k, none))
+            .to_vec(),
+        ReturnKey::Local { addr, port, proto } => SteerKey::pair(addr, port, proto, KIND_LOCAL)
+            .map(|k| (k, none))
+            .to_vec(),
+        ReturnKey::Outbound {
+            addr,
+            port,
+            proto,
+            vip,
+            owner,
+        } => {
+            let key = SteerKey::new(addr, port, proto.number(), KIND_OUTBOUND);
+            let val = match owner {
+                Some(b) => steer_value(Some((Mode::Dr, vip, Some(b)))),
+                None => none,
+            };
+            vec![(key, val)]
+        }
+    }
+}
+
 /// What one of the program's key sets holds: each key with its value's bytes.
 type KeySet = HashMap<SteerKey, [u8; steer_val::LEN]>;
 
@@ -174,6 +219,8 @@ pub struct SteerCounters {
     pub no_socket: u64,
     /// Steered non-first fragments (matched on address only).
     pub fragments: u64,
+    /// Answers to DR VIPs' outbound ports the program forwarded to their owner itself.
+    pub outbound: u64,
     /// Flood mode.
     pub flood: FloodCounters,
 }
@@ -464,18 +511,7 @@ impl Steer {
 
     /// Replaces the return-traffic set.
     pub fn set_return_keys(&mut self, keys: &[ReturnKey]) -> Result<(), DatapathError> {
-        let want = keys
-            .iter()
-            .flat_map(|k| match *k {
-                ReturnKey::Backend { addr, port, proto } => {
-                    SteerKey::pair(addr, port, proto, KIND_BACKEND)
-                }
-                ReturnKey::Local { addr, port, proto } => {
-                    SteerKey::pair(addr, port, proto, KIND_LOCAL)
-                }
-            })
-            .map(|k| (k, steer_value(None)))
-            .collect();
+        let want = keys.iter().flat_map(return_entries).collect();
         self.sync(Which::Returns, want)
     }
 
@@ -549,12 +585,13 @@ impl Steer {
 
     /// The program's counters summed over CPUs.
     pub fn counters(&self) -> Result<SteerCounters, DatapathError> {
-        let [steered, passed, no_socket, fragments] = self.sums::<4>("counters")?;
+        let [steered, passed, no_socket, fragments, outbound] = self.sums::<5>("counters")?;
         Ok(SteerCounters {
             steered,
             passed,
             no_socket,
             fragments,
+            outbound,
             flood: self.flood_counters()?,
         })
     }

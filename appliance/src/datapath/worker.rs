@@ -199,6 +199,17 @@ pub fn monotonic_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// `t` on the [`monotonic_ns`] clock (`Instant` reads CLOCK_MONOTONIC too, but keeps its
+/// origin to itself): for state the control plane builds at `t` and the workers read by
+/// their own `now`.
+pub fn instant_ns(t: std::time::Instant) -> u64 {
+    let (now, ns) = (std::time::Instant::now(), monotonic_ns());
+    match t.checked_duration_since(now) {
+        Some(ahead) => ns.saturating_add(ahead.as_nanos() as u64),
+        None => ns.saturating_sub(now.duration_since(t).as_nanos() as u64),
+    }
+}
+
 impl Worker {
     /// Runs until the stop flag is set.
     pub fn run(mut self) {

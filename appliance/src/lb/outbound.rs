@@ -17,6 +17,12 @@
 //!
 //! Time is the caller's `now` in nanoseconds, as elsewhere in `lb`.
 
+use std::net::IpAddr;
+
+use crate::config::{BackendState, Config};
+use crate::lb::Tables;
+use crate::lb::hash::addr_to_u128;
+
 /// An inclusive range of ports (`first..=last`, `first <= last`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PortRange {
@@ -225,6 +231,94 @@ impl<K: Ord + Clone> Outbound<K> {
         let new = next.share(backend)?;
         self.current.share(backend)?.intersect(&new)
     }
+
+    /// The whole range (the same in both assignments of a drain).
+    pub fn range(&self) -> PortRange {
+        self.current.range
+    }
+
+    /// [`Outbound::forward`] as it stands at `now`: a drain whose time has come is over,
+    /// whether or not [`Outbound::tick`] has run (the datapath reads a table version that
+    /// the control plane built earlier).
+    pub fn forward_at(&self, port: u16, now: u64) -> Option<&K> {
+        match &self.next {
+            Some((next, end)) if now >= *end => next.owner(port),
+            _ => self.forward(port),
+        }
+    }
+
+    /// [`Outbound::usable`] as it stands at `now` (see [`Outbound::forward_at`]).
+    pub fn usable_at(&self, backend: &K, now: u64) -> Option<PortRange> {
+        match &self.next {
+            Some((next, end)) if now >= *end => next.share(backend),
+            _ => self.usable(backend),
+        }
+    }
+}
+
+/// One VIP's outbound state in a table version (`Tables::outbound_for`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VipOutbound {
+    /// The VIP's slot.
+    pub vip: u32,
+    /// Its name: the next version carries the state of the VIP of the same name on.
+    pub name: String,
+    /// `outbound_drain` in ns.
+    pub drain: u64,
+    /// The assignment (and drain) in force, over the backends' addresses.
+    pub state: Outbound<IpAddr>,
+}
+
+impl Tables {
+    /// The outbound state of the VIP on `addr` with protocol `proto`, if it has a range.
+    #[inline]
+    pub fn outbound_for(&self, addr: u128, proto: u8) -> Option<&VipOutbound> {
+        if self.outbound.is_empty() {
+            return None;
+        }
+        self.outbound.get(&(addr, proto))
+    }
+
+    /// Every VIP's outbound state, in no order.
+    pub fn outbound_vips(&self) -> impl Iterator<Item = &VipOutbound> {
+        self.outbound.values()
+    }
+
+    /// Before publication: each `outbound` VIP's assignment over its backends that are not
+    /// disabled (health does not move ports: a backend failing its check still makes its
+    /// own connections), carried on from the VIP of the same name in `previous` with a drain
+    /// from `now` (ns, the datapath's clock) when the pool changed.
+    pub fn set_outbound(&mut self, config: &Config, previous: Option<&Tables>, now: u64) {
+        let mut map = super::tables::FastMap::default();
+        for (slot, v) in config.vips.iter().enumerate() {
+            let Some(o) = v.outbound else { continue };
+            let pool = v
+                .backends
+                .iter()
+                .filter(|b| b.state != BackendState::Disabled)
+                .map(|b| b.address);
+            let a = Assignment::new(o.range, pool);
+            let drain = u64::try_from(o.drain.as_nanos()).unwrap_or(u64::MAX);
+            let before = previous.and_then(|p| p.outbound.values().find(|x| x.name == v.name));
+            let state = match before {
+                Some(b) => {
+                    let mut s = b.state.clone();
+                    s.tick(now);
+                    s.update(a, now, drain);
+                    s
+                }
+                None => Outbound::new(a),
+            };
+            let entry = VipOutbound {
+                vip: slot as u32,
+                name: v.name.clone(),
+                drain,
+                state,
+            };
+            map.insert((addr_to_u128(v.address), v.protocol.number()), entry);
+        }
+        self.outbound = map;
+    }
 }
 
 #[cfg(test)]
@@ -368,5 +462,68 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn config(backends: &[(&str, &str)]) -> Config {
+        let mut s = String::from(
+            "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n[[vip]]\nname = \"web\"\n\
+             address = \"192.0.2.10\"\nport = 80\nmode = \"dr\"\noutbound = \"40000-40999\"\n\
+             outbound_drain = \"10s\"\n",
+        );
+        for (a, state) in backends {
+            s.push_str(&format!(
+                "[[vip.backend]]\naddress = \"{a}\"\nstate = \"{state}\"\n"
+            ));
+        }
+        Config::from_toml_str(&s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn tables(c: &Config, previous: Option<&Tables>, now: u64) -> Tables {
+        let mut t = Tables::build(c, &|_, _| true, 1).expect("tables");
+        t.set_outbound(c, previous, now);
+        t
+    }
+
+    #[test]
+    fn a_new_version_drains_from_the_running_ones_shares() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let vip = addr_to_u128(ip("192.0.2.10"));
+        let two = config(&[("10.1.0.12", "active"), ("10.1.0.11", "active")]);
+        let t1 = tables(&two, None, 0);
+        let o = t1.outbound_for(vip, 6).expect("outbound state");
+        assert_eq!(o.state.forward_at(40600, 0), Some(&ip("10.1.0.12")));
+        assert_eq!(
+            o.state.drain_ends(),
+            None,
+            "a first version has nothing to drain"
+        );
+        assert!(t1.outbound_for(vip, 17).is_none(), "another protocol");
+        // A third backend, and a disabled one that gets no ports.
+        let three = config(&[
+            ("10.1.0.12", "active"),
+            ("10.1.0.11", "active"),
+            ("10.1.0.13", "active"),
+            ("10.1.0.14", "disabled"),
+        ]);
+        let t2 = tables(&three, Some(&t1), 1_000);
+        let o = t2.outbound_for(vip, 6).expect("outbound state");
+        let end = 1_000 + 10_000_000_000;
+        assert_eq!(o.state.drain_ends(), Some(end));
+        // 40600 was .12's and stays so through the drain; at its end it is .12's share of
+        // three (40334-40666) anyway; 40900 moves from .12 to .13.
+        assert_eq!(o.state.forward_at(40900, end - 1), Some(&ip("10.1.0.12")));
+        assert_eq!(o.state.forward_at(40900, end), Some(&ip("10.1.0.13")));
+        assert_eq!(o.state.usable_at(&ip("10.1.0.13"), end - 1), None);
+        assert_eq!(
+            o.state.usable_at(&ip("10.1.0.13"), end),
+            PortRange::new(40667, 40999)
+        );
+        assert_eq!(o.state.usable_at(&ip("10.1.0.14"), end), None);
+        // The same pool again changes nothing: the drain runs on.
+        let t3 = tables(&three, Some(&t2), 5_000);
+        assert_eq!(
+            t3.outbound_for(vip, 6).unwrap().state.drain_ends(),
+            Some(end)
+        );
     }
 }

@@ -358,6 +358,8 @@ pub struct Core {
     pub rings_built: u32,
     /// The shared connection counts of this version's limited backends.
     pub limits: Arc<LimitBoard>,
+    /// Outbound state of the VIPs with an `outbound` range, by (address, protocol).
+    pub(super) outbound: FastMap<(u128, u8), crate::lb::outbound::VipOutbound>,
     /// Slots of the backends with a connection limit, in board order.
     pub limited: Vec<u32>,
 }
@@ -440,6 +442,7 @@ impl Tables {
             rings_built: 0,
             limits: Arc::new(LimitBoard::new(0)),
             limited: Vec::new(),
+            outbound: FastMap::default(),
         };
         // Every VIP's entries first, each holding its previous ring (or none) until the
         // rings, which read the entries, are built, on every core for a large config.
@@ -838,6 +841,7 @@ pub(crate) mod tests {
             overflow: crate::config::Overflow::Drop,
             slow_start: None,
             udp_one_packet: false,
+            outbound: None,
         }
     }
 

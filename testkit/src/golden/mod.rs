@@ -19,6 +19,7 @@ mod icmp;
 mod kernel;
 mod malformed;
 mod nat;
+mod outbound;
 pub mod setup;
 mod stateless;
 mod tunnel;
@@ -180,7 +181,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 12] = [
+    let groups: [&[Row]; 13] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
@@ -193,6 +194,7 @@ pub fn fixtures() -> Vec<Fixture> {
         unserved::ROWS,
         clientaddr::ROWS,
         stateless::ROWS,
+        outbound::ROWS,
     ];
     groups
         .iter()
@@ -206,6 +208,13 @@ pub fn fixtures() -> Vec<Fixture> {
 pub fn stateless_fixtures() -> Vec<Fixture> {
     let t = tables();
     stateless::ROWS.iter().map(|row| row(&t)).collect()
+}
+
+/// The outbound rows (answers to the backends' own connections), in order: the DR ones the
+/// XDP program forwards itself.
+pub fn outbound_fixtures() -> Vec<Fixture> {
+    let t = tables();
+    outbound::ROWS.iter().map(|row| row(&t)).collect()
 }
 
 /// The fixture with this description (panics if there is none: a test names a row).

@@ -66,6 +66,7 @@ pub fn tables() -> Tables {
     // The backends' underlay is smaller than the clients' path (the tunnel MTU rows).
     t.set_mtu(BACKENDS, 1400);
     t.set_local_addresses(&[ip("10.0.0.254"), ip("2001:db8:a::fe")]);
+    t.set_outbound(&c, None, super::NOW);
     t
 }
 

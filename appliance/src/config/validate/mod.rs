@@ -13,6 +13,7 @@ mod fleet;
 mod flood;
 mod health;
 mod lvs;
+mod outbound;
 mod placeholder;
 mod scale;
 mod vip;

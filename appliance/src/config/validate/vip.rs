@@ -36,6 +36,10 @@ pub(super) fn vips(
             errs.push(path, format!("vip name {:?} used twice", vip.name));
             continue;
         }
+        if let Some(why) = super::outbound::clash(&out, &vip) {
+            errs.push(path, why);
+            continue;
+        }
         let clash = out.iter().find(|o| {
             o.address == vip.address
                 && o.protocol == vip.protocol
@@ -102,6 +106,7 @@ fn vip(
         address,
     };
     let lvs = lvs::vip_keys(t, &facts, errs);
+    let outbound = super::outbound::outbound(t, port, mode, errs);
     let backends = backends(t, port, &facts, lvs.udp_one_packet, errs);
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     Some(Vip {
@@ -125,6 +130,7 @@ fn vip(
         overflow: lvs.overflow,
         slow_start: lvs.slow_start,
         udp_one_packet: lvs.udp_one_packet,
+        outbound,
     })
 }
 

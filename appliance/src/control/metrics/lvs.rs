@@ -54,4 +54,28 @@ pub(super) fn families(b: &mut Builder, s: &Shared) {
         "Datagrams of udp_one_packet VIPs, each scheduled on its own without a flow entry",
         l.one_packet,
     );
+    outbound(b, s);
+}
+
+/// Answers to the backends' outbound connections: forwarded to their port's owner by the
+/// engine or by the XDP program itself, and those to a port nobody owns.
+fn outbound(b: &mut Builder, s: &Shared) {
+    let st = s.aggregate().stats;
+    let xdp = s
+        .view
+        .load()
+        .datapath
+        .as_ref()
+        .map_or(0, |d| d.steer.outbound);
+    let answers = b.counter(
+        "sluice_outbound_answers",
+        "Answers to backends' outbound connections forwarded to the port's owner, by where",
+    );
+    set(&answers, labels(&[("by", "engine")]), st.outbound_answers);
+    set(&answers, labels(&[("by", "xdp")]), xdp);
+    b.counter1(
+        "sluice_outbound_unowned",
+        "Answers to an outbound port no backend owns (dropped as no_backend)",
+        st.outbound_unowned,
+    );
 }

@@ -28,6 +28,7 @@
 #define KIND_BACKEND 1  // match the source: NAT return traffic from a backend
 #define KIND_LOCAL 2    // match the destination: FullNAT return traffic to a SNAT address
 #define KIND_HOST 3     // match the destination: the appliance's own address, never steered
+#define KIND_OUTBOUND 4 // match the destination: an answer to a port of a VIP's outbound range
 #define KIND_ADDR 0x80  // address-only variant (port 0, proto 0) for frames without ports
 
 #define FAMILY_V4 4
@@ -37,7 +38,8 @@
 #define CNT_PASSED 1
 #define CNT_NO_SOCKET 2
 #define CNT_FRAGMENTS 3
-#define CNT_MAX 4
+#define CNT_OUTBOUND 4 // outbound answers the program forwarded to their port's owner itself
+#define CNT_MAX 5
 
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
@@ -65,7 +67,8 @@ struct steer_key {
 
 struct steer_val {
 	__u32 vip;   // the VIP's slot in the engine's tables
-	__u16 ring;  // its slot in stateless_vips (DR VIPs), or NO_RING
+	__u16 ring;  // its slot in stateless_vips (DR VIPs), or NO_RING; KIND_OUTBOUND keys:
+		     // the port owner's backend slot (mode VMODE_DR), or NO_RING
 	__u8 mode;   // VMODE_*
 	__u8 pad;
 };
@@ -1184,6 +1187,28 @@ static __always_inline int stateless_answer(struct xdp_md *ctx, const struct flo
 	return send_to(ctx, hop->ifindex, hop->tx, hop->tx_port);
 }
 
+// An answer to a DR VIP's outbound port (issue 23): to the backend that owns the port, its
+// MACs and nothing else, as the engine's lb/process/outbound.rs does; -1 sends the frame to
+// the engine (a tunnel VIP, no owner or next hop known, the cache off, a VLAN tag, options,
+// extension headers or a fragment). No state: the key says who owns the port.
+static __always_inline int outbound_answer(struct xdp_md *ctx, const struct steer_val *o)
+{
+	if (!cache_on || o->mode != VMODE_DR || o->ring == NO_RING)
+		return -1;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if (!plain(eth, end))
+		return -1;
+	__u32 backend = o->ring;
+	const struct stateless_hop *hop = bpf_map_lookup_elem(&stateless_hops, &backend);
+	if (!hop || !hop->ok)
+		return -1;
+	__builtin_memcpy(eth->h_dest, hop->dst_mac, 6);
+	__builtin_memcpy(eth->h_source, hop->src_mac, 6);
+	return send_to(ctx, hop->ifindex, hop->tx, hop->tx_port);
+}
+
 // A VIP frame on its way to the engine: -1 to steer it on, else what flood mode does with
 // it (XDP_DROP when its source is over its rate, the stateless answer's action).
 static __always_inline int flood_action(struct xdp_md *ctx, const struct flow *f,
@@ -1250,6 +1275,14 @@ int sluice_steer(struct xdp_md *ctx)
 		owned = 1;
 	} else if (lookup(f.dst, f.dport, f.proto, KIND_LOCAL, f.family, f.has_ports))
 		owned = 1;
+	else if ((vip = lookup(f.dst, f.dport, f.proto, KIND_OUTBOUND, f.family, f.has_ports))) {
+		int act = outbound_answer(ctx, vip);
+		if (act >= 0) {
+			count(CNT_OUTBOUND);
+			return act;
+		}
+		owned = 1;
+	}
 	else if (!lookup(f.dst, 0, 0, KIND_HOST, f.family, 0) &&
 		 lookup(f.src, f.sport, f.proto, KIND_BACKEND, f.family, f.has_ports))
 		// A backend's reply to a client (NAT mode); its replies to our own address are

@@ -51,6 +51,7 @@ mod icmp;
 mod lvs_tests;
 mod mss;
 mod nat;
+mod outbound;
 mod owner;
 mod proxyhdr;
 mod ratelimit;
@@ -300,6 +301,11 @@ pub struct WorkerStats {
     pub persist_misses: u64,
     /// Live persistence entries given up for another client (the table's set was full).
     pub persist_evictions: u64,
+    /// Answers to the backends' outbound connections forwarded to the port's owner.
+    pub outbound_answers: u64,
+    /// Answers to an outbound port no backend owns (the VIP has no backend), dropped as
+    /// `no_backend`.
+    pub outbound_unowned: u64,
 }
 
 /// Per-worker mutable state: counters and scheduler state, sized for one table version.
@@ -623,6 +629,9 @@ pub fn process_recorded<R: Record>(
     };
     if let Some(vip) = tables.vip_lookup(ip.dst, l4.dport, ip.proto) {
         return forward(frame, tables, ct, worker, &ip, &l4, vip, len, now, rec);
+    }
+    if let Some(v) = outbound::answer(frame, tables, worker, &ip, &l4, len, now) {
+        return v;
     }
     nat::reverse(frame, tables, ct, worker, &ip, &l4, len, now, rec)
 }

@@ -187,6 +187,7 @@ mod tests {
             overflow: crate::config::Overflow::Drop,
             slow_start: None,
             udp_one_packet: false,
+            outbound: None,
         }];
         Tables::build(&c, &|_, _| true, 1).expect("tables")
     }

@@ -116,6 +116,7 @@ pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
         overflow: crate::config::Overflow::Drop,
         slow_start: None,
         udp_one_packet: false,
+        outbound: None,
     }];
     c
 }

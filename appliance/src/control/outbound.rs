@@ -1,0 +1,127 @@
+//! Outbound connections through DR and tunnel VIPs (issue 23), as the control plane serves
+//! them: the XDP program's keys for the answers to every outbound port, when the next drain
+//! ends (a new version then carries the assignment the drain led to), and the API's view of
+//! a VIP's shares with the nftables lines a backend applies to use its own.
+
+use std::time::{Duration, Instant};
+
+use crate::config::{Mode, Vip};
+use crate::datapath::ReturnKey;
+use crate::lb::Tables;
+use crate::lb::hash::{addr_to_u128, u128_to_addr};
+use crate::lb::outbound::{PortRange, VipOutbound};
+
+/// Backend slots the XDP program's next-hop array holds (stateless.rs `BACKEND_SLOTS`); an
+/// owner past them has its answers forwarded by the engine.
+const XDP_BACKEND_SLOTS: u32 = 4096;
+
+/// One steering key per outbound port, each with its owner at `now` (ns) for a DR VIP.
+pub fn keys(tables: &Tables, now: u64) -> Vec<ReturnKey> {
+    let mut out = Vec::new();
+    let mut vips: Vec<&VipOutbound> = tables.outbound_vips().collect();
+    vips.sort_by_key(|o| o.vip);
+    for o in vips {
+        let v = &tables.vips[o.vip as usize];
+        let addr = u128_to_addr(v.address, v.v6);
+        let proto = if v.proto == 17 {
+            crate::config::Protocol::Udp
+        } else {
+            crate::config::Protocol::Tcp
+        };
+        let range = o.state.range();
+        for port in range.first..=range.last {
+            let owner = (v.mode == Mode::Dr)
+                .then(|| o.state.forward_at(port, now))
+                .flatten()
+                .and_then(|a| tables.backend_slot(o.vip, addr_to_u128(*a), v.port))
+                .filter(|&slot| slot < XDP_BACKEND_SLOTS)
+                .map(|slot| slot as u16);
+            out.push(ReturnKey::Outbound {
+                addr,
+                port,
+                proto,
+                vip: o.vip,
+                owner,
+            });
+        }
+    }
+    out
+}
+
+/// When the first drain under way ends, as an instant (`now` and `now_ns` the same moment).
+pub fn drain_due(tables: &Tables, now: Instant, now_ns: u64) -> Option<Instant> {
+    tables
+        .outbound_vips()
+        .filter_map(|o| o.state.drain_ends())
+        .min()
+        .map(|end| now + Duration::from_nanos(end.saturating_sub(now_ns)))
+}
+
+/// The API's view of VIP `v`'s outbound range at `now` (ns); `None` when it has none.
+pub fn doc(tables: &Tables, slot: usize, v: &Vip, now: u64) -> Option<api::Outbound> {
+    let ports = v.outbound?;
+    let o = tables
+        .outbound_for(addr_to_u128(v.address), v.protocol.number())
+        .filter(|o| o.vip as usize == slot)?;
+    let drain_ends_in = o
+        .state
+        .drain_ends()
+        .filter(|&end| end > now)
+        .map(|end| Duration::from_nanos(end - now).as_secs_f64());
+    let backends = v
+        .backends
+        .iter()
+        .map(|b| {
+            let usable = o.state.usable_at(&b.address, now);
+            api::OutboundShare {
+                address: b.address.to_string(),
+                ports: usable.map(|r| r.to_string()),
+                snat: usable
+                    .map(|r| snat_rules(v, b.address, r))
+                    .unwrap_or_default(),
+            }
+        })
+        .collect();
+    Some(api::Outbound {
+        vip: v.name.clone(),
+        address: v.address.to_string(),
+        protocol: v.protocol.name().to_string(),
+        range: ports.range.to_string(),
+        drain_seconds: ports.drain.as_secs_f64(),
+        drain_ends_in_seconds: drain_ends_in,
+        backends,
+    })
+}
+
+/// The nftables commands backend `backend` runs to open its outbound connections from the
+/// VIP address and its ports `r`: new connections from its own address leave with the VIP
+/// as their source (answers to the VIP's clients already carry it and are not touched), and
+/// keep their own source port when it is in `r`. Connections already open keep the mapping
+/// they have. A backend that also talks to internal hosts adds `ip daddr != ...` to the rule.
+fn snat_rules(v: &Vip, backend: std::net::IpAddr, r: PortRange) -> Vec<String> {
+    let (family, saddr) = if v.address.is_ipv4() {
+        ("ip", "ip saddr")
+    } else {
+        ("ip6", "ip6 saddr")
+    };
+    let vip = if v.address.is_ipv4() {
+        v.address.to_string()
+    } else {
+        format!("[{}]", v.address)
+    };
+    let table = "sluice_outbound";
+    vec![
+        format!("nft add table {family} {table}"),
+        format!(
+            "nft add chain {family} {table} postrouting '{{ type nat hook postrouting priority \
+             srcnat; }}'"
+        ),
+        // Flushed first: the lines are run again whenever the share changes.
+        format!("nft flush chain {family} {table} postrouting"),
+        format!(
+            "nft add rule {family} {table} postrouting {saddr} {backend} meta l4proto {} snat \
+             to {vip}:{r}",
+            v.protocol.name()
+        ),
+    ]
+}
