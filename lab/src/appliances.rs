@@ -74,7 +74,12 @@ impl Lab {
 
     /// Asks the appliance to reload its config file (SIGHUP).
     pub fn reload(&self) -> bool {
-        self.signal_appliance(0, "-HUP")
+        self.reload_at(0)
+    }
+
+    /// Asks appliance `k` to reload its config file (SIGHUP).
+    pub fn reload_at(&self, k: usize) -> bool {
+        self.signal_appliance(k, "-HUP")
     }
 
     /// Sends SIGTERM to the appliance and waits for it to exit; returns whether it exited
