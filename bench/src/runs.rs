@@ -30,6 +30,18 @@ pub fn appliance_config(
     flow_cache: bool,
     flood: bool,
 ) -> String {
+    sized_config(api_socket, busy_poll, flow_cache, flood, 65_536)
+}
+
+/// [`appliance_config`] with a connection table of `capacity` entries (the many-flows runs:
+/// twice the flows, so that the table is never what they measure).
+pub(crate) fn sized_config(
+    api_socket: &Path,
+    busy_poll: bool,
+    flow_cache: bool,
+    flood: bool,
+    capacity: u64,
+) -> String {
     let flood = if flood {
         String::new()
     } else {
@@ -38,7 +50,7 @@ pub fn appliance_config(
     format!(
         "[appliance]\nname = \"bench-lb\"\ninterfaces = [\"eth0\", \"eth1\"]\nxdp_mode = \"auto\"\n\
          busy_poll = {busy_poll}\nflow_cache = {flow_cache}\n\
-         umem_frames = 4096\nring_size = 2048\nconntrack_capacity = 65536\n\n\
+         umem_frames = 4096\nring_size = 2048\nconntrack_capacity = {capacity}\n\n\
          {flood}[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n\
          [[vip]]\nname = \"bench\"\naddress = \"{VIP}\"\nport = {PORT}\nprotocol = \"udp\"\n\
          scheduler = \"maglev\"\nmode = \"nat\"\n\
@@ -89,6 +101,15 @@ impl Bench {
         };
         let label = label.as_str();
         self.wait_forwarding(label, stop)?;
+        if self.space.flows > 1 {
+            let (entries, passes, took) = self.warm_up(stop)?;
+            eprintln!(
+                "bench: run {run}: warm-up: {entries} of {} flows in the connection table \
+                 after {passes} pass(es), {:.1} s",
+                self.space.flows,
+                took.as_secs_f64()
+            );
+        }
         let datapath = self.datapath_lines();
         let name = if flow_cache || datapath.is_empty() {
             label.to_string()

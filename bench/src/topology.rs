@@ -12,9 +12,14 @@ use lab::netns::{self, LabError, Netns, try_veth_mq};
 use crate::appliance::{self, Appliance};
 use crate::counters::{RawRun, Sample, cpu_times, link_stats, mac_of, mac_text};
 use crate::generator::{Flood, FlowSpace, GenCmd, Generator};
-use crate::runs::appliance_config;
+use crate::runs::sized_config;
 use crate::sink::{SinkCounts, SinkProgram};
 use crate::{BACKEND, BenchError, GEN_ADDR, LB_DOWNLINK, LB_UPLINK, PORT};
+
+/// Frames per burst of the many-flows warm-up (half the appliance's ring).
+const WARM_BURST: u32 = 1024;
+/// The longest warm-up.
+const WARM_LIMIT: Duration = Duration::from_secs(90);
 
 /// MACs the in-namespace forwarders need.
 #[derive(Debug, Clone, Copy)]
@@ -220,6 +225,40 @@ impl Bench {
         })
     }
 
+    /// Many flows: passes of one frame per flow (in bursts of [`WARM_BURST`], a pause
+    /// between them so that the appliance's ring takes them) until the connection table
+    /// holds every flow, so the timed window measures forwarding, not the engine deciding
+    /// flows it has not seen. Gives up after three passes without growth or [`WARM_LIMIT`].
+    /// Returns the entries it saw, the passes and how long it took.
+    pub(crate) fn warm_up(&self, stop: &AtomicBool) -> Result<(u64, u32, Duration), BenchError> {
+        let generator = self
+            .generators
+            .first()
+            .ok_or_else(|| BenchError::Generator("not started".into()))?;
+        let t0 = Instant::now();
+        let want = u64::from(self.space.flows);
+        let (mut best, mut stale, mut passes) = (0u64, 0u32, 0u32);
+        while !stop.load(Ordering::Relaxed) && t0.elapsed() < WARM_LIMIT && stale < 3 {
+            let mut sent = 0;
+            while sent < self.space.flows {
+                let n = WARM_BURST.min(self.space.flows - sent);
+                generator.call(GenCmd::Burst(n))?;
+                sent += n;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            passes += 1;
+            // The workers' counters reach the API about once a second.
+            std::thread::sleep(Duration::from_millis(1100));
+            let entries = crate::runs::fetch_status(&self.api_socket())?.conntrack_entries;
+            if entries >= want {
+                return Ok((entries, passes, t0.elapsed()));
+            }
+            stale = if entries > best { 0 } else { stale + 1 };
+            best = best.max(entries);
+        }
+        Ok((best, passes, t0.elapsed()))
+    }
+
     fn log_path(&self) -> PathBuf {
         appliance::log_path(&self.dir)
     }
@@ -250,7 +289,16 @@ impl Bench {
         busy_poll: bool,
         flow_cache: bool,
     ) -> Result<(), BenchError> {
-        let config = appliance_config(&self.api_socket(), busy_poll, flow_cache, self.flood);
+        let capacity = (2 * u64::from(self.space.flows))
+            .next_power_of_two()
+            .max(65_536);
+        let config = sized_config(
+            &self.api_socket(),
+            busy_poll,
+            flow_cache,
+            self.flood,
+            capacity,
+        );
         self.appliance = Some(Appliance::start(&self.lb, sluice, &self.dir, &config)?);
         Ok(())
     }

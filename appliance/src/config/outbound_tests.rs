@@ -43,18 +43,7 @@ address = "10.1.0.12"
 
 #[track_caller]
 fn error_at(vip: &str, other: &str, key: &str, needle: &str) {
-    let errs = match Config::from_toml_str(&file(vip, other)) {
-        Ok(c) => panic!("expected an error at {key}, got {c:?}"),
-        Err(e) => e,
-    };
-    let Some(e) = errs.find(key) else {
-        panic!("no error at {key:?}; got:\n{errs}");
-    };
-    assert!(
-        e.message.contains(needle),
-        "{key}: {:?} lacks {needle:?}",
-        e.message
-    );
+    super::tests::assert_error(&file(vip, other), key, needle);
 }
 
 #[test]

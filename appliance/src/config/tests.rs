@@ -28,7 +28,7 @@ fn errors(text: &str) -> ConfigErrors {
 /// Asserts that validating `text` fails with an error at exactly `key` whose message
 /// contains `needle`.
 #[track_caller]
-fn assert_error(text: &str, key: &str, needle: &str) {
+pub(super) fn assert_error(text: &str, key: &str, needle: &str) {
     let errs = errors(text);
     let Some(e) = errs.find(key) else {
         panic!("no error at {key:?}; got:\n{errs}");

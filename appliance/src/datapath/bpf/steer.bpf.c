@@ -1158,6 +1158,18 @@ static __always_inline int plain(struct ethhdr *eth, void *end)
 	return 0;
 }
 
+// The frame to backend slot `backend` with its next hop's MACs and nothing else (the DR
+// rewrite): an XDP action, or -1 when no next hop is known.
+static __always_inline int dr_to_backend(struct xdp_md *ctx, struct ethhdr *eth, __u32 backend)
+{
+	const struct stateless_hop *hop = bpf_map_lookup_elem(&stateless_hops, &backend);
+	if (!hop || !hop->ok)
+		return -1;
+	__builtin_memcpy(eth->h_dest, hop->dst_mac, 6);
+	__builtin_memcpy(eth->h_source, hop->src_mac, 6);
+	return send_to(ctx, hop->ifindex, hop->tx, hop->tx_port);
+}
+
 // The stateless answer for a DR VIP's frame: an XDP action, or -1 when there is none here
 // (another mode, no ring, no next hop, a VLAN tag, options, extension headers or a
 // fragment) and the frame goes on to the policing and the engine.
@@ -1179,12 +1191,7 @@ static __always_inline int stateless_answer(struct xdp_md *ctx, const struct flo
 	const __u32 *backend = bpf_map_lookup_elem(&stateless_rings, &idx);
 	if (!backend)
 		return -1;
-	const struct stateless_hop *hop = bpf_map_lookup_elem(&stateless_hops, backend);
-	if (!hop || !hop->ok)
-		return -1;
-	__builtin_memcpy(eth->h_dest, hop->dst_mac, 6);
-	__builtin_memcpy(eth->h_source, hop->src_mac, 6);
-	return send_to(ctx, hop->ifindex, hop->tx, hop->tx_port);
+	return dr_to_backend(ctx, eth, *backend);
 }
 
 // An answer to a DR VIP's outbound port (issue 23): to the backend that owns the port, its
@@ -1200,13 +1207,7 @@ static __always_inline int outbound_answer(struct xdp_md *ctx, const struct stee
 	struct ethhdr *eth = data;
 	if (!plain(eth, end))
 		return -1;
-	__u32 backend = o->ring;
-	const struct stateless_hop *hop = bpf_map_lookup_elem(&stateless_hops, &backend);
-	if (!hop || !hop->ok)
-		return -1;
-	__builtin_memcpy(eth->h_dest, hop->dst_mac, 6);
-	__builtin_memcpy(eth->h_source, hop->src_mac, 6);
-	return send_to(ctx, hop->ifindex, hop->tx, hop->tx_port);
+	return dr_to_backend(ctx, eth, o->ring);
 }
 
 // A VIP frame on its way to the engine: -1 to steer it on, else what flood mode does with

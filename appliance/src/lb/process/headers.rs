@@ -110,6 +110,19 @@ pub(super) struct L4 {
     pub(super) csum: L4Csum,
 }
 
+/// The frame's 5-tuple, as received.
+#[inline(always)]
+pub(super) fn flow_key(ip: &Ip, l4: &L4) -> crate::lb::hash::FlowKey {
+    crate::lb::hash::FlowKey {
+        src: ip.src,
+        dst: ip.dst,
+        sport: l4.sport,
+        dport: l4.dport,
+        proto: ip.proto,
+        v6: ip.v6,
+    }
+}
+
 /// Offset of the checksum field in a TCP header.
 pub(super) const TCP_CSUM_AT: usize = 16;
 /// Offset of the checksum field in a UDP header.

@@ -662,14 +662,7 @@ fn forward<R: Record>(
     rec: &mut R,
 ) -> Verdict {
     let v = &tables.vips[vip as usize];
-    let key = FlowKey {
-        src: ip.src,
-        dst: ip.dst,
-        sport: l4.sport,
-        dport: l4.dport,
-        proto: ip.proto,
-        v6: ip.v6,
-    };
+    let key = headers::flow_key(ip, l4);
     let nat = matches!(v.mode, Mode::Nat | Mode::FullNat);
     if nat && (ip.proto == IpProtocol::UDP || l4.flags & 0x12 == 0x02) {
         // A flow's first frame: the reply will need this client's MAC.

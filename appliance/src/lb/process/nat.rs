@@ -187,14 +187,7 @@ pub(super) fn reverse<R: Record>(
 /// repeats it from the same key, `control::cache`).
 #[inline]
 pub(super) fn egress_hash(ip: &Ip, l4: &L4) -> u32 {
-    crate::lb::egress::return_hash(&FlowKey {
-        src: ip.src,
-        dst: ip.dst,
-        sport: l4.sport,
-        dport: l4.dport,
-        proto: ip.proto,
-        v6: ip.v6,
-    })
+    crate::lb::egress::return_hash(&super::headers::flow_key(ip, l4))
 }
 
 /// What [`reverse`] did, for the flow cache.

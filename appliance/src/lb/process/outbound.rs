@@ -8,7 +8,7 @@ use super::headers::{Ip, L4};
 use super::{DropReason, Verdict, WorkerState, dr, mss};
 use crate::config::Mode;
 use crate::lb::frame::Frame;
-use crate::lb::hash::{FlowKey, addr_to_u128};
+use crate::lb::hash::addr_to_u128;
 use crate::lb::tables::Tables;
 
 /// The verdict for an answer to an outbound port; `None` when the frame is not one (no
@@ -48,15 +48,7 @@ pub(super) fn answer(
     {
         return Some(verdict);
     }
-    let key = FlowKey {
-        src: ip.src,
-        dst: ip.dst,
-        sport: l4.sport,
-        dport: l4.dport,
-        proto: ip.proto,
-        v6: ip.v6,
-    };
-    let hash = key.hash(v.hash);
+    let hash = super::headers::flow_key(ip, l4).hash(v.hash);
     Some(dr::direct_to_backend(
         frame, tables, worker, ip, v.mode, &n, &b, hash,
     ))
