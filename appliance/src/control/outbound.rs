@@ -48,14 +48,19 @@ pub fn keys(tables: &Tables, now: u64) -> Vec<ReturnKey> {
     out
 }
 
-/// When the first drain under way ends, as an instant (`now` and `now_ns` the same moment).
+/// When the first drain under way ends, as an instant (`now` and `now_ns` the same moment),
+/// a millisecond late: converting between the two clocks is exact only to a few dozen ns,
+/// and the version then must find the drain over.
 pub fn drain_due(tables: &Tables, now: Instant, now_ns: u64) -> Option<Instant> {
     tables
         .outbound_vips()
         .filter_map(|o| o.state.drain_ends())
         .min()
-        .map(|end| now + Duration::from_nanos(end.saturating_sub(now_ns)))
+        .map(|end| now + Duration::from_nanos(end.saturating_sub(now_ns)) + DUE_SLACK)
 }
+
+/// See [`drain_due`].
+const DUE_SLACK: Duration = Duration::from_millis(1);
 
 /// The API's view of VIP `v`'s outbound range at `now` (ns); `None` when it has none.
 pub fn doc(tables: &Tables, slot: usize, v: &Vip, now: u64) -> Option<api::Outbound> {
@@ -124,4 +129,90 @@ fn snat_rules(v: &Vip, backend: std::net::IpAddr, r: PortRange) -> Vec<String> {
             v.protocol.name()
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::control::prepare::{HealthSource, Inputs, NextHops, Prepared, prepare};
+
+    fn config(backends: usize) -> Arc<Config> {
+        let mut s = String::from(
+            "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n[[vip]]\nname = \"web\"\n\
+             address = \"192.0.2.10\"\nport = 80\nmode = \"dr\"\noutbound = \"40000-40999\"\n\
+             outbound_drain = \"20s\"\n",
+        );
+        for i in 0..backends {
+            s.push_str(&format!(
+                "[[vip.backend]]\naddress = \"10.1.0.{}\"\n",
+                11 + i
+            ));
+        }
+        Arc::new(Config::from_toml_str(&s).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn version(file: &Arc<Config>, running: Option<&Tables>, now: Instant) -> Prepared {
+        prepare(Inputs {
+            running,
+            file,
+            overrides: &HashMap::new(),
+            health: HealthSource::Verdicts(&HashMap::new()),
+            next_hops: &NextHops::default(),
+            host_addresses: &[],
+            version: 1,
+            now,
+            resettle: false,
+            ramps: &Default::default(),
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The owner slot the key of `port` carries.
+    fn owner(keys: &[ReturnKey], port: u16) -> Option<u16> {
+        keys.iter().find_map(|k| match *k {
+            ReturnKey::Outbound { port: p, owner, .. } if p == port => owner,
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_reload_that_adds_a_backend_drains_and_asks_for_a_version_when_it_ends() {
+        let t0 = Instant::now();
+        let one = version(&config(2), None, t0);
+        assert_eq!(one.ramp_due, None, "nothing drains in a first version");
+        let now = t0 + Duration::from_secs(1);
+        let two = version(&config(3), Some(&one.tables), now);
+        let due = two.ramp_due.expect("a version when the drain ends");
+        let late = due.duration_since(now);
+        assert!(
+            late >= Duration::from_secs(20) && late < Duration::from_millis(20_002),
+            "{late:?}"
+        );
+        let c = config(3);
+        let doc = doc(&two.tables, 0, &c.vips[0], crate::datapath::instant_ns(now)).expect("doc");
+        let ports: Vec<Option<String>> = doc.backends.iter().map(|b| b.ports.clone()).collect();
+        assert_eq!(
+            ports,
+            [Some("40000-40333".into()), Some("40500-40666".into()), None]
+        );
+        assert!(doc.drain_ends_in_seconds.is_some_and(|s| s > 19.0));
+        // The keys: a moved port's answers go to its old owner while the drain runs.
+        let during = keys(&two.tables, crate::datapath::instant_ns(now));
+        assert_eq!(during.len(), 1000);
+        assert_eq!(
+            owner(&during, 40900),
+            Some(1),
+            "10.1.0.12 keeps 40900 for the drain"
+        );
+        // The version at the drain's end gives the moved ports to their new owners.
+        let end = due;
+        let three = version(&config(3), Some(&two.tables), end);
+        assert_eq!(three.ramp_due, None);
+        let after = keys(&three.tables, crate::datapath::instant_ns(end));
+        assert_eq!(owner(&after, 40900), Some(2), "10.1.0.13's after the drain");
+    }
 }
