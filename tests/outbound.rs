@@ -390,6 +390,15 @@ fn all_from(what: &str, got: &[Result<SocketAddr, String>], vip: IpAddr, share: 
     );
 }
 
+/// Whether appliance `k` committed the version a drain's end asks for (its event).
+fn drain_ended(lab: &Lab, k: usize) -> bool {
+    let (rt, c) = api_at(lab, k);
+    let events = rt.block_on(c.events(0)).expect("events");
+    events
+        .iter()
+        .any(|e| e.kind == "commit" && e.message.ends_with("outbound: a drain ended"))
+}
+
 /// `sluice_outbound_answers_total` on appliance `k`, engine and XDP together.
 fn answers_at(lab: &Lab, k: usize) -> (u64, u64) {
     let (rt, c) = api_at(lab, k);
@@ -607,10 +616,12 @@ fn backends_open_outbound_connections_through_two_appliances() {
         );
     }
 
-    // When the drain ends the new shares hold, on both appliances.
+    // When the drain ends the new shares hold, on both appliances, once each has committed
+    // the version that gives the XDP program the moved ports' new owners.
     let settled = wait_for("the drain ends", DRAIN + Duration::from_secs(15), || {
         let d = shares(&lab, "dr4-tcp");
-        d.drain_ends_in_seconds.is_none().then_some(d)
+        let committed = (0..2).all(|k| drain_ended(&lab, k));
+        (d.drain_ends_in_seconds.is_none() && committed).then_some(d)
     });
     share_is(&settled, 0, Some("40000-40333"));
     share_is(&settled, 1, Some("40334-40666"));
