@@ -17,7 +17,6 @@ use super::{Decision, DropReason, Record, Verdict, WorkerState, fullnat};
 use crate::config::{ClientAddress, Mode};
 use crate::lb::conntrack::{Carry, ConnTable, RevKey, Seen};
 use crate::lb::frame::Frame;
-use crate::lb::hash::FlowKey;
 use crate::lb::tables::{BackendEntry, NextHop, Tables};
 use wire::{Ipv4Packet, Ipv6Packet};
 
@@ -205,14 +204,7 @@ fn reverse_decision(
 ) -> Decision {
     let f = ct.lookup_rev(rk, now).map(|id| *ct.flow(id));
     Decision {
-        key: FlowKey {
-            src: ip.src,
-            dst: ip.dst,
-            sport: l4.sport,
-            dport: l4.dport,
-            proto: ip.proto,
-            v6: ip.v6,
-        },
+        key: super::headers::flow_key(ip, l4),
         reverse: true,
         mode: tables.vips[r.vip as usize].mode,
         vip: r.vip,
