@@ -349,7 +349,8 @@ fn apply(lab: &Lab, i: usize, doc: &api::Outbound) {
             "ip"
         };
         lab.backends[i].sh(&format!(
-            "nft flush chain {family} sluice_outbound postrouting 2>/dev/null; true"
+            "nft flush chain {family} sluice_outbound out_{} 2>/dev/null; true",
+            doc.vip
         ));
         return;
     }

@@ -100,9 +100,12 @@ pub fn doc(tables: &Tables, slot: usize, v: &Vip, now: u64) -> Option<api::Outbo
 
 /// The nftables commands backend `backend` runs to open its outbound connections from the
 /// VIP address and its ports `r`: new connections from its own address leave with the VIP
-/// as their source (answers to the VIP's clients already carry it and are not touched), and
-/// keep their own source port when it is in `r`. Connections already open keep the mapping
-/// they have. A backend that also talks to internal hosts adds `ip daddr != ...` to the rule.
+/// as their source and a port of `r` (answers to the VIP's clients already carry the VIP
+/// and are not touched). Each VIP has its own chain (`out_` and its name, which config
+/// names allow in nft), so a backend of several outbound VIPs runs each one's lines without
+/// undoing another's; the lines are run again whenever the share changes, and connections
+/// already open keep the mapping they have. A backend that also talks to internal hosts
+/// adds `ip daddr != ...` to the rule.
 fn snat_rules(v: &Vip, backend: std::net::IpAddr, r: PortRange) -> Vec<String> {
     let (family, saddr) = if v.address.is_ipv4() {
         ("ip", "ip saddr")
@@ -114,18 +117,17 @@ fn snat_rules(v: &Vip, backend: std::net::IpAddr, r: PortRange) -> Vec<String> {
     } else {
         format!("[{}]", v.address)
     };
-    let table = "sluice_outbound";
+    let (table, chain) = ("sluice_outbound", format!("out_{}", v.name));
     vec![
         format!("nft add table {family} {table}"),
         format!(
-            "nft add chain {family} {table} postrouting '{{ type nat hook postrouting priority \
+            "nft add chain {family} {table} {chain} '{{ type nat hook postrouting priority \
              srcnat; }}'"
         ),
-        // Flushed first: the lines are run again whenever the share changes.
-        format!("nft flush chain {family} {table} postrouting"),
+        format!("nft flush chain {family} {table} {chain}"),
         format!(
-            "nft add rule {family} {table} postrouting {saddr} {backend} meta l4proto {} snat \
-             to {vip}:{r}",
+            "nft add rule {family} {table} {chain} {saddr} {backend} meta l4proto {} snat to \
+             {vip}:{r}",
             v.protocol.name()
         ),
     ]
@@ -214,5 +216,26 @@ mod tests {
         assert_eq!(three.ramp_due, None);
         let after = keys(&three.tables, crate::datapath::instant_ns(end));
         assert_eq!(owner(&after, 40900), Some(2), "10.1.0.13's after the drain");
+    }
+
+    #[test]
+    fn each_vip_has_its_own_chain_so_one_share_never_flushes_another() {
+        let c = config(2);
+        let mut udp = c.vips[0].clone();
+        udp.name = "web-udp".into();
+        let r = PortRange::new(40000, 40499).expect("range");
+        let b = c.vips[0].backends[0].address;
+        let tcp_lines = snat_rules(&c.vips[0], b, r);
+        let udp_lines = snat_rules(&udp, b, r);
+        assert_eq!(tcp_lines[2], "nft flush chain ip sluice_outbound out_web");
+        assert_eq!(
+            udp_lines[2],
+            "nft flush chain ip sluice_outbound out_web-udp"
+        );
+        assert_eq!(
+            tcp_lines[3],
+            "nft add rule ip sluice_outbound out_web ip saddr 10.1.0.11 meta l4proto tcp snat \
+             to 192.0.2.10:40000-40499"
+        );
     }
 }
