@@ -263,8 +263,6 @@ pub struct VipOutbound {
     pub vip: u32,
     /// Its name: the next version carries the state of the VIP of the same name on.
     pub name: String,
-    /// `outbound_drain` in ns.
-    pub drain: u64,
     /// The assignment (and drain) in force, over the backends' addresses.
     pub state: Outbound<IpAddr>,
 }
@@ -312,7 +310,6 @@ impl Tables {
             let entry = VipOutbound {
                 vip: slot as u32,
                 name: v.name.clone(),
-                drain,
                 state,
             };
             map.insert((addr_to_u128(v.address), v.protocol.number()), entry);
