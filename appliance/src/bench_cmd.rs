@@ -38,7 +38,8 @@ pub(crate) struct BenchArgs {
     threads: u64,
     /// --idle: also measure this other `sluice` binary (an older build), in the same run
     /// before this one, default and busy_poll; --cps: also run it (default settings) in
-    /// every round, next to this build.
+    /// every round, next to this build; --flows: its runs A and A2 follow this build's in
+    /// every round.
     #[arg(long, value_name = "PATH")]
     baseline: Option<PathBuf>,
     /// --cps: also run this build with flood mode off (`[flood] enabled = false`) in
@@ -69,9 +70,10 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         flood_off,
         json,
     } = args;
-    if baseline.is_some() && !idle && !cps {
+    if baseline.is_some() && !idle && !cps && flows.is_none() {
         eprintln!(
-            "sluice bench: --baseline needs --idle or --cps (the other benches have no baseline run)"
+            "sluice bench: --baseline needs --idle, --cps or --flows (the packet-rate bench \
+             has no baseline run)"
         );
         return ExitCode::from(2);
     }
@@ -100,6 +102,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
             sluice: PathBuf::new(),
             busy_poll,
             rounds: rounds as usize,
+            baseline,
         };
         match flows {
             Some(f) if f.is_empty() => BenchMode::Flows(options, bench::DEFAULT_FLOWS.to_vec()),

@@ -1,19 +1,47 @@
 //! Run C's forwarder: bpf/ceiling.bpf.c on lb's eth0, the least an XDP forwarder of the
 //! bench's VIP can do (rewrite to the backend, set the MACs, DEVMAP redirect into eth1):
-//! what the flow cache is measured against.
+//! what the flow cache is measured against. Run CL (`--flows`) adds one lookup per frame in
+//! an LRU hash of the flow cache's own geometry, filled with the generator's flows.
 
 use std::sync::mpsc;
 
+use crate::generator::FlowSpace;
 use crate::topology::Macs;
-use crate::{BACKEND, VIP, ifindex};
+use crate::{BACKEND, PORT, VIP, ifindex};
+
+/// Run CL's map: the appliance's IPv4 flow-cache map's key and value sizes and capacity
+/// (read from the kernel in the same round's run A2), and the flows to fill it with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lookup {
+    pub(crate) key_size: u32,
+    pub(crate) value_size: u32,
+    pub(crate) entries: u32,
+    pub(crate) space: FlowSpace,
+}
+
+/// The cache's IPv4 key of flow `i` of `space` (steer.bpf.c `struct cache_key4`: addresses
+/// and ports in network order, the protocol, three bytes of padding), `len` bytes.
+fn flow_key(space: &FlowSpace, i: u64, len: usize) -> Vec<u8> {
+    let (src, sport) = space.flow(i);
+    let mut k = vec![0u8; len.max(13)];
+    k[0..4].copy_from_slice(&src.octets());
+    k[4..8].copy_from_slice(&VIP.octets());
+    k[8..10].copy_from_slice(&sport.to_be_bytes());
+    k[10..12].copy_from_slice(&PORT.to_be_bytes());
+    k[12] = 17;
+    k.truncate(len);
+    k
+}
 
 /// The object clang built from bpf/ceiling.bpf.c (see build.rs).
 static CEILING_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ceiling.bpf.o"));
 const CEILING_PROG: &str = "sluice_ceiling";
 
-/// Run C's forwarder: bpf/ceiling.bpf.c on eth0, redirecting into eth1.
+/// Run C's forwarder (CL's with `lookup`): bpf/ceiling.bpf.c on eth0, redirecting into
+/// eth1.
 pub(crate) fn ceiling(
     macs: Macs,
+    lookup: Option<Lookup>,
     ready: &mpsc::Sender<Result<(), String>>,
     stop: &mpsc::Receiver<()>,
 ) -> Result<String, String> {
@@ -26,13 +54,22 @@ pub(crate) fn ceiling(
     for mut m in open.maps_mut() {
         if m.name().to_string_lossy().ends_with(".rodata")
             && let Some(v) = m.initial_value_mut()
-            && v.len() >= 20
+            && v.len() >= 24
         {
-            // struct ceiling_cfg: dst_mac, src_mac, vip, backend.
+            // struct ceiling_cfg: dst_mac, src_mac, vip, backend, lookup.
             v[0..6].copy_from_slice(&macs.sink);
             v[6..12].copy_from_slice(&macs.down);
             v[12..16].copy_from_slice(&VIP.octets());
             v[16..20].copy_from_slice(&BACKEND.octets());
+            v[20..24].copy_from_slice(&u32::from(lookup.is_some()).to_ne_bytes());
+        }
+        if let Some(l) = &lookup
+            && m.name() == std::ffi::OsStr::new("flows")
+        {
+            let geometry = m
+                .set_value_size(l.value_size)
+                .and_then(|()| m.set_max_entries(l.entries));
+            geometry.map_err(|e| format!("sizing the ceiling's flow map: {e}"))?;
         }
     }
     let obj = open
@@ -45,6 +82,19 @@ pub(crate) fn ceiling(
         .ok_or("ceiling program has no map out_port")?;
     port.update(&0u32.to_ne_bytes(), &down.to_ne_bytes(), MapFlags::ANY)
         .map_err(|e| format!("ceiling egress: {e}"))?;
+    if let Some(l) = &lookup {
+        let flows = obj
+            .maps()
+            .find(|m| m.name() == std::ffi::OsStr::new("flows"))
+            .ok_or("ceiling program has no map flows")?;
+        let value = vec![0u8; l.value_size as usize];
+        for i in 0..u64::from(l.space.flows) {
+            let key = flow_key(&l.space, i, l.key_size as usize);
+            flows
+                .update(&key, &value, MapFlags::ANY)
+                .map_err(|e| format!("filling the ceiling's flow map: {e}"))?;
+        }
+    }
     let prog = obj
         .progs()
         .find(|p| p.name() == std::ffi::OsStr::new(CEILING_PROG))
@@ -56,5 +106,31 @@ pub(crate) fn ceiling(
     let _ = stop.recv();
     xdp.detach(up as i32, XdpFlags::DRV_MODE)
         .map_err(|e| format!("detaching the ceiling program: {e}"))?;
-    Ok("ceiling run: XDP eth0 native, DEVMAP redirect to eth1".into())
+    Ok(match lookup {
+        None => "ceiling run: XDP eth0 native, DEVMAP redirect to eth1".into(),
+        Some(l) => format!(
+            "ceiling run with a lookup: XDP eth0 native, an LRU hash of {} entries of \
+             {}+{} bytes holding {} flows, DEVMAP redirect to eth1",
+            l.entries, l.key_size, l.value_size, l.space.flows
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_keys_are_the_caches_ipv4_keys() {
+        let space = FlowSpace::new(65_536).expect("fits");
+        let k = flow_key(&space, 1, 16);
+        let (src, sport) = space.flow(1);
+        assert_eq!(k.len(), 16);
+        assert_eq!(&k[0..4], &src.octets());
+        assert_eq!(&k[4..8], &VIP.octets());
+        assert_eq!(u16::from_be_bytes([k[8], k[9]]), sport);
+        assert_eq!(u16::from_be_bytes([k[10], k[11]]), PORT);
+        assert_eq!(&k[12..], &[17, 0, 0, 0]);
+        assert_ne!(flow_key(&space, 0, 16), k, "flows differ");
+    }
 }

@@ -2,7 +2,9 @@
 //! generator cycles through N UDP flows (source addresses of the gen namespace's subnet
 //! times source ports: [`FlowSpace`]), so every flow recurs every N frames; each flow count
 //! gets its own one-queue topology and rounds of the pure engine (A), the flow cache (A2),
-//! the XDP_REDIRECT ceiling (C) and nftables DNAT (B). Beside the rates it reports what the
+//! the XDP_REDIRECT ceiling (C), the ceiling with one lookup a frame in an LRU hash of the
+//! flow cache's own geometry (CL: what any forwarder on the kernel's LRU hash can reach),
+//! and nftables DNAT (B); with `--baseline`, an older build's A and A2 too. Beside the rates it reports what the
 //! tables did: the cache's hit ratio and entries, the connection table's entries against its
 //! capacity and what it evicted or refused, and the memory per flow (the process's resident
 //! growth over the connection table's entries; the cache map's kernel memory over its
@@ -24,6 +26,10 @@ use crate::generator::FlowSpace;
 use crate::report::{RunResult, median_run};
 use crate::topology::Bench;
 use crate::{BenchError, BenchOptions};
+
+/// The appliance's IPv4 flow-cache map (steer.bpf.c `flow_cache4`) and its key's length.
+const CACHE_MAP4: &str = "flow_cache4";
+const CACHE_KEY4_LEN: u32 = 16;
 
 /// The flow counts `--flows` runs when given no list.
 pub const DEFAULT_FLOWS: [u32; 3] = [256, 65_536, 1_000_000];
@@ -69,10 +75,18 @@ pub struct TableState {
     pub cache_bytes_per_entry: Option<f64>,
     /// See `cache_bytes_per_entry`.
     pub cache_capacity: Option<u32>,
+    /// One random read's cost in a buffer of the IPv4 cache map's kernel memory, ns
+    /// ([`crate::memory::random_read_ns`], after the rounds).
+    pub cache_size_read_ns: Option<f64>,
     /// The kernel's connection-tracking entries in lb after run B, and its maximum.
     pub nf_conntrack_count: Option<u64>,
     /// See `nf_conntrack_count`.
     pub nf_conntrack_max: Option<u64>,
+}
+
+/// `x / y`, 0 when `y` is not above 0.
+fn ratio(x: f64, y: f64) -> f64 {
+    if y > 0.0 { x / y } else { 0.0 }
 }
 
 /// `hits` over `hits + misses`, percent (0 with no frames).
@@ -114,6 +128,13 @@ pub struct FlowsRow {
     pub ceiling: RunResult,
     /// See `sluice`.
     pub nftables: RunResult,
+    /// Run CL: the ceiling with one LRU hash lookup a frame (absent when run A2's map was
+    /// not found).
+    pub ceiling_lookup: Option<RunResult>,
+    /// The `--baseline` binary's runs A and A2.
+    pub baseline: Option<RunResult>,
+    /// See `baseline`.
+    pub baseline_cache: Option<RunResult>,
     /// The tables at the end of the last round.
     pub tables: TableState,
 }
@@ -125,6 +146,9 @@ pub struct FlowsReport {
     pub seconds: u64,
     /// Rounds per flow count.
     pub rounds: usize,
+    /// One random read's cost in a 1 MiB buffer, ns (within the L2 of most machines: what
+    /// the cache's reads cost at few flows).
+    pub small_read_ns: f64,
     /// `/proc/loadavg` before and after.
     pub load_before: String,
     /// See `load_before`.
@@ -155,8 +179,12 @@ fn one_count(
     );
     bench.start_generators(stop)?;
     let (mut a, mut a2, mut c, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut a2d = Vec::new();
+    let (mut a2d, mut cl, mut ab, mut a2b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut tables = TableState::default();
+    let baseline = options.baseline.as_ref().map(|old| BenchOptions {
+        sluice: old.clone(),
+        ..options.clone()
+    });
     for round in 1..=options.rounds {
         eprintln!(
             "bench: {} flows, round {round} of {}",
@@ -165,9 +193,16 @@ fn one_count(
         bench.flood = false;
         let sluice = bench.run_sluice(options, false, stop)?;
         let cache = bench.run_sluice(options, true, stop)?;
+        if let Some(old) = &baseline {
+            ab.push(baseline_run(&mut bench, old, false, stop)?);
+            a2b.push(baseline_run(&mut bench, old, true, stop)?);
+        }
         bench.flood = true;
         let cache_flood = bench.run_sluice(options, true, stop)?;
-        c.push(bench.run_ceiling(options.seconds, stop)?.0);
+        c.push(bench.run_ceiling(options.seconds, None, stop)?.0);
+        if let Some(lookup) = cache_lookup(&cache, space)? {
+            cl.push(bench.run_ceiling(options.seconds, Some(lookup), stop)?.0);
+        }
         b.push(bench.run_kernel(options.seconds, stop)?);
         tables = table_state(&sluice, &cache, &cache_flood);
         tables.nf_conntrack_count = sysctl_u64(&bench, "net.netfilter.nf_conntrack_count");
@@ -176,6 +211,10 @@ fn one_count(
         a2.push(cache.result);
         a2d.push(cache_flood.result);
     }
+    tables.cache_size_read_ns = tables
+        .cache_bytes_per_entry
+        .zip(tables.cache_capacity)
+        .map(|(b, n)| crate::memory::random_read_ns((b * f64::from(n)) as usize));
     Ok(FlowsRow {
         flows: space.flows,
         addresses: space.addresses(),
@@ -184,8 +223,47 @@ fn one_count(
         cache_flood: median_run(a2d.iter()),
         ceiling: median_run(c.iter()),
         nftables: median_run(b.iter()),
+        ceiling_lookup: (!cl.is_empty()).then(|| median_run(cl.iter())),
+        baseline: (!ab.is_empty()).then(|| median_run(ab.iter())),
+        baseline_cache: (!a2b.is_empty()).then(|| median_run(a2b.iter())),
         tables,
     })
+}
+
+/// The baseline binary's run A (`flow_cache` off) or A2, flood mode off as this build's.
+fn baseline_run(
+    bench: &mut Bench,
+    old: &BenchOptions,
+    flow_cache: bool,
+    stop: &AtomicBool,
+) -> Result<RunResult, BenchError> {
+    let mut r = bench.run_sluice(old, flow_cache, stop)?.result;
+    r.name = format!("baseline {}: {}", old.sluice.display(), r.name);
+    Ok(r)
+}
+
+/// Run CL's map, as the appliance's IPv4 flow-cache map was in run A2 (`None` when the
+/// kernel listed no such map for the process); an error for a key the ceiling cannot fill.
+fn cache_lookup(
+    a2: &crate::runs::ApplianceRun,
+    space: FlowSpace,
+) -> Result<Option<crate::ceiling::Lookup>, BenchError> {
+    let Some(m) = a2.maps.iter().find(|m| m.name == CACHE_MAP4) else {
+        eprintln!("bench: run CL left out: run A2's process held no map {CACHE_MAP4}");
+        return Ok(None);
+    };
+    if m.key_size != CACHE_KEY4_LEN {
+        return Err(BenchError::Generator(format!(
+            "{CACHE_MAP4} has {}-byte keys; run CL fills {CACHE_KEY4_LEN}-byte IPv4 cache keys",
+            m.key_size
+        )));
+    }
+    Ok(Some(crate::ceiling::Lookup {
+        key_size: m.key_size,
+        value_size: m.value_size,
+        entries: m.max_entries,
+        space,
+    }))
 }
 
 fn table_state(
@@ -203,7 +281,7 @@ fn table_state(
     let cache = a2.status.flow_cache.unwrap_or(none);
     let flood = a2d.status.flow_cache.unwrap_or(none);
     let shed = |r: &crate::runs::ApplianceRun| r.status.flood.map_or(0, |f| f.shed);
-    let map = a2.maps.iter().find(|m| m.name == "flow_cache4");
+    let map = a2.maps.iter().find(|m| m.name == CACHE_MAP4);
     TableState {
         conntrack_entries: s.conntrack_entries,
         conntrack_capacity: s.conntrack_capacity,
@@ -223,6 +301,7 @@ fn table_state(
             .then(|| a.rss_growth as f64 / s.conntrack_entries as f64),
         cache_bytes_per_entry: map.map(crate::memory::MapMemory::bytes_per_entry),
         cache_capacity: map.map(|m| m.max_entries),
+        cache_size_read_ns: None,
         nf_conntrack_count: None,
         nf_conntrack_max: None,
     }
@@ -252,6 +331,7 @@ pub fn run_flows(
         rows.push(one_count(&options, space, &stop)?);
     }
     Ok(FlowsReport {
+        small_read_ns: crate::memory::random_read_ns(1 << 20),
         seconds: options.seconds,
         rounds: options.rounds,
         load_before,
@@ -266,7 +346,7 @@ impl FlowsReport {
         let mut s = format!(
             "sluice bench --flows: 64-byte UDP, one queue, {} s per run, {} round(s), \
              medians; load average before {}, after {}\n\n\
-             {:>9} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}\n",
+             {:>9} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}\n",
             self.seconds,
             self.rounds,
             self.load_before,
@@ -276,35 +356,70 @@ impl FlowsReport {
             "A Mpps",
             "A2 Mpps",
             "C Mpps",
+            "CL Mpps",
             "B Mpps",
             "A/B",
             "A2/C",
+            "A2/CL",
             "A ns/p",
             "hit%",
         );
-        let r = |x: f64, y: f64| if y > 0.0 { x / y } else { 0.0 };
         for row in &self.rows {
+            let cl = row.ceiling_lookup.as_ref().map(|r| r.delivered_mpps);
             s.push_str(&format!(
-                "{:>9} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2}x {:>7.2}x {:>8.0} {:>6.1}\n",
+                "{:>9} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>8.2} {:>7.2}x {:>7.2}x {:>8} {:>8.0} {:>6.1}\n",
                 row.flows,
                 row.addresses,
                 row.sluice.delivered_mpps,
                 row.cache.delivered_mpps,
                 row.ceiling.delivered_mpps,
+                cl.map_or("-".into(), |v| format!("{v:.2}")),
                 row.nftables.delivered_mpps,
-                r(row.sluice.delivered_mpps, row.nftables.delivered_mpps),
-                r(row.cache.delivered_mpps, row.ceiling.delivered_mpps),
+                ratio(row.sluice.delivered_mpps, row.nftables.delivered_mpps),
+                ratio(row.cache.delivered_mpps, row.ceiling.delivered_mpps),
+                cl.map_or("-".into(), |v| format!(
+                    "{:.2}x",
+                    ratio(row.cache.delivered_mpps, v)
+                )),
                 row.sluice.lb_process_ns_per_pkt.unwrap_or(0.0),
                 row.tables.hit_pct(),
             ));
         }
         s.push_str(
             "\nA: sluice (AF_XDP engine), A2: sluice + XDP flow cache, both with flood mode \
-             off ([flood] enabled = false); C: XDP_REDIRECT ceiling, B: kernel + nftables \
-             DNAT; A ns/p: the sluice process's CPU per packet\n\n",
+             off ([flood] enabled = false); C: XDP_REDIRECT ceiling; CL: the ceiling with one \
+             lookup a frame in an LRU hash of the cache map's size and geometry, holding every \
+             flow; B: kernel + nftables DNAT; A ns/p: the sluice process's CPU per packet\n\n",
         );
+        s.push_str(&self.baseline_text());
         s.push_str(&self.flood_text());
         s.push_str(&self.tables_text());
+        s
+    }
+
+    /// The `--baseline` binary's runs beside this build's, per flow count.
+    fn baseline_text(&self) -> String {
+        let mut s = String::new();
+        for row in &self.rows {
+            let (Some(a), Some(a2)) = (&row.baseline, &row.baseline_cache) else {
+                continue;
+            };
+            s.push_str(&format!(
+                "{:>9} flows: {}: A {:.2} Mpps (this build {:.2} = {:.2}x), A2 {:.2} Mpps \
+                 (this build {:.2} = {:.2}x)\n",
+                row.flows,
+                a.name,
+                a.delivered_mpps,
+                row.sluice.delivered_mpps,
+                ratio(row.sluice.delivered_mpps, a.delivered_mpps),
+                a2.delivered_mpps,
+                row.cache.delivered_mpps,
+                ratio(row.cache.delivered_mpps, a2.delivered_mpps),
+            ));
+        }
+        if !s.is_empty() {
+            s.push('\n');
+        }
         s
     }
 
@@ -315,16 +430,11 @@ impl FlowsReport {
              gets; the sink never answers, so every source only opens flows):\n",
         );
         for row in &self.rows {
-            let c = row.ceiling.delivered_mpps;
             s.push_str(&format!(
                 "{:>9} flows: {:.2} Mpps = {:.2}x C, hit {:.1}%, flood mode shed {} frames\n",
                 row.flows,
                 row.cache_flood.delivered_mpps,
-                if c > 0.0 {
-                    row.cache_flood.delivered_mpps / c
-                } else {
-                    0.0
-                },
+                ratio(row.cache_flood.delivered_mpps, row.ceiling.delivered_mpps),
                 row.tables.flood_hit_pct(),
                 row.tables.flood_shed,
             ));
@@ -362,6 +472,26 @@ impl FlowsReport {
                 t.nf_conntrack_max.map_or("-".into(), |c| c.to_string()),
             ));
         }
+        s.push_str(&format!(
+            "\nmemory behind the caches (userspace, one random read after another, 4 KiB \
+             pages): {:.0} ns a read in 1 MiB",
+            self.small_read_ns
+        ));
+        for row in &self.rows {
+            let t = &row.tables;
+            if let (Some(ns), Some(b), Some(n)) = (
+                t.cache_size_read_ns,
+                t.cache_bytes_per_entry,
+                t.cache_capacity,
+            ) {
+                s.push_str(&format!(
+                    "; {ns:.0} ns in {:.1} MiB (the cache map of the {} flows row)",
+                    b * f64::from(n) / f64::from(1u32 << 20),
+                    row.flows
+                ));
+            }
+        }
+        s.push('\n');
         s
     }
 }

@@ -91,6 +91,9 @@ pub struct BenchOptions {
     /// Rounds of (run A, run B): alternating spreads slow changes in the machine's other
     /// load over both sides; the report gives each side's median round.
     pub rounds: usize,
+    /// `--flows`: another `sluice` binary (an older build) whose runs A and A2 follow this
+    /// build's in every round, for a before and after from one run.
+    pub baseline: Option<PathBuf>,
 }
 
 /// Why the benchmark could not produce numbers.
@@ -151,7 +154,7 @@ pub fn run(options: &BenchOptions, stop: Arc<AtomicBool>) -> Result<BenchReport,
         let sluice = bench.run_sluice(&options, false, &stop)?;
         datapath = sluice.datapath;
         let cache = bench.run_sluice(&options, true, &stop)?;
-        let (ceiling, ceiling_line) = bench.run_ceiling(options.seconds, &stop)?;
+        let (ceiling, ceiling_line) = bench.run_ceiling(options.seconds, None, &stop)?;
         let nftables = bench.run_kernel(options.seconds, &stop)?;
         let sluice_2q = two.run_sluice(&options, false, &stop)?;
         let cache_2q = two.run_sluice(&options, true, &stop)?;

@@ -18,6 +18,7 @@ const RUN_A: &str = "sluice (AF_XDP, NAT)";
 const RUN_B: &str = "kernel + nftables DNAT";
 const RUN_CACHE: &str = "sluice + XDP flow cache (NAT)";
 const RUN_CEILING: &str = "XDP_REDIRECT ceiling";
+const RUN_CEILING_LOOKUP: &str = "XDP_REDIRECT ceiling + LRU hash lookup";
 
 /// The `sluice run` configuration of runs A and A2: one NAT VIP, two-arm on eth0 (uplink)
 /// and eth1, the XDP flow cache on (A2) or off (A: pure AF_XDP, whatever the default),
@@ -228,25 +229,27 @@ impl Bench {
         Ok((r, line))
     }
 
-    /// Run C: the XDP_REDIRECT ceiling.
+    /// Run C: the XDP_REDIRECT ceiling; run CL with `lookup` (one LRU hash lookup a frame).
     pub(crate) fn run_ceiling(
         &mut self,
         seconds: u64,
+        lookup: Option<crate::ceiling::Lookup>,
         stop: &AtomicBool,
     ) -> Result<(RunResult, String), BenchError> {
         let macs = self.macs()?;
-        eprintln!(
-            "bench: run C: XDP_REDIRECT ceiling on {}'s eth0",
-            self.lb.name
-        );
-        let task = LbTask::start(&self.lb, RUN_CEILING, move |ready, stop_rx| {
-            let r = crate::ceiling::ceiling(macs, &ready, &stop_rx);
+        let (run, label) = match lookup {
+            None => ("C", RUN_CEILING),
+            Some(_) => ("CL", RUN_CEILING_LOOKUP),
+        };
+        eprintln!("bench: run {run}: {label} on {}'s eth0", self.lb.name);
+        let task = LbTask::start(&self.lb, label, move |ready, stop_rx| {
+            let r = crate::ceiling::ceiling(macs, lookup, &ready, &stop_rx);
             if let Err(e) = &r {
                 let _ = ready.send(Err(e.clone()));
             }
             r
         })?;
-        self.run_task(RUN_CEILING, task, seconds, stop)
+        self.run_task(label, task, seconds, stop)
     }
 }
 

@@ -5,6 +5,13 @@
 // incrementally) and the egress MACs, and leaves through the one DEVMAP slot with
 // XDP_REDIRECT. No lookup, no state, no counters: what Sluice's flow cache is measured
 // against in `sluice bench`. Everything else goes to the kernel.
+//
+// With `cfg.lookup` set (run CL of `sluice bench --flows`), each frame first looks its
+// 5-tuple up in `flows`, an LRU hash the loader sizes as the appliance's IPv4 flow-cache map
+// (key, value and capacity) and fills with every flow the generator sends, and stamps the
+// entry's first 8 bytes with jiffies as the cache does: the ceiling of any forwarder built
+// on the kernel's LRU hash, the map's walk and its memory reads included. A miss goes to
+// the kernel.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -20,6 +27,7 @@ struct ceiling_cfg {
 	__u8 src_mac[6];
 	__be32 vip;
 	__be32 backend;
+	__u32 lookup;
 };
 
 const volatile struct ceiling_cfg cfg = {};
@@ -30,6 +38,24 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } out_port SEC(".maps");
+
+// The flow cache's IPv4 key (steer.bpf.c struct cache_key4).
+struct flow_key {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+// Sizes without BTF types: the loader sets value_size and max_entries before loading.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(struct flow_key));
+	__uint(value_size, 8);
+} flows SEC(".maps");
 
 static __always_inline __u16 csum_replace32(__u16 check, __be32 old, __be32 new)
 {
@@ -57,6 +83,21 @@ int sluice_ceiling(struct xdp_md *ctx)
 	udp = (void *)(ip + 1);
 	if ((void *)(udp + 1) > end)
 		return XDP_PASS;
+	if (cfg.lookup) {
+		struct flow_key k = {
+			.src = ip->saddr,
+			.dst = ip->daddr,
+			.sport = udp->source,
+			.dport = udp->dest,
+			.proto = IPPROTO_UDP,
+		};
+		__u64 *seen = bpf_map_lookup_elem(&flows, &k);
+		if (!seen)
+			return XDP_PASS;
+		__u64 now = bpf_jiffies64();
+		if (*seen != now)
+			*seen = now;
+	}
 	__be32 old = ip->daddr;
 	__be32 new = cfg.backend;
 	ip->daddr = new;
