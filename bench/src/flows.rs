@@ -129,7 +129,7 @@ pub struct FlowsRow {
     /// See `sluice`.
     pub nftables: RunResult,
     /// Run CL: the ceiling with one LRU hash lookup a frame (absent when run A2's map was
-    /// not found).
+    /// not found or cannot hold the flows).
     pub ceiling_lookup: Option<RunResult>,
     /// The `--baseline` binary's runs A and A2.
     pub baseline: Option<RunResult>,
@@ -243,7 +243,8 @@ fn baseline_run(
 }
 
 /// Run CL's map, as the appliance's IPv4 flow-cache map was in run A2 (`None` when the
-/// kernel listed no such map for the process); an error for a key the ceiling cannot fill.
+/// kernel listed no such map for the process, or when the flows outnumber its entries); an
+/// error for a key the ceiling cannot fill.
 fn cache_lookup(
     a2: &crate::runs::ApplianceRun,
     space: FlowSpace,
@@ -252,6 +253,15 @@ fn cache_lookup(
         eprintln!("bench: run CL left out: run A2's process held no map {CACHE_MAP4}");
         return Ok(None);
     };
+    if space.flows > m.max_entries {
+        // CL is the ceiling with every flow in the map; a full LRU holds whichever flows came
+        // last, and the readiness probe's may not be among them.
+        eprintln!(
+            "bench: run CL left out: {} flows outnumber {CACHE_MAP4}'s {} entries",
+            space.flows, m.max_entries
+        );
+        return Ok(None);
+    }
     if m.key_size != CACHE_KEY4_LEN {
         return Err(BenchError::Generator(format!(
             "{CACHE_MAP4} has {}-byte keys; run CL fills {CACHE_KEY4_LEN}-byte IPv4 cache keys",
@@ -493,5 +503,68 @@ impl FlowsReport {
         }
         s.push('\n');
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::RawRun;
+
+    fn run(name: &str, mpps: f64) -> RunResult {
+        let mut r = RunResult::compute(name, &RawRun::default());
+        r.delivered_mpps = mpps;
+        r
+    }
+
+    fn row(flows: u32, cl: Option<f64>, baseline: Option<(f64, f64)>) -> FlowsRow {
+        FlowsRow {
+            flows,
+            addresses: 1,
+            sluice: run("A", 1.5),
+            cache: run("A2", 3.0),
+            cache_flood: run("A2d", 2.9),
+            ceiling: run("C", 9.0),
+            nftables: run("B", 1.0),
+            ceiling_lookup: cl.map(|v| run("CL", v)),
+            baseline: baseline.map(|(a, _)| run("baseline OLD: A", a)),
+            baseline_cache: baseline.map(|(_, a2)| run("baseline OLD: A2", a2)),
+            tables: TableState::default(),
+        }
+    }
+
+    #[test]
+    fn the_table_sets_the_cache_against_the_ceiling_with_and_without_the_lookup() {
+        let report = FlowsReport {
+            seconds: 5,
+            rounds: 3,
+            small_read_ns: 12.0,
+            load_before: "0.1".into(),
+            load_after: "0.2".into(),
+            rows: vec![
+                row(256, Some(4.0), Some((1.2, 2.0))),
+                row(65_536, None, None),
+            ],
+        };
+        let t = report.table();
+        let line = |flows: &str| {
+            t.lines()
+                .find(|l| l.split_whitespace().next() == Some(flows))
+                .unwrap_or_else(|| panic!("no row {flows} in\n{t}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        // flows addrs A A2 C CL B A/B A2/C A2/CL ...
+        assert_eq!(line("256")[5], "4.00");
+        assert_eq!(&line("256")[7..10], ["1.50x", "0.33x", "0.75x"]);
+        assert_eq!(line("65536")[5], "-", "no CL run: no figure");
+        assert_eq!(line("65536")[9], "-");
+        assert!(
+            t.contains(
+                "A 1.20 Mpps (this build 1.50 = 1.25x), A2 2.00 Mpps (this build 3.00 = 1.50x)"
+            ),
+            "the baseline beside this build:\n{t}"
+        );
+        assert!(t.contains("12 ns a read in 1 MiB"), "{t}");
     }
 }
