@@ -9,27 +9,30 @@ use crate::generator::FlowSpace;
 use crate::topology::Macs;
 use crate::{BACKEND, PORT, VIP, ifindex};
 
-/// Run CL's map: the appliance's IPv4 flow-cache map's key and value sizes and capacity
-/// (read from the kernel in the same round's run A2), and the flows to fill it with.
+/// Bytes of the cache's IPv4 key (steer.bpf.c `struct cache_key4`), the only key run CL
+/// fills.
+pub(crate) const KEY_LEN: usize = 16;
+
+/// Run CL's map: the appliance's IPv4 flow-cache map's value size and capacity (read from
+/// the kernel in the same round's run A2; its key is [`KEY_LEN`] bytes), and the flows to
+/// fill it with.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Lookup {
-    pub(crate) key_size: u32,
     pub(crate) value_size: u32,
     pub(crate) entries: u32,
     pub(crate) space: FlowSpace,
 }
 
 /// The cache's IPv4 key of flow `i` of `space` (steer.bpf.c `struct cache_key4`: addresses
-/// and ports in network order, the protocol, three bytes of padding), `len` bytes.
-fn flow_key(space: &FlowSpace, i: u64, len: usize) -> Vec<u8> {
+/// and ports in network order, the protocol, three bytes of padding).
+fn flow_key(space: &FlowSpace, i: u64) -> [u8; KEY_LEN] {
     let (src, sport) = space.flow(i);
-    let mut k = vec![0u8; len.max(13)];
+    let mut k = [0u8; KEY_LEN];
     k[0..4].copy_from_slice(&src.octets());
     k[4..8].copy_from_slice(&VIP.octets());
     k[8..10].copy_from_slice(&sport.to_be_bytes());
     k[10..12].copy_from_slice(&PORT.to_be_bytes());
     k[12] = 17;
-    k.truncate(len);
     k
 }
 
@@ -89,7 +92,7 @@ pub(crate) fn ceiling(
             .ok_or("ceiling program has no map flows")?;
         let value = vec![0u8; l.value_size as usize];
         for i in 0..u64::from(l.space.flows) {
-            let key = flow_key(&l.space, i, l.key_size as usize);
+            let key = flow_key(&l.space, i);
             flows
                 .update(&key, &value, MapFlags::ANY)
                 .map_err(|e| format!("filling the ceiling's flow map: {e}"))?;
@@ -111,7 +114,7 @@ pub(crate) fn ceiling(
         Some(l) => format!(
             "ceiling run with a lookup: XDP eth0 native, an LRU hash of {} entries of \
              {}+{} bytes holding {} flows, DEVMAP redirect to eth1",
-            l.entries, l.key_size, l.value_size, l.space.flows
+            l.entries, KEY_LEN, l.value_size, l.space.flows
         ),
     })
 }
@@ -123,7 +126,7 @@ mod tests {
     #[test]
     fn flow_keys_are_the_caches_ipv4_keys() {
         let space = FlowSpace::new(65_536).expect("fits");
-        let k = flow_key(&space, 1, 16);
+        let k = flow_key(&space, 1);
         let (src, sport) = space.flow(1);
         assert_eq!(k.len(), 16);
         assert_eq!(&k[0..4], &src.octets());
@@ -131,6 +134,6 @@ mod tests {
         assert_eq!(u16::from_be_bytes([k[8], k[9]]), sport);
         assert_eq!(u16::from_be_bytes([k[10], k[11]]), PORT);
         assert_eq!(&k[12..], &[17, 0, 0, 0]);
-        assert_ne!(flow_key(&space, 0, 16), k, "flows differ");
+        assert_ne!(flow_key(&space, 0), k, "flows differ");
     }
 }

@@ -27,9 +27,8 @@ use crate::report::{RunResult, median_run};
 use crate::topology::Bench;
 use crate::{BenchError, BenchOptions};
 
-/// The appliance's IPv4 flow-cache map (steer.bpf.c `flow_cache4`) and its key's length.
+/// The appliance's IPv4 flow-cache map (steer.bpf.c `flow_cache4`).
 const CACHE_MAP4: &str = "flow_cache4";
-const CACHE_KEY4_LEN: u32 = 16;
 
 /// The flow counts `--flows` runs when given no list.
 pub const DEFAULT_FLOWS: [u32; 3] = [256, 65_536, 1_000_000];
@@ -262,14 +261,14 @@ fn cache_lookup(
         );
         return Ok(None);
     }
-    if m.key_size != CACHE_KEY4_LEN {
+    let key_len = crate::ceiling::KEY_LEN;
+    if m.key_size as usize != key_len {
         return Err(BenchError::Generator(format!(
-            "{CACHE_MAP4} has {}-byte keys; run CL fills {CACHE_KEY4_LEN}-byte IPv4 cache keys",
+            "{CACHE_MAP4} has {}-byte keys; run CL fills {key_len}-byte IPv4 cache keys",
             m.key_size
         )));
     }
     Ok(Some(crate::ceiling::Lookup {
-        key_size: m.key_size,
         value_size: m.value_size,
         entries: m.max_entries,
         space,
