@@ -314,6 +314,7 @@ fn run_datapath(
                         proto: Protocol::Tcp,
                         mode: Mode::Nat,
                         slot: 0,
+                        tenant_vni: None,
                     },
                     VipKey {
                         addr,
@@ -321,6 +322,7 @@ fn run_datapath(
                         proto: Protocol::Udp,
                         mode: Mode::Nat,
                         slot: 1,
+                        tenant_vni: None,
                     },
                 ]
             })

@@ -870,6 +870,7 @@ port = {PORT}
                     Mode::Nat
                 },
                 slot: u32::from(port == FULLNAT_PORT),
+                tenant_vni: None,
             })
             .collect();
         dp.set_vips(&vips).expect("vips");
@@ -1390,6 +1391,7 @@ fn expired_fullnat_port_is_not_misdirected(cache: FlowCache) {
         dport: port,
         proto: 6,
         v6: false,
+        zone: 0,
     };
     let toward_a = |e: &flowcache::CacheEntry| {
         matches!(e.action, flowcache::CacheAction::Nat { dst: Some((c, 40000)), .. }

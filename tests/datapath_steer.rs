@@ -1,14 +1,17 @@
 //! The XDP steering program's decisions, frame by frame, through BPF_PROG_TEST_RUN: which
 //! frames it claims for the load balancer (VIPs, NAT and FullNAT return traffic, through
-//! VLAN tags, IPv6 extension headers and fragments) and which it leaves to the kernel.
+//! VLAN tags, IPv6 extension headers and fragments, and tenant VIPs inside VXLAN) and which
+//! it leaves to the kernel.
 //! Needs root to load BPF; no namespaces.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lab::netns::require_root;
-use sluice::config::{Mode, Protocol};
+use sluice::config::{Encap, Mode, Protocol};
+use sluice::datapath::flowcache::FlowCache;
 use sluice::datapath::steer::Steer;
 use sluice::datapath::{ReturnKey, VipKey};
+use sluice::lb::process::TENANT_VXLAN_PORT;
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 const CLIENT4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
@@ -91,6 +94,7 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
                 proto: Protocol::Tcp,
                 mode: Mode::Nat,
                 slot: 0,
+                tenant_vni: None,
             },
             VipKey {
                 addr: IpAddr::V4(VIP4),
@@ -98,6 +102,7 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
                 proto: Protocol::Udp,
                 mode: Mode::Nat,
                 slot: 0,
+                tenant_vni: None,
             },
             VipKey {
                 addr: IpAddr::V6(vip6()),
@@ -105,6 +110,7 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
                 proto: Protocol::Tcp,
                 mode: Mode::Nat,
                 slot: 0,
+                tenant_vni: None,
             },
         ])
         .expect("vips");
@@ -292,6 +298,7 @@ fn the_program_claims_exactly_the_traffic_the_engine_owns() {
             proto: Protocol::Tcp,
             mode: Mode::Nat,
             slot: 0,
+            tenant_vni: None,
         }])
         .expect("vips again");
     assert!(
@@ -315,6 +322,7 @@ fn a_vip_set_that_does_not_fit_changes_nothing() {
         proto: Protocol::Tcp,
         mode: Mode::Nat,
         slot: 0,
+        tenant_vni: None,
     };
     steer.set_vips(&[web]).expect("one vip");
     // 40 000 addresses need 80 000 keys (each with its address-only twin): more than the
@@ -326,6 +334,7 @@ fn a_vip_set_that_does_not_fit_changes_nothing() {
             proto: Protocol::Tcp,
             mode: Mode::Nat,
             slot: 0,
+            tenant_vni: None,
         })
         .collect();
     let e = steer.set_vips(&too_many).expect_err("cannot fit");
@@ -350,4 +359,375 @@ fn a_vip_set_that_does_not_fit_changes_nothing() {
     // And the map has room again for a set that fits.
     steer.set_vips(&too_many[..1000]).expect("a set that fits");
     assert!(steer.classify(&to_new).expect("run"));
+}
+
+/// The underlay side of the tenant VIP test: the appliance's own addresses, a tenant
+/// gateway (VTEP) sending to them, and the tenants' shared VIP addresses.
+const UNDERLAY_HOST4: Ipv4Addr = Ipv4Addr::new(192, 168, 50, 1);
+const GATEWAY4: Ipv4Addr = Ipv4Addr::new(192, 168, 50, 9);
+const TENANT_VIP4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
+const TENANT_ANY_PORT4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 7);
+const TENANT_CLIENT4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 66);
+
+fn underlay_host6() -> Ipv6Addr {
+    "2001:db8:50::1".parse().expect("literal")
+}
+fn gateway6() -> Ipv6Addr {
+    "2001:db8:50::9".parse().expect("literal")
+}
+fn tenant_vip6() -> Ipv6Addr {
+    "fd00::5".parse().expect("literal")
+}
+fn tenant_client6() -> Ipv6Addr {
+    "fd00::66".parse().expect("literal")
+}
+
+/// The outer UDP payload of a VXLAN frame: UDP header to `dport`, the VXLAN header with
+/// `flags` and `vni`, then the inner Ethernet frame.
+fn vxlan(dport: u16, flags: u8, vni: u32, inner: &[u8]) -> Vec<u8> {
+    let mut u = 49152u16.to_be_bytes().to_vec();
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((16 + inner.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    let [_, a, b, c] = vni.to_be_bytes();
+    u.extend_from_slice(&[flags, 0, 0, 0, a, b, c, 0]);
+    u.extend_from_slice(inner);
+    u
+}
+
+/// A tenant VIP's key: TCP to `addr:port` in `vni` (a VXLAN tunnel VIP, as the config
+/// requires of tenant VIPs).
+fn tenant_key(addr: IpAddr, port: u16, proto: Protocol, vni: u32, slot: u32) -> VipKey {
+    VipKey {
+        addr,
+        port,
+        proto,
+        mode: Mode::Tunnel(Encap::Vxlan {
+            port: TENANT_VXLAN_PORT,
+            vni: 5000,
+        }),
+        slot,
+        tenant_vni: Some(vni),
+    }
+}
+
+/// The VNI match's golden rows: the frames `lb::process::tenant` takes are claimed, and every
+/// way of being almost one (each row below changes one thing of a claimed frame) is the
+/// kernel's; the tenant's addresses are not steered in the underlay. With and without the
+/// flow cache, which changes the program the verifier sees.
+#[test]
+fn the_program_claims_tenant_vxlan_frames_by_vni_and_inner_destination() {
+    require_root();
+    let cache = FlowCache::create(1024).expect("flow cache maps");
+    for with_cache in [false, true] {
+        let mut steer = if with_cache {
+            Steer::load_with_cache(Some(&cache))
+        } else {
+            Steer::load()
+        }
+        .expect("load the steering program");
+        tenant_rows(
+            &mut steer,
+            if with_cache { "cache on" } else { "cache off" },
+        );
+    }
+}
+
+fn tenant_rows(steer: &mut Steer, run: &str) {
+    let (tcp, udp) = (6, 17);
+    let vxlan_i = 0x08;
+    let tenant4 = IpAddr::V4(TENANT_VIP4);
+    steer
+        .set_vips(&[
+            VipKey {
+                addr: IpAddr::V4(VIP4),
+                port: 80,
+                proto: Protocol::Tcp,
+                mode: Mode::Nat,
+                slot: 0,
+                tenant_vni: None,
+            },
+            tenant_key(tenant4, 80, Protocol::Tcp, 100, 1),
+            tenant_key(tenant4, 80, Protocol::Tcp, 200, 2),
+            tenant_key(IpAddr::V6(tenant_vip6()), 80, Protocol::Tcp, 100, 3),
+            tenant_key(IpAddr::V4(TENANT_ANY_PORT4), 0, Protocol::Udp, 100, 4),
+            tenant_key(tenant4, 80, Protocol::Tcp, 0x12_3456, 5),
+        ])
+        .expect("vips");
+    steer
+        .set_host_addresses(&[IpAddr::V4(UNDERLAY_HOST4), IpAddr::V6(underlay_host6())])
+        .expect("host addresses");
+
+    // Inner frames: the tenant client to a tenant VIP.
+    let inner4 = |proto: u8, dst: Ipv4Addr, dport: u16| {
+        v4(0, proto, TENANT_CLIENT4, dst, 0, &ports(40000, dport))
+    };
+    let to_vip4 = inner4(tcp, TENANT_VIP4, 80);
+    let to_vip6 = v6(tcp, tenant_client6(), tenant_vip6(), &[], &ports(40000, 80));
+    // Outer frames: the gateway to one of our addresses, VXLAN inside UDP.
+    let over4 = |tags: usize, dst: Ipv4Addr, dport: u16, flags: u8, vni: u32, inner: &[u8]| {
+        v4(
+            tags,
+            udp,
+            GATEWAY4,
+            dst,
+            0,
+            &vxlan(dport, flags, vni, inner),
+        )
+    };
+    let over6 = |vni: u32, inner: &[u8]| {
+        v6(
+            udp,
+            gateway6(),
+            underlay_host6(),
+            &[],
+            &vxlan(TENANT_VXLAN_PORT, vxlan_i, vni, inner),
+        )
+    };
+    let tenant =
+        |vni: u32, inner: &[u8]| over4(0, UNDERLAY_HOST4, TENANT_VXLAN_PORT, vxlan_i, vni, inner);
+    let claimed = tenant(100, &to_vip4);
+    // Where the inner frame starts in `claimed`: Ethernet, IPv4, UDP, VXLAN.
+    let inner_at = 14 + 20 + 8 + 8;
+    assert_eq!(&claimed[inner_at..], &to_vip4[..], "the test's own framing");
+
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        ("vni 100 to 10.0.0.5:80", claimed.clone(), true),
+        ("vni 200 to 10.0.0.5:80", tenant(200, &to_vip4), true),
+        (
+            "vni 0x123456 to 10.0.0.5:80",
+            tenant(0x12_3456, &to_vip4),
+            true,
+        ),
+        (
+            "vni 100, inner ipv6 to [fd00::5]:80, outer ipv6",
+            over6(100, &to_vip6),
+            true,
+        ),
+        (
+            "vni 100, inner ipv6 to [fd00::5]:80, outer ipv4",
+            tenant(100, &to_vip6),
+            true,
+        ),
+        (
+            "vni 100, inner ipv4, outer ipv6",
+            over6(100, &to_vip4),
+            true,
+        ),
+        (
+            "outer vlan tag",
+            over4(1, UNDERLAY_HOST4, TENANT_VXLAN_PORT, vxlan_i, 100, &to_vip4),
+            true,
+        ),
+        (
+            "two outer vlan tags",
+            over4(2, UNDERLAY_HOST4, TENANT_VXLAN_PORT, vxlan_i, 100, &to_vip4),
+            true,
+        ),
+        (
+            "any-port tenant vip, inner udp",
+            tenant(100, &inner4(udp, TENANT_ANY_PORT4, 5353)),
+            true,
+        ),
+        (
+            "the ordinary vip still",
+            v4(0, tcp, CLIENT4, VIP4, 0, &ports(40000, 80)),
+            true,
+        ),
+        ("vni 300 (no such tenant)", tenant(300, &to_vip4), false),
+        (
+            "vni 0x563412 (the vni's bytes reversed)",
+            tenant(0x56_3412, &to_vip4),
+            false,
+        ),
+        (
+            "vni 200, inner ipv6 (vni 100's address)",
+            over6(200, &to_vip6),
+            false,
+        ),
+        (
+            "vni 100 to port 81",
+            tenant(100, &inner4(tcp, TENANT_VIP4, 81)),
+            false,
+        ),
+        (
+            "inner udp to the tcp vip",
+            tenant(100, &inner4(udp, TENANT_VIP4, 80)),
+            false,
+        ),
+        (
+            "any-port tenant vip, inner tcp (udp vip)",
+            tenant(100, &inner4(tcp, TENANT_ANY_PORT4, 5353)),
+            false,
+        ),
+        (
+            "inner icmp to the vip address",
+            tenant(
+                100,
+                &v4(
+                    0,
+                    1,
+                    TENANT_CLIENT4,
+                    TENANT_VIP4,
+                    0,
+                    &[8, 0, 0, 0, 0, 1, 0, 1],
+                ),
+            ),
+            false,
+        ),
+        (
+            "outer dst not one of our addresses",
+            over4(
+                0,
+                Ipv4Addr::new(192, 168, 50, 2),
+                TENANT_VXLAN_PORT,
+                vxlan_i,
+                100,
+                &to_vip4,
+            ),
+            false,
+        ),
+        (
+            "outer dport 4790",
+            over4(0, UNDERLAY_HOST4, 4790, vxlan_i, 100, &to_vip4),
+            false,
+        ),
+        (
+            "vxlan i-flag clear",
+            over4(0, UNDERLAY_HOST4, TENANT_VXLAN_PORT, 0, 100, &to_vip4),
+            false,
+        ),
+        (
+            "outer tcp to port 4789",
+            v4(
+                0,
+                tcp,
+                GATEWAY4,
+                UNDERLAY_HOST4,
+                0,
+                &vxlan(TENANT_VXLAN_PORT, vxlan_i, 100, &to_vip4),
+            ),
+            false,
+        ),
+        (
+            "outer first fragment",
+            v4(
+                0,
+                udp,
+                GATEWAY4,
+                UNDERLAY_HOST4,
+                0x2000,
+                &vxlan(TENANT_VXLAN_PORT, vxlan_i, 100, &to_vip4),
+            ),
+            false,
+        ),
+        (
+            "inner vlan-tagged frame",
+            tenant(
+                100,
+                &v4(1, tcp, TENANT_CLIENT4, TENANT_VIP4, 0, &ports(40000, 80)),
+            ),
+            false,
+        ),
+        (
+            "inner ipv4 first fragment",
+            tenant(
+                100,
+                &v4(
+                    0,
+                    tcp,
+                    TENANT_CLIENT4,
+                    TENANT_VIP4,
+                    0x2000,
+                    &ports(40000, 80),
+                ),
+            ),
+            false,
+        ),
+        (
+            "inner ipv4 later fragment",
+            tenant(
+                100,
+                &v4(0, tcp, TENANT_CLIENT4, TENANT_VIP4, 185, &ports(40000, 80)),
+            ),
+            false,
+        ),
+        (
+            "inner ipv6 after hop-by-hop",
+            over6(
+                100,
+                &v6(
+                    tcp,
+                    tenant_client6(),
+                    tenant_vip6(),
+                    &[(0u8, vec![0u8, 0, 1, 4, 0, 0, 0, 0])],
+                    &ports(40000, 80),
+                ),
+            ),
+            false,
+        ),
+        (
+            "plain tcp to 10.0.0.5:80 (the tenant address in the underlay)",
+            v4(0, tcp, CLIENT4, TENANT_VIP4, 0, &ports(40000, 80)),
+            false,
+        ),
+        (
+            "plain tcp to [fd00::5]:80",
+            v6(tcp, client6(), tenant_vip6(), &[], &ports(40000, 80)),
+            false,
+        ),
+        (
+            "icmp to 10.0.0.5 in the underlay",
+            v4(0, 1, CLIENT4, TENANT_VIP4, 0, &[8, 0, 0, 0, 0, 1, 0, 1]),
+            false,
+        ),
+        (
+            "truncated: cut inside the inner ip header",
+            claimed[..inner_at + 14 + 12].to_vec(),
+            false,
+        ),
+        (
+            "truncated: cut inside the inner ports",
+            claimed[..inner_at + 14 + 20 + 3].to_vec(),
+            false,
+        ),
+        (
+            "truncated: cut inside the inner ethernet header",
+            claimed[..inner_at + 10].to_vec(),
+            false,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, frame, owned) in &cases {
+        let got = steer
+            .classify(frame)
+            .unwrap_or_else(|e| panic!("{run}, {what}: {e}"));
+        if got != *owned {
+            wrong.push(format!("{what}: steered={got}, want {owned}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{run}: wrong decisions:\n{}",
+        wrong.join("\n")
+    );
+
+    // A tenant's keys go with its VIP; the other tenant's, on the same address, stay.
+    steer
+        .set_vips(&[tenant_key(tenant4, 80, Protocol::Tcp, 200, 0)])
+        .expect("vni 200 only");
+    assert!(
+        !steer.classify(&claimed).expect("run"),
+        "{run}: vni 100's removed VIP is no longer steered"
+    );
+    assert!(
+        steer.classify(&tenant(200, &to_vip4)).expect("run"),
+        "{run}: vni 200's VIP still is"
+    );
+    // Without host addresses no VXLAN frame is looked into.
+    steer.set_host_addresses(&[]).expect("no host addresses");
+    assert!(
+        !steer.classify(&tenant(200, &to_vip4)).expect("run"),
+        "{run}: vxlan to an address that is not ours"
+    );
 }

@@ -624,6 +624,7 @@ fn the_xdp_program_sheds_only_sources_over_their_rate_while_the_mode_is_on() {
             proto: Protocol::Tcp,
             mode: Mode::Dr,
             slot: 0,
+            tenant_vni: None,
         }])
         .expect("vip");
     let flood = Flood {
@@ -712,6 +713,7 @@ fn cached_lab() -> CachedLab {
             proto,
             mode,
             slot: slot as u32,
+            tenant_vni: None,
         })
     })
     .collect();
@@ -749,6 +751,7 @@ impl CachedLab {
             dport: 80,
             proto: 6,
             v6: false,
+            zone: 0,
         };
         let entry = CacheEntry {
             action: CacheAction::Dr,

@@ -151,6 +151,7 @@ pub fn trace_with(
                 dport: to.port(),
                 proto: r.protocol.number(),
                 v6: baddr.is_ipv6(),
+                zone: 0,
             };
             let reply = e.explain(r.src.ip(), return_hash(&key));
             r.egress.push(TraceEgress {
@@ -227,6 +228,7 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
         dport: dst.port(),
         proto,
         v6: dst.is_ipv6(),
+        zone: 0,
     };
     let (words, n) = key.restricted(v.hash).words();
     let hash = key.hash(v.hash);
@@ -499,6 +501,7 @@ mod tests {
             dport: 80,
             proto: 6,
             v6: false,
+            zone: 0,
         };
         assert_eq!(r.hash, key.hash(crate::config::HashFields::FiveTuple));
         assert_eq!(r.ring_slot, Some(r.hash as usize % 65537));

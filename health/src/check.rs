@@ -245,6 +245,7 @@ mod tests {
             vip: vip.parse().unwrap(),
             protocol: crate::vip::VipProtocol::Tcp,
             backend_port: 80,
+            tenant_vni: None,
         };
         let c = Target {
             via_vip: Some(via("192.0.2.12:80")),

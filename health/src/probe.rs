@@ -825,6 +825,7 @@ mod tests {
                 vip: "192.0.2.12:80".parse().unwrap(),
                 protocol: VipProtocol::Tcp,
                 backend_port: port,
+                tenant_vni: None,
             }),
         }
     }

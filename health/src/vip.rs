@@ -39,6 +39,8 @@ pub struct ViaVip {
     /// The backend's port in the VIP (with the target's address, the backend's identity in
     /// the appliance's tables).
     pub backend_port: u16,
+    /// A tenant VIP's VNI: the VIP's address is the tenant's (another tenant may use it).
+    pub tenant_vni: Option<u32>,
 }
 
 impl fmt::Display for ViaVip {
@@ -47,7 +49,11 @@ impl fmt::Display for ViaVip {
             VipProtocol::Tcp => "tcp",
             VipProtocol::Udp => "udp",
         };
-        write!(f, "via vip {proto} {}", self.vip)
+        write!(f, "via vip {proto} {}", self.vip)?;
+        match self.tenant_vni {
+            Some(vni) => write!(f, " vni {vni}"),
+            None => Ok(()),
+        }
     }
 }
 

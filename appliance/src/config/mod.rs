@@ -178,4 +178,6 @@ mod lvs_tests;
 #[cfg(test)]
 mod outbound_tests;
 #[cfg(test)]
+mod tenant_tests;
+#[cfg(test)]
 mod tests;

@@ -298,6 +298,19 @@ pub struct Vip {
     /// `outbound` (DR and tunnel VIPs): the source ports the backends' own connections to the
     /// outside use on the VIP address, split among them (see `lb::outbound`).
     pub outbound: Option<OutboundPorts>,
+    /// `tenant_vni`: the VIP lives in a tenant's virtual network: its traffic arrives
+    /// VXLAN-encapsulated with this VNI and is matched on (VNI, address, port, protocol), so
+    /// tenants may reuse each other's addresses (see `lb::tenant`). Mode "tunnel" with
+    /// tunnel "vxlan" only; its backends name their `vtep`.
+    pub tenant_vni: Option<u32>,
+}
+
+impl Vip {
+    /// The connection-table zone of the VIP's flows: 0 for an ordinary VIP, the tenant's
+    /// VNI with bit 24 set for a tenant VIP (VNI 0 is a valid VNI).
+    pub fn zone(&self) -> u32 {
+        crate::lb::hash::zone_of(self.tenant_vni)
+    }
 }
 
 /// A VIP's `outbound` range and `outbound_drain`.
@@ -543,9 +556,18 @@ pub struct Backend {
     pub resume_connections: Option<u32>,
     /// `slow_start` for this backend, overriding the VIP's (`Some(ZERO)` turns it off).
     pub slow_start: Option<Duration>,
+    /// `vtep` (backends of tenant VIPs): the underlay address of the host the backend is
+    /// on, where the appliance sends its VXLAN frames and health probes; `address` is then
+    /// the backend's address in the tenant's network (it may repeat in other tenants).
+    pub vtep: Option<IpAddr>,
 }
 
 impl Backend {
+    /// Where the datapath sends this backend's frames: its `vtep`, else its address.
+    pub fn underlay(&self) -> IpAddr {
+        self.vtep.unwrap_or(self.address)
+    }
+
     /// The slow-start period that applies to this backend of `vip`, if any.
     pub fn slow_start(&self, vip: &Vip) -> Option<Duration> {
         self.slow_start.or(vip.slow_start).filter(|d| !d.is_zero())

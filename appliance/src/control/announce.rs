@@ -106,6 +106,11 @@ pub fn wanted(
         let Some(cv) = config.vips.get(slot) else {
             continue;
         };
+        // A tenant's address means nothing in the underlay: its clients reach the
+        // appliance's VTEP address, which the operator routes.
+        if cv.tenant_vni.is_some() {
+            continue;
+        }
         let e = out.entry(cv.address).or_insert_with(|| Wanted {
             communities: global.clone(),
             settled: true,

@@ -249,6 +249,7 @@ pub fn steering(config: &Config) -> Steering {
             proto: v.protocol,
             mode: v.mode,
             slot: slot as u32,
+            tenant_vni: v.tenant_vni,
         });
         match v.mode {
             Mode::Nat => {
@@ -290,7 +291,8 @@ pub fn health_targets(config: &Config) -> Targets {
         };
         for b in &v.backends {
             let target = health::Target {
-                address: b.address,
+                // A tenant backend's own address is the tenant's: probe its host (VTEP).
+                address: b.underlay(),
                 port: b.port,
                 check: Arc::clone(check),
                 via_vip: via_vip(v, b, check),
@@ -319,6 +321,7 @@ fn via_vip(v: &Vip, b: &Backend, check: &config::HealthCheck) -> Option<health::
             config::Protocol::Udp => health::VipProtocol::Udp,
         },
         backend_port: b.port,
+        tenant_vni: v.tenant_vni,
     })
 }
 

@@ -92,7 +92,7 @@ macro_rules! map_bytes {
 }
 
 map_bytes! {
-    steer_key { addr, port, proto, kind, family }
+    steer_key { addr, port, proto, kind, family, vni }
     steer_val { vip, ring, mode }
     stateless_vip { vip, base, m, hash }
     stateless_hop { dst_mac, src_mac, ifindex, ok, tx, tx_port }

@@ -6,14 +6,16 @@
 //! Attaching first removes a Sluice program a crashed run left behind, and refuses to touch
 //! anybody else's program.
 
-use std::collections::HashMap;
+mod keys;
+
 use std::net::IpAddr;
 use std::os::fd::{AsFd, RawFd};
 
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
+use self::keys::{KeySet, SteerKey};
 use super::DatapathError;
-use super::abi::{flood_conf, flood_cpu, steer_key, steer_val, xdp_md};
+use super::abi::{flood_conf, flood_cpu, steer_val, xdp_md};
 use super::flowcache::{self, FlowCache};
 use super::stateless::{self, StatelessFill};
 use crate::config::model::{Flood, Mode, Protocol, XdpMode};
@@ -29,24 +31,10 @@ pub const MAX_QUEUES: u32 = 64;
 /// Interfaces the XSKMAP has slots for (steer.bpf.c MAX_INTERFACES).
 pub const MAX_INTERFACES: u32 = 16;
 
-const KIND_VIP: u8 = 0;
-const KIND_BACKEND: u8 = 1;
-const KIND_LOCAL: u8 = 2;
-const KIND_HOST: u8 = 3;
-const KIND_OUTBOUND: u8 = 4;
-const KIND_ADDR: u8 = 0x80;
-
-/// `steer_val.mode` (steer.bpf.c VMODE_*): what flood mode needs to know of a VIP.
-const VMODE_NONE: u8 = 0;
-const VMODE_NAT: u8 = 1;
-const VMODE_FULLNAT: u8 = 2;
-const VMODE_DR: u8 = 3;
-const VMODE_TUNNEL: u8 = 4;
-/// `steer_val.ring` of a VIP without a stateless ring.
-const NO_RING: u16 = 0xffff;
-
 /// A virtual service: frames to `addr:port/proto` are steered (port 0 = every port). ICMP
-/// and later fragments to `addr` are steered too, since they carry no ports.
+/// and later fragments to `addr` are steered too, since they carry no ports. A tenant VIP
+/// (`tenant_vni`) is matched inside VXLAN instead: on its VNI and the inner destination
+/// address, port and protocol; `addr` in the underlay is left alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VipKey {
     /// VIP address.
@@ -60,6 +48,9 @@ pub struct VipKey {
     pub mode: Mode,
     /// The VIP's slot in the engine's tables (its index in the config's VIP list).
     pub slot: u32,
+    /// The tenant's VNI (24 bits) for a VIP in a tenant's virtual network; `None` for an
+    /// ordinary VIP.
+    pub tenant_vni: Option<u32>,
 }
 
 /// Return traffic the engine owns.
@@ -100,114 +91,6 @@ pub enum ReturnKey {
     },
 }
 
-/// A key of the `steer_keys` map (steer.bpf.c `struct steer_key`, laid out by
-/// [`SteerKey::bytes`] from the generated mirror).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct SteerKey {
-    addr: [u8; 16],
-    port: u16,
-    proto: u8,
-    kind: u8,
-    family: u8,
-}
-
-impl SteerKey {
-    fn new(addr: IpAddr, port: u16, proto: u8, kind: u8) -> SteerKey {
-        let (bytes, family) = match addr {
-            IpAddr::V4(a) => {
-                let mut b = [0u8; 16];
-                b[..4].copy_from_slice(&a.octets());
-                (b, 4)
-            }
-            IpAddr::V6(a) => (a.octets(), 6),
-        };
-        SteerKey {
-            addr: bytes,
-            port,
-            proto,
-            kind,
-            family,
-        }
-    }
-
-    /// The key and its address-only twin (for frames without ports).
-    fn pair(addr: IpAddr, port: u16, proto: Protocol, kind: u8) -> [SteerKey; 2] {
-        [
-            SteerKey::new(addr, port, proto.number(), kind),
-            SteerKey::new(addr, 0, 0, kind | KIND_ADDR),
-        ]
-    }
-
-    fn bytes(&self) -> [u8; steer_key::LEN] {
-        steer_key {
-            addr: self.addr,
-            // The program compares the port as the packet carries it: network order.
-            port: self.port.to_be(),
-            proto: self.proto,
-            kind: self.kind,
-            family: self.family,
-            ..Default::default()
-        }
-        .to_bytes()
-    }
-}
-
-/// The value of a `steer_keys` entry (steer.bpf.c `struct steer_val`): a VIP's mode, slot
-/// and stateless ring slot.
-fn steer_value(vip: Option<(Mode, u32, Option<u16>)>) -> [u8; steer_val::LEN] {
-    let (mode, slot, ring) = match vip {
-        None => (VMODE_NONE, 0, None),
-        Some((m, slot, ring)) => {
-            let mode = match m {
-                Mode::Nat => VMODE_NAT,
-                Mode::FullNat => VMODE_FULLNAT,
-                Mode::Dr => VMODE_DR,
-                Mode::Tunnel(_) => VMODE_TUNNEL,
-            };
-            (mode, slot, ring)
-        }
-    };
-    steer_val {
-        vip: slot,
-        ring: ring.unwrap_or(NO_RING),
-        mode,
-        ..Default::default()
-    }
-    .to_bytes()
-}
-
-/// The `steer_keys` entries of one return key. An outbound port's value carries the VIP's
-/// slot and, for a DR VIP, the owner's backend slot in `ring` with mode DR (the program
-/// forwards the answer itself); otherwise no mode, and the frame goes to the engine.
-fn return_entries(k: &ReturnKey) -> Vec<(SteerKey, [u8; steer_val::LEN])> {
-    let none = steer_value(None);
-    match *k {
-        ReturnKey::Backend { addr, port, proto } => SteerKey::pair(addr, port, proto, KIND_BACKEND)
-            .map(|k| (k, none))
-            .to_vec(),
-        ReturnKey::Local { addr, port, proto } => SteerKey::pair(addr, port, proto, KIND_LOCAL)
-            .map(|k| (k, none))
-            .to_vec(),
-        ReturnKey::Outbound {
-            addr,
-            port,
-            proto,
-            vip,
-            owner,
-        } => {
-            let key = SteerKey::new(addr, port, proto.number(), KIND_OUTBOUND);
-            let val = match owner {
-                Some(b) => steer_value(Some((Mode::Dr, vip, Some(b)))),
-                None => none,
-            };
-            vec![(key, val)]
-        }
-    }
-}
-
-/// What one of the program's key sets holds: each key with its value's bytes.
-type KeySet = HashMap<SteerKey, [u8; steer_val::LEN]>;
-
 /// Counters the program keeps, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SteerCounters {
@@ -221,6 +104,8 @@ pub struct SteerCounters {
     pub fragments: u64,
     /// Answers to DR VIPs' outbound ports the program forwarded to their owner itself.
     pub outbound: u64,
+    /// Of the steered frames, VXLAN frames for a tenant VIP.
+    pub tenant: u64,
     /// Flood mode.
     pub flood: FloodCounters,
 }
@@ -501,32 +386,21 @@ impl Steer {
         let rings = stateless::ring_slots(vips.iter().map(|v| (v.slot, v.mode)));
         let want = vips
             .iter()
-            .flat_map(|v| {
-                let val = steer_value(Some((v.mode, v.slot, rings.get(&v.slot).copied())));
-                SteerKey::pair(v.addr, v.port, v.proto, KIND_VIP).map(|k| (k, val))
-            })
+            .flat_map(|v| keys::vip_entries(v, rings.get(&v.slot).copied()))
             .collect();
         self.sync(Which::Vips, want)
     }
 
     /// Replaces the return-traffic set.
     pub fn set_return_keys(&mut self, keys: &[ReturnKey]) -> Result<(), DatapathError> {
-        let want = keys.iter().flat_map(return_entries).collect();
+        let want = keys.iter().flat_map(keys::return_entries).collect();
         self.sync(Which::Returns, want)
     }
 
     /// Replaces the appliance's own addresses: a backend's frames to these are health-probe
     /// replies for the kernel, not NAT return traffic.
     pub fn set_host_addresses(&mut self, addrs: &[IpAddr]) -> Result<(), DatapathError> {
-        let want = addrs
-            .iter()
-            .map(|a| {
-                (
-                    SteerKey::new(*a, 0, 0, KIND_HOST | KIND_ADDR),
-                    steer_value(None),
-                )
-            })
-            .collect();
+        let want = addrs.iter().map(|a| keys::host_entry(*a)).collect();
         self.sync(Which::Hosts, want)
     }
 
@@ -585,13 +459,15 @@ impl Steer {
 
     /// The program's counters summed over CPUs.
     pub fn counters(&self) -> Result<SteerCounters, DatapathError> {
-        let [steered, passed, no_socket, fragments, outbound] = self.sums::<5>("counters")?;
+        let [steered, passed, no_socket, fragments, outbound, tenant] =
+            self.sums::<6>("counters")?;
         Ok(SteerCounters {
             steered,
             passed,
             no_socket,
             fragments,
             outbound,
+            tenant,
             flood: self.flood_counters()?,
         })
     }
@@ -785,42 +661,6 @@ fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), Data
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::mem::offset_of;
-    use std::net::{Ipv4Addr, Ipv6Addr};
-
-    #[test]
-    fn keys_carry_the_address_and_port_in_network_order() {
-        let addr = offset_of!(steer_key, addr);
-        let port = offset_of!(steer_key, port);
-        let k = SteerKey::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 80, 6, KIND_VIP).bytes();
-        assert_eq!(&k[addr..addr + 4], &[10, 0, 0, 1]);
-        assert!(k[addr + 4..addr + 16].iter().all(|b| *b == 0));
-        assert_eq!(&k[port..port + 2], &[0, 80], "port in network order");
-        let back = steer_key::from_bytes(&k).expect("whole key");
-        assert_eq!((back.proto, back.kind, back.family), (6, KIND_VIP, 4));
-        let v6: Ipv6Addr = "2001:db8::1".parse().expect("literal");
-        let k = SteerKey::new(IpAddr::V6(v6), 443, 17, KIND_LOCAL).bytes();
-        assert_eq!(&k[addr..addr + 16], &v6.octets());
-        assert_eq!(&k[port..port + 2], &[1, 187]);
-        let back = steer_key::from_bytes(&k).expect("whole key");
-        assert_eq!((back.proto, back.kind, back.family), (17, KIND_LOCAL, 6));
-        assert_eq!(back.pad, [0; 3]);
-    }
-
-    #[test]
-    fn every_key_has_an_address_only_twin() {
-        let [full, addr] = SteerKey::pair(
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
-            53,
-            Protocol::Udp,
-            KIND_BACKEND,
-        );
-        assert_eq!((full.port, full.proto, full.kind), (53, 17, KIND_BACKEND));
-        assert_eq!(
-            (addr.port, addr.proto, addr.kind),
-            (0, 0, KIND_BACKEND | KIND_ADDR)
-        );
-    }
 
     /// The kernel's verifier takes the program both ways: without the flow cache (its code
     /// pruned) and with it (every path). A change that makes either too complex for the

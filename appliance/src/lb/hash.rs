@@ -163,6 +163,26 @@ pub struct FlowKey {
     /// Whether the addresses are IPv6 (the mapped form alone would be ambiguous for
     /// `::ffff:0:0/96` IPv6 traffic, which the key must not confuse with IPv4).
     pub v6: bool,
+    /// The flow's address space: 0 for the underlay, [`zone_of`] a tenant's VNI for a flow
+    /// that arrived VXLAN-encapsulated for a tenant VIP. Tenants reuse addresses, so two
+    /// flows with the same 5-tuple in different zones are different flows. Not hashed:
+    /// within one VIP the zone is constant.
+    pub zone: u32,
+}
+
+/// Bit 24 marks a tenant zone (VNIs are 24 bits, VNI 0 included).
+pub const TENANT_ZONE: u32 = 1 << 24;
+
+/// The zone of a VIP with tenant VNI `vni` (none: the underlay's, 0).
+#[inline]
+pub fn zone_of(vni: Option<u32>) -> u32 {
+    vni.map_or(0, |v| TENANT_ZONE | (v & 0x00ff_ffff))
+}
+
+/// The tenant VNI of `zone`, if it is a tenant's.
+#[inline]
+pub fn vni_of(zone: u32) -> Option<u32> {
+    (zone & TENANT_ZONE != 0).then_some(zone & 0x00ff_ffff)
 }
 
 /// Turns an address into the `u128` form used in keys and tables.
@@ -318,6 +338,7 @@ mod tests {
             dport: 80,
             proto: 6,
             v6: false,
+            zone: 0,
         }
     }
 
@@ -352,6 +373,7 @@ mod tests {
             dport: 443,
             proto: 17,
             v6: true,
+            zone: 0,
         };
         let (w, n) = k.words();
         assert_eq!(n, 10);

@@ -22,6 +22,9 @@ pub mod process;
 mod rings;
 pub mod sched;
 pub mod tables;
+mod tenant;
+#[cfg(test)]
+mod tenant_tests;
 
 pub use conntrack::{ConnTable, Flow, FlowState, RevKey};
 pub use egress::{Egress, Miss, MissQueue, NetState};

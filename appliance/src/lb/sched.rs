@@ -592,6 +592,7 @@ mod tests {
             dport,
             proto: 6,
             v6: s.is_ipv6(),
+            zone: 0,
         }
     }
 

@@ -218,6 +218,9 @@ pub struct VipEntry {
     pub overflow: Overflow,
     /// Some backend of the VIP has a connection limit.
     pub has_limits: bool,
+    /// The VIP's address space ([`crate::lb::hash::zone_of`]): 0, or a tenant's, whose
+    /// frames arrive VXLAN-encapsulated and are matched by [`Core::tenant_vip`] alone.
+    pub zone: u32,
 }
 
 /// A VIP's persistence settings as the datapath uses them.
@@ -348,6 +351,9 @@ pub struct Core {
     snat_addresses: TupleIndex,
     backend_ids: FastMap<(u32, u128, u16), u32>,
     local_addresses: TupleIndex,
+    /// Tenant VIPs by (zone, address, port, protocol) (see `lb::tenant`); none of them is
+    /// in the other indexes, which hold the underlay's addresses.
+    pub(super) tenant_index: FastMap<(u32, u128, u16, u8), u32>,
     /// Tunnel outer source addresses.
     pub tunnel_source: TunnelSource,
     /// Connection-table timeouts.
@@ -392,8 +398,8 @@ fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEn
         limit_index: 0,
         token: crate::lb::persist::token(id_hash),
         vip,
-        address: addr_to_u128(b.address),
-        v6: b.address.is_ipv6(),
+        address: addr_to_u128(b.underlay()),
+        v6: b.underlay().is_ipv6(),
         port: b.port,
         weight: b.weight,
         state: b.state,
@@ -436,6 +442,7 @@ impl Tables {
             snat_addresses: TupleIndex::with_capacity(16),
             backend_ids: FastMap::default(),
             local_addresses: TupleIndex::with_capacity(4),
+            tenant_index: FastMap::default(),
             tunnel_source: TunnelSource::default(),
             timeouts: config.appliance.timeouts,
             icmp_limits: config.appliance.icmp_limits,
@@ -550,7 +557,15 @@ impl Core {
         }
         let address = addr_to_u128(v.address);
         let proto = v.protocol.number();
-        if let Some(other) = self.vip_index.get(&(address, v.port, proto)) {
+        let zone = v.zone();
+        let taken = if zone != 0 {
+            self.tenant_index
+                .get(&(zone, address, v.port, proto))
+                .copied()
+        } else {
+            self.vip_index.get(&(address, v.port, proto))
+        };
+        if let Some(other) = taken {
             return Err(TableError::DuplicateVip {
                 vip: v.name.clone(),
                 other: self.vips[other as usize].name.clone(),
@@ -567,12 +582,17 @@ impl Core {
         for &a in &snat {
             self.snat_addresses.insert_first((a, 0, 0), vslot);
         }
-        self.vip_index.insert_first((address, v.port, proto), vslot);
-        self.vip_addresses.insert_first((address, 0, 0), vslot);
-        self.fragment_vips
-            .entry((address, proto))
-            .and_modify(|f| *f = FragmentVip::Ambiguous)
-            .or_insert(FragmentVip::Unique(vslot));
+        if zone != 0 {
+            self.tenant_index
+                .insert((zone, address, v.port, proto), vslot);
+        } else {
+            self.vip_index.insert_first((address, v.port, proto), vslot);
+            self.vip_addresses.insert_first((address, 0, 0), vslot);
+            self.fragment_vips
+                .entry((address, proto))
+                .and_modify(|f| *f = FragmentVip::Ambiguous)
+                .or_insert(FragmentVip::Unique(vslot));
+        }
         self.vips.push(VipEntry {
             name: v.name.clone(),
             address,
@@ -597,6 +617,7 @@ impl Core {
             }),
             overflow: v.overflow,
             has_limits: pool_has_limits,
+            zone,
         });
         Ok(())
     }
@@ -697,6 +718,7 @@ impl Core {
             put(&v.address.to_le_bytes());
             put(&v.port.to_le_bytes());
             put(&[v.proto, v.v6 as u8]);
+            put(&v.zone.to_le_bytes());
             put(format!("{:?}", v.mode).as_bytes());
             put(&(v.backends.len() as u32).to_le_bytes());
             for b in &self.backends[v.backends.start as usize..v.backends.end as usize] {
@@ -810,6 +832,7 @@ pub(crate) mod tests {
             max_connections: None,
             resume_connections: None,
             slow_start: None,
+            vtep: None,
         }
     }
 
@@ -842,6 +865,7 @@ pub(crate) mod tests {
             slow_start: None,
             udp_one_packet: false,
             outbound: None,
+            tenant_vni: None,
         }
     }
 

@@ -22,6 +22,7 @@ mod nat;
 mod outbound;
 pub mod setup;
 mod stateless;
+mod tenant;
 mod tunnel;
 mod unserved;
 
@@ -181,7 +182,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 13] = [
+    let groups: [&[Row]; 14] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
@@ -195,6 +196,7 @@ pub fn fixtures() -> Vec<Fixture> {
         clientaddr::ROWS,
         stateless::ROWS,
         outbound::ROWS,
+        tenant::ROWS,
     ];
     groups
         .iter()

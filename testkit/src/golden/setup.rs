@@ -91,6 +91,7 @@ pub fn flow_hash(src: &str, dst: &str, sport: u16, dport: u16, proto: u8) -> u32
         dport,
         proto,
         v6: s.is_ipv6(),
+        zone: 0,
     }
     .hash(HashFields::FiveTuple)
 }
@@ -105,6 +106,7 @@ pub fn three_tuple_hash(src: &str, dst: &str, proto: u8) -> u32 {
         dport: 0,
         proto,
         v6: s.is_ipv6(),
+        zone: 0,
     }
     .hash(HashFields::ThreeTuple)
 }

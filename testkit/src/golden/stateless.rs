@@ -38,6 +38,7 @@ fn from_ring(t: &Tables, vip: &str, p: &Pkt, sport: u16, dport: u16, proto: u8) 
         dport,
         proto,
         v6: p.src.is_ipv6(),
+        zone: 0,
     };
     let pos = v
         .ring

@@ -16,6 +16,7 @@ mod lvs;
 mod outbound;
 mod placeholder;
 mod scale;
+mod tenant;
 mod vip;
 
 use std::collections::HashMap;

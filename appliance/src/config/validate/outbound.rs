@@ -95,10 +95,9 @@ fn parse(text: &str) -> Option<PortRange> {
 /// serves is in the other's outbound range, or two outbound ranges overlap.
 pub(super) fn clash(before: &[Vip], vip: &Vip) -> Option<String> {
     let serves = |v: &Vip, r: &PortRange| v.port == 0 || r.contains(v.port);
-    for o in before
-        .iter()
-        .filter(|o| o.address == vip.address && o.protocol == vip.protocol)
-    {
+    for o in before.iter().filter(|o| {
+        o.tenant_vni == vip.tenant_vni && o.address == vip.address && o.protocol == vip.protocol
+    }) {
         let why = match (vip.outbound, o.outbound) {
             (Some(a), Some(b)) if a.range.intersect(&b.range).is_some() => {
                 format!(

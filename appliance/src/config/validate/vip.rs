@@ -41,7 +41,8 @@ pub(super) fn vips(
             continue;
         }
         let clash = out.iter().find(|o| {
-            o.address == vip.address
+            o.tenant_vni == vip.tenant_vni
+                && o.address == vip.address
                 && o.protocol == vip.protocol
                 && (o.port == vip.port || o.port == 0 || vip.port == 0)
         });
@@ -81,6 +82,8 @@ fn vip(
         )
         .unwrap_or(Protocol::Tcp);
     let (mode_name, mode) = mode(t, errs);
+    let tenant_vni = super::tenant::tenant_vni(t, mode, errs);
+    let mode = super::tenant::backend_vni(t, mode, tenant_vni);
     let rewrites_ports = matches!(mode, Some(Mode::Nat | Mode::FullNat));
     if port == Some(0) && rewrites_ports {
         errs.push(
@@ -107,7 +110,9 @@ fn vip(
     };
     let lvs = lvs::vip_keys(t, &facts, errs);
     let outbound = super::outbound::outbound(t, port, mode, errs);
-    let backends = backends(t, port, &facts, lvs.udp_one_packet, errs);
+    // A tenant VIP's backends need their VTEP even when its tenant_vni is refused.
+    let tenant = t.has("tenant_vni");
+    let backends = backends(t, port, &facts, lvs.udp_one_packet, tenant, errs);
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     Some(Vip {
         name: name?,
@@ -131,6 +136,7 @@ fn vip(
         slow_start: lvs.slow_start,
         udp_one_packet: lvs.udp_one_packet,
         outbound,
+        tenant_vni,
     })
 }
 
@@ -361,6 +367,7 @@ fn backends(
     vip_port: Option<u16>,
     facts: &lvs::VipFacts,
     one_packet: bool,
+    tenant: bool,
     errs: &mut ConfigErrors,
 ) -> Vec<Backend> {
     let raw = t.tables("backend", errs);
@@ -374,15 +381,22 @@ fn backends(
     for (i, map) in raw {
         let mut b = Table::new(format!("{}[{i}]", t.key("backend")), map);
         let backend = backend(&mut b, facts.address, vip_port, facts.mode, errs);
+        let vtep = super::tenant::vtep(&mut b, tenant, errs);
         let keys = lvs::backend_keys(&mut b, facts, one_packet, errs);
+        let at = b.key("vtep");
         b.finish(errs);
         let backend = backend.map(|mut be| {
             be.max_connections = keys.max_connections;
             be.resume_connections = keys.resume_connections;
             be.slow_start = keys.slow_start;
+            be.vtep = vtep;
             be
         });
         let Some(backend) = backend else { continue };
+        if let Some(why) = super::tenant::ambiguous(&out, &backend) {
+            errs.push(at, why);
+            continue;
+        }
         let (address, port) = (backend.address, backend.port);
         if out.iter().any(|o| o.address == address && o.port == port) {
             let shown = match address {
@@ -465,5 +479,6 @@ fn backend(
         max_connections: None,
         resume_connections: None,
         slow_start: None,
+        vtep: None,
     })
 }

@@ -3,9 +3,10 @@
 // Sluice XDP steering program.
 //
 // Runs on every datapath interface and decides, per frame, whether the load balancer owns
-// it: traffic to a VIP, NAT return traffic from a backend, or FullNAT return traffic to one
-// of our SNAT addresses goes to the AF_XDP socket of the receive queue; everything else
-// (ARP, ND, BGP, SSH, health-probe replies to our own addresses) goes to the kernel stack.
+// it: traffic to a VIP (a tenant VIP's in VXLAN), NAT return traffic from a backend, or
+// FullNAT return traffic to one of our SNAT addresses goes to the AF_XDP socket of the
+// receive queue; everything else (ARP, ND, BGP, SSH, health-probe replies to our own
+// addresses) goes to the kernel stack.
 // The control plane edits the maps while the program runs; it is never reloaded for that.
 //
 // In front of the steering sits the flow cache (flowcache.rs installs and evicts its
@@ -23,12 +24,13 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-// Key kinds; keep in step with the KIND_* constants in steer.rs.
+// Key kinds; keep in step with the KIND_* constants in steer/keys.rs.
 #define KIND_VIP 0      // match the destination: a virtual service
 #define KIND_BACKEND 1  // match the source: NAT return traffic from a backend
 #define KIND_LOCAL 2    // match the destination: FullNAT return traffic to a SNAT address
 #define KIND_HOST 3     // match the destination: the appliance's own address, never steered
 #define KIND_OUTBOUND 4 // match the destination: an answer to a port of a VIP's outbound range
+#define KIND_TENANT 5   // match a VXLAN frame's VNI and inner destination: a tenant VIP
 #define KIND_ADDR 0x80  // address-only variant (port 0, proto 0) for frames without ports
 
 #define FAMILY_V4 4
@@ -39,7 +41,8 @@
 #define CNT_NO_SOCKET 2
 #define CNT_FRAGMENTS 3
 #define CNT_OUTBOUND 4 // outbound answers the program forwarded to their port's owner itself
-#define CNT_MAX 5
+#define CNT_TENANT 5   // of the steered frames, VXLAN frames for a tenant VIP
+#define CNT_MAX 6
 
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
@@ -52,10 +55,10 @@ struct steer_key {
 	__u8 proto;    // IANA protocol number; 0 in address-only keys
 	__u8 kind;
 	__u8 family;
-	__u8 pad[3];
+	__u8 vni[3];   // KIND_TENANT: the 24-bit VNI, network order; zero in other kinds
 };
 
-// What a VIP is to flood mode; keep in step with VMODE_* in steer.rs. Other keys (return
+// What a VIP is to flood mode; keep in step with VMODE_* in steer/keys.rs. Other keys (return
 // traffic, our own addresses) carry VMODE_NONE.
 #define VMODE_NONE 0
 #define VMODE_NAT 1
@@ -122,6 +125,8 @@ struct flow {
 	__u8 has_ports;
 	__u8 never; // ND and other link-local control: always the kernel's
 	__u8 tcp_flags; // TCP only, when the frame holds byte 13 of the header
+	__u8 frag;	// a fragment, the first one included
+	__u16 l4off;	// where the L4 header starts in the frame, when has_ports
 };
 
 static __always_inline void count(__u32 idx)
@@ -154,7 +159,9 @@ static __always_inline const struct steer_val *lookup(const __u8 *addr, __be16 p
 	return bpf_map_lookup_elem(&steer_keys, &k);
 }
 
-static __always_inline int parse_ports(void *l4, void *end, struct flow *f)
+// `l4` is the L4 header, `off` bytes into the frame (counted alongside the pointer: the
+// verifier only lets privileged programs subtract packet pointers).
+static __always_inline int parse_ports(void *l4, void *end, struct flow *f, __u32 off)
 {
 	if (f->proto == IPPROTO_TCP || f->proto == IPPROTO_UDP) {
 		__be16 *ports = l4;
@@ -163,6 +170,7 @@ static __always_inline int parse_ports(void *l4, void *end, struct flow *f)
 		f->sport = ports[0];
 		f->dport = ports[1];
 		f->has_ports = 1;
+		f->l4off = (__u16)off;
 		if (f->proto == IPPROTO_TCP && (void *)((__u8 *)l4 + 14) <= end)
 			f->tcp_flags = ((__u8 *)l4)[13];
 	}
@@ -175,12 +183,14 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	void *cur;
+	__u32 off;
 	__be16 proto;
 
 	if ((void *)(eth + 1) > end)
 		return -1;
 	proto = eth->h_proto;
 	cur = eth + 1;
+	off = sizeof(*eth);
 
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
@@ -190,6 +200,7 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 				return -1;
 			proto = vh->proto;
 			cur = vh + 1;
+			off += sizeof(*vh);
 		}
 	}
 
@@ -203,12 +214,14 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 		f->proto = ip->protocol;
 		__builtin_memcpy(f->src, &ip->saddr, 4);
 		__builtin_memcpy(f->dst, &ip->daddr, 4);
+		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+			f->frag = 1;
 		if (ip->frag_off & bpf_htons(IP_OFFSET)) {
 			// A later fragment carries no ports: steer on the address alone so the
 			// engine sees every piece of a datagram whose first piece it owns.
 			return 1;
 		}
-		return parse_ports((void *)ip + ip->ihl * 4, end, f);
+		return parse_ports((void *)ip + ip->ihl * 4, end, f, off + ip->ihl * 4);
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = cur;
@@ -220,6 +233,7 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 		__builtin_memcpy(f->dst, &ip6->daddr, 16);
 		next = ip6->nexthdr;
 		cur = ip6 + 1;
+		off += sizeof(*ip6);
 		// Walk a few extension headers; anything deeper is left to the kernel.
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
@@ -230,12 +244,15 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 					return -1;
 				next = opt[0];
 				cur = opt + (opt[1] + 1) * 8;
+				off += (opt[1] + 1) * 8;
 			} else if (next == IPPROTO_FRAGMENT) {
 				__u8 *fh = cur;
 				if ((void *)(fh + 8) > end)
 					return -1;
 				next = fh[0];
 				cur = fh + 8;
+				off += 8;
+				f->frag = 1;
 				// Offset is the top 13 bits of bytes 2..3.
 				if ((((__u16)fh[2] << 8) | fh[3]) & 0xfff8) {
 					f->proto = next;
@@ -253,9 +270,88 @@ static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 				f->never = 1;
 			return 0;
 		}
-		return parse_ports(cur, end, f);
+		return parse_ports(cur, end, f, off);
 	}
 	return -1;
+}
+
+// ---- tenant VIPs (issue 23) ------------------------------------------------------------
+//
+// A tenant VIP lives in a tenant's virtual network: its frames arrive in VXLAN (RFC 7348),
+// UDP to VXLAN_PORT at one of the appliance's own addresses, and are matched on the VNI and
+// the inner destination address, port and protocol (KIND_TENANT keys, no address-only twin).
+// What is looked into here is exactly what lb/process/tenant.rs takes: the VXLAN I flag set,
+// an untagged inner Ethernet frame, inner IPv4 that is not a fragment or inner IPv6 whose
+// next header is TCP or UDP itself. Everything else (another VNI, port or protocol, a VLAN
+// tag, a fragment, a truncated frame) goes on to the ordinary steering, which leaves it to
+// the kernel: a tenant's addresses mean nothing in the underlay.
+
+#define VXLAN_PORT 4789	     // lb::process::TENANT_VXLAN_PORT
+#define VXLAN_FLAG_I 0x08     // the VNI is valid
+#define VXLAN_HLEN 8
+#define UDP_HLEN 8
+#define TENANT_MAX_L4OFF 1024 // outer headers deeper than this are not looked into
+
+// The tenant VIP an outer UDP frame `f` (parsed by `parse`) carries in VXLAN, or NULL.
+static __always_inline const struct steer_val *tenant_vip(struct xdp_md *ctx,
+							   const struct flow *f)
+{
+	if (f->proto != IPPROTO_UDP || !f->has_ports || f->dport != bpf_htons(VXLAN_PORT) ||
+	    f->frag)
+		return NULL;
+	if (!lookup(f->dst, 0, 0, KIND_HOST, f->family, 0))
+		return NULL;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 off = f->l4off;
+	if (off > TENANT_MAX_L4OFF)
+		return NULL;
+	__u8 *vx = (__u8 *)data + off + UDP_HLEN;
+	struct ethhdr *eth = (void *)(vx + VXLAN_HLEN);
+	if ((void *)(eth + 1) > end)
+		return NULL;
+	if (!(vx[0] & VXLAN_FLAG_I))
+		return NULL;
+
+	struct steer_key k;
+	__builtin_memset(&k, 0, sizeof(k));
+	k.kind = KIND_TENANT;
+	k.vni[0] = vx[4];
+	k.vni[1] = vx[5];
+	k.vni[2] = vx[6];
+	__u8 *l4;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > end)
+			return NULL;
+		if (ip->ihl < 5 || (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)))
+			return NULL;
+		k.family = FAMILY_V4;
+		k.proto = ip->protocol;
+		__builtin_memcpy(k.addr, &ip->daddr, 4);
+		l4 = (__u8 *)ip + ip->ihl * 4;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > end)
+			return NULL;
+		k.family = FAMILY_V6;
+		k.proto = ip6->nexthdr;
+		__builtin_memcpy(k.addr, &ip6->daddr, 16);
+		l4 = (__u8 *)(ip6 + 1);
+	} else {
+		return NULL;
+	}
+	if (k.proto != IPPROTO_TCP && k.proto != IPPROTO_UDP)
+		return NULL;
+	__be16 *ports = (__be16 *)l4;
+	if ((void *)(ports + 2) > end)
+		return NULL;
+	k.port = ports[1];
+	const struct steer_val *v = bpf_map_lookup_elem(&steer_keys, &k);
+	if (v)
+		return v;
+	k.port = 0;
+	return bpf_map_lookup_elem(&steer_keys, &k);
 }
 
 
@@ -1268,8 +1364,14 @@ int sluice_steer(struct xdp_md *ctx)
 	if (r < 0 || f.never)
 		goto pass;
 
-	const struct steer_val *vip = lookup(f.dst, f.dport, f.proto, KIND_VIP, f.family, f.has_ports);
-	if (vip) {
+	// A tenant VIP's VXLAN frame: to the engine as it is, without flood mode (its policing
+	// and stateless answer see the outer headers) and never a flow cache miss (the cache
+	// holds no tenant flows). Any other VXLAN frame goes on as an ordinary frame.
+	int tenant = tenant_vip(ctx, &f) != NULL;
+	const struct steer_val *vip = NULL;
+	if (tenant)
+		owned = 1;
+	else if ((vip = lookup(f.dst, f.dport, f.proto, KIND_VIP, f.family, f.has_ports))) {
 		int act = flood_action(ctx, &f, vip);
 		if (act >= 0)
 			return act;
@@ -1305,8 +1407,10 @@ int sluice_steer(struct xdp_md *ctx)
 	}
 	if (r == 1)
 		count(CNT_FRAGMENTS);
+	if (tenant)
+		count(CNT_TENANT);
 	count(CNT_STEERED);
-	if (cache_on)
+	if (cache_on && !tenant)
 		cache_count(CC_MISS);
 	return bpf_redirect_map(&xsks, q, XDP_PASS);
 pass:

@@ -85,6 +85,7 @@ pub(crate) fn key_from_bytes(b: &[u8]) -> Option<FlowKey> {
                 dport: u16::from_be(k.dport),
                 proto: k.proto,
                 v6: false,
+                zone: 0,
             })
         }
         cache_key6::LEN => {
@@ -96,6 +97,7 @@ pub(crate) fn key_from_bytes(b: &[u8]) -> Option<FlowKey> {
                 dport: u16::from_be(k.dport),
                 proto: k.proto,
                 v6: true,
+                zone: 0,
             })
         }
         _ => None,
@@ -191,6 +193,7 @@ mod tests {
             dport: 80,
             proto: 6,
             v6: false,
+            zone: 0,
         };
         let b = key_bytes(&k);
         assert_eq!(b.len(), cache_key4::LEN);
@@ -209,6 +212,7 @@ mod tests {
             dport: 2,
             proto: 17,
             v6: true,
+            zone: 0,
         };
         let b = key_bytes(&k6);
         assert_eq!(b.len(), cache_key6::LEN);

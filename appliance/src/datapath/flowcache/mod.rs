@@ -527,6 +527,7 @@ mod tests {
             dport: 80,
             proto: 6,
             v6: false,
+            zone: 0,
         };
         Decision {
             key,

@@ -113,7 +113,12 @@ fn path_of(t: &Tables, p: &VipProbe) -> Result<Path, VipFailure> {
     };
     let not_sent = |why: String| VipFailure::NotSent(why);
     let v = t
-        .vip_lookup(addr_to_u128(vip.ip()), vip.port(), proto)
+        .vip_in(
+            crate::lb::hash::zone_of(p.via.tenant_vni),
+            addr_to_u128(vip.ip()),
+            vip.port(),
+            proto,
+        )
         .ok_or_else(|| not_sent(format!("VIP {vip} is not in the running tables")))?;
     let slot = t
         .backend_slot(v, addr_to_u128(p.backend), p.via.backend_port)

@@ -168,6 +168,7 @@ mod tests {
             dport: 443,
             proto: 6,
             v6: false,
+            zone: 0,
         }
     }
 

@@ -243,6 +243,7 @@ impl ConnTable {
                     dport: 0,
                     proto: 0,
                     v6: false,
+                    zone: 0,
                 },
                 vip: NONE,
                 backend: NONE,

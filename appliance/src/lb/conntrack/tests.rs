@@ -26,6 +26,7 @@ fn key(i: u32, proto: u8) -> FlowKey {
         dport: 80,
         proto,
         v6: false,
+        zone: 0,
     }
 }
 

@@ -193,6 +193,7 @@ fn key_of(sport: u16) -> crate::lb::hash::FlowKey {
         dport: 80,
         proto: 6,
         v6: false,
+        zone: 0,
     }
 }
 

@@ -243,6 +243,7 @@ fn stateless(
         dport: 0,
         proto: ip.proto,
         v6: ip.v6,
+        zone: 0,
     };
     let hash = key.hash(fields);
     let Some(pos) = v.ring.lookup(hash) else {

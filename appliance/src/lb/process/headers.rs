@@ -27,6 +27,8 @@ pub(super) struct Ip {
     pub(super) dst: u128,
     /// Any fragment (first included).
     pub(super) frag: bool,
+    /// The flow key's zone: 0, or the tenant's (set by `tenant` after decapsulation).
+    pub(super) zone: u32,
 }
 
 impl Ip {
@@ -76,6 +78,7 @@ pub(super) fn parse_ip(
                 src: v4_u128(p.src()),
                 dst: v4_u128(p.dst()),
                 frag: p.is_fragment(),
+                zone: 0,
             }))
         }
         EtherType::Ipv6 => {
@@ -90,6 +93,7 @@ pub(super) fn parse_ip(
                 src: p.src().to_bits(),
                 dst: p.dst().to_bits(),
                 frag: up.fragment.is_some(),
+                zone: 0,
             }))
         }
         _ => Ok(None),
@@ -120,6 +124,7 @@ pub(super) fn flow_key(ip: &Ip, l4: &L4) -> crate::lb::hash::FlowKey {
         dport: l4.dport,
         proto: ip.proto,
         v6: ip.v6,
+        zone: ip.zone,
     }
 }
 

@@ -92,6 +92,7 @@ pub(super) fn reply_egress(tables: &Tables, ip: &Ip) -> Result<NextHop, Miss> {
         dport: 0,
         proto: ip.proto,
         v6: ip.v6,
+        zone: 0,
     };
     tables.route(ip.src, ip.v6, return_hash(&key))
 }
@@ -292,6 +293,7 @@ fn quoted(d: &[u8], ip: &Ip) -> Option<Quoted> {
             src,
             dst,
             frag: false,
+            zone: ip.zone,
         },
         sport: ports(ql4),
         dport: ports(ql4 + 2),
@@ -317,6 +319,7 @@ fn quoted_flow(ct: &mut ConnTable, v: &VipEntry, q: &Quoted, now: u64) -> Option
         dport: q.sport,
         proto: q.ip.proto,
         v6: q.ip.v6,
+        zone: 0,
     };
     let hash = key.hash(v.hash);
     let (backend, snat) = match ct.lookup(&key, now) {

@@ -6,7 +6,8 @@
 //! [`WorkerState::adopt`]), never locks and never formats. This file dispatches and keeps
 //! the verdicts and counters; each concept has its own file:
 //! `headers` (what is read from a frame), `flow` (which backend), `nat`, `fullnat`, `dr`,
-//! `tunnel` (one per mode), `icmp`, `fragment` and `fragtable`.
+//! `tunnel` (one per mode), `tenant` (VXLAN arrivals for tenant VIPs), `icmp`, `fragment`
+//! and `fragtable`.
 //!
 //! Policies decided here (each has a golden fixture):
 //! - **Validation.** Ethernet (up to two VLAN tags, kept on output), IPv4 (version, IHL,
@@ -57,6 +58,7 @@ mod proxyhdr;
 mod ratelimit;
 mod reset;
 mod tcpopt;
+mod tenant;
 #[cfg(test)]
 mod tests;
 mod toa;
@@ -67,6 +69,7 @@ pub use flow::{Choice, Load, choose_backend};
 pub use fragtable::{FragOwners, FragStats, FragTable};
 pub use owner::owner;
 pub use ratelimit::IcmpLimiter;
+pub use tenant::VXLAN_PORT as TENANT_VXLAN_PORT;
 pub use tunnel::{encapsulate_probe, tunnel_source};
 
 use crate::config::Mode;
@@ -453,7 +456,7 @@ impl WorkerState {
         self.sched_prints = prints;
         self.icmp = IcmpLimiter::new(tables.icmp_limits, tables.vips.len(), ct.workers());
         ct.adopt(tables.version, tables.backends.len(), |f| {
-            let vip = tables.vip_lookup(f.key.dst, f.key.dport, f.key.proto)?;
+            let vip = tables.vip_of_key(&f.key)?;
             let backend = tables
                 .backend_slot(vip, f.backend_addr, f.backend_port)
                 .unwrap_or(NONE);
@@ -627,6 +630,11 @@ pub fn process_recorded<R: Record>(
             return worker.pass();
         }
     };
+    if tables.has_tenants()
+        && let Some(v) = tenant::arrive(frame, tables, ct, worker, &ip, &l4, now)
+    {
+        return v;
+    }
     if let Some(vip) = tables.vip_lookup(ip.dst, l4.dport, ip.proto) {
         return forward(frame, tables, ct, worker, &ip, &l4, vip, len, now, rec);
     }

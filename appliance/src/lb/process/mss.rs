@@ -65,7 +65,8 @@ pub(super) fn fit(
     }
     worker.drops[DropReason::TooBig.index()] += 1;
     let df = ip.v6 || frame.data()[ip.l3 + 6] & 0x40 != 0;
-    if !df {
+    // A tenant's client is not reachable in the underlay: the MSS clamp is its answer.
+    if !df || ip.zone != 0 {
         return Some(Verdict::Drop(DropReason::TooBig));
     }
     if !worker.icmp.allow(vip, ip.v6, now) {

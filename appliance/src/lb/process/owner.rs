@@ -180,6 +180,7 @@ mod tests {
                 max_connections: None,
                 resume_connections: None,
                 slow_start: None,
+                vtep: None,
             }],
             scheduler_flags: Vec::new(),
             persistence: None,
@@ -188,6 +189,7 @@ mod tests {
             slow_start: None,
             udp_one_packet: false,
             outbound: None,
+            tenant_vni: None,
         }];
         Tables::build(&c, &|_, _| true, 1).expect("tables")
     }

@@ -140,6 +140,7 @@ mod tests {
             dport: 443,
             proto: 6,
             v6: false,
+            zone: 0,
         };
         let (h, n) = header(&k4);
         assert_eq!(n, usize::from(header_len(false)));

@@ -24,9 +24,13 @@ pub(super) fn refuse(
     l4: &L4,
     reason: DropReason,
 ) -> Verdict {
-    let Some(vip) = tables.vip_lookup(ip.dst, l4.dport, ip.proto) else {
+    let Some(vip) = tables.vip_in(ip.zone, ip.dst, l4.dport, ip.proto) else {
         return worker.drop(reason);
     };
+    // A tenant's client is not reachable in the underlay: no RST from here.
+    if ip.zone != 0 {
+        return worker.drop(reason);
+    }
     let syn = ip.proto == IpProtocol::TCP && l4.flags & 0x12 == 0x02;
     if reason != DropReason::Overflow
         || !syn

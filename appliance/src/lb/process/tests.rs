@@ -88,6 +88,7 @@ fn backends(n: u8) -> Vec<Backend> {
             max_connections: None,
             resume_connections: None,
             slow_start: None,
+            vtep: None,
         })
         .collect()
 }
@@ -117,6 +118,7 @@ pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
         slow_start: None,
         udp_one_packet: false,
         outbound: None,
+        tenant_vni: None,
     }];
     c
 }
@@ -267,6 +269,7 @@ fn full_table_falls_back_to_maglev_and_counts() {
             dport: 80,
             proto: 6,
             v6: false,
+            zone: 0,
         };
         let pos = t.vips[0]
             .ring
@@ -438,6 +441,7 @@ proptest! {
             src: rd_addr(&d, l3 + if v6 { 8 } else { 12 }, v6),
             dst: rd_addr(&d, l3 + if v6 { 24 } else { 16 }, v6),
             frag: false,
+            zone: 0,
         };
         let l4 = L4 {
             sport: rd16(&d, l4off),

@@ -101,6 +101,7 @@ mod tests {
             dport: 443,
             proto: 6,
             v6: false,
+            zone: 0,
         };
         let (o, n) = option(&k);
         assert_eq!(&o[..n], &[254, 8, 0x9c, 0x40, 198, 51, 100, 7]);
