@@ -122,3 +122,36 @@ fn help_and_version() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("sluice "));
 }
+
+/// Two tenants' VIPs on one address: each summary line names its VNI (the address alone
+/// would not tell them apart); the underlay's lines are as ever.
+#[test]
+fn tenant_vips_show_their_vni() {
+    let dir = std::env::temp_dir().join(format!("sluice-check-tenant-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join("sluice.toml");
+    let mut text = String::from(
+        "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n\
+         [[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\n\
+         backend = [{ address = \"10.1.0.1\" }]\n",
+    );
+    for (vni, vtep) in [(100, "192.0.2.101"), (200, "192.0.2.102")] {
+        text.push_str(&format!(
+            "\n[[vip]]\nname = \"t{vni}\"\naddress = \"10.0.0.5\"\nport = 80\n\
+             tenant_vni = {vni}\nmode = \"tunnel\"\ntunnel = \"vxlan\"\n\
+             backend = [{{ address = \"172.16.0.11\", vtep = \"{vtep}\" }}]\n"
+        ));
+    }
+    std::fs::write(&path, text).expect("write");
+    let (code, stdout, stderr) = check(&path);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("3 vip(s), 3 backend(s)"), "{stdout}");
+    for want in [
+        "  vip web          192.0.2.10:80/tcp nat ",
+        "  vip t100         10.0.0.5:80/tcp vni 100 tunnel/vxlan ",
+        "  vip t200         10.0.0.5:80/tcp vni 200 tunnel/vxlan ",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from\n{stdout}");
+    }
+}

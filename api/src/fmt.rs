@@ -128,9 +128,14 @@ pub fn addr_port(address: &str, port: u16) -> String {
 }
 
 /// A VIP's address, port and protocol: `192.0.2.10:80/tcp`, `[2001:db8::10]:443/tcp`,
-/// `192.0.2.10:*/udp`.
+/// `192.0.2.10:*/udp`; a tenant VIP's with its VNI, `10.0.0.5:80/tcp vni 100` (tenants may
+/// reuse each other's addresses, the VNI tells them apart).
 pub fn vip_addr(v: &Vip) -> String {
-    format!("{}/{}", addr_port(&v.address, v.port), v.protocol)
+    let mut s = format!("{}/{}", addr_port(&v.address, v.port), v.protocol);
+    if let Some(vni) = v.tenant_vni {
+        s.push_str(&format!(" vni {vni}"));
+    }
+    s
 }
 
 #[cfg(test)]
@@ -176,5 +181,25 @@ mod tests {
         assert_eq!(addr_port("192.0.2.10", 80), "192.0.2.10:80");
         assert_eq!(addr_port("2001:db8::1", 80), "[2001:db8::1]:80");
         assert_eq!(addr_port("192.0.2.10", 0), "192.0.2.10:*");
+        let mut v: Vip = serde_json::from_value(serde_json::json!({
+            "name": "t", "address": "10.0.0.5", "port": 80, "protocol": "tcp",
+            "mode": "tunnel", "encap": "vxlan", "scheduler": "maglev", "hash": "5-tuple",
+            "announced": false, "withdrawn_by_operator": false, "backends_eligible": 1,
+            "backends_healthy": 1, "backends_total": 1, "packets": 0, "bytes": 0,
+            "new_flows": 0, "active_flows": 0, "hash_imbalance": null
+        }))
+        .expect("a VIP document");
+        assert_eq!(vip_addr(&v), "10.0.0.5:80/tcp");
+        assert!(
+            !serde_json::to_string(&v).unwrap().contains("tenant_vni"),
+            "omitted for an underlay VIP"
+        );
+        v.tenant_vni = Some(100);
+        assert_eq!(vip_addr(&v), "10.0.0.5:80/tcp vni 100");
+        assert!(
+            serde_json::to_string(&v)
+                .unwrap()
+                .contains("\"tenant_vni\":100")
+        );
     }
 }

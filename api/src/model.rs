@@ -235,7 +235,9 @@ pub struct Count {
     pub value: u64,
 }
 
-/// `GET /v1/vips` (a list) and `GET /v1/vips/{vip}`.
+/// `GET /v1/vips` (a list) and `GET /v1/vips/{vip}`. A tenant VIP (`tenant_vni`) may share
+/// its address, port and protocol with another tenant's VIP or an underlay VIP: the API
+/// names VIPs by `name` alone, never by address.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Vip {
     pub name: String,
@@ -280,6 +282,11 @@ pub struct Vip {
     /// `udp_one_packet`: every datagram scheduled on its own.
     #[serde(default)]
     pub udp_one_packet: bool,
+    /// `tenant_vni`: the VIP lives in this tenant's virtual network (its traffic arrives in
+    /// VXLAN with this VNI); absent for the underlay's VIPs. Two tenants may both have a VIP
+    /// on `address:port`, so a VIP is only ever named by `name` (every `{vip}` in a path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_vni: Option<u32>,
 }
 
 /// `GET /v1/vips/{vip}/backends`.
@@ -333,6 +340,11 @@ pub struct Backend {
     /// New flows scheduled to it since the appliance started (ipvsadm's Conns).
     #[serde(default)]
     pub new_flows: u64,
+    /// A tenant VIP's backend: the underlay address of its host (`vtep`), where its VXLAN
+    /// frames and health probes go; `address` is then its address in the tenant's network.
+    /// Absent for the underlay's VIPs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtep: Option<String>,
 }
 
 /// `GET /v1/bgp`.

@@ -345,7 +345,10 @@ pub fn format_vips(vips: &[api::Vip]) -> String {
     )
 }
 
+/// A VIP's backends; a tenant VIP's with a VTEP column (the underlay address of each
+/// backend's host), which the underlay's VIPs do not have.
 pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
+    let vteps = b.iter().any(|b| b.vtep.is_some());
     let rows: Vec<Vec<String>> = b
         .iter()
         .map(|b| {
@@ -361,8 +364,11 @@ pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
                 Some(r) if b.health != "up" => format!("{} ({r})", b.health),
                 _ => b.health.clone(),
             };
-            vec![
-                b.id.clone(),
+            let mut row = vec![b.id.clone()];
+            if vteps {
+                row.push(b.vtep.clone().unwrap_or_else(|| "-".into()));
+            }
+            row.extend([
                 state,
                 health,
                 weight,
@@ -371,16 +377,19 @@ pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
                 b.active_flows.to_string(),
                 count(b.packets),
                 bytes(b.bytes),
-            ]
+            ]);
+            row
         })
         .collect();
+    let mut header = vec!["BACKEND"];
+    if vteps {
+        header.push("VTEP");
+    }
+    header.extend([
+        "STATE", "HEALTH", "WEIGHT", "RING", "IDEAL", "FLOWS", "PKTS", "BYTES",
+    ]);
     let mut out = format!("VIP {vip}\n");
-    out.push_str(&table(
-        &[
-            "BACKEND", "STATE", "HEALTH", "WEIGHT", "RING", "IDEAL", "FLOWS", "PKTS", "BYTES",
-        ],
-        &rows,
-    ));
+    out.push_str(&table(&header, &rows));
     if b.iter().any(|b| b.state_overridden || b.weight_overridden) {
         out.push_str("* set through the API (overrides the config file until undone)\n");
     }
@@ -489,6 +498,34 @@ mod tests {
         assert_eq!(bytes(2048), "2.0KiB");
         assert_eq!(duration(3725), "1h 02m");
         assert_eq!(duration(303), "5m 03s");
+    }
+
+    /// A tenant VIP's address shows its VNI, its backends their VTEP in a column of their
+    /// own; the underlay's tables have no such column.
+    #[test]
+    fn tenant_vips_show_their_vni_and_backends_their_vtep() {
+        let d: serde_json::Value =
+            serde_json::from_str(include_str!("ctl/golden/documents.json")).expect("documents");
+        let s: list::Service = serde_json::from_value(d["after"][0].clone()).expect("service");
+        let plain = format_backends("web", &s.backends);
+        assert!(plain.starts_with("VIP web\nBACKEND "), "{plain}");
+        assert!(!plain.contains("VTEP"), "{plain}");
+        let mut v = s.vip.clone();
+        v.tenant_vni = Some(100);
+        let vips = format_vips(&[s.vip.clone(), v]);
+        assert!(vips.contains("192.0.2.10:80/tcp vni 100  "), "{vips}");
+        let mut b = s.backends.clone();
+        b[0].vtep = Some("10.9.0.1".into());
+        let t = format_backends("t100", &b);
+        let mut lines = t.lines().skip(1);
+        let head = lines.next().unwrap_or_default();
+        assert!(head.starts_with("BACKEND         VTEP      STATE"), "{t}");
+        let first = lines.next().unwrap_or_default();
+        assert!(first.starts_with("10.1.0.12:8080  10.9.0.1  active"), "{t}");
+        assert!(
+            lines.next().unwrap_or_default().contains("  -         "),
+            "{t}"
+        );
     }
 
     #[test]

@@ -42,6 +42,10 @@ enum Command {
         /// The flow, e.g. "tcp 198.51.100.7:40000 -> 192.0.2.10:80".
         #[arg(long)]
         flow: String,
+        /// The VXLAN VNI the flow arrives with: trace it to the tenant VIP (tenant_vni) of
+        /// that VNI. Without it only the underlay's VIPs match.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=0xff_ffff))]
+        vni: Option<u32>,
     },
     /// Build a lab in network namespaces (client, router, appliance, backends), start the
     /// appliance on it, send real traffic through every VIP and report; removes it all after.
@@ -313,7 +317,7 @@ fn main() -> ExitCode {
         Command::Import {
             from: ImportFrom::Keepalived { file, output },
         } => import_keepalived(&file, output.as_deref()),
-        Command::Trace { config, flow } => trace(&config, &flow),
+        Command::Trace { config, flow, vni } => trace(&config, &flow, vni),
         Command::Lab {
             backends,
             requests,
@@ -561,7 +565,7 @@ fn console(api: &ApiArgs, no_color: bool, refresh: std::time::Duration) -> ExitC
     }
 }
 
-fn trace(path: &std::path::Path, flow: &str) -> ExitCode {
+fn trace(path: &std::path::Path, flow: &str, vni: Option<u32>) -> ExitCode {
     let cfg = match config::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -573,7 +577,7 @@ fn trace(path: &std::path::Path, flow: &str) -> ExitCode {
     let net = sluice::trace::kernel_routes()
         .map_err(|e| eprintln!("sluice trace: routes not read ({e}); no egress shown"))
         .ok();
-    match sluice::trace::trace_with(&cfg, flow, net.as_ref()) {
+    match sluice::trace::trace_with(&cfg, flow, vni, net.as_ref()) {
         Ok(report) => {
             print!("{report}");
             ExitCode::SUCCESS
@@ -725,9 +729,14 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
             std::net::IpAddr::V4(a) => format!("{a}:{}", v.port),
             std::net::IpAddr::V6(a) => format!("[{a}]:{}", v.port),
         };
+        // A tenant VIP's address is the tenant's (another tenant may have it too).
+        let tenant = v
+            .tenant_vni
+            .map(|n| format!(" vni {n}"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
-            "  vip {:<12} {}/{} {} {} {} backends={} ring={} check={}",
+            "  vip {:<12} {}/{}{tenant} {} {} {} backends={} ring={} check={}",
             v.name,
             addr,
             v.protocol.name(),

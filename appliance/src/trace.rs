@@ -6,6 +6,11 @@
 //! and calls [`crate::lb::process::choose_backend`] as a new flow on a fresh worker would.
 //! Health is not known offline: every backend is taken as healthy, operator states
 //! (`drain`, `disabled`) and weights apply.
+//!
+//! A flow given with a VNI (`sluice trace --vni 100`) is one that arrives VXLAN-encapsulated
+//! in that tenant's network: it is matched against the tenant VIPs of that VNI only, in the
+//! tenant's connection-table zone, as the engine matches a decapsulated frame. Without a VNI
+//! only the underlay's VIPs match: a tenant's address in the underlay is not a VIP.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -15,7 +20,7 @@ use crate::config::{Config, Mode, Protocol, Scheduler};
 use crate::lb::DropReason;
 use crate::lb::conntrack::ConnTable;
 use crate::lb::egress::{Choice as EgressChoice, Egress, NetState, return_hash};
-use crate::lb::hash::{FlowKey, addr_to_u128};
+use crate::lb::hash::{FlowKey, addr_to_u128, zone_of};
 use crate::lb::process::{Choice, Load, choose_backend, tunnel_source};
 use crate::lb::sched::{self, SchedState};
 use crate::lb::tables::{TableError, Tables, VipEntry};
@@ -34,24 +39,52 @@ pub enum TraceError {
         /// What is wrong with it.
         why: String,
     },
+    /// The VNI is wider than VXLAN's 24 bits.
+    #[error("vni {0} is out of range: a VXLAN VNI is 0 to 16777215")]
+    BadVni(u32),
     /// The tables could not be built from the config.
     #[error(transparent)]
     Tables(#[from] TableError),
-    /// No VIP serves the destination.
-    #[error("no vip serves {proto} {dst}: the datapath hands this flow to the kernel")]
+    /// No VIP serves the destination (in the VNI's tenant network, with a VNI).
+    #[error("{}", no_vip(.proto, .dst, .vni, .elsewhere))]
     NoVip {
         /// Protocol name.
         proto: &'static str,
         /// Destination.
         dst: SocketAddr,
+        /// The VNI the flow was given with.
+        vni: Option<u32>,
+        /// The VIPs serving the destination in other address spaces (`t100 (vni 100)`,
+        /// `web (underlay)`): what the operator may have meant.
+        elsewhere: Vec<String>,
     },
+}
+
+/// [`TraceError::NoVip`]'s message: what else serves the address, if anything.
+fn no_vip(proto: &str, dst: &SocketAddr, vni: &Option<u32>, elsewhere: &[String]) -> String {
+    let mut s = format!("no vip serves {proto} {dst}");
+    if let Some(n) = vni {
+        s.push_str(&format!(" in vni {n}"));
+    }
+    s.push_str(": the datapath hands this flow to the kernel");
+    if !elsewhere.is_empty() {
+        let what = if vni.is_some() {
+            "other networks' VIPs on this address"
+        } else {
+            "tenant VIPs on this address, matched with --vni only"
+        };
+        s.push_str(&format!(" ({what}: {})", elsewhere.join(", ")));
+    }
+    s
 }
 
 /// One backend as the trace shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceBackend {
-    /// Address.
+    /// Address (a tenant VIP's backend: its address in the tenant's network).
     pub address: IpAddr,
+    /// A tenant VIP's backend: the underlay address of its host, where its frames go.
+    pub vtep: Option<IpAddr>,
     /// Port after NAT.
     pub port: u16,
     /// Weight.
@@ -64,6 +97,24 @@ pub struct TraceBackend {
     pub ring_slots: u32,
 }
 
+impl TraceBackend {
+    /// Where its frames are sent: its VTEP, else its address.
+    pub fn underlay(&self) -> IpAddr {
+        self.vtep.unwrap_or(self.address)
+    }
+}
+
+impl fmt::Display for TraceBackend {
+    /// `10.0.0.1:8080`, a tenant's `10.0.0.5:80 vtep 10.0.0.101`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.address, self.port)?;
+        match self.vtep {
+            Some(v) => write!(f, " vtep {v}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The answer of [`trace`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceReport {
@@ -73,6 +124,8 @@ pub struct TraceReport {
     pub src: SocketAddr,
     /// Destination (the VIP).
     pub dst: SocketAddr,
+    /// The VXLAN VNI the flow arrived with: a tenant VIP's flow; `None` in the underlay.
+    pub vni: Option<u32>,
     /// Matched VIP name.
     pub vip: String,
     /// Its mode name.
@@ -126,11 +179,13 @@ pub struct TraceEgress {
 pub fn trace_with(
     config: &Config,
     flow: &str,
+    vni: Option<u32>,
     net: Option<&NetState>,
 ) -> Result<TraceReport, TraceError> {
-    let mut r = trace(config, flow)?;
+    let mut r = trace(config, flow, vni)?;
     if let (Some(net), Some(c)) = (net, r.chosen) {
-        let (baddr, bport) = (r.backends[c].address, r.backends[c].port);
+        // A tenant backend's frames go to its VTEP, in the underlay.
+        let (baddr, bport) = (r.backends[c].underlay(), r.backends[c].port);
         let e = Egress::build(net, &config.appliance.interfaces, &[baddr], None);
         let name = |c: &Option<EgressChoice>| {
             c.and_then(|c| net.links.get(&c.ifindex).map(|l| l.name.clone()))
@@ -151,7 +206,7 @@ pub fn trace_with(
                 dport: to.port(),
                 proto: r.protocol.number(),
                 v6: baddr.is_ipv6(),
-                zone: 0,
+                zone: zone_of(r.vni),
             };
             let reply = e.explain(r.src.ip(), return_hash(&key));
             r.egress.push(TraceEgress {
@@ -208,27 +263,60 @@ pub fn parse_flow(flow: &str) -> Result<(Protocol, SocketAddr, SocketAddr), Trac
     Ok((protocol, src, dst))
 }
 
-/// Traces `flow` through the tables `config` yields.
-pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
+/// The VIP slot serving `dst` over `protocol`: with a VNI, that tenant's VIP (as the engine
+/// matches a decapsulated VXLAN frame), else the underlay's.
+fn lookup(
+    config: &Config,
+    tables: &Tables,
+    protocol: Protocol,
+    dst: SocketAddr,
+    vni: Option<u32>,
+) -> Result<u32, TraceError> {
+    let (daddr, proto) = (addr_to_u128(dst.ip()), protocol.number());
+    let found = match vni {
+        Some(n) => tables.tenant_vip(zone_of(Some(n)), daddr, dst.port(), proto),
+        None => tables.vip_lookup(daddr, dst.port(), proto),
+    };
+    found.ok_or_else(|| TraceError::NoVip {
+        proto: protocol.name(),
+        dst,
+        vni,
+        elsewhere: config
+            .vips
+            .iter()
+            .filter(|v| {
+                v.tenant_vni != vni
+                    && v.address == dst.ip()
+                    && v.protocol == protocol
+                    && (v.port == dst.port() || v.port == 0)
+            })
+            .map(|v| match v.tenant_vni {
+                Some(n) => format!("{} (vni {n})", v.name),
+                None => format!("{} (underlay)", v.name),
+            })
+            .collect(),
+    })
+}
+
+/// Traces `flow` through the tables `config` yields; `vni`: the flow arrives in VXLAN
+/// with that VNI, for a tenant VIP.
+pub fn trace(config: &Config, flow: &str, vni: Option<u32>) -> Result<TraceReport, TraceError> {
     let (protocol, src, dst) = parse_flow(flow)?;
+    if let Some(n) = vni.filter(|&n| n > 0xff_ffff) {
+        return Err(TraceError::BadVni(n));
+    }
     let tables = Tables::build(config, &|_, _| true, 0)?;
     let proto = protocol.number();
-    let daddr = addr_to_u128(dst.ip());
-    let vip = tables
-        .vip_lookup(daddr, dst.port(), proto)
-        .ok_or(TraceError::NoVip {
-            proto: protocol.name(),
-            dst,
-        })?;
+    let vip = lookup(config, &tables, protocol, dst, vni)?;
     let v = &tables.vips[vip as usize];
     let key = FlowKey {
         src: addr_to_u128(src.ip()),
-        dst: daddr,
+        dst: addr_to_u128(dst.ip()),
         sport: src.port(),
         dport: dst.port(),
         proto,
         v6: dst.is_ipv6(),
-        zone: 0,
+        zone: v.zone,
     };
     let (words, n) = key.restricted(v.hash).words();
     let hash = key.hash(v.hash);
@@ -247,7 +335,7 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
         &mut st,
         0,
     );
-    let backends = trace_backends(&tables, v, range.clone());
+    let backends = trace_backends(&tables, config, vip, range.clone());
     let ring_slot = v.ring.slot_of(hash);
     let ring_backend = v.ring.lookup(hash).map(|p| p as usize);
     let chosen = choice.map(|(slot, _)| slot as usize - range.start);
@@ -258,6 +346,7 @@ pub fn trace(config: &Config, flow: &str) -> Result<TraceReport, TraceError> {
         protocol,
         src,
         dst,
+        vni,
         vip: v.name.clone(),
         mode: v.mode,
         scheduler: v.scheduler,
@@ -308,15 +397,27 @@ fn rewrites(
     (snat, tunnel_source)
 }
 
-/// The VIP's backends in pool order, with the ring slots each holds.
-fn trace_backends(tables: &Tables, v: &VipEntry, range: Range<usize>) -> Vec<TraceBackend> {
+/// The VIP's backends in pool order (the config's), with the ring slots each holds; a
+/// tenant VIP's with their tenant address and VTEP (the tables hold the VTEP alone).
+fn trace_backends(
+    tables: &Tables,
+    config: &Config,
+    vip: u32,
+    range: Range<usize>,
+) -> Vec<TraceBackend> {
+    let v = &tables.vips[vip as usize];
+    let configured = config.vips.get(vip as usize).map(|c| c.backends.as_slice());
     let counts = v.ring.counts(range.len());
     range
         .enumerate()
         .map(|(i, slot)| {
             let b = &tables.backends[slot];
+            let c = configured
+                .and_then(|c| c.get(i))
+                .filter(|c| c.underlay() == b.ip() && c.port == b.port);
             TraceBackend {
-                address: b.ip(),
+                address: c.map_or(b.ip(), |c| c.address),
+                vtep: c.and_then(|c| c.vtep),
                 port: b.port,
                 weight: b.weight,
                 state: b.state.name(),
@@ -380,12 +481,24 @@ impl fmt::Display for TraceReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "flow       {} {} -> {}",
+            "flow       {} {} -> {}{}",
             self.protocol.name(),
             self.src,
-            self.dst
+            self.dst,
+            match self.vni {
+                Some(n) => format!(" vni {n}"),
+                None => String::new(),
+            }
         )?;
-        writeln!(f, "vip        {} ({} mode)", self.vip, self.mode.name())?;
+        match self.vni {
+            Some(n) => writeln!(
+                f,
+                "vip        {} ({} mode, tenant vni {n})",
+                self.vip,
+                self.mode.name()
+            )?,
+            None => writeln!(f, "vip        {} ({} mode)", self.vip, self.mode.name())?,
+        }
         writeln!(f, "scheduler  {}", self.scheduler.name())?;
         let words: Vec<String> = self.key_words.iter().map(|w| format!("{w:08x}")).collect();
         writeln!(
@@ -405,11 +518,10 @@ impl fmt::Display for TraceReport {
         }
         match (self.ring_slot, self.ring_backend) {
             (Some(s), Some(b)) => {
-                let be = &self.backends[b];
                 writeln!(
                     f,
-                    "maglev     slot {s} of {} -> {}:{}",
-                    self.ring_size, be.address, be.port
+                    "maglev     slot {s} of {} -> {}",
+                    self.ring_size, self.backends[b]
                 )?;
             }
             _ => writeln!(f, "maglev     ring empty")?,
@@ -417,11 +529,7 @@ impl fmt::Display for TraceReport {
         match self.chosen {
             Some(c) => {
                 let b = &self.backends[c];
-                writeln!(
-                    f,
-                    "backend    {}:{} (weight {}, {})",
-                    b.address, b.port, b.weight, b.state
-                )?;
+                writeln!(f, "backend    {b} (weight {}, {})", b.weight, b.state)?;
             }
             None => writeln!(f, "backend    none")?,
         }
@@ -438,9 +546,7 @@ impl fmt::Display for TraceReport {
             let mark = if Some(i) == self.chosen { "*" } else { " " };
             writeln!(
                 f,
-                " {mark} {}:{} weight {} {}{} ring slots {}",
-                b.address,
-                b.port,
+                " {mark} {b} weight {} {}{} ring slots {}",
                 b.weight,
                 b.state,
                 if b.eligible { "" } else { " (not eligible)" },
@@ -492,7 +598,7 @@ mod tests {
             x.address = IpAddr::from([10, 0, 1, last]);
             c.vips[0].backends.push(x);
         }
-        let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.10:80").unwrap();
+        let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.10:80", None).unwrap();
         assert_eq!(r.vip, "nat4");
         let key = FlowKey {
             src: addr_to_u128("198.51.100.7".parse().unwrap()),
@@ -520,14 +626,14 @@ mod tests {
     fn explains_schedulers_snat_tunnels_and_misses() {
         let mut c = golden_config();
         c.vips[0].scheduler = Scheduler::Rr;
-        let r = trace(&c, "tcp 198.51.100.7:1 -> 192.0.2.10:80").unwrap();
+        let r = trace(&c, "tcp 198.51.100.7:1 -> 192.0.2.10:80", None).unwrap();
         assert_eq!(r.chosen, Some(0));
         assert!(r.reason.starts_with("rr on a fresh worker"), "{}", r.reason);
-        let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.20:443").unwrap();
+        let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.20:443", None).unwrap();
         let snat = r.snat.unwrap();
         assert_eq!(snat.ip().to_string(), "10.1.0.1");
         assert!(snat.port() >= 1024);
-        let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.40:80").unwrap();
+        let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.40:80", None).unwrap();
         assert!(
             r.tunnel_source
                 .unwrap()
@@ -535,7 +641,7 @@ mod tests {
                 .to_string()
                 .starts_with("172.16.")
         );
-        let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.70:80").unwrap();
+        let r = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.70:80", None).unwrap();
         assert_eq!(r.chosen, None);
         assert!(r.egress.is_empty(), "no routes read");
         assert!(r.to_string().contains("backend    none"));
@@ -567,7 +673,7 @@ mod tests {
                 hops: vec![hop(Some("10.1.0.254"))],
             },
         ];
-        let r = trace_with(&c, "tcp 198.51.100.7:1 -> 192.0.2.10:80", Some(&net)).unwrap();
+        let r = trace_with(&c, "tcp 198.51.100.7:1 -> 192.0.2.10:80", None, Some(&net)).unwrap();
         let text = r.to_string();
         assert_eq!(r.egress.len(), 2, "{text}");
         assert!(
@@ -579,9 +685,147 @@ mod tests {
             text.contains("egress     backend 10.0.0.1 via 10.0.0.0/16 next hop 10.0.0.1"),
             "{text}"
         );
-        let e = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.10:22").unwrap_err();
+        let e = trace(&c, "tcp 198.51.100.7:40000 -> 192.0.2.10:22", None).unwrap_err();
         assert!(
             e.to_string().contains("no vip serves tcp 192.0.2.10:22"),
+            "{e}"
+        );
+    }
+
+    /// Two tenants with a VIP on the same address and port, and their backends on the same
+    /// tenant address behind different VTEPs.
+    const TENANTS: &str = r#"
+[appliance]
+name = "trace"
+interfaces = ["eth0"]
+maglev_table_size = 251
+
+[[vip]]
+name = "t100"
+address = "10.0.0.5"
+port = 80
+tenant_vni = 100
+mode = "tunnel"
+tunnel = "vxlan"
+backend = [
+  { address = "172.16.0.11", vtep = "192.0.2.101" },
+  { address = "172.16.0.12", vtep = "192.0.2.102" },
+]
+
+[[vip]]
+name = "t200"
+address = "10.0.0.5"
+port = 80
+tenant_vni = 200
+mode = "tunnel"
+tunnel = "vxlan"
+backend = [{ address = "172.16.0.11", vtep = "192.0.2.201" }]
+"#;
+
+    #[test]
+    fn a_vni_picks_its_tenants_vip_and_backends() {
+        let c = Config::from_toml_str(TENANTS).unwrap_or_else(|e| panic!("{e}"));
+        let flow = "tcp 198.51.100.7:40000 -> 10.0.0.5:80";
+        let vtep = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let r = trace(&c, flow, Some(100)).unwrap();
+        assert_eq!((r.vip.as_str(), r.vni), ("t100", Some(100)));
+        let vteps: Vec<_> = r.backends.iter().map(|b| b.vtep).collect();
+        assert_eq!(vteps, [vtep("192.0.2.101"), vtep("192.0.2.102")]);
+        let chosen = &r.backends[r.chosen.expect("a backend")];
+        assert!(r.tunnel_source.is_some(), "a tunnel VIP");
+        let text = r.to_string();
+        for want in [
+            "flow       tcp 198.51.100.7:40000 -> 10.0.0.5:80 vni 100\n",
+            "vip        t100 (tunnel mode, tenant vni 100)\n",
+            &format!("backend    {chosen} (weight 100, active)\n"),
+            " 172.16.0.12:80 vtep 192.0.2.102 weight 100 active ring slots",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+        assert!(chosen.to_string().contains(" vtep 192.0.2.10"), "{chosen}");
+
+        let r = trace(&c, flow, Some(200)).unwrap();
+        assert_eq!(
+            (r.vip.as_str(), r.vni, r.chosen),
+            ("t200", Some(200), Some(0))
+        );
+        assert_eq!(r.backends.len(), 1);
+        let b = &r.backends[0];
+        assert_eq!(
+            (b.address, b.vtep),
+            ("172.16.0.11".parse().unwrap(), vtep("192.0.2.201"))
+        );
+        assert!(
+            r.to_string()
+                .contains("backend    172.16.0.11:80 vtep 192.0.2.201 (weight")
+        );
+
+        // The frames toward the backend are routed to its VTEP, not its tenant address.
+        let mut net = NetState::default();
+        net.links.insert(
+            2,
+            crate::lb::egress::Link {
+                name: "eth0".into(),
+                mac: Some(wire::MacAddr([2, 0, 0, 0, 0, 1])),
+                mtu: 1500,
+            },
+        );
+        net.routes = vec![crate::lb::egress::Route {
+            dst: "0.0.0.0".parse().unwrap(),
+            len: 0,
+            metric: 0,
+            hops: vec![crate::lb::egress::RouteHop {
+                ifindex: 2,
+                gateway: Some("192.0.2.254".parse().unwrap()),
+                weight: 1,
+            }],
+        }];
+        let r = trace_with(&c, flow, Some(200), Some(&net)).unwrap();
+        assert_eq!(r.egress.len(), 1, "tunnel: no reply leg");
+        assert_eq!(
+            (r.egress[0].leg, r.egress[0].toward),
+            ("backend", "192.0.2.201".parse().unwrap())
+        );
+
+        // Without a VNI the tenants' address is no VIP in the underlay; the error names them.
+        let e = trace(&c, flow, None).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, TraceError::NoVip { vni: None, .. })
+                && msg.contains("no vip serves tcp 10.0.0.5:80: the datapath hands")
+                && msg.contains("t100 (vni 100), t200 (vni 200)"),
+            "{msg}"
+        );
+        let e = trace(&c, flow, Some(300)).unwrap_err().to_string();
+        assert!(
+            e.contains("no vip serves tcp 10.0.0.5:80 in vni 300"),
+            "{e}"
+        );
+        assert!(e.contains("t100 (vni 100), t200 (vni 200)"), "{e}");
+        let e = trace(&c, flow, Some(1 << 24)).unwrap_err();
+        assert!(matches!(e, TraceError::BadVni(_)), "{e}");
+    }
+
+    /// An underlay VIP on a tenant's address serves the flow without a VNI, and only then.
+    #[test]
+    fn the_underlay_vip_on_a_tenant_address_needs_no_vni() {
+        let text = format!(
+            "{TENANTS}\n[[vip]]\nname = \"u\"\naddress = \"10.0.0.5\"\nport = 80\n\
+             mode = \"nat\"\nbackend = [{{ address = \"10.1.0.1\", port = 8080 }}]\n"
+        );
+        let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let flow = "tcp 198.51.100.7:40000 -> 10.0.0.5:80";
+        let r = trace(&c, flow, None).unwrap();
+        assert_eq!((r.vip.as_str(), r.vni), ("u", None));
+        assert_eq!(r.backends[0].vtep, None);
+        assert!(
+            r.to_string()
+                .contains("backend    10.1.0.1:8080 (weight 100, active)")
+        );
+        assert_eq!(trace(&c, flow, Some(100)).unwrap().vip, "t100");
+        let e = trace(&c, flow, Some(7)).unwrap_err().to_string();
+        assert!(
+            e.contains("t100 (vni 100), t200 (vni 200), u (underlay)"),
             "{e}"
         );
     }

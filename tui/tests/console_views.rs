@@ -282,6 +282,90 @@ fn vips_widget_sorts_and_marks_withdrawn() {
     assert!(v6.contains("[2001:db8::10]:443/tcp"), "{v6}");
 }
 
+/// Two tenants' VIPs on web's address: the list and the details tell them apart by VNI,
+/// the filter finds them by it, the address sort puts each tenant after the underlay, and a
+/// tenant backend's details name its VTEP.
+#[test]
+fn tenant_vips_show_their_vni_and_backends_their_vtep() {
+    let mut app = app_on(Tab::Vips);
+    let web = app.vips.iter().find(|v| v.name == "web").unwrap().clone();
+    for vni in [200, 100] {
+        app.vips.push(Vip {
+            name: format!("t{vni}"),
+            mode: "tunnel".into(),
+            encap: Some("vxlan".into()),
+            announced: false,
+            tenant_vni: Some(vni),
+            ..web.clone()
+        });
+    }
+    let render = |app: &App| {
+        let mut buf = Buffer::empty(Rect::new(0, 0, 120, 14));
+        render_tab(app, Tab::Vips, buf.area, &mut buf);
+        lines(&buf)
+    };
+    let l = render(&app);
+    let row = |l: &[String], name: &str| {
+        l.iter()
+            .find(|x| x.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {l:#?}"))
+            .clone()
+    };
+    assert!(
+        row(&l, "t100").contains("192.0.2.10:80/tcp vni 100 tunnel/vxl maglev    -  "),
+        "{l:#?}"
+    );
+    assert!(
+        row(&l, "t200").contains("192.0.2.10:80/tcp vni 200 "),
+        "{l:#?}"
+    );
+    assert!(row(&l, "web").contains("192.0.2.10:80/tcp   "), "{l:#?}");
+    // s: by address; the underlay's VIPs first, then tenant 100's, then 200's.
+    ch(&mut app, 's');
+    let names: Vec<String> = render(&app)[2..9]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(&names[5..], ["t100", "t200"], "{names:?}");
+    app.selected_vip = Some("t100".into());
+    let l = render(&app);
+    assert!(
+        l.iter()
+            .any(|x| x.starts_with(" t100 192.0.2.10:80/tcp vni 100 · tunnel/vxlan · maglev")),
+        "{l:#?}"
+    );
+    for c in "/vni 2".chars() {
+        ch(&mut app, c);
+    }
+    assert_eq!(
+        app.visible_vips()
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect::<Vec<_>>(),
+        ["t200"]
+    );
+
+    let mut app = app_on(Tab::Backends);
+    let web = app.vips.iter_mut().find(|v| v.name == "web").unwrap();
+    web.tenant_vni = Some(100);
+    for (i, b) in app.backends.iter_mut().enumerate() {
+        b.vtep = Some(format!("10.9.0.{}", i + 1));
+    }
+    key(&mut app, KeyCode::Down);
+    let mut buf = Buffer::empty(Rect::new(0, 0, 80, 9));
+    render_tab(&app, Tab::Backends, buf.area, &mut buf);
+    let l = lines(&buf);
+    assert!(
+        l[0].starts_with(" Backends of VIP web (192.0.2.10:80/tcp vni 100) · "),
+        "{l:#?}"
+    );
+    assert!(
+        l.iter()
+            .any(|x| x == " 10.0.0.12:80 health up · state active (config) · vtep 10.9.0.2"),
+        "{l:#?}"
+    );
+}
+
 #[test]
 fn status_line_widget_shows_questions_and_errors() {
     let mut app = app_on(Tab::Backends);

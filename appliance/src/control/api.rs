@@ -3,6 +3,12 @@
 //! exposition on `[api] metrics`. The documents are the `api` crate's; `docs/api/openapi.json`
 //! describes every route and a test checks it against the real responses.
 //!
+//! Every route names a VIP by its name (`{vip}`), never by its address: tenant VIPs
+//! (`tenant_vni`) may share an address, port and protocol with each other and with an
+//! underlay VIP, so an address does not name one VIP. The VIP documents carry `tenant_vni`
+//! and the backend documents `vtep` for tenant VIPs only (omitted otherwise); a backend
+//! (`{backend}`) is named by its address in the VIP's own network, as its `id` shows.
+//!
 //! Reads are served from [`Shared`] without involving the control loop; writes become
 //! [`Command`]s the loop applies as a new table version, and the reply waits (briefly) until
 //! every worker runs it, so a client that drained a backend knows new flows avoid it.

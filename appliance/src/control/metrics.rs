@@ -376,6 +376,7 @@ struct VipFamilies {
     announced: Family<Labels, Gauge>,
     eligible: Family<Labels, Gauge>,
     imbalance: Family<Labels, Gauge<f64, AtomicU64>>,
+    tenant_vni: Family<Labels, Gauge>,
 }
 
 impl VipFamilies {
@@ -399,6 +400,11 @@ impl VipFamilies {
             imbalance: b.fgauge(
                 "sluice_vip_hash_imbalance_ratio",
                 "Largest Maglev ring share of an eligible backend over its ideal (weighted) share",
+            ),
+            tenant_vni: b.gauge(
+                "sluice_vip_tenant_vni",
+                "The VXLAN VNI of a tenant VIP's network (tenant_vni); no series for the \
+                 underlay's VIPs. Tenants may reuse an address: the vip label tells them apart",
             ),
         }
     }
@@ -470,11 +476,12 @@ fn vips(b: &mut Builder, cfg: &Config, view: &View, tables: &Tables, agg: &Aggre
             vl.clone(),
             agg.vip_flows.get(&v.name).copied().unwrap_or(0) as i64,
         );
-        gset(
-            &vf.announced,
-            vl.clone(),
-            i64::from(view.announced.contains(&v.address)),
-        );
+        // A tenant's address is never announced; an underlay VIP's on it is not this one's.
+        let announced = v.tenant_vni.is_none() && view.announced.contains(&v.address);
+        gset(&vf.announced, vl.clone(), i64::from(announced));
+        if let Some(vni) = v.tenant_vni {
+            gset(&vf.tenant_vni, vl.clone(), i64::from(vni));
+        }
         let shares = ring_shares(tables, slot);
         gset(
             &vf.eligible,
@@ -714,9 +721,37 @@ address = "10.1.0.21"
         }
     }
 
+    /// Two tenants' VIPs on web's address and port (which is announced), appended to
+    /// [`CONFIG`] so web and dns keep their slots and counters.
+    pub(crate) const TENANTS: &str = r#"
+[[vip]]
+name = "t100"
+address = "192.0.2.10"
+port = 80
+tenant_vni = 100
+mode = "tunnel"
+tunnel = "vxlan"
+backend = [{ address = "10.1.0.11", vtep = "10.9.0.1" }]
+
+[[vip]]
+name = "t200"
+address = "192.0.2.10"
+port = 80
+tenant_vni = 200
+mode = "tunnel"
+tunnel = "vxlan"
+backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
+"#;
+
     /// A `Shared` with a fixed state (also for the API's tests).
     pub(crate) fn shared() -> Shared {
-        let config = Arc::new(Config::from_toml_str(CONFIG).expect("valid config"));
+        shared_with("")
+    }
+
+    /// [`shared`] with `more` (VIPs) appended to its config.
+    pub(crate) fn shared_with(more: &str) -> Shared {
+        let text = format!("{CONFIG}{more}");
+        let config = Arc::new(Config::from_toml_str(&text).expect("valid config"));
         let web = &config.vips[0];
         let tables = Arc::new(Tables::build(&config, &|_, _| true, 3).expect("tables"));
         let mut snap = CounterSnapshot {
@@ -935,6 +970,48 @@ address = "10.1.0.21"
         );
         let (big, _) = backend_series(PerBackend::Top(10));
         assert_eq!(big.len(), 3);
+    }
+
+    /// A tenant VIP's VNI is its own gauge; it is not announced although an underlay VIP
+    /// on its address is; the API documents carry the VNI and the backends' VTEPs.
+    #[test]
+    fn tenant_vips_export_their_vni() {
+        let s = shared_with(TENANTS);
+        let text = render(&s);
+        let has = |l: &str| text.lines().any(|x| x == l);
+        for l in [
+            "sluice_vip_tenant_vni{vip=\"t100\"} 100",
+            "sluice_vip_tenant_vni{vip=\"t200\"} 200",
+            "sluice_vip_announced{vip=\"t100\"} 0",
+            "sluice_vip_announced{vip=\"web\"} 1",
+            "# TYPE sluice_vip_tenant_vni gauge",
+        ] {
+            assert!(has(l), "{l} missing from\n{text}");
+        }
+        assert!(
+            !text.contains("sluice_vip_tenant_vni{vip=\"web\"}"),
+            "no series for an underlay VIP"
+        );
+        let vips = s.vips();
+        let by = |n: &str| vips.iter().find(|v| v.name == n).expect("the VIP");
+        assert_eq!(by("web").tenant_vni, None);
+        assert!(by("web").announced);
+        let t = by("t200");
+        assert_eq!((t.tenant_vni, t.announced), (Some(200), false));
+        assert_eq!(s.vip("t100").and_then(|v| v.tenant_vni), Some(100));
+        let json = serde_json::to_value(&vips).expect("json");
+        assert!(json[0].get("tenant_vni").is_none(), "omitted: {}", json[0]);
+        let b = s.backends("t200").expect("t200's backends");
+        assert_eq!(b[0].address, "10.1.0.11");
+        assert_eq!(b[0].vtep.as_deref(), Some("10.9.0.2"));
+        let w = s.backends("web").expect("web's backends");
+        assert_eq!(w[0].vtep, None);
+        assert!(
+            serde_json::to_value(&w[0])
+                .expect("json")
+                .get("vtep")
+                .is_none()
+        );
     }
 
     #[test]

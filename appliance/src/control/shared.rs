@@ -544,6 +544,7 @@ impl Shared {
                         new_flows: totals.new_flows,
                         active_connections: conns.0,
                         inactive_connections: conns.1,
+                        vtep: b.vtep.map(|a| a.to_string()),
                     }
                 })
                 .collect(),
@@ -695,7 +696,9 @@ fn vip_doc(
         },
         scheduler: v.scheduler.name().to_string(),
         hash: v.hash.name().to_string(),
-        announced: view.announced.contains(&v.address),
+        // A tenant's address is never announced (`announce::wanted`): an underlay VIP's
+        // announcement of the same address is not this VIP's.
+        announced: v.tenant_vni.is_none() && view.announced.contains(&v.address),
         withdrawn_by_operator: view.withdrawn.contains(&v.name),
         backends_eligible: shares.iter().filter(|s| s.2).count() as u32,
         backends_healthy: healthy as u32,
@@ -713,6 +716,7 @@ fn vip_doc(
         persistence_seconds: v.persistence.map(|d| d.as_secs()),
         persistence_netmask: v.persistence.map(|_| v.persistence_netmask),
         udp_one_packet: v.udp_one_packet,
+        tenant_vni: v.tenant_vni,
     }
 }
 

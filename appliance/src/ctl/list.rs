@@ -53,6 +53,24 @@ fn service_name(v: &api::Vip) -> String {
     )
 }
 
+/// ` vni 100` at the end of a tenant VIP's service line: LVS has no tenants, and two of
+/// them may have the same address; the VNI tells their services apart. After ipvsadm's
+/// fields, so its parsers still read them.
+fn vni(v: &api::Vip) -> String {
+    v.tenant_vni
+        .map(|n| format!(" vni {n}"))
+        .unwrap_or_default()
+}
+
+/// ` vtep 192.0.2.50` at the end of a tenant VIP's backend line (the underlay address of
+/// the backend's host).
+fn vtep(b: &api::Backend) -> String {
+    b.vtep
+        .as_ref()
+        .map(|a| format!(" vtep {a}"))
+        .unwrap_or_default()
+}
+
 /// ipvsadm's forwarding names; FullNAT has none in LVS.
 pub fn forward(mode: &str) -> &'static str {
     match mode {
@@ -119,13 +137,15 @@ fn by_address(a: &str, ap: u16, b: &str, bp: u16) -> Ordering {
     }
 }
 
-/// Services by protocol, address and port, backends by address and port (ipvsadm's order).
+/// Services by protocol, address and port (tenants' VIPs on one address after the
+/// underlay's, by VNI), backends by address and port (ipvsadm's order).
 pub fn sorted(mut services: Vec<Service>) -> Vec<Service> {
     services.sort_by(|a, b| {
         a.vip
             .protocol
             .cmp(&b.vip.protocol)
             .then_with(|| by_address(&a.vip.address, a.vip.port, &b.vip.address, b.vip.port))
+            .then_with(|| a.vip.tenant_vni.cmp(&b.vip.tenant_vni))
     });
     for s in &mut services {
         s.backends
@@ -143,18 +163,20 @@ pub fn format_list(status: &api::Status, services: &[Service]) -> String {
         let (sched, _) = scheduler(&s.vip);
         let _ = writeln!(
             o,
-            "{} {sched}{}",
+            "{} {sched}{}{}",
             service_name(&s.vip),
-            service_flags(&s.vip)
+            service_flags(&s.vip),
+            vni(&s.vip)
         );
         for b in &s.backends {
             let line = format!(
-                "  -> {:<28} {:<7} {:<6} {:<10} {:<10}",
+                "  -> {:<28} {:<7} {:<6} {:<10} {:<10}{}",
                 addr(&b.address, b.port),
                 forward(&s.vip.mode),
                 weight(b),
                 b.active_connections,
-                b.inactive_connections
+                b.inactive_connections,
+                vtep(b)
             );
             let _ = writeln!(o, "{}", line.trim_end());
         }
@@ -209,10 +231,10 @@ fn numbers_table(
     );
     for s in services {
         let nums: String = row(s, None).iter().map(|n| large(*n)).collect();
-        let _ = writeln!(o, "{:<33}{nums}", service_name(&s.vip));
+        let _ = writeln!(o, "{:<33}{nums}{}", service_name(&s.vip), vni(&s.vip));
         for b in &s.backends {
             let nums: String = row(s, Some(b)).iter().map(|n| large(*n)).collect();
-            let _ = writeln!(o, "  -> {:<28}{nums}", addr(&b.address, b.port));
+            let _ = writeln!(o, "  -> {:<28}{nums}{}", addr(&b.address, b.port), vtep(b));
         }
     }
     if services.iter().any(|s| two_way(&s.vip.mode)) {
@@ -366,6 +388,42 @@ mod tests {
             "rate.txt",
             &format_rate(&d.status, &before, &after, d.seconds),
         );
+    }
+
+    /// Two tenants' VIPs on one address: each service line ends with its VNI, each backend
+    /// line with its VTEP, after ipvsadm's own fields; the underlay's lines are unchanged.
+    #[test]
+    fn tenant_services_end_with_their_vni_and_vteps() {
+        let d: Documents =
+            serde_json::from_str(include_str!("golden/documents.json")).expect("documents");
+        let plain = format_list(&d.status, &sorted(d.after.clone()));
+        let mut after = d.after;
+        let web = after[0].clone();
+        for (vni, vtep) in [(200, "10.9.0.2"), (100, "10.9.0.1")] {
+            let mut t = web.clone();
+            t.vip.name = format!("t{vni}");
+            t.vip.mode = "tunnel".into();
+            t.vip.tenant_vni = Some(vni);
+            t.backends.truncate(1);
+            t.backends[0].vtep = Some(vtep.into());
+            after.push(t);
+        }
+        let list = format_list(&d.status, &sorted(after.clone()));
+        for line in plain.lines().skip(1) {
+            assert!(list.contains(line), "{line:?} changed:\n{list}");
+        }
+        let want = "TCP  192.0.2.10:80 mh (mh-port) vni 100\n  \
+                    -> 10.1.0.12:8080               Tunnel  100    812        40         vtep 10.9.0.1\n\
+                    TCP  192.0.2.10:80 mh (mh-port) vni 200\n  \
+                    -> 10.1.0.12:8080               Tunnel  100    812        40         vtep 10.9.0.2\n";
+        assert!(list.contains(want), "{list}");
+        let stats = format_stats(&d.status, &sorted(after));
+        let line = stats
+            .lines()
+            .find(|l| l.ends_with(" vni 200"))
+            .unwrap_or_else(|| panic!("{stats}"));
+        assert!(line.starts_with("TCP  192.0.2.10:80 "), "{line}");
+        assert!(stats.contains(" vtep 10.9.0.1\n"), "{stats}");
     }
 
     #[test]

@@ -338,6 +338,8 @@ impl App {
                 needle.is_empty()
                     || v.name.to_lowercase().contains(&needle)
                     || v.address.to_lowercase().contains(&needle)
+                    || v.tenant_vni
+                        .is_some_and(|n| format!("vni {n}").contains(&needle))
                     || v.mode.contains(&needle)
                     || v.scheduler.contains(&needle)
             })
@@ -348,7 +350,10 @@ impl App {
         list.sort_by(|a, b| {
             let ord = match self.sort {
                 VipSort::Name => a.name.cmp(&b.name),
-                VipSort::Address => (&a.address, a.port).cmp(&(&b.address, b.port)),
+                // The underlay's VIPs, then each tenant's network (by VNI).
+                VipSort::Address => {
+                    (a.tenant_vni, &a.address, a.port).cmp(&(b.tenant_vni, &b.address, b.port))
+                }
                 VipSort::Healthy => (a.backends_healthy, a.backends_total)
                     .cmp(&(b.backends_healthy, b.backends_total)),
                 VipSort::Pps => rate(a, |r| r.pps).total_cmp(&rate(b, |r| r.pps)),

@@ -288,7 +288,8 @@ fn backend_graph(app: &App, t: Theme, b: &Backend, area: Rect, buf: &mut Buffer)
 }
 
 /// The selected backend in two lines (three with a limit or a ramp): health, state and
-/// weight with where they come from, then its limit and ramp.
+/// weight with where they come from (and a tenant VIP's backend's VTEP), then its limit
+/// and ramp.
 fn backend_details(t: Theme, b: &Backend) -> Vec<Line<'static>> {
     let reason = b
         .health_reason
@@ -316,16 +317,21 @@ fn backend_details(t: Theme, b: &Backend) -> Vec<Line<'static>> {
             b.resume_connections.unwrap_or(m)
         ));
     }
+    let mut first = vec![
+        Span::styled(format!(" {} ", b.id), t.header()),
+        Span::styled(format!("health {}{reason}", b.health), health_style(t, b)),
+        Span::raw(" · "),
+        Span::styled(
+            format!("state {}{}", b.state, who(b.state_overridden)),
+            state_style(t, b),
+        ),
+    ];
+    // A tenant VIP's backend: `id` is its tenant address, its frames go to its host.
+    if let Some(v) = &b.vtep {
+        first.push(Span::raw(format!(" · vtep {v}")));
+    }
     let mut out = vec![
-        Line::from(vec![
-            Span::styled(format!(" {} ", b.id), t.header()),
-            Span::styled(format!("health {}{reason}", b.health), health_style(t, b)),
-            Span::raw(" · "),
-            Span::styled(
-                format!("state {}{}", b.state, who(b.state_overridden)),
-                state_style(t, b),
-            ),
-        ]),
+        Line::from(first),
         Line::raw(format!(
             " weight {}{} · {} · ring share {} of ideal {}",
             b.weight,

@@ -1,5 +1,6 @@
 //! The VIP list (2): every VIP with its announcement, backends and traffic, sorted and
-//! filtered as the operator asked, and the selected VIP's details below.
+//! filtered as the operator asked, and the selected VIP's details below. A tenant VIP's
+//! address carries its VNI (`10.0.0.5:80/tcp vni 100`): tenants may reuse addresses.
 //!
 //! The list is virtualised: only the rows that fit the screen are built (the window that
 //! keeps the selected VIP in view), so 10,000 VIPs cost a screenful of rows per frame.
@@ -16,9 +17,10 @@ use super::WIDE;
 use super::widgets::{Theme, put, put_stateful, right, width_of};
 use crate::app::{App, Prompt, VipSort};
 
-/// The BGP column (short on a narrow screen), and whether it deserves a warning.
+/// The BGP column (short on a narrow screen), and whether it deserves a warning. A tenant
+/// VIP's address is never announced (it is the tenant's): `-`, no warning.
 fn vip_bgp(app: &App, v: &Vip, wide: bool) -> (&'static str, bool) {
-    let bgp = app.status.as_ref().is_some_and(|s| s.bgp);
+    let bgp = app.status.as_ref().is_some_and(|s| s.bgp) && v.tenant_vni.is_none();
     match (bgp, v.withdrawn_by_operator, v.announced, wide) {
         (_, true, _, true) => ("withdrawn", true),
         (_, true, _, false) => ("wdr", true),
@@ -114,7 +116,8 @@ fn columns(
     wide: bool,
 ) -> (Vec<Cell<'static>>, Vec<Constraint>) {
     let name_w = width_of(list.iter().map(|v| v.name.as_str()), "VIP", 16);
-    let addr_w = width_of(addrs.iter().map(String::as_str), "Address", 26);
+    // Room for a tenant VIP's VNI after an IPv6 address (`[2001:db8::10]:443/tcp vni 100`).
+    let addr_w = width_of(addrs.iter().map(String::as_str), "Address", 32);
     let mark = |s: VipSort, h: &str| {
         if app.sort == s {
             format!("{h}{arrow}")
