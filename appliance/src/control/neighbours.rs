@@ -251,7 +251,8 @@ pub fn wanted(config: &Config, tables: &Tables) -> Vec<Unresolved> {
         .iter()
         .flat_map(|v| &v.backends)
         .filter(|b| b.state != BackendState::Disabled)
-        .map(|b| b.address)
+        // A tenant backend is reached at its VTEP.
+        .map(|b| b.underlay())
         .collect();
     tables.egress().unresolved(&live)
 }

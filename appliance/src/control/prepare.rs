@@ -384,7 +384,7 @@ pub fn effective(file: &Config, overrides: &mut HashMap<BackendId, Override>) ->
     let mut seen = HashSet::new();
     for v in &mut out.vips {
         for b in &mut v.backends {
-            let key = BackendId::new(&v.name, b.address, b.port);
+            let key = BackendId::new(&v.name, b.underlay(), b.port);
             if let Some(o) = overrides.get_mut(&key) {
                 if o.state == Some(b.state) {
                     o.state = None;

@@ -157,7 +157,8 @@ impl Ramps {
                 let Some(p) = period(v.slow_start, b) else {
                     continue;
                 };
-                let Some(r) = self.ramp_of(&BackendId::new(&v.name, b.address, b.port), p) else {
+                let Some(r) = self.ramp_of(&BackendId::new(&v.name, b.underlay(), b.port), p)
+                else {
                     continue;
                 };
                 let k = level(now.saturating_duration_since(r.since), p);

@@ -29,9 +29,11 @@ impl BackendId {
         }
     }
 
-    /// Backend `b` of VIP `v` in the config.
+    /// Backend `b` of VIP `v` in the config. A tenant backend is known by its VTEP (its
+    /// address is the tenant's, and validation keeps VTEP and port unique in a VIP), as
+    /// the tables know it.
     pub fn of(v: &config::Vip, b: &config::Backend) -> BackendId {
-        BackendId::new(&v.name, b.address, b.port)
+        BackendId::new(&v.name, b.underlay(), b.port)
     }
 
     /// The backend in slot `slot` of `t`, if there is one.

@@ -8,8 +8,8 @@
 
 use sluice::lb::Tables;
 
-use super::build::{ACK, Encap, Pkt, SYN, TCP, UDP, encap_frame, ip, tcp, udp};
-use super::setup::{flow_hash, mac_of, tunnel_src};
+use super::build::{ACK, Pkt, SYN, TCP, UDP, ip, tcp, udp};
+use super::tunnel::{Tun, encapsulated};
 use super::{BACKENDS, Fixture, Given, OUR_MAC, UPLINK};
 
 pub(super) const ROWS: &[super::Row] = &[
@@ -61,29 +61,21 @@ fn arrival(to: &str, vni: u32, flags: u8, inner: &Pkt) -> Vec<u8> {
 }
 
 /// `inner` as tenant VIP `vip` sends it to its backend behind `vtep`, in VXLAN `vni`.
-fn to_backend(t: &Tables, vip: &str, vtep: &str, vni: u32, inner: &Pkt) -> Vec<u8> {
-    let (c, v) = (inner.src.to_string(), inner.dst.to_string());
-    let h = flow_hash(&c, &v, 40000, 80, TCP);
-    let b = ip(vtep);
-    let (osrc, sport) = tunnel_src(b.is_ipv6(), h);
-    let mac = mac_of(t, vip);
-    let outer = Pkt::new(&c, &v, 4, Vec::new())
-        .macs(mac, OUR_MAC)
-        .ident(0)
-        .with(|o| {
-            o.src = osrc;
-            o.dst = b;
-            o.tos = inner.tos;
-            o.df = inner.v6() || inner.df;
-            if b.is_ipv6() {
-                o.flow_label = h & 0xfffff;
-            }
-        });
-    let encap = Encap {
-        udp: Some((sport, 4789)),
-        vxlan: Some((vni, mac, OUR_MAC)),
+fn to_backend(t: &Tables, vip: &'static str, vtep: &'static str, vni: u32, inner: &Pkt) -> Vec<u8> {
+    let (client, addr) = if inner.v6() {
+        (CLIENT6, VIP6)
+    } else {
+        (CLIENT4, VIP4)
     };
-    encap_frame(inner, outer, encap)
+    let v = Tun {
+        vip,
+        client,
+        addr,
+        backend: vtep,
+        udp_port: Some(4789),
+        vni: Some(vni),
+    };
+    encapsulated(t, &v, inner)
 }
 
 fn tenant100_syn(t: &Tables) -> Fixture {

@@ -30,15 +30,16 @@ pub(super) const ROWS: &[super::Row] = &[
 ];
 
 /// A tunnel VIP of the golden setup, the client that sends to it and its backend.
-struct Tun {
-    vip: &'static str,
-    client: &'static str,
-    addr: &'static str,
-    backend: &'static str,
+pub(super) struct Tun {
+    pub(super) vip: &'static str,
+    pub(super) client: &'static str,
+    pub(super) addr: &'static str,
+    /// The outer destination: the backend's address (a tenant backend's VTEP).
+    pub(super) backend: &'static str,
     /// GUE or VXLAN: the outer UDP destination port.
-    udp_port: Option<u16>,
+    pub(super) udp_port: Option<u16>,
     /// VXLAN: the VNI.
-    vni: Option<u32>,
+    pub(super) vni: Option<u32>,
 }
 
 const C4: &str = "198.51.100.7";
@@ -77,8 +78,8 @@ pub(super) fn ipip4_syn() -> Pkt {
     syn(&IPIP4)
 }
 
-/// `inner` as the VIP `v` encapsulates it toward its backend.
-fn encapsulated(t: &Tables, v: &Tun, inner: &Pkt) -> Vec<u8> {
+/// `inner` (client:40000 -> VIP:80) as the VIP `v` encapsulates it toward its backend.
+pub(super) fn encapsulated(t: &Tables, v: &Tun, inner: &Pkt) -> Vec<u8> {
     let h = flow_hash(v.client, v.addr, 40000, 80, TCP);
     let b = ip(v.backend);
     let (osrc, sport) = tunnel_src(b.is_ipv6(), h);
