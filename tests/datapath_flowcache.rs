@@ -1415,3 +1415,103 @@ fn expired_fullnat_port_is_not_misdirected(cache: FlowCache) {
         );
     }
 }
+
+/// The program's front table (steer.bpf.c): each CPU copies the entries it hits, and a copy
+/// serves the rest of its jiffy without the map. A copy must never outlive the entry it was
+/// made from: after the control plane replaces an entry (here its destination MAC, as a
+/// neighbour change does) the very next frame leaves with the new one, and after it evicts
+/// the entry the next frame goes to the engine. Each round is a few microseconds, so nearly
+/// all of them fall in the jiffy of the copy before them (the test counts those: a round
+/// where the entry's last_seen, the kernel's jiffies, did not move).
+#[test]
+fn the_front_table_never_serves_a_replaced_or_evicted_entry() {
+    require_root();
+    let ns = golden_netns("hx-f");
+    let name = ns.name.clone();
+    thread::spawn(move || {
+        enter(&name);
+        // The copies are per CPU: every run must meet the one the run before filled.
+        let mut one = nix::sched::CpuSet::new();
+        one.set(0).expect("cpu 0");
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pin");
+        let cache = golden_cache();
+        let steer = Steer::load_with_cache(Some(&cache)).expect("load with cache");
+        let t = golden::tables();
+        for prefix in ["nat4 tcp syn", "nat6 tcp syn"] {
+            front_copies_follow_the_map(&steer, &cache, &t, prefix);
+        }
+    })
+    .join()
+    .expect("front table thread");
+}
+
+fn front_copies_follow_the_map(
+    steer: &Steer,
+    cache: &FlowCache,
+    t: &sluice::lb::Tables,
+    prefix: &str,
+) {
+    let fx = golden::fixtures()
+        .into_iter()
+        .find(|f| f.description.starts_with(prefix))
+        .unwrap_or_else(|| panic!("fixture {prefix}"));
+    let (mut ct, mut st) = golden::state_for(&fx, t);
+    engine_only(t, &mut ct, &mut st, &fx.input, fx.ifindex);
+    establish(t, &mut ct, &mut st, &fx.input, fx.ifindex);
+    let ack = with_tcp_flags(&fx.input, 0x10).expect("ack");
+    let mut buf = vec![0u8; HEADROOM + ack.len() + 256];
+    buf[HEADROOM..HEADROOM + ack.len()].copy_from_slice(&ack);
+    let mut frame = Frame::new(&mut buf, HEADROOM, ack.len(), fx.ifindex).expect("frame");
+    let mut rec: Option<Decision> = None;
+    process_recorded(&mut frame, t, &mut ct, &mut st, golden::NOW, &mut rec);
+    let d = rec
+        .filter(flowcache::cacheable)
+        .expect("an established, cacheable flow");
+    let b = &t.backends[d.backend as usize];
+    let slot = cache.stat_slot(&BackendId::new(
+        &t.vips[d.vip as usize].name,
+        b.ip(),
+        b.port,
+    ));
+    let first = flowcache::entry_for(&d, slot).expect("entry");
+    let mut same_jiffy = 0;
+    let mut last_seen = None;
+    for round in 0..200u8 {
+        // Installed, then replaced in place (no eviction between), then evicted.
+        for step in 0..2u8 {
+            let mut e = first;
+            e.dst_mac[4] = step;
+            e.dst_mac[5] = round;
+            cache.install(&d.key, &e).expect("install");
+            // Twice: the first run may copy the entry, the second is then served by the copy.
+            for run in 0..2 {
+                let (action, out, _) = steer.test_run(&ack, 0).expect("test run");
+                assert!(
+                    action == XDP_TX || action == XDP_REDIRECT,
+                    "{prefix}: round {round} step {step} run {run}: a hit, not action {action}"
+                );
+                assert_eq!(
+                    out[..6],
+                    e.dst_mac,
+                    "{prefix}: round {round} step {step} run {run}: the MAC of the entry \
+                     installed last"
+                );
+            }
+        }
+        let seen = cache.get(&d.key).expect("installed").last_seen;
+        same_jiffy += usize::from(last_seen == Some(seen));
+        last_seen = Some(seen);
+        cache.evict(&d.key);
+        let (action, out, _) = steer.test_run(&ack, 0).expect("test run");
+        assert_eq!(
+            action, XDP_PASS,
+            "{prefix}: round {round}: evicted, so not forwarded by the kernel"
+        );
+        assert_eq!(hex(&out), hex(&ack), "{prefix}: round {round}: untouched");
+    }
+    eprintln!("{prefix}: {same_jiffy} of 200 rounds in the jiffy of the round before");
+    assert!(
+        same_jiffy >= 100,
+        "{prefix}: too few rounds within one jiffy to test the copies ({same_jiffy})"
+    );
+}

@@ -7,6 +7,7 @@
 //! to the queue of the worker that owns it.
 //! [`packet`] is AF_PACKET with a classic BPF filter, for the health probes that prove a VIP.
 //! [`mem`] hands the heap's freed pages back to the kernel after start-up's parse.
+//! [`bpfmem`] maps a BPF array's values into our memory (the flow cache's front table).
 //! Everything else in the workspace is `#![forbid(unsafe_code)]` and reaches the kernel
 //! through these safe functions or through maintained crates (libbpf-rs, rtnetlink, nix).
 //! Each module opts in with `#![allow(unsafe_code)]`, and every `unsafe` block carries a
@@ -14,6 +15,7 @@
 //! the line is there).
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod bpfmem;
 pub mod ethtool;
 pub mod mem;
 pub mod packet;

@@ -55,6 +55,11 @@ pub enum DatapathError {
         #[source]
         source: libbpf_rs::Error,
     },
+    /// The flow cache's front-table numbers could not be mapped into our memory.
+    #[error(
+        "cannot mmap the flow cache's front_gen map: {0} (a kernel without BPF_F_MMAPABLE arrays?)"
+    )]
+    FrontTable(#[source] io::Error),
     /// The programs attached to an interface could not be listed.
     #[error("cannot query the XDP programs attached to {interface}: {source}")]
     XdpQuery {

@@ -721,15 +721,155 @@ static __always_inline int cache_send(struct xdp_md *ctx, struct ethhdr *eth,
 {
 	__builtin_memcpy(eth->h_dest, v->dst_mac, 6);
 	__builtin_memcpy(eth->h_source, v->src_mac, 6);
-	// Activity for the workers' ageing (flowcache/worker.rs `WorkerCache::tick`): jiffies is a
-	// plain load (the verifier inlines the helper; bpf_ktime_get_coarse_ns is a call, 2 ns a
-	// hit), and a busy flow dirties its entry once a tick, not every frame.
-	__u64 now = bpf_jiffies64();
-	if (v->last_seen != now)
-		v->last_seen = now;
 	// Hits are the sum of the slots' packets: one per-CPU counter per hit, not two.
 	count_stat(v->stat, len);
 	return send_to(ctx, v->ifindex, v->tx, v->tx_port);
+}
+
+// ---- the cache's front table ------------------------------------------------------------
+//
+// A hit in flow_cache4/6 costs the kernel's jhash of the key and a walk of its bucket: about
+// 25 ns a frame at 256 flows, a quarter of the XDP_REDIRECT ceiling's whole frame (`sluice
+// bench --flows`, run CL against run C). So each CPU keeps a direct-mapped copy of the entries it hit, at a slot
+// of our own hash (a multiply per 8 bytes of key): a hit there is one inlined array read and
+// a key compare. A copy serves only the jiffy it was made in, so every flow still finds its
+// entry in the LRU map once a jiffy on each CPU it arrives on: the entry's last_seen (the
+// workers' ageing), the flood refund of its first hit and the LRU's order stay what they
+// were. And the control plane makes every copy of a key stale the moment it installs or
+// evicts that key (flowcache/mod.rs `FlowCache::install`, `evict`): it writes a new number
+// into front_gen at the key's slot, through an mmap, without a syscall, and a copy is good
+// only while that number is the one read before its lookup. A slot holds the first flow
+// that arrives in a jiffy; another flow of the same slot takes the map's path until the
+// next jiffy (a frame costs one array read more than before then, and nothing is written).
+//
+// Keep FRONT_BITS and the multipliers in step with flowcache/layout.rs `front_index`.
+#define FRONT_BITS 11
+#define FRONT_SLOTS (1 << FRONT_BITS)
+#define FRONT_M0 0x9e3779b97f4a7c15ULL
+#define FRONT_M1 0xc2b2ae3d27d4eb4fULL
+#define FRONT_M2 0x165667b19e3779f9ULL
+#define FRONT_M3 0xd6e8feb86659fd93ULL
+#define FRONT_M4 0xff51afd7ed558ccdULL
+
+// The map keys (struct cache_key4, cache_key6) as 8-byte words, little-endian: a word's
+// low half holds the lower bytes. The frame's fields are put together in registers: a hit
+// reads no key back from the stack that was just written there in pieces.
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "front keys assume little-endian");
+_Static_assert(sizeof(struct cache_key4) == 2 * 8, "cache_key4 is two words");
+_Static_assert(sizeof(struct cache_key6) == 5 * 8, "cache_key6 is five words");
+
+struct front4 {
+	__u64 key[2]; // struct cache_key4
+	__u64 seen; // jiffies when copied: the copy serves that jiffy only
+	__u64 gen;  // front_gen at the slot before the copy's lookup
+	struct cache_val val;
+};
+
+struct front6 {
+	__u64 key[5]; // struct cache_key6
+	__u64 seen;
+	__u64 gen;
+	struct cache_val val;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FRONT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct front4);
+} cache_front4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FRONT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct front6);
+} cache_front6 SEC(".maps");
+
+// The IPv4 slots' numbers, then the IPv6 slots'. Written by the control plane only, through
+// an mmap (sys::bpfmem): 8-byte values, since the kernel lays array values out 8 bytes apart.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * FRONT_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} front_gen SEC(".maps");
+
+// An entry found in the LRU map: stamped with the jiffy (activity for the workers' ageing,
+// flowcache/worker.rs `WorkerCache::tick`; a busy flow dirties its entry once a jiffy, not
+// every frame), its first hit paying its source's flood bucket back.
+static __always_inline void cache_stamp(struct cache_val *v, const void *src, __u8 family,
+					__u64 now)
+{
+	if (!v->last_seen)
+		flood_refund(src, family);
+	if (v->last_seen != now)
+		v->last_seen = now;
+}
+
+// The entry of the IPv4 key whose words are `w`: this CPU's front copy, else the LRU map's
+// (then copied to the front when the slot is free this jiffy or holds the same key); NULL
+// for a miss.
+static __always_inline struct cache_val *cache_find4(const __u64 w[2], __u64 now)
+{
+	__u32 slot = (__u32)((w[0] * FRONT_M0 + w[1] * FRONT_M1) >> (64 - FRONT_BITS));
+	__u64 *gen = bpf_map_lookup_elem(&front_gen, &slot);
+	struct front4 *fe = bpf_map_lookup_elem(&cache_front4, &slot);
+	if (!gen || !fe)
+		return NULL;
+	__u64 g = *(volatile __u64 *)gen;
+	int same = fe->key[0] == w[0] && fe->key[1] == w[1];
+	if (same && fe->seen == now && fe->gen == g)
+		return &fe->val;
+	struct cache_val *v = bpf_map_lookup_elem(&flow_cache4, w);
+	if (!v)
+		return NULL;
+	cache_stamp(v, w, FAMILY_V4, now);
+	if (same || fe->seen != now) {
+		fe->key[0] = w[0];
+		fe->key[1] = w[1];
+		fe->seen = now;
+		fe->gen = g;
+		__builtin_memcpy(&fe->val, v, sizeof(fe->val));
+	}
+	return v;
+}
+
+// The same for an IPv6 key.
+static __always_inline struct cache_val *cache_find6(const __u64 w[5], __u64 now)
+{
+	__u32 fslot = (__u32)((w[0] * FRONT_M0 + w[1] * FRONT_M1 + w[2] * FRONT_M2 +
+			       w[3] * FRONT_M3 + w[4] * FRONT_M4) >> (64 - FRONT_BITS));
+	__u32 slot = fslot + FRONT_SLOTS;
+	__u64 *gen = bpf_map_lookup_elem(&front_gen, &slot);
+	struct front6 *fe = bpf_map_lookup_elem(&cache_front6, &fslot);
+	if (!gen || !fe)
+		return NULL;
+	__u64 g = *(volatile __u64 *)gen;
+	int same = fe->key[0] == w[0] && fe->key[1] == w[1] && fe->key[2] == w[2] &&
+		   fe->key[3] == w[3] && fe->key[4] == w[4];
+	if (same && fe->seen == now && fe->gen == g)
+		return &fe->val;
+	struct cache_val *v = bpf_map_lookup_elem(&flow_cache6, w);
+	if (!v)
+		return NULL;
+	cache_stamp(v, w, FAMILY_V6, now);
+	if (same || fe->seen != now) {
+#pragma unroll
+		for (int i = 0; i < 5; i++)
+			fe->key[i] = w[i];
+		fe->seen = now;
+		fe->gen = g;
+		__builtin_memcpy(&fe->val, v, sizeof(fe->val));
+	}
+	return v;
+}
+
+// Two 32-bit words as one key word (the first at the lower address).
+static __always_inline __u64 word2(__u32 lo, __u32 hi)
+{
+	return (__u64)lo | ((__u64)hi << 32);
 }
 
 // IPv4: returns an XDP action when the cache forwards the frame, -1 to fall through.
@@ -765,18 +905,16 @@ static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *
 	__be16 *ports = (__be16 *)l4;
 	if ((void *)(ports + 2) > end)
 		return -1;
-	struct cache_key4 k = {
-		.src = ip->saddr,
-		.dst = ip->daddr,
-		.sport = ports[0],
-		.dport = ports[1],
-		.proto = proto,
+	// struct cache_key4 as words: src, dst; sport, dport, proto.
+	__u64 k[2] = {
+		word2(ip->saddr, ip->daddr),
+		word2((__u32)ports[0] | ((__u32)ports[1] << 16), proto),
 	};
-	struct cache_val *v = bpf_map_lookup_elem(&flow_cache4, &k);
+	// jiffies is a plain load (the verifier inlines the helper; bpf_ktime_get_coarse_ns is a
+	// call, 2 ns a hit).
+	struct cache_val *v = cache_find4(k, bpf_jiffies64());
 	if (!v)
 		return -1;
-	if (!v->last_seen)
-		flood_refund(&ip->saddr, FAMILY_V4);
 
 	if (v->action == ACT_NAT) {
 		if (ip->ttl <= 1)
@@ -826,18 +964,19 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 	__be16 *ports = (__be16 *)l4;
 	if ((void *)(ports + 2) > end)
 		return -1;
-	struct cache_key6 k;
-	__builtin_memset(&k, 0, sizeof(k));
-	__builtin_memcpy(k.src, &ip6->saddr, 16);
-	__builtin_memcpy(k.dst, &ip6->daddr, 16);
-	k.sport = ports[0];
-	k.dport = ports[1];
-	k.proto = proto;
-	struct cache_val *v = bpf_map_lookup_elem(&flow_cache6, &k);
+	// struct cache_key6 as words: src, dst (two each); sport, dport, proto.
+	const __u32 *sa = (const __u32 *)&ip6->saddr;
+	const __u32 *da = (const __u32 *)&ip6->daddr;
+	__u64 k[5] = {
+		word2(sa[0], sa[1]),
+		word2(sa[2], sa[3]),
+		word2(da[0], da[1]),
+		word2(da[2], da[3]),
+		word2((__u32)ports[0] | ((__u32)ports[1] << 16), proto),
+	};
+	struct cache_val *v = cache_find6(k, bpf_jiffies64());
 	if (!v)
 		return -1;
-	if (!v->last_seen)
-		flood_refund(&ip6->saddr, FAMILY_V6);
 
 	if (v->action == ACT_NAT) {
 		if (ip6->hop_limit <= 1)

@@ -73,6 +73,32 @@ pub(crate) fn key_bytes(k: &FlowKey) -> Vec<u8> {
     }
 }
 
+/// Slots of each family in the program's front table (steer.bpf.c FRONT_BITS).
+pub(crate) const FRONT_BITS: u32 = 11;
+pub(crate) const FRONT_SLOTS: usize = 1 << FRONT_BITS;
+/// The front table's multipliers, one per 8 bytes of key (steer.bpf.c FRONT_M0..4).
+const FRONT_M: [u64; 5] = [
+    0x9e37_79b9_7f4a_7c15,
+    0xc2b2_ae3d_27d4_eb4f,
+    0x1656_67b1_9e37_79f9,
+    0xd6e8_feb8_6659_fd93,
+    0xff51_afd7_ed55_8ccd,
+];
+
+/// The index in `front_gen` of the front-table slot the program copies `key`'s entry to
+/// (steer.bpf.c `cache_find4`, `cache_find6`): the map key's 8-byte words as the program
+/// loads them (native order), each times its multiplier, summed, top FRONT_BITS bits; IPv6
+/// slots after the IPv4 ones.
+pub(crate) fn front_index(key: &FlowKey) -> usize {
+    let bytes = key_bytes(key);
+    let h = bytes.chunks_exact(8).zip(FRONT_M).fold(0u64, |h, (w, m)| {
+        let w = u64::from_ne_bytes(w.try_into().unwrap_or_default());
+        h.wrapping_add(w.wrapping_mul(m))
+    });
+    let slot = (h >> (64 - FRONT_BITS)) as usize;
+    if key.v6 { FRONT_SLOTS + slot } else { slot }
+}
+
 /// The inverse of [`key_bytes`]: the family follows from the length.
 pub(crate) fn key_from_bytes(b: &[u8]) -> Option<FlowKey> {
     match b.len() {
@@ -272,6 +298,42 @@ mod tests {
             assert_eq!(v.carry.count_ones(), 1, "one CARRY_* bit");
             let back = cache_val::from_bytes(&v.to_bytes()).expect("whole value");
             assert_eq!(CacheEntry::from_value(&back, false), Some(c));
+        }
+    }
+
+    /// The program's front slots (steer.bpf.c FRONT_BITS) spread one client's ports as a
+    /// random placement would (a multiply that left ports in unused bits, as the connection
+    /// table's first hash did, would put them in a handful of slots), and each family keeps
+    /// to its half of front_gen.
+    #[test]
+    fn front_slots_spread_one_clients_ports_and_keep_to_their_family() {
+        for v6 in [false, true] {
+            let base = if v6 {
+                0x2001_0db8 << 96
+            } else {
+                V4_MAPPED | 0x0a52_0001
+            };
+            let slots: std::collections::HashSet<usize> = (0..256u16)
+                .map(|p| {
+                    front_index(&FlowKey {
+                        src: base,
+                        dst: base + 1,
+                        sport: 40_000 + p,
+                        dport: 80,
+                        proto: 17,
+                        v6,
+                        zone: 0,
+                    })
+                })
+                .collect();
+            // 256 keys placed at random in 2,048 slots fill about 241.
+            assert!(slots.len() >= 220, "v6 {v6}: {} slots", slots.len());
+            let half = if v6 {
+                FRONT_SLOTS..2 * FRONT_SLOTS
+            } else {
+                0..FRONT_SLOTS
+            };
+            assert!(slots.iter().all(|s| half.contains(s)), "v6 {v6}");
         }
     }
 }

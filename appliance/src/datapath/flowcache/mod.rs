@@ -18,10 +18,18 @@
 //! control commit -> control::cache::after_commit -> evict what the new tables change
 //! worker tick    -> a last_seen that moved refreshes the connection table (ageing)
 //! ```
+//!
+//! The program looks an entry up in each CPU's front table first (steer.bpf.c, "the cache's
+//! front table"): a copy of the entries that CPU hit, valid for the jiffy it was made in,
+//! at a slot of our own hash (`layout::front_index`). Every [`FlowCache::install`] and
+//! [`FlowCache::evict`] writes a new number at the key's slot of `front_gen` (mapped into
+//! our memory: one store, no syscall), which makes every CPU's copy of that key stale
+//! before the call returns; so a copy never serves an entry the map no longer holds.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
@@ -40,11 +48,13 @@ use crate::lb::FlowState;
 use crate::lb::conntrack::tcp_flags;
 use crate::lb::hash::FlowKey;
 use crate::lb::process::Decision;
-use layout::{TX_REDIRECT, key_bytes, key_from_bytes};
+use layout::{FRONT_SLOTS, TX_REDIRECT, front_index, key_bytes, key_from_bytes};
+use sys::bpfmem::MappedWords;
 
 /// Entries the cache holds per address family (an LRU each: the least recently used entry
 /// makes room). The kernel allocates them up front: about 140 bytes an IPv4 entry and 160 an
-/// IPv6 one, 39 MiB for both maps.
+/// IPv6 one, 39 MiB for both maps. (The program's front tables add a fixed 0.5 MiB per CPU:
+/// 2,048 copies of 112 and 136 bytes.)
 pub const CACHE_ENTRIES: u32 = 131_072;
 
 /// Counter slots per (VIP, backend) (steer.bpf.c STAT_SLOTS); slot 0 is "other".
@@ -63,6 +73,10 @@ pub(crate) const MAP_CACHE6: &str = "flow_cache6";
 pub(crate) const MAP_STATS: &str = "cache_stats";
 pub(crate) const MAP_COUNTERS: &str = "cache_counters";
 pub(crate) const MAP_TX_PORTS: &str = "tx_ports";
+pub(crate) const MAP_FRONT_GEN: &str = "front_gen";
+
+/// `BPF_F_MMAPABLE`: an array userspace may mmap (front_gen).
+const BPF_F_MMAPABLE: u32 = 1 << 10;
 
 /// How the kernel sends a hit that leaves through the interface it arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +264,11 @@ pub struct FlowCache {
     stats: MapHandle,
     counters: MapHandle,
     tx_ports: MapHandle,
+    /// The program's front-table numbers (steer.bpf.c `front_gen`), mapped: a new number at
+    /// a key's slot makes every CPU's copy of that key's entry stale.
+    front_gen: MapHandle,
+    gens: MappedWords,
+    next_gen: AtomicU64,
     slots: Mutex<HashMap<BackendId, u32>>,
     /// Egress interfaces by ifindex: their slot in `tx_ports` and how hairpins are sent.
     egress: RwLock<HashMap<u32, (u8, Hairpin)>>,
@@ -268,8 +287,20 @@ fn create(
     value: u32,
     entries: u32,
 ) -> Result<MapHandle, DatapathError> {
+    create_with(ty, name, key, value, entries, 0)
+}
+
+fn create_with(
+    ty: MapType,
+    name: &str,
+    key: u32,
+    value: u32,
+    entries: u32,
+    map_flags: u32,
+) -> Result<MapHandle, DatapathError> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags,
         ..Default::default()
     };
     MapHandle::create(ty, Some(name), key, value, entries, &opts)
@@ -289,6 +320,16 @@ impl FlowCache {
                 entries.max(1),
             )
         };
+        let front_gen = create_with(
+            MapType::Array,
+            MAP_FRONT_GEN,
+            U32,
+            size_of::<u64>() as u32,
+            2 * FRONT_SLOTS as u32,
+            BPF_F_MMAPABLE,
+        )?;
+        let gens = MappedWords::map(front_gen.as_fd(), 2 * FRONT_SLOTS)
+            .map_err(DatapathError::FrontTable)?;
         Ok(FlowCache {
             cache4: lru(MAP_CACHE4, cache_key4::LEN)?,
             cache6: lru(MAP_CACHE6, cache_key6::LEN)?,
@@ -313,6 +354,9 @@ impl FlowCache {
                 U32,
                 super::steer::MAX_INTERFACES,
             )?,
+            front_gen,
+            gens,
+            next_gen: AtomicU64::new(0),
             slots: Mutex::new(HashMap::new()),
             egress: RwLock::new(HashMap::new()),
         })
@@ -330,6 +374,7 @@ impl FlowCache {
             MAP_STATS => Some(self.stats.as_fd()),
             MAP_COUNTERS => Some(self.counters.as_fd()),
             MAP_TX_PORTS => Some(self.tx_ports.as_fd()),
+            MAP_FRONT_GEN => Some(self.front_gen.as_fd()),
             _ => None,
         }
     }
@@ -405,14 +450,29 @@ impl FlowCache {
         if hairpin == Hairpin::Redirect {
             value.tx = TX_REDIRECT;
         }
-        self.map(key.v6)
+        let done = self
+            .map(key.v6)
             .update(&key_bytes(key), &value.to_bytes(), MapFlags::ANY)
-            .map_err(|e| bpf_err("installing a flow cache entry", e))
+            .map_err(|e| bpf_err("installing a flow cache entry", e));
+        self.stale_front(key);
+        done
     }
 
     /// Removes the entry of `key` (absent is fine).
     pub fn evict(&self, key: &FlowKey) {
         let _ = self.map(key.v6).delete(&key_bytes(key));
+        self.stale_front(key);
+    }
+
+    /// Makes every CPU's front-table copy of `key`'s entry stale (steer.bpf.c, the front
+    /// table): after the map changed, a new number at its slot. Numbers never repeat
+    /// within 2^32 installs and evictions, and a copy lives one jiffy.
+    fn stale_front(&self, key: &FlowKey) {
+        let n = self
+            .next_gen
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
+        self.gens.store(front_index(key), n);
     }
 
     /// The entry of `key`, if the kernel still holds it.
