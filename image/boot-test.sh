@@ -361,6 +361,7 @@ boot() {
 cmdline="root=PARTUUID=${root_uuid,,} rw console=tty1 console=ttyS0,115200 net.ifnames=0"
 cmdline+=" loglevel=4 systemd.show_status=true systemd.firstboot=off"
 cmdline+=" rd.systemd.mask=systemd-networkd.service rd.systemd.mask=systemd-networkd.socket"
+cmdline+=" rd.systemd.mask=systemd-repart.service"
 cmdline+=" ${SLUICE_BOOT_APPEND:-}"
 direct=(-kernel "$out/sluice.vmlinuz" -initrd "$out/sluice.initrd" -append "$cmdline")
 
@@ -609,6 +610,14 @@ state_size=${state_size%%$'\n'*}
 python3 -c "import sys; sys.exit(0 if $state_size * 2**30 > 4 * $image_state else 1)" ||
     fail "the state partition was not grown to the disk: ${state_size}G (image: $image_state bytes)"
 echo "boot-test: state partition grown from $((image_state >> 20)) MiB to ${state_size}G at first boot"
+# systemd-repart grows it in the real root only (mkosi.conf masks the initrd's copy, which
+# raced the initrd's teardown of udevd and once cost a first boot its /var).
+switch_line=$(grep -anm1 "Starting initrd-switch-root" "$console.txt" | cut -d: -f1)
+repart_line=$(grep -anm1 "Starting systemd-repart" "$console.txt" | cut -d: -f1)
+[ -n "$switch_line" ] && [ -n "$repart_line" ] ||
+    fail "the console shows no switch root (line '${switch_line}') or no systemd-repart (line '${repart_line}')"
+[ "$repart_line" -gt "$switch_line" ] ||
+    fail "systemd-repart ran in the initrd (console line $repart_line, switch root at $switch_line)"
 wait_route 203.0.113.80
 check_http 203.0.113.80
 # The host kernel may lack 802.1Q, so the router asks for the VLAN address itself: an ARP

@@ -1,7 +1,7 @@
 //! A BPF array map's values in our own memory: an array created with `BPF_F_MMAPABLE`
 //! (values of 8 bytes: the kernel lays array values out 8 bytes apart whatever their size,
-//! so 8-byte values are the ones whose mapping is a plain `[u64]`) mapped shared, so the control plane writes a value the XDP program
-//! reads with one store instead of a `bpf(BPF_MAP_UPDATE_ELEM)` syscall. The flow cache's
+//! so 8-byte values are the ones whose mapping is a plain `[u64]`) mapped shared, so the
+//! control plane writes a value the XDP program reads with one store instead of a `bpf(BPF_MAP_UPDATE_ELEM)` syscall. The flow cache's
 //! front table uses it (`front_gen`, appliance datapath/flowcache).
 #![allow(unsafe_code)]
 
@@ -52,16 +52,6 @@ impl MappedWords {
         Ok(MappedWords { ptr, len })
     }
 
-    /// Number of values mapped.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for no values (never: [`MappedWords::map`] refuses 0).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     fn word(&self, i: usize) -> Option<&AtomicU64> {
         if i >= self.len {
             return None;
@@ -77,11 +67,6 @@ impl MappedWords {
         if let Some(w) = self.word(i) {
             w.store(v, Ordering::Release);
         }
-    }
-
-    /// The value `i` (0 out of range).
-    pub fn load(&self, i: usize) -> u64 {
-        self.word(i).map_or(0, |w| w.load(Ordering::Acquire))
     }
 }
 
