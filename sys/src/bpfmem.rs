@@ -1,8 +1,9 @@
 //! A BPF array map's values in our own memory: an array created with `BPF_F_MMAPABLE`
 //! (values of 8 bytes: the kernel lays array values out 8 bytes apart whatever their size,
 //! so 8-byte values are the ones whose mapping is a plain `[u64]`) mapped shared, so the
-//! control plane writes a value the XDP program reads with one store instead of a `bpf(BPF_MAP_UPDATE_ELEM)` syscall. The flow cache's
-//! front table uses it (`front_gen`, appliance datapath/flowcache).
+//! control plane writes a value the XDP program reads with one store instead of a
+//! `bpf(BPF_MAP_UPDATE_ELEM)` syscall. The flow cache's front table uses it (`front_gen`,
+//! appliance datapath/flowcache).
 #![allow(unsafe_code)]
 
 use std::io;
