@@ -136,6 +136,25 @@ pub struct FlowsRow {
     pub baseline_cache: Option<RunResult>,
     /// The tables at the end of the last round.
     pub tables: TableState,
+    /// Each round's rates, in order: the spread behind the medians.
+    pub by_round: Vec<RoundRates>,
+}
+
+/// One round's delivered rates, Mpps (`None`: the run was not made).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RoundRates {
+    /// Run A.
+    pub sluice: f64,
+    /// Run A2.
+    pub cache: f64,
+    /// Run C.
+    pub ceiling: f64,
+    /// Run CL.
+    pub ceiling_lookup: Option<f64>,
+    /// Run B.
+    pub nftables: f64,
+    /// The `--baseline` binary's run A2.
+    pub baseline_cache: Option<f64>,
 }
 
 /// The many-flows bench's result.
@@ -180,6 +199,7 @@ fn one_count(
     let (mut a, mut a2, mut c, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut a2d, mut cl, mut ab, mut a2b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut tables = TableState::default();
+    let mut by_round = Vec::new();
     let baseline = options.baseline.as_ref().map(|old| BenchOptions {
         sluice: old.clone(),
         ..options.clone()
@@ -206,6 +226,15 @@ fn one_count(
         tables = table_state(&sluice, &cache, &cache_flood);
         tables.nf_conntrack_count = sysctl_u64(&bench, "net.netfilter.nf_conntrack_count");
         tables.nf_conntrack_max = sysctl_u64(&bench, "net.netfilter.nf_conntrack_max");
+        let last = |v: &[RunResult]| v.last().map(|r| r.delivered_mpps);
+        by_round.push(RoundRates {
+            sluice: sluice.result.delivered_mpps,
+            cache: cache.result.delivered_mpps,
+            ceiling: last(&c).unwrap_or(0.0),
+            ceiling_lookup: (cl.len() == round).then(|| last(&cl)).flatten(),
+            nftables: last(&b).unwrap_or(0.0),
+            baseline_cache: last(&a2b).filter(|_| a2b.len() == round),
+        });
         a.push(sluice.result);
         a2.push(cache.result);
         a2d.push(cache_flood.result);
@@ -226,6 +255,7 @@ fn one_count(
         baseline: (!ab.is_empty()).then(|| median_run(ab.iter())),
         baseline_cache: (!a2b.is_empty()).then(|| median_run(a2b.iter())),
         tables,
+        by_round,
     })
 }
 
@@ -401,6 +431,7 @@ impl FlowsReport {
              flow; B: kernel + nftables DNAT; A ns/p: the sluice process's CPU per packet\n\n",
         );
         s.push_str(&self.baseline_text());
+        s.push_str(&self.rounds_text());
         s.push_str(&self.flood_text());
         s.push_str(&self.tables_text());
         s
@@ -425,6 +456,39 @@ impl FlowsReport {
                 row.cache.delivered_mpps,
                 ratio(row.cache.delivered_mpps, a2.delivered_mpps),
             ));
+        }
+        if !s.is_empty() {
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Each round's ratios, in the order run: how far apart rounds of one run fall (two
+    /// builds of the same code can differ by 10% between runs on a shared machine).
+    fn rounds_text(&self) -> String {
+        let mut s = String::new();
+        for row in self.rows.iter().filter(|r| r.by_round.len() > 1) {
+            let each = |f: &dyn Fn(&RoundRates) -> Option<f64>| {
+                row.by_round
+                    .iter()
+                    .map(|r| f(r).map_or("-".into(), |v| format!("{v:.2}x")))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            s.push_str(&format!(
+                "{:>9} flows by round: A/B {}; A2/C {}; A2/CL {}",
+                row.flows,
+                each(&|r| Some(ratio(r.sluice, r.nftables))),
+                each(&|r| Some(ratio(r.cache, r.ceiling))),
+                each(&|r| r.ceiling_lookup.map(|v| ratio(r.cache, v))),
+            ));
+            if row.by_round.iter().any(|r| r.baseline_cache.is_some()) {
+                s.push_str(&format!(
+                    "; A2 over the baseline's A2 {}",
+                    each(&|r| r.baseline_cache.map(|v| ratio(r.cache, v)))
+                ));
+            }
+            s.push('\n');
         }
         if !s.is_empty() {
             s.push('\n');
@@ -529,6 +593,7 @@ mod tests {
             baseline: baseline.map(|(a, _)| run("baseline OLD: A", a)),
             baseline_cache: baseline.map(|(_, a2)| run("baseline OLD: A2", a2)),
             tables: TableState::default(),
+            by_round: Vec::new(),
         }
     }
 
@@ -565,5 +630,42 @@ mod tests {
             "the baseline beside this build:\n{t}"
         );
         assert!(t.contains("12 ns a read in 1 MiB"), "{t}");
+        assert!(
+            !t.contains("by round"),
+            "one round per row here: nothing to spread\n{t}"
+        );
+    }
+
+    #[test]
+    fn each_rounds_ratios_are_listed_in_order() {
+        let mut r = row(256, Some(4.0), Some((1.2, 2.0)));
+        let round = |a2: f64, c: f64, cl: Option<f64>, old: Option<f64>| RoundRates {
+            sluice: 1.0,
+            cache: a2,
+            ceiling: c,
+            ceiling_lookup: cl,
+            nftables: 2.0,
+            baseline_cache: old,
+        };
+        r.by_round = vec![
+            round(4.0, 5.0, Some(4.0), Some(5.0)),
+            round(4.5, 5.0, None, Some(4.5)),
+        ];
+        let report = FlowsReport {
+            seconds: 5,
+            rounds: 2,
+            small_read_ns: 12.0,
+            load_before: "0.1".into(),
+            load_after: "0.2".into(),
+            rows: vec![r],
+        };
+        let t = report.table();
+        assert!(
+            t.contains(
+                "256 flows by round: A/B 0.50x 0.50x; A2/C 0.80x 0.90x; A2/CL 1.00x -; \
+                 A2 over the baseline's A2 0.80x 1.00x"
+            ),
+            "{t}"
+        );
     }
 }
