@@ -219,8 +219,11 @@ fn one_count(
         bench.flood = true;
         let cache_flood = bench.run_sluice(options, true, stop)?;
         c.push(bench.run_ceiling(options.seconds, None, stop)?.0);
+        let mut cl_round = None;
         if let Some(lookup) = cache_lookup(&cache, space)? {
-            cl.push(bench.run_ceiling(options.seconds, Some(lookup), stop)?.0);
+            let r = bench.run_ceiling(options.seconds, Some(lookup), stop)?.0;
+            cl_round = Some(r.delivered_mpps);
+            cl.push(r);
         }
         b.push(bench.run_kernel(options.seconds, stop)?);
         tables = table_state(&sluice, &cache, &cache_flood);
@@ -231,7 +234,7 @@ fn one_count(
             sluice: sluice.result.delivered_mpps,
             cache: cache.result.delivered_mpps,
             ceiling: last(&c).unwrap_or(0.0),
-            ceiling_lookup: (cl.len() == round).then(|| last(&cl)).flatten(),
+            ceiling_lookup: cl_round,
             nftables: last(&b).unwrap_or(0.0),
             baseline_cache: last(&a2b).filter(|_| a2b.len() == round),
         });
