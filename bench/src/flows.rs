@@ -212,32 +212,34 @@ fn one_count(
         bench.flood = false;
         let sluice = bench.run_sluice(options, false, stop)?;
         let cache = bench.run_sluice(options, true, stop)?;
+        let mut rates = RoundRates {
+            sluice: sluice.result.delivered_mpps,
+            cache: cache.result.delivered_mpps,
+            ..RoundRates::default()
+        };
         if let Some(old) = &baseline {
             ab.push(baseline_run(&mut bench, old, false, stop)?);
-            a2b.push(baseline_run(&mut bench, old, true, stop)?);
+            let old_cache = baseline_run(&mut bench, old, true, stop)?;
+            rates.baseline_cache = Some(old_cache.delivered_mpps);
+            a2b.push(old_cache);
         }
         bench.flood = true;
         let cache_flood = bench.run_sluice(options, true, stop)?;
-        c.push(bench.run_ceiling(options.seconds, None, stop)?.0);
-        let mut cl_round = None;
+        let ceiling = bench.run_ceiling(options.seconds, None, stop)?.0;
+        rates.ceiling = ceiling.delivered_mpps;
+        c.push(ceiling);
         if let Some(lookup) = cache_lookup(&cache, space)? {
-            let r = bench.run_ceiling(options.seconds, Some(lookup), stop)?.0;
-            cl_round = Some(r.delivered_mpps);
-            cl.push(r);
+            let lookup = bench.run_ceiling(options.seconds, Some(lookup), stop)?.0;
+            rates.ceiling_lookup = Some(lookup.delivered_mpps);
+            cl.push(lookup);
         }
-        b.push(bench.run_kernel(options.seconds, stop)?);
+        let kernel = bench.run_kernel(options.seconds, stop)?;
+        rates.nftables = kernel.delivered_mpps;
+        b.push(kernel);
+        by_round.push(rates);
         tables = table_state(&sluice, &cache, &cache_flood);
         tables.nf_conntrack_count = sysctl_u64(&bench, "net.netfilter.nf_conntrack_count");
         tables.nf_conntrack_max = sysctl_u64(&bench, "net.netfilter.nf_conntrack_max");
-        let last = |v: &[RunResult]| v.last().map(|r| r.delivered_mpps);
-        by_round.push(RoundRates {
-            sluice: sluice.result.delivered_mpps,
-            cache: cache.result.delivered_mpps,
-            ceiling: last(&c).unwrap_or(0.0),
-            ceiling_lookup: cl_round,
-            nftables: last(&b).unwrap_or(0.0),
-            baseline_cache: last(&a2b).filter(|_| a2b.len() == round),
-        });
         a.push(sluice.result);
         a2.push(cache.result);
         a2d.push(cache_flood.result);
