@@ -199,7 +199,6 @@ fn one_count(
     let (mut a, mut a2, mut c, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut a2d, mut cl, mut ab, mut a2b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut tables = TableState::default();
-    let mut by_round = Vec::new();
     let baseline = options.baseline.as_ref().map(|old| BenchOptions {
         sluice: old.clone(),
         ..options.clone()
@@ -212,31 +211,18 @@ fn one_count(
         bench.flood = false;
         let sluice = bench.run_sluice(options, false, stop)?;
         let cache = bench.run_sluice(options, true, stop)?;
-        let mut rates = RoundRates {
-            sluice: sluice.result.delivered_mpps,
-            cache: cache.result.delivered_mpps,
-            ..RoundRates::default()
-        };
         if let Some(old) = &baseline {
             ab.push(baseline_run(&mut bench, old, false, stop)?);
-            let old_cache = baseline_run(&mut bench, old, true, stop)?;
-            rates.baseline_cache = Some(old_cache.delivered_mpps);
-            a2b.push(old_cache);
+            a2b.push(baseline_run(&mut bench, old, true, stop)?);
         }
         bench.flood = true;
         let cache_flood = bench.run_sluice(options, true, stop)?;
-        let ceiling = bench.run_ceiling(options.seconds, None, stop)?.0;
-        rates.ceiling = ceiling.delivered_mpps;
-        c.push(ceiling);
-        if let Some(lookup) = cache_lookup(&cache, space)? {
-            let lookup = bench.run_ceiling(options.seconds, Some(lookup), stop)?.0;
-            rates.ceiling_lookup = Some(lookup.delivered_mpps);
-            cl.push(lookup);
-        }
-        let kernel = bench.run_kernel(options.seconds, stop)?;
-        rates.nftables = kernel.delivered_mpps;
-        b.push(kernel);
-        by_round.push(rates);
+        c.push(bench.run_ceiling(options.seconds, None, stop)?.0);
+        cl.push(match cache_lookup(&cache, space)? {
+            Some(lookup) => Some(bench.run_ceiling(options.seconds, Some(lookup), stop)?.0),
+            None => None,
+        });
+        b.push(bench.run_kernel(options.seconds, stop)?);
         tables = table_state(&sluice, &cache, &cache_flood);
         tables.nf_conntrack_count = sysctl_u64(&bench, "net.netfilter.nf_conntrack_count");
         tables.nf_conntrack_max = sysctl_u64(&bench, "net.netfilter.nf_conntrack_max");
@@ -256,12 +242,42 @@ fn one_count(
         cache_flood: median_run(a2d.iter()),
         ceiling: median_run(c.iter()),
         nftables: median_run(b.iter()),
-        ceiling_lookup: (!cl.is_empty()).then(|| median_run(cl.iter())),
+        ceiling_lookup: cl
+            .iter()
+            .any(Option::is_some)
+            .then(|| median_run(cl.iter().flatten())),
         baseline: (!ab.is_empty()).then(|| median_run(ab.iter())),
         baseline_cache: (!a2b.is_empty()).then(|| median_run(a2b.iter())),
         tables,
-        by_round,
+        by_round: round_rates(&a, &a2, &c, &cl, &b, &a2b),
     })
+}
+
+/// Each round's rates, from the runs in the order the rounds made them (`a2b` is empty
+/// without `--baseline`; a round's CL is `None` when it was left out).
+fn round_rates(
+    a: &[RunResult],
+    a2: &[RunResult],
+    c: &[RunResult],
+    cl: &[Option<RunResult>],
+    b: &[RunResult],
+    a2b: &[RunResult],
+) -> Vec<RoundRates> {
+    let mpps = |r: &RunResult| r.delivered_mpps;
+    a.iter()
+        .zip(a2)
+        .zip(c)
+        .zip(b)
+        .enumerate()
+        .map(|(i, (((a, a2), c), b))| RoundRates {
+            sluice: mpps(a),
+            cache: mpps(a2),
+            ceiling: mpps(c),
+            ceiling_lookup: cl.get(i).and_then(Option::as_ref).map(mpps),
+            nftables: mpps(b),
+            baseline_cache: a2b.get(i).map(mpps),
+        })
+        .collect()
 }
 
 /// The baseline binary's run A (`flow_cache` off) or A2, flood mode off as this build's.
@@ -639,6 +655,28 @@ mod tests {
             !t.contains("by round"),
             "one round per row here: nothing to spread\n{t}"
         );
+    }
+
+    #[test]
+    fn a_rounds_rates_are_its_own_runs() {
+        let runs = |v: &[f64]| v.iter().map(|&m| run("x", m)).collect::<Vec<_>>();
+        let cl = vec![Some(run("CL", 7.0)), None];
+        let r = round_rates(
+            &runs(&[1.0, 1.1]),
+            &runs(&[2.0, 2.1]),
+            &runs(&[3.0, 3.1]),
+            &cl,
+            &runs(&[4.0, 4.1]),
+            &[],
+        );
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[1].sluice, r[1].cache, r[1].ceiling, r[1].nftables),
+            (1.1, 2.1, 3.1, 4.1)
+        );
+        assert_eq!(r[0].ceiling_lookup, Some(7.0));
+        assert_eq!(r[1].ceiling_lookup, None, "round 2 left CL out");
+        assert_eq!(r[0].baseline_cache, None, "no --baseline");
     }
 
     #[test]
