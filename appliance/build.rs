@@ -25,13 +25,17 @@ fn main() {
     // Debian keeps <asm/types.h> under the multiarch directory, which clang -target bpf
     // does not search by itself.
     let multiarch = format!("-I/usr/include/{arch}-linux-gnu");
+    // -mcpu=v3: 32-bit ALU and jumps (kernel 5.1 and later; the image runs 6.12). Debian's
+    // clang 14 defaults to v1, which widens every 32-bit value with two shifts and loads
+    // each constant it compares into a register first: the steering program is 7% longer
+    // (3,705 instructions against 3,452).
     for name in PROGRAMS {
         let src = format!("src/datapath/bpf/{name}.bpf.c");
         let skel = out.join(format!("{name}.skel.rs"));
         if let Err(e) = SkeletonBuilder::new()
             .source(&src)
             .obj(out.join(format!("{name}.bpf.o")))
-            .clang_args([multiarch.as_str(), "-O2", "-g", "-Wall"])
+            .clang_args([multiarch.as_str(), "-mcpu=v3", "-O2", "-g", "-Wall"])
             .build_and_generate(&skel)
         {
             panic!(
