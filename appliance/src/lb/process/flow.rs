@@ -92,6 +92,9 @@ pub(super) struct FlowHit {
     pub(super) snat: Option<(u128, u16)>,
     /// The flow's client-address state (`client_address`), before this packet.
     pub(super) carry: Carry,
+    /// The packet belongs to a flow the table already held (not one it opened, nor one
+    /// answered without an entry).
+    pub(super) found: bool,
 }
 
 /// The client → VIP packet [`flow_for`] decides for.
@@ -143,6 +146,7 @@ pub(super) fn flow_for(
                 hash,
                 snat,
                 carry,
+                found: true,
             });
         }
         worker.stats.rechosen += 1;
@@ -184,6 +188,7 @@ fn one_packet(
         hash,
         snat: None,
         carry: Carry::default(),
+        found: false,
     })
 }
 
@@ -200,6 +205,7 @@ fn stateless(tables: &Tables, vip: u32, hash: u32) -> Result<FlowHit, DropReason
         hash,
         snat: None,
         carry: Carry::default(),
+        found: false,
     })
 }
 
@@ -246,6 +252,7 @@ fn new_flow(
             hash,
             snat,
             carry: Carry::default(),
+            found: false,
         }),
         Err(InsertError::Full) => {
             worker.stats.conntrack_fallback += 1;

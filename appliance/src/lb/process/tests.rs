@@ -349,6 +349,70 @@ fn udp_nat_round_trip_through_process() {
     assert_eq!(ct.inactive_counts(), &[1]);
 }
 
+/// Textbook LVS-NAT with an on-link client the kernel has no neighbour entry for yet: the
+/// flow's first datagram teaches the worker the client's MAC, so the backend's answers go
+/// back to it, for that datagram's answer and for the flow's later ones.
+#[test]
+fn an_on_link_udp_clients_mac_is_learned_from_its_flows_first_datagram() {
+    use crate::lb::egress::{Link, NetState, Route, RouteHop};
+    let mut c = one_vip(Mode::Nat, Scheduler::Maglev, 1);
+    c.vips[0].protocol = Protocol::Udp;
+    let mut t = tables(&c, 1, &|_| true);
+    let mut net = NetState::default();
+    for (i, name) in [(1, "up"), (2, "be")] {
+        let mac = Some(MacAddr(golden::OUR_MAC));
+        net.links.insert(
+            i,
+            Link {
+                name: name.into(),
+                mac,
+                mtu: 1500,
+            },
+        );
+    }
+    for (dst, ifindex) in [("198.51.100.0", 1), ("10.9.0.0", 2)] {
+        let hops = vec![RouteHop {
+            ifindex,
+            gateway: None,
+            weight: 1,
+        }];
+        net.routes.push(Route {
+            dst: dst.parse().unwrap(),
+            len: 24,
+            metric: 0,
+            hops,
+        });
+    }
+    let backend: std::net::IpAddr = "10.9.0.1".parse().unwrap();
+    net.neighbours
+        .insert((2, backend), MacAddr([2, 0, 0, 0, 9, 1]));
+    let dp = ["up".to_string(), "be".to_string()];
+    t.set_egress(crate::lb::Egress::build(&net, &dp, &[backend], None));
+    let mut ct = ct_for(&t, 16);
+    let mut w = WorkerState::new();
+    let client_mac = [2, 0, 0, 0, 0x77, 7];
+    let mut run = |w: &mut WorkerState, mut p: Pkt, ifindex: u32, now: u64| {
+        p.src_mac = client_mac;
+        let frame = p.build();
+        let mut buf = vec![0u8; HEADROOM + frame.len()];
+        buf[HEADROOM..].copy_from_slice(&frame);
+        let mut f = Frame::new(&mut buf, HEADROOM, frame.len(), ifindex).unwrap();
+        let v = process(&mut f, &t, &mut ct, w, now);
+        (v, f.data()[0..6].to_vec())
+    };
+    let query = || Pkt::new("198.51.100.7", "192.0.2.100", 17, udp(5000, 80, b"q"));
+    let answer = || Pkt::new("10.9.0.1", "198.51.100.7", 17, udp(80, 5000, b"a"));
+    for now in [0, 1_000_000] {
+        assert_eq!(run(&mut w, query(), 1, now).0, Verdict::Tx { ifindex: 2 });
+        let (v, dst_mac) = run(&mut w, answer(), 2, now + 1);
+        assert_eq!(v, Verdict::Tx { ifindex: 1 }, "the answer at {now}");
+        assert_eq!(dst_mac, client_mac, "to the client's own MAC");
+    }
+    // Another client of the same network, never seen: no MAC, its answer is dropped.
+    let stranger = Pkt::new("10.9.0.1", "198.51.100.8", 17, udp(80, 5000, b"a"));
+    assert!(matches!(run(&mut w, stranger, 2, 3).0, Verdict::Drop(_)));
+}
+
 /// A word-at-a-time NAT rewrite, the plain reading of RFC 1624 that [`nat_rewrite`] must
 /// match byte for byte.
 fn nat_rewrite_reference(
