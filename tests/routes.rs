@@ -503,7 +503,7 @@ fn exercise(tcp: SocketAddr, udp: SocketAddr, n: usize) -> Seen {
             Ok(r) => s
                 .failed
                 .push(format!("udp {udp}: {}", String::from_utf8_lossy(&r))),
-            Err(e) => s.failed.push(format!("udp {udp}: {e}")),
+            Err(e) => s.failed.push(format!("udp {udp}, query {i} of {n}: {e}")),
         }
     }
     s
@@ -554,8 +554,13 @@ fn no_neighbor(st: &api::model::Status) -> u64 {
         .map_or(0, |c| c.value)
 }
 
+/// The engine's drops, and what else could have lost a frame: the workers' ring counters,
+/// the interfaces (the kernel's AF_XDP counters among them), the flow cache and flood mode.
 fn drops(st: &api::model::Status) -> String {
-    format!("{:?}", st.drops)
+    format!(
+        "{:?}; workers {:?}; interfaces {:?}; flow cache {:?}; flood {:?}",
+        st.drops, st.workers, st.interfaces, st.flow_cache, st.flood
+    )
 }
 
 fn two_arm(flow_cache: bool) {
