@@ -25,6 +25,8 @@ packages=(
     # tests/fleet.rs: a real etcd v3 cluster; the etcd-client crate's build compiles etcd's
     # .proto files with protoc; openssl makes the certificates of its TLS cluster
     etcd-server etcd-client protobuf-compiler openssl
+    # scripts/soak.sh: runs a timing-sensitive test many times with the CPUs loaded
+    stress-ng
 )
 
 missing=()

@@ -315,6 +315,11 @@ fn datapath(b: &mut Builder, view: &View, agg: &Aggregate) {
         "Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen",
         agg.stats.rechosen,
     );
+    b.counter1(
+        "sluice_flows_reopened",
+        "SYNs on a closed connection's tuple, or to a backend that takes no new connections, scheduled anew",
+        agg.stats.reopened,
+    );
 }
 
 /// Flood mode (`[flood]`): the XDP program's counters and how many CPUs are in the mode.
@@ -779,6 +784,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
         snap.conntrack.evicted_embryonic = 6;
         snap.conntrack_fill = [3, 2, 1, 0, 5];
         snap.stats.rechosen = 2;
+        snap.stats.reopened = 3;
         snap.retired_backends.insert(
             BackendId::new(&web.name, web.backends[0].address, 80),
             BackendTotals {
@@ -1091,6 +1097,9 @@ sluice_conntrack_fallbacks_total 1
 # HELP sluice_flows_rechosen Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
 # TYPE sluice_flows_rechosen counter
 sluice_flows_rechosen_total 2
+# HELP sluice_flows_reopened SYNs on a closed connection's tuple, or to a backend that takes no new connections, scheduled anew.
+# TYPE sluice_flows_reopened counter
+sluice_flows_reopened_total 3
 # HELP sluice_conntrack_state_entries Connection-table entries by state (syn and udp_new are embryonic), over all workers.
 # TYPE sluice_conntrack_state_entries gauge
 sluice_conntrack_state_entries{state="closing"} 1

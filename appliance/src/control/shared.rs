@@ -168,6 +168,7 @@ fn add_stats(a: &mut crate::lb::process::WorkerStats, st: &crate::lb::process::W
     a.tx += st.tx;
     a.conntrack_fallback += st.conntrack_fallback;
     a.rechosen += st.rechosen;
+    a.reopened += st.reopened;
     a.stateless_return += st.stateless_return;
     a.echo_replies += st.echo_replies;
     a.icmp_errors_forwarded += st.icmp_errors_forwarded;

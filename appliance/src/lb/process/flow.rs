@@ -1,7 +1,8 @@
 //! Flow lookup: which backend a client → VIP packet goes to.
 //!
 //! A tracked flow keeps its backend while that backend keeps flows (active, or draining);
-//! otherwise, and for a new flow, the VIP's scheduler chooses ([`choose_backend`]: Maglev or
+//! otherwise, for a new flow, and for a SYN that reopens a closed connection's tuple or
+//! finds a backend that takes no new connections, the VIP's scheduler chooses ([`choose_backend`]: Maglev or
 //! an LVS scheduler over this worker's connection counts) and the flow is inserted as
 //! embryonic (`lb::conntrack::state` says how it earns established).
 //!
@@ -127,12 +128,24 @@ pub(super) fn flow_for(
             let f = ct.flow(id);
             (f.backend, f.state, f.hash, f.snat, f.carry)
         };
-        let ok = backend != NONE
-            && tables
-                .backends
-                .get(backend as usize)
-                .is_some_and(|b| b.keeps_flows());
-        if ok {
+        let entry = (backend != NONE)
+            .then(|| tables.backends.get(backend as usize))
+            .flatten();
+        let syn = key.proto == IpProtocol::TCP && is_syn(p.flags);
+        // A SYN on the tuple of a connection that closed (the client that closed second holds
+        // no TIME_WAIT and may reuse its port at once), or one that its backend would take
+        // as a new connection although the backend takes none now (drained, weight 0), is a
+        // new connection: scheduled anew, as LVS's `conn_reuse_mode` does, never sent to
+        // the old entry's backend by the entry alone (persistence still may).
+        let reopen = syn
+            && (state == FlowState::TcpClosing
+                || !tables.eligible.get(backend as usize).copied().unwrap_or(false));
+        if reopen {
+            worker.stats.reopened += 1;
+            ct.remove(id);
+            return new_flow(tables, ct, worker, vip, key, FlowState::TcpSyn, now);
+        }
+        if entry.is_some_and(|b| b.keeps_flows()) {
             let seen = Seen {
                 reverse: false,
                 both_ways: matches!(tables.vips[vip as usize].mode, Mode::Nat | Mode::FullNat),
@@ -151,14 +164,8 @@ pub(super) fn flow_for(
         }
         worker.stats.rechosen += 1;
         ct.remove(id);
-        // The flow earned its state with the old backend; it keeps it with the new one (a
-        // SYN starts over).
-        let st = if key.proto == IpProtocol::TCP && is_syn(p.flags) {
-            FlowState::TcpSyn
-        } else {
-            state
-        };
-        return new_flow(tables, ct, worker, vip, key, st, now);
+        // The flow earned its state with the old backend; it keeps it with the new one.
+        return new_flow(tables, ct, worker, vip, key, state, now);
     }
     match first_state(key.proto == IpProtocol::TCP, p.flags) {
         Some(st) => new_flow(tables, ct, worker, vip, key, st, now),

@@ -211,6 +211,57 @@ fn drain_keeps_flows_and_takes_no_new_ones() {
     assert_eq!(w.stats.rechosen, 0);
 }
 
+/// A client that closed second holds no TIME_WAIT and may reuse its source port at once: a
+/// SYN on a closing entry's tuple, or on any entry of a drained backend, is a new connection
+/// and never reaches the drained backend (LVS's `conn_reuse_mode`), in every mode that keeps
+/// state. A SYN on a closing entry of an active backend is scheduled anew too (Maglev gives
+/// the same backend), and a retransmitted SYN of an embryonic flow to an active backend
+/// stays where it went.
+#[test]
+fn a_reused_port_of_a_closed_connection_never_reaches_a_drained_backend() {
+    for mode in [Mode::Dr, Mode::Nat, Mode::FullNat] {
+        let mut c = one_vip(mode, Scheduler::Maglev, 2);
+        let t1 = tables(&c, 1, &|_| true);
+        let mut ct = ct_for(&t1, 1024);
+        let mut w = WorkerState::new();
+        let mut on = [Vec::new(), Vec::new()];
+        for sport in 1000..1040 {
+            let (_, b) = send(&t1, &mut ct, &mut w, sport, 0x02, 0);
+            on[usize::from(b.unwrap()) - 1].push(sport);
+        }
+        assert!(!on[0].is_empty() && !on[1].is_empty(), "{mode:?}");
+        // Half of backend 1's connections closed (FIN), the other half are still opening.
+        let (closed, opening) = on[0].split_at(on[0].len() / 2);
+        for &sport in closed {
+            send(&t1, &mut ct, &mut w, sport, 0x11, SEC);
+        }
+        // A retransmitted SYN of an opening flow to an active backend stays there.
+        for &sport in opening {
+            assert_eq!(send(&t1, &mut ct, &mut w, sport, 0x02, SEC).1, Some(1));
+        }
+        // A closed tuple reused while backend 1 is active: scheduled anew (Maglev: the same).
+        let again = closed[0];
+        assert_eq!(send(&t1, &mut ct, &mut w, again, 0x02, SEC).1, Some(1));
+        assert_eq!(w.stats.reopened, 1, "{mode:?}");
+        send(&t1, &mut ct, &mut w, again, 0x11, SEC);
+        c.vips[0].backends[0].state = BackendState::Drain;
+        let t2 = tables(&c, 2, &|_| true);
+        for &sport in on[0].iter() {
+            assert_eq!(
+                send(&t2, &mut ct, &mut w, sport, 0x02, 2 * SEC).1,
+                Some(2),
+                "{mode:?}: port {sport} reached the drained backend"
+            );
+        }
+        assert_eq!(w.stats.reopened, 1 + on[0].len() as u64, "{mode:?}");
+        // Backend 2's established flows were not touched.
+        for &sport in &on[1] {
+            assert_eq!(send(&t2, &mut ct, &mut w, sport, 0x10, 2 * SEC).1, Some(2));
+        }
+        assert_eq!(w.stats.rechosen, 0, "{mode:?}");
+    }
+}
+
 #[test]
 fn disabled_unhealthy_and_removed_backends_rechoose() {
     let mut c = one_vip(Mode::Dr, Scheduler::Maglev, 3);
