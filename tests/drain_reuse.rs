@@ -130,7 +130,9 @@ impl Rig {
             .expect("start");
         for mode in [LabMode::Nat, LabMode::FullNat, LabMode::Dr] {
             let probe = std::net::SocketAddr::new(mode.vip(false), 80);
-            let ready = lab.wait_vip(probe, Duration::from_secs(20)).expect("client");
+            let ready = lab
+                .wait_vip(probe, Duration::from_secs(20))
+                .expect("client");
             assert!(
                 ready,
                 "{} VIP never answered:\n{}",
@@ -247,7 +249,10 @@ fn reuse(flow_cache: bool, prefix: &'static str) {
         );
         assert!(slowest < 0.5, "{m}: a reused port took {slowest:.3} s");
         assert!(
-            fresh.flows.values().all(|(b, _)| b.starts_with("be") && *b != drained),
+            fresh
+                .flows
+                .values()
+                .all(|(b, _)| b.starts_with("be") && *b != drained),
             "{m}: fresh ports: {:?}",
             fresh.per_backend()
         );

@@ -4,8 +4,8 @@
 
 use std::net::IpAddr;
 
+use lb::Verdict;
 use sha2::{Digest, Sha256};
-use sluice::lb::Verdict;
 use testkit::golden::{self, Pkt, checksum, l4_checksum, tcp, udp};
 
 /// `sha256(input) sha256(output) description`, one line per fixture, in table order.

@@ -3,9 +3,9 @@
 //! rather than in the appliance's unit tests because they need the golden tables, which
 //! this crate builds with the appliance library's own types.
 
+use lb::conntrack::ConnTable;
+use lb::{DropReason, Frame, HEADROOM, Tables, Verdict, WorkerState, process};
 use proptest::prelude::*;
-use sluice::lb::conntrack::ConnTable;
-use sluice::lb::{DropReason, Frame, HEADROOM, Tables, Verdict, WorkerState, process};
 use testkit::golden::{self, Pkt, tcp};
 
 /// The golden fixtures and tables, built once.

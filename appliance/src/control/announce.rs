@@ -321,4 +321,34 @@ address = "10.1.0.11"
         // Unsettled health: wanted but not settled (not announced for the first time).
         assert!(!wanted(&cfg, &tables, &|_| false)[&vip].settled);
     }
+
+    #[test]
+    fn bgp_bfd_and_graceful_restart_reach_the_speaker_config() {
+        let c = Config::from_toml_str(&format!(
+        "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n\
+         [[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\n\
+         [[vip.backend]]\naddress = \"10.1.0.11\"\n\n\
+         [bgp]\nasn = 65010\nrouter_id = \"10.0.0.10\"\n{}\n\
+         [[bgp.peer]]\naddress = \"10.0.0.1\"\nasn = 65000\n{}\n\
+         [[bgp.peer]]\naddress = \"10.0.0.2\"\nasn = 65000\n{}\n",
+        "bfd = { interval = \"50ms\", multiplier = 4 }\ngraceful_restart = { restart_time = \"20s\" }",
+        "",
+        "bfd = { enabled = false }",
+    ))
+    .expect("valid");
+        let s = speaker_config(c.bgp.as_ref().expect("bgp"));
+        assert_eq!(
+            s.peers[0].bfd,
+            Some(bgp::BfdConfig {
+                interval: std::time::Duration::from_millis(50),
+                multiplier: 4
+            })
+        );
+        assert_eq!(s.peers[1].bfd, None);
+        assert!(
+            s.peers
+                .iter()
+                .all(|p| p.graceful_restart == Some(std::time::Duration::from_secs(20)))
+        );
+    }
 }

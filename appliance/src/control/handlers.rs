@@ -323,6 +323,8 @@ impl Control {
         let fleet = self.fleet_reload_file();
         let is_fleet = self.fleet.is_some();
         let file = fleet.unwrap_or_else(|| config::load(&self.st.path));
+        // The parsed documents are dead now: give their heap back (large configs).
+        sys::mem::release_free_heap();
         let file = Arc::new(file.map_err(ChangeError::ConfigRejected)?);
         let now = Instant::now();
         let version = self.st.next_version();

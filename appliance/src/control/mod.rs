@@ -24,6 +24,7 @@ mod batch;
 pub mod cache;
 pub mod change;
 mod commit;
+mod cores;
 pub mod events;
 pub mod fleet;
 mod flood;

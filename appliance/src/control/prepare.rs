@@ -127,7 +127,13 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         Some((c, due)) => (c, *due),
         None => (&*config, None),
     };
-    let mut tables = Tables::build_from(built_from, &healthy, i.version, i.running)?;
+    let mut tables = Tables::build_from(
+        built_from,
+        &healthy,
+        i.version,
+        i.running,
+        &super::cores::Cores,
+    )?;
     let egress = super::neighbours::egress(&config, &tables, i.next_hops);
     tables.set_egress(egress);
     tables.set_local_addresses(i.host_addresses);
@@ -197,10 +203,11 @@ pub fn prepare_health<'a>(
         return None;
     }
     let healthy = |v: &Vip, b: &Backend| healthy(config, health, v, b);
-    let tables = match running.with_health(config, &healthy, &slots, version)? {
-        Ok(t) => t,
-        Err(e) => return Some(Err(e.into())),
-    };
+    let tables =
+        match running.with_health(config, &healthy, &slots, version, &super::cores::Cores)? {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e.into())),
+        };
     let mut tables = tables;
     tables.set_local_addresses(host_addresses);
     let ready = touched()

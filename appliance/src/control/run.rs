@@ -82,6 +82,7 @@ impl Control {
 /// SIGINT; SIGHUP (or the API) reloads the config.
 pub async fn run(path: &Path) -> Result<(), RunError> {
     let file = config::load(path)?;
+    sys::mem::release_free_heap();
     if !nix::unistd::geteuid().is_root() {
         return Err(RunError::NotRoot);
     }

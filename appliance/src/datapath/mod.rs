@@ -5,7 +5,7 @@
 //! [`Datapath::start`] with a [`FrameHandler`] factory (`engine::LbHandler` runs `lb::process`), edits
 //! what is steered with [`Datapath::set_vips`] and [`Datapath::set_return_keys`], reads
 //! [`Datapath::stats`], and calls [`Datapath::stop`] (or drops it) to join the workers and
-//! detach XDP. See DESIGN.md "Packet path".
+//! detach XDP. See docs/ARCHITECTURE.md, "Packet path".
 //!
 //! Attaching, detaching and interface lookups go through netlink and ioctl sockets opened
 //! by the calling thread, so `start` and `stop` must run in the network namespace of the

@@ -5,7 +5,7 @@
 //! the specifications (HAProxy's proxy-protocol.txt, DPVS's TOA layout), not by the code
 //! under test.
 
-use sluice::lb::Tables;
+use lb::Tables;
 
 use super::build::{ACK, Pkt, SYNACK, TCP};
 use super::setup::{flow_hash, mac_of, snat_port};

@@ -1,7 +1,7 @@
 //! DR rows: only the MACs change (backends hold the VIP on lo), whatever the TTL, the
 //! tags or the port.
 
-use sluice::lb::Tables;
+use lb::Tables;
 
 use super::build::{ACK, Pkt, SYN, TCP, UDP, tcp, udp};
 use super::setup::mac_of;

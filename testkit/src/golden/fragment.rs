@@ -2,7 +2,7 @@
 //! reaches the same backend; fragments that cannot be told apart between two VIPs dropped.
 //! NAT and FullNAT fragments (first, later, replies) are in `fragnat`.
 
-use sluice::lb::{DropReason, Tables};
+use lb::{DropReason, Tables};
 
 use super::build::{ACK, Encap, Pkt, TCP, UDP, encap_frame, tcp, udp};
 use super::setup::{mac_of, three_tuple_hash, tunnel_src};

@@ -5,7 +5,7 @@
 //! past 65,535 bytes dropped. Each expected frame is the NATed datagram built whole (its
 //! checksum from scratch) and cut at the same places.
 
-use sluice::lb::{DropReason, Tables};
+use lb::{DropReason, Tables};
 
 use super::build::{Pkt, TCP, UDP, tcp, udp};
 use super::setup::{flow_hash, mac_of, snat_port};

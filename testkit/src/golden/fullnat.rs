@@ -1,7 +1,7 @@
 //! FullNAT rows: DNAT plus SNAT to the VIP's local address and port toward the backend,
 //! and the backend's reply to that local port back to the client.
 
-use sluice::lb::{DropReason, Tables};
+use lb::{DropReason, Tables};
 
 use super::build::{ACK, Pkt, SYN, SYNACK, TCP, UDP, tcp, udp};
 use super::setup::{flow_hash, mac_of, snat_port};

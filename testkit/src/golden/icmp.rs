@@ -2,7 +2,7 @@
 //! on to that flow's backend (rewritten or encapsulated like the flow), and the ICMP the
 //! appliance leaves to the kernel or drops.
 
-use sluice::lb::{DropReason, Tables};
+use lb::{DropReason, Tables};
 
 use super::build::{ACK, Encap, ICMP, ICMPV6, Pkt, SYNACK, TCP, UDP, encap_frame, icmp, tcp, udp};
 use super::setup::{flow_hash, mac_of, tunnel_src};

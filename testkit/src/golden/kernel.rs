@@ -2,7 +2,7 @@
 //! protocols, and the appliance's own health-probe replies, all passed to the kernel
 //! untouched.
 
-use sluice::lb::Tables;
+use lb::Tables;
 
 use super::build::{ICMPV6, Pkt, SYN, SYNACK, TCP, UDP, icmp, tcp, udp};
 use super::setup::mac_of;

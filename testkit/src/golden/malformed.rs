@@ -1,7 +1,7 @@
 //! Malformed rows: every way a header can be cut short or lie about its lengths, versions
 //! and checksums, each with its own drop reason.
 
-use sluice::lb::{DropReason, Tables};
+use lb::{DropReason, Tables};
 
 use super::Fixture;
 use super::build::{Pkt, SYN, TCP, UDP, ipv4_header_checksum, tcp, udp};

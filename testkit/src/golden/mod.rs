@@ -26,9 +26,9 @@ mod tenant;
 mod tunnel;
 mod unserved;
 
-use sluice::lb::conntrack::ConnTable;
-use sluice::lb::process::{DropReason, Verdict, WorkerStats, process};
-use sluice::lb::{Frame, HEADROOM, Tables, WorkerState};
+use lb::conntrack::ConnTable;
+use lb::process::{DropReason, Verdict, WorkerStats, process};
+use lb::{Frame, HEADROOM, Tables, WorkerState};
 
 pub use build::{PEER_ISN, Pkt, checksum, icmp, l4_checksum, tcp, udp};
 pub use setup::{CONFIG_TOML, config, fresh_conntrack, setup, tables};

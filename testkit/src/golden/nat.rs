@@ -2,7 +2,7 @@
 //! IPv4 and IPv6, with the header variants NAT must keep (options, tags, padding,
 //! extension headers) and TTL 1 both ways.
 
-use sluice::lb::{DropReason, Tables};
+use lb::{DropReason, Tables};
 
 use super::build::{ACK, ICMP, ICMPV6, PSHACK, Pkt, SYN, SYNACK, TCP, UDP, icmp, tcp, udp};
 use super::setup::mac_of;

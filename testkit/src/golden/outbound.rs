@@ -4,8 +4,8 @@
 //! protocol, is not the appliance's. The XDP program forwards the DR rows itself, byte for
 //! byte (tests/outbound.rs replays them through it).
 
-use sluice::lb::Tables;
-use sluice::lb::hash::addr_to_u128;
+use lb::Tables;
+use lb::hash::addr_to_u128;
 
 use super::build::{ACK, Encap, Pkt, SYN, TCP, UDP, encap_frame, ip, tcp, udp};
 use super::setup::{backend_mac, flow_hash, tunnel_src};

@@ -5,11 +5,11 @@
 
 use std::net::IpAddr;
 
-use sluice::config::{Config, HashFields};
-use sluice::lb::conntrack::ConnTable;
-use sluice::lb::hash::{FlowKey, addr_to_u128, u128_to_addr};
-use sluice::lb::process::tunnel_source;
-use sluice::lb::{NextHop, Tables, TunnelSource, WorkerState};
+use config::{Config, HashFields};
+use lb::conntrack::ConnTable;
+use lb::hash::{FlowKey, addr_to_u128, u128_to_addr};
+use lb::process::tunnel_source;
+use lb::{NextHop, Tables, TunnelSource, WorkerState};
 use wire::MacAddr;
 
 use super::build::ip;

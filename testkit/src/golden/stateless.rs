@@ -3,8 +3,8 @@
 //! packet (Maglev scheduler) and to a segment of no flow; the XDP program gives the same,
 //! byte for byte, while flood mode is on (tests/flood.rs replays these rows through it).
 
-use sluice::lb::Tables;
-use sluice::lb::hash::{FlowKey, addr_to_u128};
+use lb::Tables;
+use lb::hash::{FlowKey, addr_to_u128};
 
 use super::build::{ACK, Pkt, SYN, TCP, UDP, tcp, udp};
 use super::setup::backend_mac;

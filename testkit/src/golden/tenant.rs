@@ -6,7 +6,7 @@
 //! tenant VIP's (unknown VNI, other port or protocol, not addressed to the appliance, no
 //! VNI flag, a tagged inner frame) is the kernel's, untouched.
 
-use sluice::lb::Tables;
+use lb::Tables;
 
 use super::build::{ACK, Pkt, SYN, TCP, UDP, ip, tcp, udp};
 use super::tunnel::{Tun, encapsulated};

@@ -2,7 +2,7 @@
 //! backend, the outer source (and IPv6 flow label, UDP source port) from the flow hash,
 //! and what the outer header copies from the inner one (DF, DSCP, VLAN tags).
 
-use sluice::lb::{DropReason, Tables};
+use lb::{DropReason, Tables};
 
 use super::build::{ACK, Encap, ICMP, ICMPV6, Pkt, SYN, TCP, encap_frame, icmp, ip, tcp};
 use super::setup::{flow_hash, mac_of, tunnel_src};

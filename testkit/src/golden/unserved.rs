@@ -1,7 +1,7 @@
 //! Rows for VIPs that cannot take a new flow: every backend drains, or the backend's next
 //! hop is not resolved.
 
-use sluice::lb::{DropReason, Tables};
+use lb::{DropReason, Tables};
 
 use super::Fixture;
 use super::build::{Pkt, SYN, TCP, tcp};

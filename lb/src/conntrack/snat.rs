@@ -1,0 +1,74 @@
+//! FullNAT local port allocation.
+//!
+//! No two flows may share (protocol, backend address, backend port, local address, local
+//! port): a candidate port is free exactly when the reverse index has no live entry for it
+//! and no removed flow still waiting in the journal holds it (its kernel flow-cache entries
+//! may still exist). Ports are partitioned between workers (`port % workers == worker`) so
+//! the steering program can send return traffic to the worker that owns the flow.
+
+use super::{ConnTable, RevKey};
+use crate::hash::mix64;
+
+/// Lowest FullNAT local port (below are well-known and registered services).
+pub const SNAT_PORT_MIN: u16 = 1024;
+/// FullNAT port candidates tried per local address before trying the next address.
+pub const SNAT_PROBES: usize = 64;
+
+impl ConnTable {
+    /// Allocates a FullNAT local address and port toward `backend:backend_port` over
+    /// `proto`, starting at a hash-derived address and port so flows spread. Expired flows
+    /// holding a candidate are reclaimed. `None` when every probe is taken.
+    pub fn alloc_snat(
+        &mut self,
+        proto: u8,
+        backend: u128,
+        backend_port: u16,
+        pool: &[u128],
+        hash: u32,
+        now: u64,
+    ) -> Option<(u128, u16)> {
+        if pool.is_empty() {
+            return None;
+        }
+        let w = u32::from(self.workers);
+        let id = u32::from(self.worker);
+        let min = u32::from(SNAT_PORT_MIN);
+        // First port >= min owned by this worker, and how many such ports exist.
+        let first = min + (id + w - min % w) % w;
+        if first > 65535 {
+            return None;
+        }
+        let count = (65535 - first) / w + 1;
+        let start_addr = (hash as usize) % pool.len();
+        let start_port = mix64(u64::from(hash)) as u32 % count;
+        for a in 0..pool.len() {
+            let local = pool[(start_addr + a) % pool.len()];
+            for i in 0..SNAT_PROBES as u32 {
+                let port = (first + ((start_port + i) % count) * w) as u16;
+                let rk = RevKey {
+                    proto,
+                    backend,
+                    backend_port,
+                    local,
+                    local_port: port,
+                };
+                match self.find_rev(&rk) {
+                    None if !self.held(&rk) => return Some((local, port)),
+                    None => {}
+                    // The holder's removal journals its port: held until drained.
+                    Some(holder) if self.expired(holder, now) && self.journal.is_none() => {
+                        self.remove(holder);
+                        self.stats.expired += 1;
+                        return Some((local, port));
+                    }
+                    Some(holder) if self.expired(holder, now) => {
+                        self.remove(holder);
+                        self.stats.expired += 1;
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,94 @@
+//! The tables of tenant VIPs (issue 23): two tenants and the underlay on one address, each
+//! found only in its own address space, their backends at their VTEPs.
+
+use crate::Tables;
+use crate::hash::{FlowKey, addr_to_u128, zone_of};
+use config::Config;
+
+const CONFIG: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[[vip]]
+name = "underlay"
+address = "10.0.0.5"
+port = 80
+mode = "dr"
+backend = [{ address = "10.1.0.11" }]
+
+[[vip]]
+name = "t100"
+address = "10.0.0.5"
+port = 80
+tenant_vni = 100
+mode = "tunnel"
+tunnel = "vxlan"
+backend = [{ address = "10.1.0.11", vtep = "192.168.50.11" }]
+
+[[vip]]
+name = "t200"
+address = "10.0.0.5"
+port = 0
+tenant_vni = 200
+mode = "tunnel"
+tunnel = "vxlan"
+backend = [{ address = "10.1.0.11", vtep = "192.168.50.21" }]
+"#;
+
+fn a(s: &str) -> u128 {
+    addr_to_u128(s.parse().unwrap())
+}
+
+#[test]
+fn each_address_space_finds_only_its_own_vip() {
+    let c = Config::from_toml_str(CONFIG).unwrap_or_else(|e| panic!("{e}"));
+    let t = Tables::build(&c, &|_, _| true, 1).expect("tables");
+    let (vip, tcp) = (a("10.0.0.5"), 6);
+    assert!(t.has_tenants());
+    assert_eq!(t.vip_lookup(vip, 80, tcp), Some(0));
+    assert_eq!(
+        t.vip_lookup(vip, 81, tcp),
+        None,
+        "tenant 200's port-0 VIP is not the underlay's"
+    );
+    assert_eq!(t.tenant_vip(zone_of(Some(100)), vip, 80, tcp), Some(1));
+    assert_eq!(t.tenant_vip(zone_of(Some(100)), vip, 81, tcp), None);
+    assert_eq!(t.tenant_vip(zone_of(Some(200)), vip, 81, tcp), Some(2));
+    assert_eq!(t.tenant_vip(zone_of(Some(300)), vip, 80, tcp), None);
+    assert_eq!(t.vip_by_address(vip), Some(0));
+    // The datapath sends to the VTEPs; the tenant address is the config's.
+    assert_eq!(t.backends[1].address, a("192.168.50.11"));
+    assert_eq!(t.backends[2].address, a("192.168.50.21"));
+    assert_eq!(t.backends[0].address, a("10.1.0.11"));
+    assert_eq!(t.backend_slot(1, a("192.168.50.11"), 80), Some(1));
+    let key = |zone| FlowKey {
+        src: a("198.51.100.7"),
+        dst: vip,
+        sport: 40000,
+        dport: 80,
+        proto: tcp,
+        v6: false,
+        zone,
+    };
+    assert_eq!(t.vip_of_key(&key(0)), Some(0));
+    assert_eq!(t.vip_of_key(&key(zone_of(Some(100)))), Some(1));
+    assert_eq!(t.vip_of_key(&key(zone_of(Some(200)))), Some(2));
+    assert_ne!(
+        key(0),
+        key(zone_of(Some(100))),
+        "the zone tells the flows apart"
+    );
+    assert_eq!(zone_of(Some(0)) & 0x00ff_ffff, 0);
+    assert_ne!(zone_of(Some(0)), 0, "VNI 0 is a tenant's too");
+}
+
+#[test]
+fn the_fingerprint_tells_the_tenants_apart() {
+    let c = Config::from_toml_str(CONFIG).unwrap_or_else(|e| panic!("{e}"));
+    let t = Tables::build(&c, &|_, _| true, 1).expect("tables");
+    let moved = CONFIG.replace("tenant_vni = 200", "tenant_vni = 201");
+    let c2 = Config::from_toml_str(&moved).unwrap_or_else(|e| panic!("{e}"));
+    let t2 = Tables::build(&c2, &|_, _| true, 1).expect("tables");
+    assert_ne!(t.fingerprint(), t2.fingerprint());
+}
