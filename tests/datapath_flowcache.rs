@@ -14,7 +14,7 @@ use std::thread;
 use lab::netns::{Netns, require_root};
 use sluice::datapath::flowcache::{self, FlowCache, Hairpin};
 use sluice::datapath::steer::Steer;
-use sluice::engine::BackendId;
+use sluice::lb::BackendId;
 use sluice::lb::process::{Decision, Verdict, process_recorded};
 use sluice::lb::{Frame, HEADROOM};
 use testkit::golden;

@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use sluice::config::{Config, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND, default_table_size};
 use sluice::control::prepare::{HealthSource, Inputs, NextHops, prepare, prepare_health};
-use sluice::engine::BackendId;
+use sluice::lb::BackendId;
 use sluice::lb::Tables;
 use sluice::lb::egress::{Link, NetState, Route, RouteHop};
 use sluice::lb::maglev::{MaglevBackend, Ring};

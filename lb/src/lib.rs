@@ -5,6 +5,7 @@
 //! where a flow goes (hashing, Maglev, the LVS schedulers, the connection table) lives in
 //! submodules that can be tested and benchmarked without a network.
 
+pub mod backend;
 pub mod conntrack;
 pub mod egress;
 pub mod exec;
@@ -22,11 +23,13 @@ pub mod persist;
 pub mod process;
 mod rings;
 pub mod sched;
+pub mod steering;
 pub mod tables;
 mod tenant;
 #[cfg(test)]
 mod tenant_tests;
 
+pub use backend::BackendId;
 pub use conntrack::{ConnTable, Flow, FlowState, RevKey};
 pub use egress::{Egress, Miss, MissQueue, NetState};
 pub use exec::{Executor, Serial};

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 
 /// The transitions received since the last health commit.
 #[derive(Debug, Default)]

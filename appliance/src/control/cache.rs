@@ -34,7 +34,8 @@ use crate::lb::Tables;
 use crate::lb::egress::return_hash;
 use crate::lb::hash::{FlowKey, addr_to_u128};
 
-use crate::engine::{BackendId, BackendTotals, Published, VipTotals};
+use crate::engine::{BackendTotals, Published, VipTotals};
+use crate::lb::BackendId;
 
 /// Evicts every entry `new` would not forward the same way (see the module docs); returns
 /// how many went. `old` is the version the entries were installed under; the decision only

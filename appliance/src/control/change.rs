@@ -8,7 +8,7 @@ use super::commit::{CommitFailed, UpdateError};
 use super::prepare::PrepareError;
 use super::shared::BackendOp;
 use crate::config::{self, Backend, Config};
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 
 /// A change that is running.
 #[derive(Debug, Clone, PartialEq, Eq)]

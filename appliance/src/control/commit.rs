@@ -19,7 +19,7 @@ use super::state::State;
 use super::{cache, view};
 use crate::config::{self, Vip};
 use crate::datapath::DatapathError;
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 use crate::lb::Tables;
 
 /// Why a prepared version could not become the running one. Each is returned to the

@@ -23,7 +23,7 @@ use super::shared::{Override, Shared};
 use super::state::State;
 use super::view::event;
 use crate::config::{BackendState, Config};
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 
 /// The file's name in the state directory.
 pub const FILE: &str = "overrides.json";

@@ -24,7 +24,7 @@ mod mtu;
 use super::shared::{Aggregate, Shared, View, effective_weight, imbalance, ring_shares};
 use crate::config::{Backend, Config, PerBackend, Vip};
 use crate::datapath::vipprobe::{FAILURE_LABELS, VipProbeCounters};
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 use crate::lb::{DropReason, Tables};
 
 type Labels = Vec<(String, String)>;
@@ -669,8 +669,8 @@ pub(super) mod tests {
     use super::render;
     use crate::config::{Config, PerBackend};
     use crate::datapath::{DatapathStats, FloodCounters, RingStats, SteerCounters};
-    use crate::engine::BackendId;
     use crate::engine::{BackendTotals, CounterSnapshot, Published};
+    use crate::lb::BackendId;
     use crate::lb::Tables;
 
     const CONFIG: &str = r#"

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use super::shared::Override;
 use super::slowstart::{Ramps, Readiness};
 use crate::config::{self, Backend, Config, Mode, Vip};
-use crate::datapath::{ReturnKey, VipKey};
-use crate::engine::BackendId;
+use crate::lb::BackendId;
+use crate::lb::steering::{ReturnKey, VipKey};
 use crate::lb::{self, TableError, Tables};
 
 /// The prober's targets, with the VIP/backend pairs each one decides.

@@ -19,7 +19,8 @@ use super::events::EventRing;
 use super::flood::document as flood_doc;
 use crate::config::{self, BackendState, Config, Mode};
 use crate::datapath::{AttachMode, DatapathStats};
-use crate::engine::{BackendId, BackendTotals, CounterSnapshot, Published, VipTotals};
+use crate::engine::{BackendTotals, CounterSnapshot, Published, VipTotals};
+use crate::lb::BackendId;
 use crate::lb::{DropReason, Tables};
 
 /// One datapath worker as the control plane sees it.

@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::config::{Backend, Config, Vip};
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 
 /// Levels of a ramp: level `k` (0..LEVELS) carries `weight * (k + 1) / LEVELS`.
 pub const LEVELS: u32 = 10;

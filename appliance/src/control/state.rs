@@ -11,7 +11,7 @@ use super::prepare::{NextHops, Prepared, Steering, Targets};
 use super::shared::Override;
 use super::slowstart::Ramps;
 use crate::config::Config;
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 use crate::lb::Tables;
 
 /// What the control plane knows besides the tables.

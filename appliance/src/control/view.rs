@@ -79,7 +79,7 @@ pub fn publish(
 }
 
 /// When each ramping backend of the running config reaches its full weight.
-fn ramps(st: &State) -> HashMap<crate::engine::BackendId, Instant> {
+fn ramps(st: &State) -> HashMap<crate::lb::BackendId, Instant> {
     if st.ramps.is_empty() {
         return HashMap::new();
     }
@@ -87,7 +87,7 @@ fn ramps(st: &State) -> HashMap<crate::engine::BackendId, Instant> {
     for v in &st.config.vips {
         for b in &v.backends {
             if let Some(r) = st.ramps.ramp(v, b) {
-                out.insert(crate::engine::BackendId::of(v, b), r.until);
+                out.insert(crate::lb::BackendId::of(v, b), r.until);
             }
         }
     }

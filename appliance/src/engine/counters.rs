@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::BackendId;
+use crate::lb::BackendId;
 use crate::lb::{self, DropReason, Tables};
 
 /// Counters of one VIP, kept across table versions by its name.

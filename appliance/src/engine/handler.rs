@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::BackendId;
 use super::counters::{BackendTotals, CounterSnapshot, SlotCounters, VipTotals};
 use super::published::Published;
 use crate::datapath::FrameHandler;
 use crate::datapath::doorbell::Doorbell;
 use crate::datapath::flowcache::{FlowCache, WorkerCache};
+use crate::lb::BackendId;
 use crate::lb::{self, ConnTable, Frame, Tables, Verdict, WorkerState};
 
 /// Frames between two counter publications on a busy worker.

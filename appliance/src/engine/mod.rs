@@ -8,12 +8,10 @@
 //! The datapath knows only the [`FrameHandler`](crate::datapath::FrameHandler) trait and
 //! `lb::Verdict`; the control plane only publishes tables here and reads the counters back.
 
-mod backend;
 mod counters;
 mod handler;
 mod published;
 
-pub use backend::BackendId;
 pub use counters::{BackendTotals, CounterSnapshot, VipTotals};
 pub use handler::{LbHandler, PUBLISH_EVERY};
 pub use published::Published;

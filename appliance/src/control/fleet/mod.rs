@@ -34,7 +34,7 @@ use super::run::Control;
 use super::shared::Override;
 use super::view::event;
 use crate::config::{self, BackendState, Config};
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 use crate::lb::Tables;
 use lastgood::LastGood;
 use status::Parts;

@@ -43,7 +43,7 @@ use super::DatapathError;
 use super::abi::{cache_key4, cache_key6, cache_stat, cache_val};
 use super::steer::bpf_err;
 use crate::config::{ClientAddress, Mode};
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 use crate::lb::FlowState;
 use crate::lb::conntrack::tcp_flags;
 use crate::lb::hash::FlowKey;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{CacheEntry, FlowCache, cacheable, entry_for};
-use crate::engine::BackendId;
+use crate::lb::BackendId;
 use crate::lb::hash::FlowKey;
 use crate::lb::process::Decision;
 use crate::lb::{ConnTable, Tables};

@@ -5,8 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::config;
-use crate::lb::Tables;
+use crate::Tables;
 
 /// One backend of one VIP, by VIP name, backend address and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
