@@ -317,7 +317,7 @@ fn datapath(b: &mut Builder, view: &View, agg: &Aggregate) {
     );
     b.counter1(
         "sluice_flows_reopened",
-        "SYNs on a closed connection's tuple, or to a backend that takes no new connections, scheduled anew",
+        "SYNs on a closed connection's tuple, or of an unanswered handshake to a backend that takes no new connections, scheduled anew",
         agg.stats.reopened,
     );
 }
@@ -1097,7 +1097,7 @@ sluice_conntrack_fallbacks_total 1
 # HELP sluice_flows_rechosen Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
 # TYPE sluice_flows_rechosen counter
 sluice_flows_rechosen_total 2
-# HELP sluice_flows_reopened SYNs on a closed connection's tuple, or to a backend that takes no new connections, scheduled anew.
+# HELP sluice_flows_reopened SYNs on a closed connection's tuple, or of an unanswered handshake to a backend that takes no new connections, scheduled anew.
 # TYPE sluice_flows_reopened counter
 sluice_flows_reopened_total 3
 # HELP sluice_conntrack_state_entries Connection-table entries by state (syn and udp_new are embryonic), over all workers.

@@ -17,6 +17,7 @@
 
 use super::admit::admit;
 use super::{DropReason, NONE, WorkerState, fullnat};
+use crate::conntrack::state::marks;
 use crate::conntrack::{Carry, ConnTable, Flow, FlowState, InsertError, Seen, first_state, is_syn};
 use crate::hash::FlowKey;
 use crate::sched::{self, PoolView, SchedState};
@@ -131,17 +132,25 @@ pub(super) fn flow_for(
             .flatten();
         let syn = key.proto == IpProtocol::TCP && is_syn(p.flags);
         // A SYN on the tuple of a connection that closed (the client that closed second holds
-        // no TIME_WAIT and may reuse its port at once), or one that its backend would take
-        // as a new connection although the backend takes none now (drained, weight 0), is a
-        // new connection: scheduled anew, as LVS's `conn_reuse_mode` does, never sent to
-        // the old entry's backend by the entry alone (persistence still may).
+        // no TIME_WAIT and may reuse its port at once), or a SYN of a handshake its backend
+        // has not answered while that backend takes no new connections (drained, weight 0),
+        // is a new connection: scheduled anew, as LVS's `conn_reuse_mode` does, never sent
+        // to the old entry's backend by the entry alone (persistence still may). An
+        // established flow is never reopened by a SYN: the backend answers it (a challenge
+        // ACK, RFC 5961 4), so a spoofed SYN moves nothing.
         let reopen = syn
-            && (state == FlowState::TcpClosing
-                || !tables
-                    .eligible
-                    .get(backend as usize)
-                    .copied()
-                    .unwrap_or(false));
+            && match state {
+                FlowState::TcpClosing => true,
+                FlowState::TcpSyn => {
+                    ct.flow(id).evidence.marks & marks::REPLY == 0
+                        && !tables
+                            .eligible
+                            .get(backend as usize)
+                            .copied()
+                            .unwrap_or(false)
+                }
+                _ => false,
+            };
         if reopen {
             worker.stats.reopened += 1;
             ct.remove(id);

@@ -264,8 +264,8 @@ pub struct WorkerStats {
     pub stateless_no_entry: u64,
     /// Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
     pub rechosen: u64,
-    /// SYNs that found an entry of a closed connection, or of a backend that takes no new
-    /// connections (drained, weight 0), scheduled anew as new connections.
+    /// SYNs that found an entry of a closed connection, or of a handshake its backend has
+    /// not answered while it takes no new connections (drained, weight 0), scheduled anew.
     pub reopened: u64,
     /// NAT return packets rewritten without a connection entry.
     pub stateless_return: u64,

@@ -262,6 +262,37 @@ fn a_reused_port_of_a_closed_connection_never_reaches_a_drained_backend() {
     }
 }
 
+/// A SYN on an established flow (a spoofer's, or a client's that lost its state) never
+/// moves it, even to a drained backend's replacement: the backend answers it.
+#[test]
+fn a_syn_on_an_established_flow_of_a_drained_backend_stays() {
+    let mut c = one_vip(Mode::Dr, Scheduler::Maglev, 2);
+    let t1 = tables(&c, 1, &|_| true);
+    let mut ct = ct_for(&t1, 1024);
+    let mut w = WorkerState::new();
+    let mut on_1 = Vec::new();
+    for sport in 3000..3040 {
+        if send(&t1, &mut ct, &mut w, sport, 0x02, 0).1 == Some(1) {
+            // DR: established by the second segment after the SYN.
+            send(&t1, &mut ct, &mut w, sport, 0x10, 0);
+            send(&t1, &mut ct, &mut w, sport, 0x10, 0);
+            on_1.push(sport);
+        }
+    }
+    assert!(!on_1.is_empty());
+    c.vips[0].backends[0].state = BackendState::Drain;
+    let t2 = tables(&c, 2, &|_| true);
+    for &sport in &on_1 {
+        assert_eq!(send(&t2, &mut ct, &mut w, sport, 0x02, SEC).1, Some(1));
+    }
+    let established = ct
+        .ids()
+        .filter(|&id| ct.flow(id).state == FlowState::TcpEstablished)
+        .count();
+    assert_eq!(established, on_1.len());
+    assert_eq!(w.stats.reopened, 0);
+}
+
 #[test]
 fn disabled_unhealthy_and_removed_backends_rechoose() {
     let mut c = one_vip(Mode::Dr, Scheduler::Maglev, 3);
