@@ -36,14 +36,19 @@
 //! then the removed FullNAT flows' ports stay taken, so a port never serves a new flow while
 //! the kernel could still rewrite replies to it toward the old client.
 
+pub mod codec;
 mod index;
+mod record;
 mod snat;
 pub mod state;
 #[cfg(test)]
 mod tests;
+pub mod track;
 
+pub use record::{FlowRecord, ImportError};
 pub use snat::{SNAT_PORT_MIN, SNAT_PROBES};
 pub use state::{CLASSES, Evidence, FlowState, Seen, first_state, is_syn, tcp_flags};
+pub use track::Track;
 
 use crate::hash::FlowKey;
 use config::{ClientAddress, Timeouts};
@@ -101,6 +106,8 @@ pub struct Flow {
     /// How this flow carries the client's address to the backend (FullNAT TCP VIPs with
     /// `client_address`), and where it stands.
     pub carry: Carry,
+    /// Where its sequence spaces stand (TCP).
+    pub track: Track,
 }
 
 /// A FullNAT TCP flow that tells the backend the client's address (`client_address`):
@@ -257,6 +264,7 @@ impl ConnTable {
                 snat: None,
                 reverse: false,
                 carry: Carry::default(),
+                track: Track::default(),
             },
             used: false,
             counted_backend: NONE,

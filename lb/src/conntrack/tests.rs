@@ -52,6 +52,7 @@ fn flow(i: u32, backend: u32, state: FlowState) -> Flow {
         snat: None,
         reverse: false,
         carry: Default::default(),
+        track: Default::default(),
     }
 }
 

@@ -263,6 +263,7 @@ fn new_flow(
         snat,
         reverse: matches!(v.mode, Mode::Nat | Mode::FullNat),
         carry: Default::default(),
+        track: Default::default(),
     };
     match ct.insert(flow, now) {
         Ok(_) => Ok(FlowHit {

@@ -56,6 +56,8 @@ mod outbound;
 mod owner;
 mod proxyhdr;
 mod ratelimit;
+#[cfg(test)]
+mod record_tests;
 mod reset;
 mod tcpopt;
 mod tenant;
