@@ -782,7 +782,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
         snap.stats.proxy_headers = 3;
         snap.conntrack.promoted = 4;
         snap.conntrack.evicted_embryonic = 6;
-        snap.conntrack_fill = [3, 2, 1, 0, 5];
+        snap.conntrack_fill = [3, 2, 1, 0, 5, 4];
         snap.stats.rechosen = 2;
         snap.stats.reopened = 3;
         snap.retired_backends.insert(
@@ -1100,13 +1100,14 @@ sluice_flows_rechosen_total 2
 # HELP sluice_flows_reopened SYNs on a closed connection's tuple, or of an unanswered handshake to a backend that takes no new connections, scheduled anew.
 # TYPE sluice_flows_reopened counter
 sluice_flows_reopened_total 3
-# HELP sluice_conntrack_state_entries Connection-table entries by state (syn and udp_new are embryonic), over all workers.
+# HELP sluice_conntrack_state_entries Connection-table entries by state (syn and udp_new are embryonic; udp_oneway is reclaimed after them), over all workers.
 # TYPE sluice_conntrack_state_entries gauge
 sluice_conntrack_state_entries{state="closing"} 1
 sluice_conntrack_state_entries{state="established"} 2
 sluice_conntrack_state_entries{state="syn"} 3
 sluice_conntrack_state_entries{state="udp"} 0
 sluice_conntrack_state_entries{state="udp_new"} 5
+sluice_conntrack_state_entries{state="udp_oneway"} 4
 # HELP sluice_conntrack_inserted Connection-table entries created (embryonic, but for re-chosen flows).
 # TYPE sluice_conntrack_inserted counter
 sluice_conntrack_inserted_total 0
@@ -1120,6 +1121,11 @@ sluice_conntrack_expired_total 0
 # TYPE sluice_conntrack_evicted counter
 sluice_conntrack_evicted_total{state="closing"} 0
 sluice_conntrack_evicted_total{state="embryonic"} 6
+sluice_conntrack_evicted_total{state="udp_oneway"} 0
+# HELP sluice_teardown_out_of_window FINs and RSTs off their sender's sequence space (RFC 5961): forwarded, they closed nothing, by flag.
+# TYPE sluice_teardown_out_of_window counter
+sluice_teardown_out_of_window_total{flag="fin"} 0
+sluice_teardown_out_of_window_total{flag="rst"} 0
 # HELP sluice_stateless_answers Packets answered from the Maglev ring without a connection entry, by cause.
 # TYPE sluice_stateless_answers counter
 sluice_stateless_answers_total{cause="no_entry"} 7

@@ -312,7 +312,10 @@ impl Shared {
             a.conntrack.expired += c.expired;
             a.conntrack.evicted_embryonic += c.evicted_embryonic;
             a.conntrack.evicted_closing += c.evicted_closing;
+            a.conntrack.evicted_one_way += c.evicted_one_way;
             a.conntrack.full += c.full;
+            a.conntrack.rst_out_of_window += c.rst_out_of_window;
+            a.conntrack.fin_out_of_window += c.fin_out_of_window;
             let fill = a.conntrack_fill.iter_mut().zip(s.conntrack_fill);
             fill.for_each(|(f, n)| *f += n as u64);
             a.conntrack_entries += s.conntrack_len as u64;

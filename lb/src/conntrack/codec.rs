@@ -145,6 +145,7 @@ fn state_byte(s: FlowState) -> u8 {
         FlowState::TcpClosing => 2,
         FlowState::Udp => 3,
         FlowState::UdpNew => 4,
+        FlowState::UdpOneWay => 5,
     }
 }
 
@@ -155,6 +156,7 @@ fn state_of(b: u8) -> Option<FlowState> {
         2 => FlowState::TcpClosing,
         3 => FlowState::Udp,
         4 => FlowState::UdpNew,
+        5 => FlowState::UdpOneWay,
         _ => return None,
     })
 }

@@ -48,7 +48,7 @@ pub mod track;
 pub use record::{FlowRecord, ImportError};
 pub use snat::{SNAT_PORT_MIN, SNAT_PROBES};
 pub use state::{CLASSES, Evidence, FlowState, Seen, first_state, is_syn, tcp_flags};
-pub use track::Track;
+pub use track::{Teardown, Track};
 
 use crate::hash::FlowKey;
 use config::{ClientAddress, Timeouts};
@@ -129,6 +129,21 @@ pub struct Carry {
     pub armed: bool,
 }
 
+/// IANA protocol number of TCP.
+const TCP: u8 = 6;
+
+impl Carry {
+    /// What the client's sequence numbers gain on their way to the backend now: the PROXY
+    /// header's length once it went out.
+    pub fn shift(&self) -> u32 {
+        if self.kind == ClientAddress::ProxyV2 && self.armed {
+            u32::from(self.delta)
+        } else {
+            0
+        }
+    }
+}
+
 impl Flow {
     /// The reverse key of this flow, if return traffic passes the appliance.
     pub fn rev_key(&self) -> Option<RevKey> {
@@ -187,8 +202,14 @@ pub struct ConnStats {
     pub evicted_embryonic: u64,
     /// Live closing flows evicted to make room.
     pub evicted_closing: u64,
+    /// Live one-way UDP flows evicted to make room.
+    pub evicted_one_way: u64,
     /// Inserts refused because the table was full of established flows.
     pub full: u64,
+    /// RSTs off their sender's sequence space (RFC 5961): forwarded, they closed nothing.
+    pub rst_out_of_window: u64,
+    /// FINs off their sender's sequence space: forwarded, they closed nothing.
+    pub fin_out_of_window: u64,
 }
 
 /// Removed flows whose kernel flow-cache entries still have to go, and the reverse keys
@@ -284,7 +305,7 @@ impl ConnTable {
                 FlowState::TcpSyn => timeouts.tcp_syn,
                 FlowState::TcpEstablished => timeouts.tcp_established,
                 FlowState::TcpClosing => timeouts.tcp_closing,
-                FlowState::Udp => timeouts.udp,
+                FlowState::Udp | FlowState::UdpOneWay => timeouts.udp,
                 FlowState::UdpNew => timeouts.udp_new,
             });
         }
@@ -475,15 +496,40 @@ impl ConnTable {
         self.slots[id as usize].flow.last_seen = now;
     }
 
-    /// Runs a packet of the flow through the state machine ([`state::advance`]) and records
-    /// it ([`ConnTable::touch`]); returns the new state.
+    /// Runs a packet of the flow through the sequence tracker ([`track`]: a FIN or RST off
+    /// its sender's space closes nothing) and the state machine ([`state::advance`]), and
+    /// records it ([`ConnTable::touch`]); returns the new state and what its FIN or RST
+    /// counted for.
     #[inline(always)]
-    pub fn step(&mut self, id: u32, now: u64, flags: u8, seen: Seen) -> FlowState {
+    pub fn step(&mut self, id: u32, now: u64, flags: u8, seen: Seen) -> (FlowState, Teardown) {
         let f = &mut self.slots[id as usize].flow;
+        let mut seen = seen;
+        seen.closes = false;
+        let mut teardown = Teardown::None;
+        if f.key.proto == TCP {
+            let seg = track::Segment {
+                seq: seen.seq,
+                ack: seen.ack,
+                len: seen.len,
+                flags,
+            };
+            teardown = f.track.segment(!seen.reverse, &seg, f.carry.shift());
+            match teardown {
+                track::Teardown::OutOfWindow if flags & tcp_flags::RST != 0 => {
+                    self.stats.rst_out_of_window += 1;
+                }
+                track::Teardown::OutOfWindow => self.stats.fin_out_of_window += 1,
+                track::Teardown::InWindow => {
+                    seen.closes =
+                        flags & tcp_flags::RST != 0 || !seen.both_ways || f.track.closed();
+                }
+                track::Teardown::None => {}
+            }
+        }
         let (st, m) = state::advance(f.state, f.evidence, flags, seen);
         f.evidence = m;
         self.touch(id, now, st);
-        st
+        (st, teardown)
     }
 
     /// Records where a flow's client-address rewrite stands ([`Carry`]).
@@ -558,7 +604,8 @@ impl ConnTable {
     }
 
     /// Makes one slot free in a full table: an expired list tail, else the oldest embryonic
-    /// flow, else the oldest closing one. False when every entry is established and live.
+    /// flow, else the oldest closing one, else the oldest one-way UDP flow. False when every
+    /// entry is established and live.
     fn make_room(&mut self, now: u64) -> bool {
         for l in self.lists {
             if l.tail != NONE && self.expired(l.tail, now) {
@@ -584,6 +631,12 @@ impl ConnTable {
         if closing != NONE {
             self.remove(closing);
             self.stats.evicted_closing += 1;
+            return true;
+        }
+        let one_way = self.lists[FlowState::UdpOneWay.class()].tail;
+        if one_way != NONE {
+            self.remove(one_way);
+            self.stats.evicted_one_way += 1;
             return true;
         }
         false

@@ -34,7 +34,10 @@ fn flow(i: u32, backend: u32, state: FlowState) -> Flow {
     Flow {
         key: key(
             i,
-            if matches!(state, FlowState::Udp | FlowState::UdpNew) {
+            if matches!(
+                state,
+                FlowState::Udp | FlowState::UdpNew | FlowState::UdpOneWay
+            ) {
                 17
             } else {
                 6

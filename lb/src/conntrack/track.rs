@@ -41,3 +41,188 @@ pub mod seen {
     /// Every bit defined so far (a record with others is from a newer writer).
     pub const ALL: u8 = 0x7f;
 }
+
+/// How far below what a side sent (or what the other side acknowledged) a FIN may start,
+/// and how far past it: retransmitted and reordered FINs of a real endpoint land here; a
+/// blind guess does one time in 2^32 / (2 * 2^16).
+pub const FIN_SLACK: u32 = 1 << 16;
+
+/// How far one segment may move a side's next sequence number on: more than any one
+/// segment (64 KiB with segmentation offload) and any gap the flow cache leaves between two
+/// segments the engine sees. A spoofed segment past it moves nothing.
+pub const MAX_ADVANCE: u32 = 1 << 20;
+
+/// One TCP segment as the tracker reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Segment {
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number (meaningful with ACK in `flags`).
+    pub ack: u32,
+    /// Payload bytes.
+    pub len: u32,
+    /// TCP flags.
+    pub flags: u8,
+}
+
+/// What a FIN or RST of a segment means for the flow's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Teardown {
+    /// Neither FIN nor RST.
+    None,
+    /// A FIN or RST where its sender's sequence space says it must be.
+    InWindow,
+    /// A FIN or RST off its sender's sequence space: forwarded, it moves nothing.
+    OutOfWindow,
+}
+
+const FIN: u8 = 0x01;
+const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
+const ACK: u8 = 0x10;
+
+/// `a` comes after `b` in sequence space (RFC 1982 serial arithmetic).
+#[inline]
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// `x` lies in `[lo, hi]` in sequence space.
+#[inline]
+fn within(x: u32, lo: u32, hi: u32) -> bool {
+    x.wrapping_sub(lo) <= hi.wrapping_sub(lo)
+}
+
+impl Track {
+    /// The tracker of a flow whose first segment (the client's SYN) is `s`.
+    pub fn opened(s: &Segment) -> Track {
+        Track {
+            client_next: s.seq.wrapping_add(1),
+            seen: seen::CLIENT,
+            ..Track::default()
+        }
+    }
+
+    /// Judges segment `s` from the client (`from_client`) or the backend, then records
+    /// it: a FIN or RST is judged before the segment can move anything, and only an
+    /// in-window one is recorded. `shift` is what the client's sequence numbers gain on
+    /// their way to the backend (a PROXY header sent), so the backend's acknowledgements
+    /// are read back in the client's space.
+    pub fn segment(&mut self, from_client: bool, s: &Segment, shift: u32) -> Teardown {
+        let verdict = self.judge(from_client, s, shift);
+        if verdict != Teardown::OutOfWindow {
+            self.record(from_client, s);
+            if verdict == Teardown::InWindow {
+                if s.flags & RST != 0 {
+                    self.seen |= seen::RESET;
+                } else if from_client {
+                    self.seen |= seen::CLIENT_FIN;
+                } else {
+                    self.seen |= seen::BACKEND_FIN;
+                }
+            }
+        }
+        verdict
+    }
+
+    /// Whether both sides sent a FIN that counted, or an RST did.
+    pub fn closed(&self) -> bool {
+        self.seen & seen::RESET != 0
+            || self.seen & (seen::CLIENT_FIN | seen::BACKEND_FIN)
+                == (seen::CLIENT_FIN | seen::BACKEND_FIN)
+    }
+
+    /// The sender's next sequence number and the other side's last acknowledgement of it
+    /// (in the sender's space), where known.
+    fn sides(&self, from_client: bool, shift: u32) -> (Option<u32>, Option<u32>) {
+        if from_client {
+            (
+                (self.seen & seen::CLIENT != 0).then_some(self.client_next),
+                (self.seen & seen::BACKEND_ACK != 0)
+                    .then(|| self.backend_acked.wrapping_sub(shift)),
+            )
+        } else {
+            (
+                (self.seen & seen::BACKEND != 0).then_some(self.backend_next),
+                (self.seen & seen::CLIENT_ACK != 0).then_some(self.client_acked),
+            )
+        }
+    }
+
+    fn judge(&self, from_client: bool, s: &Segment, shift: u32) -> Teardown {
+        if s.flags & (FIN | RST) == 0 {
+            return Teardown::None;
+        }
+        let (next, acked) = self.sides(from_client, shift);
+        // A side whose sequence space is unknown (a flow from before tracking) cannot be
+        // judged: its FIN and RST count as they always did.
+        let Some(next) = next else {
+            return Teardown::InWindow;
+        };
+        let ok = if s.flags & RST != 0 {
+            // RFC 5961 3.2: exactly where the receiver expects it. An endpoint resets from
+            // its next sequence number, or (a host without the connection) from the
+            // acknowledgement of the segment it answers, which is the other side's.
+            s.seq == next || acked == Some(s.seq)
+        } else {
+            let lo = match acked {
+                Some(a) if after(next, a) => a,
+                _ => next,
+            };
+            within(
+                s.seq,
+                lo.wrapping_sub(FIN_SLACK),
+                next.wrapping_add(FIN_SLACK),
+            )
+        };
+        if ok {
+            Teardown::InWindow
+        } else {
+            Teardown::OutOfWindow
+        }
+    }
+
+    fn record(&mut self, from_client: bool, s: &Segment) {
+        let end = s
+            .seq
+            .wrapping_add(s.len)
+            .wrapping_add(u32::from(s.flags & SYN != 0))
+            .wrapping_add(u32::from(s.flags & FIN != 0));
+        let (next, known, acked, ack_known) = if from_client {
+            (
+                &mut self.client_next,
+                seen::CLIENT,
+                &mut self.client_acked,
+                seen::CLIENT_ACK,
+            )
+        } else {
+            (
+                &mut self.backend_next,
+                seen::BACKEND,
+                &mut self.backend_acked,
+                seen::BACKEND_ACK,
+            )
+        };
+        if self.seen & known == 0 {
+            // A side's space starts at its SYN (the client's SYN, the backend's SYN-ACK).
+            if s.flags & SYN == 0 {
+                return;
+            }
+            *next = end;
+            self.seen |= known;
+        } else if s.flags & SYN != 0 {
+            // A SYN on a known space (a retransmission, or a spoofer's) moves nothing.
+            return;
+        } else if after(end, *next) && end.wrapping_sub(*next) <= MAX_ADVANCE {
+            *next = end;
+        }
+        if s.flags & ACK != 0 {
+            if self.seen & ack_known == 0 {
+                *acked = s.ack;
+                self.seen |= ack_known;
+            } else if after(s.ack, *acked) && s.ack.wrapping_sub(*acked) <= MAX_ADVANCE {
+                *acked = s.ack;
+            }
+        }
+    }
+}

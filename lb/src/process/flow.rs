@@ -18,7 +18,10 @@
 use super::admit::admit;
 use super::{DropReason, NONE, WorkerState, fullnat};
 use crate::conntrack::state::marks;
-use crate::conntrack::{Carry, ConnTable, Flow, FlowState, InsertError, Seen, first_state, is_syn};
+use crate::conntrack::track::Segment;
+use crate::conntrack::{
+    Carry, ConnTable, Flow, FlowState, InsertError, Seen, Teardown, Track, first_state, is_syn,
+};
 use crate::hash::FlowKey;
 use crate::sched::{self, PoolView, SchedState};
 use crate::tables::Tables;
@@ -92,6 +95,8 @@ pub(super) struct FlowHit {
     pub(super) snat: Option<(u128, u16)>,
     /// The flow's client-address state (`client_address`), before this packet.
     pub(super) carry: Carry,
+    /// What the packet's FIN or RST counted for (see `conntrack::track`).
+    pub(super) teardown: Teardown,
     /// The packet belongs to a flow the table already held (not one it opened, nor one
     /// answered without an entry).
     pub(super) found: bool,
@@ -105,8 +110,23 @@ pub(super) struct Packet<'a> {
     pub(super) flags: u8,
     /// A TCP segment with payload, or any UDP datagram.
     pub(super) payload: bool,
-    /// TCP: the segment's acknowledgement number (0 for UDP).
+    /// TCP: the segment's sequence and acknowledgement numbers and payload bytes (0 for
+    /// UDP).
+    pub(super) seq: u32,
     pub(super) ack: u32,
+    pub(super) len: u32,
+}
+
+impl Packet<'_> {
+    /// The segment as the sequence tracker reads it.
+    fn segment(&self) -> Segment {
+        Segment {
+            seq: self.seq,
+            ack: self.ack,
+            len: self.len,
+            flags: self.flags,
+        }
+    }
 }
 
 /// Finds or creates the flow for a client → VIP packet.
@@ -154,32 +174,52 @@ pub(super) fn flow_for(
         if reopen {
             worker.stats.reopened += 1;
             ct.remove(id);
-            return new_flow(tables, ct, worker, vip, key, FlowState::TcpSyn, now);
+            let track = Track::opened(&p.segment());
+            return new_flow(
+                tables,
+                ct,
+                worker,
+                vip,
+                key,
+                (FlowState::TcpSyn, track),
+                now,
+            );
         }
         if entry.is_some_and(|b| b.keeps_flows()) {
             let seen = Seen {
                 reverse: false,
                 both_ways: matches!(tables.vips[vip as usize].mode, Mode::Nat | Mode::FullNat),
                 payload: p.payload,
-                seq: 0,
+                seq: p.seq,
                 ack: p.ack,
+                len: p.len,
+                closes: false,
             };
-            ct.step(id, now, p.flags, seen);
+            let (_, teardown) = ct.step(id, now, p.flags, seen);
             return Ok(FlowHit {
                 backend,
                 hash,
                 snat,
                 carry,
+                teardown,
                 found: true,
             });
         }
         worker.stats.rechosen += 1;
-        ct.remove(id);
         // The flow earned its state with the old backend; it keeps it with the new one.
-        return new_flow(tables, ct, worker, vip, key, state, now);
+        let track = ct.flow(id).track;
+        ct.remove(id);
+        return new_flow(tables, ct, worker, vip, key, (state, track), now);
     }
     match first_state(key.proto == IpProtocol::TCP, p.flags) {
-        Some(st) => new_flow(tables, ct, worker, vip, key, st, now),
+        Some(st) => {
+            let track = if st == FlowState::TcpSyn {
+                Track::opened(&p.segment())
+            } else {
+                Track::default()
+            };
+            new_flow(tables, ct, worker, vip, key, (st, track), now)
+        }
         None => {
             worker.stats.stateless_no_entry += 1;
             stateless(tables, vip, key.hash(tables.vips[vip as usize].hash))
@@ -206,6 +246,7 @@ fn one_packet(
         hash,
         snat: None,
         carry: Carry::default(),
+        teardown: Teardown::None,
         found: false,
     })
 }
@@ -223,6 +264,7 @@ fn stateless(tables: &Tables, vip: u32, hash: u32) -> Result<FlowHit, DropReason
         hash,
         snat: None,
         carry: Carry::default(),
+        teardown: Teardown::None,
         found: false,
     })
 }
@@ -237,7 +279,7 @@ fn new_flow(
     worker: &mut WorkerState,
     vip: u32,
     key: &FlowKey,
-    state: FlowState,
+    (state, track): (FlowState, Track),
     now: u64,
 ) -> Result<FlowHit, DropReason> {
     let v = &tables.vips[vip as usize];
@@ -263,7 +305,7 @@ fn new_flow(
         snat,
         reverse: matches!(v.mode, Mode::Nat | Mode::FullNat),
         carry: Default::default(),
-        track: Default::default(),
+        track,
     };
     match ct.insert(flow, now) {
         Ok(_) => Ok(FlowHit {
@@ -271,6 +313,7 @@ fn new_flow(
             hash,
             snat,
             carry: Carry::default(),
+            teardown: Teardown::None,
             found: false,
         }),
         Err(InsertError::Full) => {

@@ -562,6 +562,10 @@ pub struct Decision {
     /// must shift sequence numbers as the engine does, and leave the frames that get a
     /// header or an option to the engine.
     pub carry: Carry,
+    /// The frame's FIN or RST counted: it lay where its sender's sequence space says it
+    /// must (a FIN or RST off it is forwarded and changes nothing, the flow cache's
+    /// entries included).
+    pub teardown: bool,
 }
 
 /// Where [`process_recorded`] puts its [`Decision`]: `()` records nothing and compiles to
@@ -656,7 +660,9 @@ fn packet<'a>(key: &'a FlowKey, l4: &L4) -> Packet<'a> {
         key,
         flags: l4.flags,
         payload: l4.payload,
+        seq: l4.seq,
         ack: l4.ack,
+        len: l4.len,
     }
 }
 
@@ -737,6 +743,7 @@ fn forward<R: Record>(
             flow: f.map(|f| (key, f.state)),
             tcp_flags: l4.flags,
             carry: f.map_or(Carry::default(), |f| f.carry),
+            teardown: hit.teardown == crate::conntrack::Teardown::InWindow,
         });
     }
     verdict

@@ -11,7 +11,7 @@ use crate::lb::FlowState;
 pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
     let fill = b.gauge(
         "sluice_conntrack_state_entries",
-        "Connection-table entries by state (syn and udp_new are embryonic), over all workers",
+        "Connection-table entries by state (syn and udp_new are embryonic; udp_oneway is reclaimed after them), over all workers",
     );
     for s in FlowState::ALL {
         super::gset(
@@ -46,6 +46,17 @@ pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
         c.evicted_embryonic,
     );
     set(&evicted, labels(&[("state", "closing")]), c.evicted_closing);
+    set(
+        &evicted,
+        labels(&[("state", "udp_oneway")]),
+        c.evicted_one_way,
+    );
+    let ignored = b.counter(
+        "sluice_teardown_out_of_window",
+        "FINs and RSTs off their sender's sequence space (RFC 5961): forwarded, they closed nothing, by flag",
+    );
+    set(&ignored, labels(&[("flag", "rst")]), c.rst_out_of_window);
+    set(&ignored, labels(&[("flag", "fin")]), c.fin_out_of_window);
     let stateless = b.counter(
         "sluice_stateless_answers",
         "Packets answered from the Maglev ring without a connection entry, by cause",

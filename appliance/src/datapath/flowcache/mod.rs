@@ -195,7 +195,7 @@ pub fn cacheable(d: &Decision) -> bool {
                 && d.tcp_flags & SYN_ACK == SYN_ACK
                 && d.tcp_flags & (tcp_flags::FIN | tcp_flags::RST) == 0
         }
-        Some((_, FlowState::Udp)) => true,
+        Some((_, FlowState::Udp | FlowState::UdpOneWay)) => true,
         _ => false,
     }
 }
@@ -605,6 +605,7 @@ mod tests {
             flow: Some((key, state)),
             tcp_flags: flags,
             carry: Default::default(),
+            teardown: flags & (tcp_flags::FIN | tcp_flags::RST) != 0,
         }
     }
 

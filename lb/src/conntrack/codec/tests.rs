@@ -50,7 +50,7 @@ fn record() -> impl Strategy<Value = FlowRecord> {
                         FlowState::TcpClosing,
                     ][st]
                 } else {
-                    [FlowState::Udp, FlowState::UdpNew][st % 2]
+                    [FlowState::Udp, FlowState::UdpNew, FlowState::UdpOneWay][st]
                 };
                 FlowRecord {
                     key,
