@@ -630,18 +630,34 @@ mod tests {
         assert_eq!(table, declared);
     }
 
+    /// What libbpf said while the tests of this module loaded programs.
+    static LIBBPF_SAID: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+    fn keep_libbpf_line(_level: libbpf_rs::PrintLevel, line: String) {
+        LIBBPF_SAID
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_str(&line);
+    }
+
     /// The kernel's verifier takes the program both ways: without the flow cache (its code
     /// pruned) and with it (every path). A change that makes either too complex for the
-    /// verifier fails here, in the unit tests, rather than in every namespace test. Needs
-    /// root (CAP_BPF), as the appliance does.
+    /// verifier fails here, in the unit tests, rather than in every namespace test. And the
+    /// kernel takes the object's BTF for every map (an array map's key typed with an enum,
+    /// for one, is refused, and libbpf then creates the map without its types). Needs root
+    /// (CAP_BPF), as the appliance does.
     #[test]
     fn the_verifier_accepts_the_program_with_and_without_the_cache() {
         assert!(
             nix::unistd::geteuid().is_root(),
             "loading BPF programs needs root (CAP_BPF); run the tests as root"
         );
+        let before = libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, keep_libbpf_line)));
         Steer::load().unwrap_or_else(|e| panic!("without the flow cache: {e}"));
         let cache = FlowCache::create(1024).expect("flow cache maps");
         Steer::load_with_cache(Some(&cache)).unwrap_or_else(|e| panic!("with the flow cache: {e}"));
+        libbpf_rs::set_print(before);
+        let said = LIBBPF_SAID.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(!said.contains("without BTF"), "libbpf: {said}");
     }
 }
