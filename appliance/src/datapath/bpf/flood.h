@@ -41,7 +41,6 @@
 #define FLOOD_REFUND 4 // tokens a proven flow pays back: about what its handshake, first
 		       // data and teardown cost in misses before and after it is cached
 
-
 // The detector: one more first frame on this CPU; returns whether the mode is on.
 static __always_inline int flood_detect(struct flood_cpu *st, const struct flood_conf *c,
 					__u64 now)
