@@ -36,11 +36,20 @@ const SERVER_PY: &str = r#"
 import socket, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 NAME = sys.argv[1]
-BLOB = bytes((i * 7 + i // 251) % 256 for i in range(4 << 20))
+# Built at the first /blob, not at start: four million Python steps take seconds on a loaded
+# machine, and the server must listen at once.
+BLOB = None
+BLOB_LOCK = threading.Lock()
+def blob():
+    global BLOB
+    with BLOB_LOCK:
+        if BLOB is None:
+            BLOB = bytes((i * 7 + i // 251) % 256 for i in range(4 << 20))
+    return BLOB
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
-        body = NAME.encode() if self.path == "/whoami" else BLOB if self.path == "/blob" else None
+        body = NAME.encode() if self.path == "/whoami" else blob() if self.path == "/blob" else None
         if body is None:
             self.send_error(404); return
         self.send_response(200)

@@ -143,73 +143,7 @@ pub(super) fn flow_for(
         return one_packet(tables, ct, worker, vip, key, now);
     }
     if let Some(id) = ct.lookup(key, now) {
-        let (backend, state, hash, snat, carry) = {
-            let f = ct.flow(id);
-            (f.backend, f.state, f.hash, f.snat, f.carry)
-        };
-        let entry = (backend != NONE)
-            .then(|| tables.backends.get(backend as usize))
-            .flatten();
-        let syn = key.proto == IpProtocol::TCP && is_syn(p.flags);
-        // A SYN on the tuple of a connection that closed (the client that closed second holds
-        // no TIME_WAIT and may reuse its port at once), or a SYN of a handshake its backend
-        // has not answered while that backend takes no new connections (drained, weight 0),
-        // is a new connection: scheduled anew, as LVS's `conn_reuse_mode` does, never sent
-        // to the old entry's backend by the entry alone (persistence still may). An
-        // established flow is never reopened by a SYN: the backend answers it (a challenge
-        // ACK, RFC 5961 4), so a spoofed SYN moves nothing.
-        let reopen = syn
-            && match state {
-                FlowState::TcpClosing => true,
-                FlowState::TcpSyn => {
-                    ct.flow(id).evidence.marks & marks::REPLY == 0
-                        && !tables
-                            .eligible
-                            .get(backend as usize)
-                            .copied()
-                            .unwrap_or(false)
-                }
-                _ => false,
-            };
-        if reopen {
-            worker.stats.reopened += 1;
-            ct.remove(id);
-            let track = Track::opened(&p.segment());
-            return new_flow(
-                tables,
-                ct,
-                worker,
-                vip,
-                key,
-                (FlowState::TcpSyn, track),
-                now,
-            );
-        }
-        if entry.is_some_and(|b| b.keeps_flows()) {
-            let seen = Seen {
-                reverse: false,
-                both_ways: matches!(tables.vips[vip as usize].mode, Mode::Nat | Mode::FullNat),
-                payload: p.payload,
-                seq: p.seq,
-                ack: p.ack,
-                len: p.len,
-                closes: false,
-            };
-            let (_, teardown) = ct.step(id, now, p.flags, seen);
-            return Ok(FlowHit {
-                backend,
-                hash,
-                snat,
-                carry,
-                teardown,
-                found: true,
-            });
-        }
-        worker.stats.rechosen += 1;
-        // The flow earned its state with the old backend; it keeps it with the new one.
-        let track = ct.flow(id).track;
-        ct.remove(id);
-        return new_flow(tables, ct, worker, vip, key, (state, track), now);
+        return found(tables, ct, worker, vip, p, id, now);
     }
     match first_state(key.proto == IpProtocol::TCP, p.flags) {
         Some(st) => {
@@ -225,6 +159,81 @@ pub(super) fn flow_for(
             stateless(tables, vip, key.hash(tables.vips[vip as usize].hash))
         }
     }
+}
+
+/// Whether a SYN reopens the flow `id`: on the tuple of a connection that closed (the
+/// client that closed second holds no TIME_WAIT and may reuse its port at once), or of a
+/// handshake its backend has not answered while that backend takes no new connections
+/// (drained, weight 0), a SYN is a new connection: scheduled anew, as LVS's
+/// `conn_reuse_mode` does, never sent to the old entry's backend by the entry alone
+/// (persistence still may). An established flow is never reopened by a SYN: the backend
+/// answers it (a challenge ACK, RFC 5961 4), so a spoofed SYN moves nothing.
+fn reopens(tables: &Tables, ct: &ConnTable, id: u32, p: &Packet<'_>) -> bool {
+    if p.key.proto != IpProtocol::TCP || !is_syn(p.flags) {
+        return false;
+    }
+    let f = ct.flow(id);
+    match f.state {
+        FlowState::TcpClosing => true,
+        FlowState::TcpSyn => {
+            f.evidence.marks & marks::REPLY == 0
+                && !tables
+                    .eligible
+                    .get(f.backend as usize)
+                    .copied()
+                    .unwrap_or(false)
+        }
+        _ => false,
+    }
+}
+
+/// [`flow_for`] for a packet of flow `id`, which the table holds.
+fn found(
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    vip: u32,
+    p: Packet<'_>,
+    id: u32,
+    now: u64,
+) -> Result<FlowHit, DropReason> {
+    let key = p.key;
+    if reopens(tables, ct, id, &p) {
+        worker.stats.reopened += 1;
+        ct.remove(id);
+        let fresh = (FlowState::TcpSyn, Track::opened(&p.segment()));
+        return new_flow(tables, ct, worker, vip, key, fresh, now);
+    }
+    let f = *ct.flow(id);
+    let keeps = f.backend != NONE
+        && tables
+            .backends
+            .get(f.backend as usize)
+            .is_some_and(|b| b.keeps_flows());
+    if keeps {
+        let seen = Seen {
+            reverse: false,
+            both_ways: matches!(tables.vips[vip as usize].mode, Mode::Nat | Mode::FullNat),
+            payload: p.payload,
+            seq: p.seq,
+            ack: p.ack,
+            len: p.len,
+            closes: false,
+        };
+        let (_, teardown) = ct.step(id, now, p.flags, seen);
+        return Ok(FlowHit {
+            backend: f.backend,
+            hash: f.hash,
+            snat: f.snat,
+            carry: f.carry,
+            teardown,
+            found: true,
+        });
+    }
+    worker.stats.rechosen += 1;
+    // The flow earned its state with the old backend; it keeps it with the new one.
+    ct.remove(id);
+    new_flow(tables, ct, worker, vip, key, (f.state, f.track), now)
 }
 
 /// A datagram of a `udp_one_packet` VIP: scheduled like a new flow (persistence and limits

@@ -57,6 +57,12 @@ pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
     );
     set(&ignored, labels(&[("flag", "rst")]), c.rst_out_of_window);
     set(&ignored, labels(&[("flag", "fin")]), c.fin_out_of_window);
+    answers(b, agg);
+}
+
+/// The packets answered without an entry, the ICMP the rate limits held back, and the
+/// client-address carry.
+fn answers(b: &mut Builder, agg: &Aggregate) {
     let stateless = b.counter(
         "sluice_stateless_answers",
         "Packets answered from the Maglev ring without a connection entry, by cause",
