@@ -152,6 +152,24 @@ fn udp_embryonic(ct: &sluice::lb::ConnTable) -> bool {
 
 /// What establishes the embryonic UDP flow a fixture opened: the backend's answer for NAT
 /// and FullNAT, the client's second datagram for DR.
+/// A TCP segment with `flags` and sequence number `seq` from the backend of the table's
+/// (only) TCP flow, toward its client (NAT) or SNAT address (FullNAT).
+fn backend_segment(ct: &sluice::lb::ConnTable, flags: u8, seq: u32) -> Option<Vec<u8>> {
+    use sluice::lb::hash::u128_to_addr;
+    let f = ct.ids().map(|id| *ct.flow(id)).find(|f| f.key.proto == 6)?;
+    let rk = f.rev_key()?;
+    let v6 = f.key.v6;
+    Some(
+        golden::Pkt::new(
+            &u128_to_addr(rk.backend, v6).to_string(),
+            &u128_to_addr(rk.local, v6).to_string(),
+            6,
+            golden::tcp(rk.backend_port, rk.local_port, flags, seq, b""),
+        )
+        .build(),
+    )
+}
+
 fn establish_udp(
     t: &sluice::lb::Tables,
     ct: &mut sluice::lb::ConnTable,
@@ -1249,6 +1267,14 @@ fn workers_install_refresh_age_and_close(cache: FlowCache) {
     let fin = with_tcp_flags(&syn.input, 0x11).expect("fin");
     engine(&mut wc, &t, &mut ct, &mut st, &fin, syn.ifindex, now).expect("fin");
     assert!(cache.get(&d.key).is_none(), "closing flow evicted");
+    // The backend's FIN closes it (NAT sees both ways: a flow closes at its second FIN).
+    let bfin = backend_segment(&ct, 0x11, golden::PEER_ISN + 1).expect("the flow's backend");
+    engine_only(&t, &mut ct, &mut st, &bfin, syn.ifindex);
+    assert!(
+        ct.ids()
+            .all(|id| ct.flow(id).state == sluice::lb::FlowState::TcpClosing),
+        "closed at the second FIN"
+    );
 
     // The backend closes first (HTTP with `Connection: close`): its FIN takes the return
     // entry only; the client's entry stays until the client's own FIN, so that FIN still

@@ -762,6 +762,8 @@ impl CachedLab {
             ifindex: 1,
             stat: 0,
             last_seen: 0,
+            seq_next: None,
+            ack_max: None,
         };
         self.cache.install(&key, &entry).expect("install");
     }

@@ -30,9 +30,9 @@ mod generated {
 
 pub(crate) use generated::{
     cache_action, cache_carry, cache_counter, cache_key4, cache_key6, cache_set, cache_stat,
-    cache_val, flood_conf, flood_counter, flood_cpu, hairpin_tx, hash_fields, ip_family, rodata,
-    stateless_hop, stateless_vip, steer_counter, steer_key, steer_kind, steer_val, vip_mode,
-    vip_ring, xdp_md,
+    cache_track, cache_val, flood_conf, flood_counter, flood_cpu, hairpin_tx, hash_fields,
+    ip_family, rodata, stateless_hop, stateless_vip, steer_counter, steer_key, steer_kind,
+    steer_val, vip_mode, vip_ring, xdp_md,
 };
 
 /// One of the program's maps as the object declares it.
@@ -111,6 +111,7 @@ code_field!(
     cache_action,
     cache_set,
     cache_carry,
+    cache_track,
     hairpin_tx,
     hash_fields
 );
@@ -164,7 +165,7 @@ map_bytes! {
     cache_key6 { src, dst, sport, dport, proto }
     cache_val {
         last_seen, new_src, new_dst, new_sport, new_dport, dst_mac, src_mac, ifindex, stat,
-        action, flags, tx, tx_port, carry_base, carry, carry_delta,
+        action, flags, tx, tx_port, carry_base, carry, carry_delta, track, seq_next, ack_max,
     }
     cache_stat { packets, bytes }
     flood_conf { threshold, src_rate, src_burst }

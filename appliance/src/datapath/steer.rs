@@ -653,9 +653,15 @@ mod tests {
             "loading BPF programs needs root (CAP_BPF); run the tests as root"
         );
         let before = libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, keep_libbpf_line)));
-        Steer::load().unwrap_or_else(|e| panic!("without the flow cache: {e}"));
+        // A refusal shows the verifier's log (libbpf prints it at warning level).
+        let said = || {
+            let s = LIBBPF_SAID.lock().unwrap_or_else(|p| p.into_inner());
+            s[s.len().saturating_sub(6000)..].to_string()
+        };
+        Steer::load().unwrap_or_else(|e| panic!("without the flow cache: {e}\n{}", said()));
         let cache = FlowCache::create(1024).expect("flow cache maps");
-        Steer::load_with_cache(Some(&cache)).unwrap_or_else(|e| panic!("with the flow cache: {e}"));
+        Steer::load_with_cache(Some(&cache))
+            .unwrap_or_else(|e| panic!("with the flow cache: {e}\n{}", said()));
         libbpf_rs::set_print(before);
         let said = LIBBPF_SAID.lock().unwrap_or_else(|p| p.into_inner());
         assert!(!said.contains("without BTF"), "libbpf: {said}");

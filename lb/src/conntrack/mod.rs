@@ -434,6 +434,12 @@ impl ConnTable {
         (st, teardown)
     }
 
+    /// Records where a flow's sequence spaces stand ([`Track`]), as a flow cache saw them.
+    #[inline]
+    pub fn set_track(&mut self, id: u32, track: Track) {
+        self.slots[id as usize].flow.track = track;
+    }
+
     /// Records where a flow's client-address rewrite stands ([`Carry`]).
     #[inline]
     pub fn set_carry(&mut self, id: u32, carry: Carry) {

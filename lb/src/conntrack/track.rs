@@ -125,6 +125,39 @@ impl Track {
         verdict
     }
 
+    /// Moves one side's fields on to what a flow cache saw of them (`next`: the end of its
+    /// furthest segment; `acked`: its highest acknowledgement), where that lies after them:
+    /// the cache moved them a segment at a time by this module's rules.
+    pub fn caught_up(&mut self, from_client: bool, next: Option<u32>, acked: Option<u32>) {
+        let (n, a, nk, ak) = if from_client {
+            (
+                &mut self.client_next,
+                &mut self.client_acked,
+                seen::CLIENT,
+                seen::CLIENT_ACK,
+            )
+        } else {
+            (
+                &mut self.backend_next,
+                &mut self.backend_acked,
+                seen::BACKEND,
+                seen::BACKEND_ACK,
+            )
+        };
+        if let Some(x) = next
+            && self.seen & nk != 0
+            && after(x, *n)
+        {
+            *n = x;
+        }
+        if let Some(x) = acked
+            && self.seen & ak != 0
+            && after(x, *a)
+        {
+            *a = x;
+        }
+    }
+
     /// Whether both sides sent a FIN that counted, or an RST did.
     pub fn closed(&self) -> bool {
         self.seen & seen::RESET != 0

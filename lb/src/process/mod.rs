@@ -566,15 +566,42 @@ pub struct Decision {
     /// must (a FIN or RST off it is forwarded and changes nothing, the flow cache's
     /// entries included).
     pub teardown: bool,
+    /// Where the flow's sequence spaces stand after this frame (TCP): a flow cache starts
+    /// its entries there and moves them on as it forwards.
+    pub track: crate::conntrack::Track,
 }
 
 /// Where [`process_recorded`] puts its [`Decision`]: `()` records nothing and compiles to
-/// exactly [`process`]; `Option<Decision>` keeps the last one.
+/// exactly [`process`]; `Option<Decision>` keeps the last one. A flow cache in front of the
+/// engine also says where the flows it forwarded stand ([`Record::catch_up`]).
 pub trait Record {
     /// Whether anything is recorded (a constant, so the unrecorded build has no branch).
     const ON: bool;
     /// Stores a decision.
     fn decision(&mut self, d: Decision);
+    /// A FIN or RST of `flow` is about to be judged against `t`, where the connection table
+    /// says its sequence spaces stand: a flow cache that forwarded the flow's segments since
+    /// moves `t` on to what it saw.
+    #[inline(always)]
+    fn catch_up(&mut self, _flow: &FlowKey, _t: &mut crate::conntrack::Track) {}
+}
+
+/// Before a FIN or RST of flow `id` is judged: its sequence spaces as `rec` (the flow
+/// cache) last saw them.
+#[inline(never)]
+fn catch_up<R: Record>(ct: &mut ConnTable, id: u32, rec: &mut R) {
+    let f = *ct.flow(id);
+    let mut t = f.track;
+    rec.catch_up(&f.key, &mut t);
+    if t != f.track {
+        ct.set_track(id, t);
+    }
+}
+
+/// Whether `l4` is a TCP segment with FIN or RST (what the sequence tracker judges).
+#[inline(always)]
+fn teardown_flags(ip: &Ip, l4: &L4) -> bool {
+    ip.proto == IpProtocol::TCP && l4.flags & 0x05 != 0
 }
 
 impl Record for () {
@@ -691,6 +718,12 @@ fn forward<R: Record>(
         }
         return icmp::time_exceeded(frame, tables, worker, ip);
     }
+    if R::ON
+        && teardown_flags(ip, l4)
+        && let Some(id) = ct.lookup(&key, now)
+    {
+        catch_up(ct, id, rec);
+    }
     let hit = match flow_for(tables, ct, worker, vip, packet(&key, l4), now) {
         Ok(x) => x,
         Err(r) => return reset::refuse(frame, tables, worker, ip, l4, r),
@@ -744,6 +777,7 @@ fn forward<R: Record>(
             tcp_flags: l4.flags,
             carry: f.map_or(Carry::default(), |f| f.carry),
             teardown: hit.teardown == crate::conntrack::Teardown::InWindow,
+            track: f.map_or(Default::default(), |f| f.track),
         });
     }
     verdict

@@ -143,6 +143,12 @@ pub(super) fn reverse<R: Record>(
         local: ip.dst,
         local_port: l4.dport,
     };
+    if R::ON
+        && super::teardown_flags(ip, l4)
+        && let Some(id) = ct.lookup_rev(&rk, now)
+    {
+        super::catch_up(ct, id, rec);
+    }
     let found = if fullnat {
         fullnat::reverse_flow(ct, ip, l4, &rk, now).map_err(|r| worker.drop(r))
     } else {
@@ -222,6 +228,7 @@ fn reverse_decision(
         tcp_flags: l4.flags,
         carry: f.map_or(Carry::default(), |f| f.carry),
         teardown: r.teardown == Teardown::InWindow,
+        track: f.map_or(Default::default(), |f| f.track),
     }
 }
 

@@ -101,6 +101,18 @@ enum cache_set : __u8 {
 	SET_DST = 2, // new_dst and new_dport
 };
 
+// cache_val.track: which of a TCP entry's sequence fields the engine gave it
+// (lb::conntrack::track): the program moves them on as it forwards the flow.
+enum cache_track : __u8 {
+	TRACK_NONE = 0,
+	TRACK_SEQ = 1, // seq_next: the end of the furthest segment of this direction
+	TRACK_ACK = 2, // ack_max: the highest acknowledgement this direction sent
+};
+
+// How far one segment may move a tracked field on (lb::conntrack::track::MAX_ADVANCE): a
+// spoofed segment past it moves nothing.
+#define TRACK_MAX_ADVANCE 0x100000
+
 // cache_val.carry (lb::process proxyhdr and toa; a FullNAT TCP VIP with client_address).
 enum cache_carry : __u8 {
 	CARRY_NONE = 0,

@@ -51,6 +51,36 @@ static __always_inline __be16 *l4_csum(__u8 *l4, void *end, __u8 proto, __u32 av
 	return NULL;
 }
 
+// A TCP segment with FIN or RST, which the engine judges (cache_fold first).
+static __always_inline int tcp_teardown(__u8 *l4, void *end, __u8 proto)
+{
+	return proto == IPPROTO_TCP && (void *)(l4 + 20) <= end &&
+	       (l4[13] & (TCP_FIN | TCP_RST)) && !(l4[13] & TCP_SYN);
+}
+
+// A field moved on to `to` when that lies after it by at most TRACK_MAX_ADVANCE.
+static __always_inline void track_to(__u32 *field, __u32 to)
+{
+	__u32 d = to - *field;
+	if ((__s32)d > 0 && d <= TRACK_MAX_ADVANCE)
+		*field = to;
+}
+
+// A forwarded TCP segment moves its direction's sequence fields on (lb::conntrack::track,
+// whose rules these repeat): the end of its payload, and its acknowledgement. The copy `v`
+// is this CPU's front copy or the map's entry; a FIN or RST, which the engine judges, folds
+// the front copy back into the entry first (cache_fold).
+static __always_inline void cache_track(struct cache_val *v, __u8 *l4, void *end, __u32 avail)
+{
+	if (!(v->track & (TRACK_SEQ | TRACK_ACK)) || (void *)(l4 + 20) > end)
+		return;
+	__u32 doff = (l4[12] >> 4) * 4;
+	if (v->track & TRACK_SEQ)
+		track_to(&v->seq_next, bpf_ntohl(*(__be32 *)(l4 + 4)) + (avail - doff));
+	if ((v->track & TRACK_ACK) && (l4[13] & TCP_ACK))
+		track_to(&v->ack_max, bpf_ntohl(*(__be32 *)(l4 + 8)));
+}
+
 // After the rewrite: MACs, activity, counters, and out.
 static __always_inline int cache_send(struct xdp_md *ctx, struct ethhdr *eth,
 				      struct cache_val *v, __u64 len)
@@ -95,9 +125,6 @@ static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *
 		return -1;
 	__u8 proto = ip->protocol;
 	__u8 *l4 = (void *)(ip + 1);
-	__be16 *csum = l4_csum(l4, end, proto, tot - 20);
-	if (!csum)
-		return -1;
 	__be16 *ports = (__be16 *)l4;
 	if ((void *)(ports + 2) > end)
 		return -1;
@@ -106,11 +133,19 @@ static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *
 		word2(ip->saddr, ip->daddr),
 		word2((__u32)ports[0] | ((__u32)ports[1] << 16), proto),
 	};
+	__be16 *csum = l4_csum(l4, end, proto, tot - 20);
+	if (!csum) {
+		if (tcp_teardown(l4, end, proto))
+			cache_fold4(k);
+		return -1;
+	}
 	// jiffies is a plain load (the verifier inlines the helper; bpf_ktime_get_coarse_ns is a
 	// call, 2 ns a hit).
 	struct cache_val *v = cache_find4(k, bpf_jiffies64());
 	if (!v)
 		return -1;
+	if (proto == IPPROTO_TCP)
+		cache_track(v, l4, end, tot - 20);
 
 	if (v->action == ACT_NAT) {
 		if (ip->ttl <= 1)
@@ -154,9 +189,6 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 		return -1;
 	__u8 proto = ip6->nexthdr;
 	__u8 *l4 = (void *)(ip6 + 1);
-	__be16 *csum = l4_csum(l4, end, proto, avail);
-	if (!csum)
-		return -1;
 	__be16 *ports = (__be16 *)l4;
 	if ((void *)(ports + 2) > end)
 		return -1;
@@ -170,9 +202,17 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 		word2(da[2], da[3]),
 		word2((__u32)ports[0] | ((__u32)ports[1] << 16), proto),
 	};
+	__be16 *csum = l4_csum(l4, end, proto, avail);
+	if (!csum) {
+		if (tcp_teardown(l4, end, proto))
+			cache_fold6(k);
+		return -1;
+	}
 	struct cache_val *v = cache_find6(k, bpf_jiffies64());
 	if (!v)
 		return -1;
+	if (proto == IPPROTO_TCP)
+		cache_track(v, l4, end, avail);
 
 	if (v->action == ACT_NAT) {
 		if (ip6->hop_limit <= 1)

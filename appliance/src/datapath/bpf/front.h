@@ -41,12 +41,27 @@ static __always_inline void cache_stamp(struct cache_val *v, const void *src, __
 		v->last_seen = now;
 }
 
+// The front slot of an IPv4 key's words.
+static __always_inline __u32 front_slot4(const __u64 w[2])
+{
+	return (__u32)((w[0] * FRONT_M0 + w[1] * FRONT_M1) >> (64 - FRONT_BITS));
+}
+
+// The front slot of an IPv6 key's words (in cache_front6; front_gen's slot is FRONT_SLOTS
+// more).
+static __always_inline __u32 front_slot6(const __u64 w[5])
+{
+	return (__u32)((w[0] * FRONT_M0 + w[1] * FRONT_M1 + w[2] * FRONT_M2 + w[3] * FRONT_M3 +
+			w[4] * FRONT_M4) >>
+		       (64 - FRONT_BITS));
+}
+
 // The entry of the IPv4 key whose words are `w`: this CPU's front copy, else the LRU map's
 // (then copied to the front when the slot is free this jiffy or holds the same key); NULL
 // for a miss.
 static __always_inline struct cache_val *cache_find4(const __u64 w[2], __u64 now)
 {
-	__u32 slot = (__u32)((w[0] * FRONT_M0 + w[1] * FRONT_M1) >> (64 - FRONT_BITS));
+	__u32 slot = front_slot4(w);
 	__u64 *gen = bpf_map_lookup_elem(&front_gen, &slot);
 	struct front4 *fe = bpf_map_lookup_elem(&cache_front4, &slot);
 	if (!gen || !fe)
@@ -72,8 +87,7 @@ static __always_inline struct cache_val *cache_find4(const __u64 w[2], __u64 now
 // The same for an IPv6 key.
 static __always_inline struct cache_val *cache_find6(const __u64 w[5], __u64 now)
 {
-	__u32 fslot = (__u32)((w[0] * FRONT_M0 + w[1] * FRONT_M1 + w[2] * FRONT_M2 +
-			       w[3] * FRONT_M3 + w[4] * FRONT_M4) >> (64 - FRONT_BITS));
+	__u32 fslot = front_slot6(w);
 	__u32 slot = fslot + FRONT_SLOTS;
 	__u64 *gen = bpf_map_lookup_elem(&front_gen, &slot);
 	struct front6 *fe = bpf_map_lookup_elem(&cache_front6, &fslot);
@@ -97,6 +111,56 @@ static __always_inline struct cache_val *cache_find6(const __u64 w[5], __u64 now
 		__builtin_memcpy(&fe->val, v, sizeof(fe->val));
 	}
 	return v;
+}
+
+// `to` into a tracked field when it lies after it (a front copy's field, itself moved on a
+// segment at a time, into the map's entry).
+static __always_inline void track_max(__u32 *field, __u32 to)
+{
+	if ((__s32)(to - *field) > 0)
+		*field = to;
+}
+
+// The sequence fields of this CPU's live front copy `fv` folded into the entry `v`.
+static __always_inline void fold_into(struct cache_val *v, const struct cache_val *fv)
+{
+	if (fv->track & TRACK_SEQ)
+		track_max(&v->seq_next, fv->seq_next);
+	if (fv->track & TRACK_ACK)
+		track_max(&v->ack_max, fv->ack_max);
+}
+
+// A FIN or RST of a cached TCP flow goes to the engine, which judges it against where the
+// flow's sequence spaces stand: this CPU's front copy of the IPv4 key `w`, moved on since
+// it was made, is folded into the map's entry first, so the engine reads the latest.
+static __always_inline void cache_fold4(const __u64 w[2])
+{
+	__u32 slot = front_slot4(w);
+	__u64 *gen = bpf_map_lookup_elem(&front_gen, &slot);
+	struct front4 *fe = bpf_map_lookup_elem(&cache_front4, &slot);
+	if (!gen || !fe || fe->key[0] != w[0] || fe->key[1] != w[1] ||
+	    fe->gen != *(volatile __u64 *)gen)
+		return;
+	struct cache_val *v = bpf_map_lookup_elem(&flow_cache4, w);
+	if (v)
+		fold_into(v, &fe->val);
+}
+
+// The same for an IPv6 key.
+static __always_inline void cache_fold6(const __u64 w[5])
+{
+	__u32 fslot = front_slot6(w);
+	__u32 slot = fslot + FRONT_SLOTS;
+	__u64 *gen = bpf_map_lookup_elem(&front_gen, &slot);
+	struct front6 *fe = bpf_map_lookup_elem(&cache_front6, &fslot);
+	if (!gen || !fe || fe->gen != *(volatile __u64 *)gen)
+		return;
+	if (fe->key[0] != w[0] || fe->key[1] != w[1] || fe->key[2] != w[2] ||
+	    fe->key[3] != w[3] || fe->key[4] != w[4])
+		return;
+	struct cache_val *v = bpf_map_lookup_elem(&flow_cache6, w);
+	if (v)
+		fold_into(v, &fe->val);
 }
 
 // Two 32-bit words as one key word (the first at the lower address).

@@ -90,7 +90,12 @@ struct cache_val {
 	__u32 carry_base;  // host order: where the client-address rewrite starts (CARRY_*)
 	enum cache_carry carry;
 	__u8 carry_delta;  // bytes the backend's view of the client's stream runs ahead
-	__u8 pad[2];
+	enum cache_track track;
+	__u8 pad;
+	// TCP, as the frames of this direction arrive (before any rewrite), host order: moved on
+	// by every frame forwarded here, read by the engine when a FIN or RST reaches it.
+	__u32 seq_next; // TRACK_SEQ: the end of the furthest segment
+	__u32 ack_max;	// TRACK_ACK: the highest acknowledgement
 };
 _Static_assert(__builtin_offsetof(struct cache_val, src_mac) ==
 		       __builtin_offsetof(struct cache_val, dst_mac) + 6 &&

@@ -5,7 +5,8 @@
 
 use super::{CacheAction, CacheCarry, CacheEntry};
 use crate::datapath::abi::{
-    cache_action, cache_carry, cache_key4, cache_key6, cache_set, cache_val, defines, maps,
+    cache_action, cache_carry, cache_key4, cache_key6, cache_set, cache_track, cache_val, defines,
+    maps,
 };
 use crate::lb::hash::FlowKey;
 
@@ -151,6 +152,14 @@ impl CacheEntry {
             }
             CacheAction::Dr => v.action = cache_action::ACT_DR,
         }
+        if let Some(n) = self.seq_next {
+            v.seq_next = n;
+            v.track.0 |= cache_track::TRACK_SEQ.0;
+        }
+        if let Some(a) = self.ack_max {
+            v.ack_max = a;
+            v.track.0 |= cache_track::TRACK_ACK.0;
+        }
         (v.carry, v.carry_base, v.carry_delta) = match self.carry {
             CacheCarry::None => (cache_carry::CARRY_NONE, 0, 0),
             CacheCarry::Seq { base, delta } => (cache_carry::CARRY_SEQ, base, delta),
@@ -191,6 +200,8 @@ impl CacheEntry {
             ifindex: v.ifindex,
             stat: v.stat,
             last_seen: v.last_seen,
+            seq_next: (v.track.0 & cache_track::TRACK_SEQ.0 != 0).then_some(v.seq_next),
+            ack_max: (v.track.0 & cache_track::TRACK_ACK.0 != 0).then_some(v.ack_max),
         })
     }
 }
@@ -263,8 +274,12 @@ mod tests {
             ifindex: 2,
             stat: 7,
             last_seen: 0,
+            seq_next: Some(0xffff_fff0),
+            ack_max: None,
         };
         let v = e.value();
+        assert_eq!(v.track.0, cache_track::TRACK_SEQ.0);
+        assert_eq!(v.seq_next, 0xffff_fff0);
         assert_eq!(&v.new_src[..4], &[10, 1, 0, 1]);
         assert_eq!(&v.new_dst[..4], &[10, 0, 0, 1]);
         let b = v.to_bytes();
@@ -279,6 +294,14 @@ mod tests {
         );
         let back = cache_val::from_bytes(&b).expect("whole value");
         assert_eq!(CacheEntry::from_value(&back, false), Some(e));
+        let untracked = CacheEntry {
+            seq_next: None,
+            ..e
+        };
+        assert_eq!(
+            CacheEntry::from_value(&untracked.value(), false),
+            Some(untracked)
+        );
 
         let dr = CacheEntry {
             action: CacheAction::Dr,

@@ -169,6 +169,24 @@ pub struct CacheEntry {
     /// The kernel's tick count (jiffies) at the last hit; 0 as installed. Only compared with
     /// itself: a change between two walks means the flow was forwarded meanwhile.
     pub last_seen: u64,
+    /// TCP: the end of this direction's furthest segment, as installed, then as the program
+    /// moved it on (`None`: not tracked).
+    pub seq_next: Option<u32>,
+    /// TCP: this direction's highest acknowledgement, the same way.
+    pub ack_max: Option<u32>,
+}
+
+impl CacheEntry {
+    /// The entry with its moving parts (activity and sequence fields) cleared: what tells
+    /// whether an installed entry still repeats a decision.
+    pub fn rewrite(&self) -> CacheEntry {
+        CacheEntry {
+            last_seen: 0,
+            seq_next: None,
+            ack_max: None,
+            ..*self
+        }
+    }
 }
 
 /// Whether the kernel may forward the rest of this decision's flow: the engine holds the
@@ -224,6 +242,7 @@ pub fn entry_for(d: &Decision, stat: u32) -> Option<CacheEntry> {
         (ClientAddress::Toa, false) => CacheCarry::Toa { base: c.base },
         (ClientAddress::Toa, true) | (ClientAddress::None, _) => CacheCarry::None,
     };
+    let (seq_next, ack_max) = tracked(d);
     Some(CacheEntry {
         action,
         carry,
@@ -233,7 +252,38 @@ pub fn entry_for(d: &Decision, stat: u32) -> Option<CacheEntry> {
         ifindex: d.next_hop.ifindex,
         stat,
         last_seen: 0,
+        seq_next,
+        ack_max,
     })
+}
+
+/// Where the decision's direction of a TCP flow stands (its sender's next sequence number
+/// and highest acknowledgement), for the entry to start from.
+fn tracked(d: &Decision) -> (Option<u32>, Option<u32>) {
+    use crate::lb::conntrack::track::seen;
+    if d.key.proto != 6 {
+        return (None, None);
+    }
+    let t = &d.track;
+    let (next, acked, nk, ak) = if d.reverse {
+        (
+            t.backend_next,
+            t.backend_acked,
+            seen::BACKEND,
+            seen::BACKEND_ACK,
+        )
+    } else {
+        (
+            t.client_next,
+            t.client_acked,
+            seen::CLIENT,
+            seen::CLIENT_ACK,
+        )
+    };
+    (
+        (t.seen & nk != 0).then_some(next),
+        (t.seen & ak != 0).then_some(acked),
+    )
 }
 
 /// Cache-wide counters, summed over CPUs.
@@ -606,6 +656,7 @@ mod tests {
             tcp_flags: flags,
             carry: Default::default(),
             teardown: flags & (tcp_flags::FIN | tcp_flags::RST) != 0,
+            track: Default::default(),
         }
     }
 

@@ -183,6 +183,23 @@ impl WorkerCache {
         }
     }
 
+    /// Moves `t`, where the connection table says flow `flow`'s sequence spaces stand, on
+    /// to where its installed entries say they stand: the program moved them on as it
+    /// forwarded the flow's segments (two map lookups; only for a FIN or RST the engine is
+    /// about to judge).
+    pub fn catch_up(&self, flow: &FlowKey, t: &mut crate::lb::conntrack::Track) {
+        let Some(dirs) = self.flows.get(flow) else {
+            return;
+        };
+        for (reverse, key) in dirs.iter().enumerate() {
+            if let Some(k) = key
+                && let Some(e) = self.cache.get(k)
+            {
+                t.caught_up(reverse == 0, e.seq_next, e.ack_max);
+            }
+        }
+    }
+
     /// A flow left the connection table: evicts its kernel entries now and drops what is
     /// queued for it (see the module docs).
     #[inline]
@@ -225,7 +242,7 @@ impl WorkerCache {
         if self
             .entries
             .get(&d.key)
-            .is_some_and(|(f, e)| *f == flow && CacheEntry { last_seen: 0, ..*e } == entry)
+            .is_some_and(|(f, e)| *f == flow && e.rewrite() == entry.rewrite())
         {
             return;
         }
