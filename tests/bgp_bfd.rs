@@ -14,7 +14,7 @@ mod bgp_common;
 
 use bgp_common::SpeakerProc;
 use lab::bird::Config;
-use lab::netns::{Netns, link, require_root, veth};
+use lab::netns::{Netns, link, require_root};
 use lab::testing::{BirdRouter, FAILOVER_POLL, Frr, kernel_route, poll, wait_until};
 use std::time::Duration;
 
@@ -47,37 +47,11 @@ fn bird_config(net: &str, bfd: bool) -> String {
     c.peer("sp1", &format!("{net}.2"), 65001).render()
 }
 
-fn speaker_args(net: &str, bfd: bool) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--asn",
-        "65001",
-        "--router-id",
-        &format!("{net}.2"),
-        "--peer",
-        &format!("{net}.1"),
-        "--peer-asn",
-        "65000",
-        "--local",
-        &format!("{net}.2"),
-        "--hold",
-        &HOLD.as_secs().to_string(),
-        "--announce",
-        VIP,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    if bfd {
-        a.push("--bfd".into());
-        a.push(format!("{}ms:{BFD_MULT}", BFD_INTERVAL.as_millis()));
-    }
-    a
-}
-
+/// The speaker of `net`, with BFD at our interval and multiplier when `bfd`.
 fn start_speaker(s: &Netns, net: &str, bfd: bool) -> SpeakerProc {
-    let args = speaker_args(net, bfd);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    SpeakerProc::start(s, SPEAKER, &args)
+    let timers = format!("{}ms:{BFD_MULT}", BFD_INTERVAL.as_millis());
+    let extra: &[&str] = if bfd { &["--bfd", &timers] } else { &[] };
+    SpeakerProc::start_on(s, SPEAKER, net, HOLD, VIP, extra)
 }
 
 fn has_route(r: &Netns, via: &str) -> bool {
@@ -406,28 +380,8 @@ fn bird_bfd_ipv6() {
     require_root();
     let r = Netns::new("hbr");
     let s = Netns::new("hbs");
-    veth(&r, "s1", &s, "upl");
+    link(&r, "s1", &s, "upl", "fd00:77::");
     let (rip, sip) = ("fd00:77::1", "fd00:77::2");
-    r.run(&[
-        "ip",
-        "-6",
-        "addr",
-        "add",
-        &format!("{rip}/64"),
-        "dev",
-        "s1",
-        "nodad",
-    ]);
-    s.run(&[
-        "ip",
-        "-6",
-        "addr",
-        "add",
-        &format!("{sip}/64"),
-        "dev",
-        "upl",
-        "nodad",
-    ]);
     let vip6 = "2001:db8:77::10/128";
     let ms = BFD_INTERVAL.as_millis();
     let bird = BirdRouter::start(

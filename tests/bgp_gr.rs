@@ -36,30 +36,15 @@ fn bird_config(net: &str) -> String {
         .render()
 }
 
+/// The speaker of `net` (hold time 3 s), with graceful restart when `gr`, and `extra`.
 fn start_speaker(s: &Netns, net: &str, gr: bool, extra: &[&str]) -> SpeakerProc {
-    let (id, peer) = (format!("{net}.2"), format!("{net}.1"));
     let restart = RESTART_TIME.to_string();
-    let mut args = vec![
-        "--asn",
-        "65001",
-        "--router-id",
-        &id,
-        "--peer",
-        &peer,
-        "--peer-asn",
-        "65000",
-        "--local",
-        &id,
-        "--hold",
-        "3",
-        "--announce",
-        VIP,
-    ];
+    let mut args = Vec::new();
     if gr {
         args.extend(["--graceful-restart", restart.as_str()]);
     }
     args.extend_from_slice(extra);
-    SpeakerProc::start(s, SPEAKER, &args)
+    SpeakerProc::start_on(s, SPEAKER, net, Duration::from_secs(3), VIP, &args)
 }
 
 fn in_bird(bird: &BirdRouter<'_>, via: &str) -> bool {

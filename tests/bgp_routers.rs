@@ -8,9 +8,9 @@
 mod bgp_common;
 
 use bgp::{PeerConfig, RouteAttrs, SpeakerConfig, State};
-use bgp_common::NsSpeaker;
+use bgp_common::{NsSpeaker, peer};
 use lab::bird::Config;
-use lab::netns::{Netns, link, require_program, require_root, veth};
+use lab::netns::{Netns, link, require_program, require_root};
 use lab::testing::{BirdRouter, Daemon, Frr, TempDir, kernel_route, output_text, wait_until};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -21,14 +21,6 @@ fn bird_config(router_id: &str, local_as: u32) -> Config {
         .kernel(true, true, true)
         .families(true, true)
         .template("spk")
-}
-
-fn peer(addr: &str, asn: u32, local: &str) -> PeerConfig {
-    let mut p = PeerConfig::new(addr.parse().expect("peer address"), asn);
-    p.local_address = Some(local.parse().expect("local address"));
-    p.hold_time = Duration::from_secs(3);
-    p.connect_retry = Duration::from_secs(1);
-    p
 }
 
 fn speaker_config(asn: u32, router_id: &str, peers: Vec<PeerConfig>) -> SpeakerConfig {
@@ -275,27 +267,7 @@ fn bird_ipv6_vip() {
     require_root();
     let r = Netns::new("bgr");
     let s1 = Netns::new("bgs");
-    veth(&r, "s1", &s1, "upl");
-    r.run(&[
-        "ip",
-        "-6",
-        "addr",
-        "add",
-        "fd00:61::1/64",
-        "dev",
-        "s1",
-        "nodad",
-    ]);
-    s1.run(&[
-        "ip",
-        "-6",
-        "addr",
-        "add",
-        "fd00:61::2/64",
-        "dev",
-        "upl",
-        "nodad",
-    ]);
+    link(&r, "s1", &s1, "upl", "fd00:61::");
     let bird = BirdRouter::start(
         &r,
         &bird_config("10.6.1.1", 65000)

@@ -11,8 +11,8 @@
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
 
-use bgp::{Md5Key, PeerConfig, RouteAttrs, SpeakerConfig, State};
-use bgp_common::{Cmd, NsSpeaker};
+use bgp::{Md5Key, RouteAttrs, SpeakerConfig, State};
+use bgp_common::{Cmd, NsSpeaker, peer};
 use lab::bird::Config;
 use lab::netns::{Netns, link, require_program, require_root};
 use lab::testing::{BirdRouter, output_text, wait_until};
@@ -45,10 +45,7 @@ fn pair() -> (Netns, Netns) {
 
 /// A speaker config for the one peer, with the appliance's socket options.
 fn speaker_config(md5: Option<&str>, ttl_security: bool) -> SpeakerConfig {
-    let mut p = PeerConfig::new("10.9.0.1".parse().unwrap(), 65000);
-    p.local_address = Some("10.9.0.2".parse().unwrap());
-    p.hold_time = Duration::from_secs(3);
-    p.connect_retry = Duration::from_secs(1);
+    let mut p = peer("10.9.0.1", 65000, "10.9.0.2");
     p.md5_key = md5.map(|k| Md5Key::new(k).expect("test key"));
     p.ttl_security = ttl_security;
     let mut c = SpeakerConfig::new(65001, "10.9.0.2".parse().unwrap());

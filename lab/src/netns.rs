@@ -307,12 +307,20 @@ pub fn enter(name: &str) {
         .unwrap_or_else(|e| panic!("setns into {path}: {e}"));
 }
 
-/// Links `a` and `b` with a veth pair (`a_if` / `b_if`) on the /24 `net` (three octets, as
-/// `"10.71.1"`): `a` holds `net.1`, `b` holds `net.2`. Panics when it fails (tests).
+/// Links `a` and `b` with a veth pair (`a_if` / `b_if`) on the subnet `net`: three octets
+/// of a /24 (`"10.71.1"`: `a` holds `10.71.1.1`, `b` `10.71.1.2`) or the first half of a
+/// /64 (`"fd00:77::"`: `fd00:77::1` and `fd00:77::2`, usable at once: no DAD). Panics when
+/// it fails (tests).
 pub fn link(a: &Netns, a_if: &str, b: &Netns, b_if: &str, net: &str) {
     veth(a, a_if, b, b_if);
-    a.run(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", a_if]);
-    b.run(&["ip", "addr", "add", &format!("{net}.2/24"), "dev", b_if]);
+    for (ns, dev, host) in [(a, a_if, 1), (b, b_if, 2)] {
+        if net.contains(':') {
+            let addr = format!("{net}{host}/64");
+            ns.run(&["ip", "-6", "addr", "add", &addr, "dev", dev, "nodad"]);
+        } else {
+            ns.run(&["ip", "addr", "add", &format!("{net}.{host}/24"), "dev", dev]);
+        }
+    }
 }
 
 /// [`try_veth_mq`] with one queue each way.

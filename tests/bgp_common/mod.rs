@@ -3,7 +3,7 @@
 //! this process or in a process of its own.
 #![allow(dead_code)]
 
-use bgp::{IpNet, PeerStatus, RouteAttrs, Speaker, SpeakerConfig};
+use bgp::{IpNet, PeerConfig, PeerStatus, RouteAttrs, Speaker, SpeakerConfig};
 use lab::netns::Netns;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -111,6 +111,16 @@ impl Drop for NsSpeaker {
     }
 }
 
+/// A peer at `addr` in `asn`, reached from `local`, with the timers every router test uses:
+/// hold time 3 s, connect retry 1 s.
+pub fn peer(addr: &str, asn: u32, local: &str) -> PeerConfig {
+    let mut p = PeerConfig::new(addr.parse().expect("peer address"), asn);
+    p.local_address = Some(local.parse().expect("local address"));
+    p.hold_time = Duration::from_secs(3);
+    p.connect_retry = Duration::from_secs(1);
+    p
+}
+
 /// A speaker in its own process (the `sluice-bgp-speaker` binary of the bgp crate) inside
 /// `ns`, so a test can freeze it (SIGSTOP) or kill it like a crashed appliance. Its status
 /// lines ("bgp Established bfd up resets 0") are collected with their arrival time. Killed
@@ -148,6 +158,26 @@ impl SpeakerProc {
             child: Some(child),
             lines,
         }
+    }
+
+    /// Starts `bin` in `s` as the speaker of the /24 `net` (AS 65001 at `net`.2) peering with
+    /// the router (AS 65000 at `net`.1), proposing `hold`, announcing `vip`, with `extra`
+    /// arguments (BFD, graceful restart).
+    pub fn start_on(
+        s: &Netns,
+        bin: &str,
+        net: &str,
+        hold: Duration,
+        vip: &str,
+        extra: &[&str],
+    ) -> SpeakerProc {
+        let (me, router) = (format!("{net}.2"), format!("{net}.1"));
+        let hold = hold.as_secs().to_string();
+        let mut args = vec!["--asn", "65001", "--router-id", &me, "--peer", &router];
+        args.extend(["--peer-asn", "65000", "--local", &me, "--hold", &hold]);
+        args.extend(["--announce", vip]);
+        args.extend_from_slice(extra);
+        SpeakerProc::start(s, bin, &args)
     }
 
     /// The first status line after `since` that satisfies `f`, with its arrival time.

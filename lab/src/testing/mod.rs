@@ -7,8 +7,8 @@
 //! the small things around them (scratch directories, daemons killed on drop, log tails,
 //! metric samples).
 //!
-//! Built with the `testing` feature, which the appliance's tests turn on; `sluice lab` and
-//! `sluice bench` do not use it. Like the short forms of [`crate::netns`], every helper
+//! Built with the `testing` feature, which the integration tests turn on (the appliance's,
+//! bgp's and health's dev-dependency); `sluice lab` and `sluice bench` do not use it. Like the short forms of [`crate::netns`], every helper
 //! panics with a message naming what failed (a failed setup step is a failed test), and
 //! every process, directory and namespace it makes goes away on drop, also when the test
 //! fails. Where copies of a helper used to differ (timeouts, poll intervals), the
