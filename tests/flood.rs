@@ -19,14 +19,18 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use std::net::Ipv4Addr;
 
-use api::{Client, Endpoint};
+#[path = "datapath_common/mod.rs"]
+mod datapath_common;
+
+use datapath_common::golden_cache;
 use lab::netns::Netns;
-use lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
+use lab::testing::{golden_netns, steady_client};
+use lab::{Lab, LabMode, LabOptions, blob, slow_download};
 use sluice::config::{Encap, Flood, Mode, Protocol};
 use sluice::datapath::VipKey;
 use sluice::datapath::flowcache::{CacheAction, CacheEntry, FlowCache, Hairpin};
@@ -63,9 +67,6 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Pause between the downloads' 8 KB reads: 128 reads, about 25 s, longer than the flood.
 const DOWNLOAD_PACE: Duration = Duration::from_millis(190);
 
-/// One flood at a time on this 2-core machine: the generator must leave the appliance CPU.
-static SERIAL: Mutex<()> = Mutex::new(());
-
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Syn,
@@ -85,17 +86,15 @@ impl Kind {
 
 /// Extra config appended to the lab's (the flood keys, when a test sets them).
 fn start(extra: &str) -> Lab {
-    lab::netns::require_root();
     lab::netns::require_program("python3", "python3");
     lab::netns::require_program("hping3", "hping3");
     lab::netns::require_program("timeout", "coreutils");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Dr, LabMode::FullNat, LabMode::Vxlan],
         scheduler: "maglev".into(),
         prefix: "fl",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     // Replies to the spoofed sources die on the router; strict reverse-path filtering would
     // drop the flood there instead of letting it reach the appliance.
     lab.router
@@ -117,34 +116,15 @@ fn start(extra: &str) -> Lab {
     );
     config.push_str(extra);
     lab.write_config(&config).expect("write config");
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .unwrap_or_else(|e| panic!("start appliance: {e}"));
-    for mode in [LabMode::Dr, LabMode::FullNat, LabMode::Vxlan] {
-        let ready = lab
-            .wait_vip(
-                SocketAddr::new(mode.vip(false), 80),
-                Duration::from_secs(20),
-            )
-            .expect("client thread");
-        assert!(
-            ready,
-            "the {} VIP never answered; appliance log:\n{}",
-            mode.name(),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-    }
+    let vips =
+        [LabMode::Dr, LabMode::FullNat, LabMode::Vxlan].map(|m| SocketAddr::new(m.vip(false), 80));
+    lab.start_serving(lab::sluice!().path(), &vips);
     lab
 }
 
 /// Packets received on `dev` in `ns` so far.
 fn rx_packets(ns: &Netns, dev: &str) -> u64 {
-    let out = ns.run(&[
-        "cat",
-        &format!("/sys/class/net/{dev}/statistics/rx_packets"),
-    ]);
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
+    ns.sysfs(dev, "statistics/rx_packets")
         .parse()
         .unwrap_or_else(|e| panic!("rx_packets of {dev} in {}: {e}", ns.name))
 }
@@ -245,43 +225,6 @@ fn tunnel_stream(vip: SocketAddr, stop: Arc<AtomicBool>) -> (usize, usize) {
     (sent as usize, echoes.join().expect("echo reader"))
 }
 
-/// The steady client: a new connection every 50 ms until `stop`, each on its own thread so
-/// that a slow one does not delay the next. Runs in the client's namespace.
-fn steady_client(vip: SocketAddr, stop: Arc<AtomicBool>) -> (usize, usize, usize, Option<String>) {
-    let mut handles = Vec::new();
-    let start = Instant::now();
-    let mut n = 0u32;
-    while !stop.load(Ordering::Relaxed) {
-        handles.push(std::thread::spawn(move || {
-            let t = Instant::now();
-            let r = http_get(vip, "/whoami", CLIENT_TIMEOUT);
-            (r, t.elapsed())
-        }));
-        n += 1;
-        let next = start + CLIENT_EVERY * n;
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-    }
-    let (mut answered, mut slow, mut first_error) = (0, 0, None);
-    let attempts = handles.len();
-    for h in handles {
-        match h.join().expect("client connection thread") {
-            (Ok((200, _)), took) => {
-                answered += 1;
-                if took >= Duration::from_secs(1) {
-                    slow += 1;
-                }
-            }
-            (Ok((status, _)), _) => {
-                first_error.get_or_insert(format!("status {status}"));
-            }
-            (Err(e), _) => {
-                first_error.get_or_insert(e.to_string());
-            }
-        }
-    }
-    (attempts, answered, slow, first_error)
-}
-
 /// Floods `mode`'s IPv4 VIP with `kind` for [`FLOOD`] while the downloads and the client run.
 fn flood(lab: &Lab, mode: LabMode, kind: Kind) -> Run {
     let vip = SocketAddr::new(mode.vip(false), 80);
@@ -303,7 +246,7 @@ fn flood(lab: &Lab, mode: LabMode, kind: Kind) -> Run {
     let st = stop.clone();
     let client = lab
         .client
-        .in_thread(move || steady_client(vip, st))
+        .in_thread(move || steady_client(vip, CLIENT_EVERY, CLIENT_TIMEOUT, st))
         .expect("client thread");
     let st = stop.clone();
     let tunnel_vip = SocketAddr::new(LabMode::Vxlan.vip(false), 80);
@@ -344,16 +287,16 @@ fn flood(lab: &Lab, mode: LabMode, kind: Kind) -> Run {
         rx_packets(&lab.lb, "eth0"),
     );
     stop.store(true, Ordering::Relaxed);
-    let (attempts, answered, slow, first_error) = client.join().expect("client");
+    let steady = client.join().expect("client");
     let (tunnel_sent, tunnel_echoed) = tunnel.join().expect("tunnel client");
     let expected = blob();
     let mut run = Run {
         flood_rate: (router1 - router0) as f64 / secs,
         appliance_rate: (lb1 - lb0) as f64 / secs,
-        attempts,
-        answered,
-        slow,
-        first_error,
+        attempts: steady.attempts,
+        answered: steady.answered,
+        slow: steady.slower_than(Duration::from_secs(1)),
+        first_error: steady.first_error,
         tunnel_sent,
         tunnel_echoed,
         ..Run::default()
@@ -373,23 +316,18 @@ fn flood(lab: &Lab, mode: LabMode, kind: Kind) -> Run {
 /// The appliance's own view: status (table fill, drops, flow cache, flood mode), the flood
 /// and connection-table lines of its metrics, and its flood events.
 fn appliance_view(lab: &Lab) -> (api::Status, Vec<String>, String) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client =
-        Client::new(Endpoint::Unix(lab.api_socket_at(0))).with_timeout(Duration::from_secs(5));
-    let status = rt
-        .block_on(client.status())
+    let api = lab.api_at(0);
+    let status = api
+        .call(|c| c.status())
         .unwrap_or_else(|e| panic!("the appliance does not answer after the flood: {e}"));
-    let events: Vec<String> = rt
-        .block_on(client.events(0))
+    let events: Vec<String> = api
+        .call(|c| c.events(0))
         .expect("events")
         .into_iter()
         .filter(|e| e.kind == "flood" || e.kind == "health")
         .map(|e| format!("{}: {}", e.kind, e.message))
         .collect();
-    let metrics = rt.block_on(client.metrics()).unwrap_or_default();
+    let metrics = api.call(|c| c.metrics()).unwrap_or_default();
     let lines: Vec<&str> = metrics
         .lines()
         .filter(|l| !l.starts_with('#') && (l.contains("flood") || l.contains("conntrack")))
@@ -412,7 +350,8 @@ fn appliance_view(lab: &Lab) -> (api::Status, Vec<String>, String) {
 }
 
 fn flood_both_vips(kind: Kind, extra: &str) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One flood at a time on this 2-core machine: the generator must leave the appliance CPU.
+    let _serial = lab::testing::serial();
     let lab = start(extra);
     let mut failures = Vec::new();
     let (mut shed_before, mut stateless_before) = (0, 0);
@@ -913,25 +852,13 @@ fn a_busy_source_whose_short_connections_close_before_a_hit_keeps_opening_them()
 #[test]
 fn the_xdp_stateless_answer_is_the_engines_byte_for_byte() {
     lab::netns::require_root();
-    let ns = Netns::new("xf-sl");
     // The golden next hops leave by index 2 (golden::BACKENDS); lo is index 1 (UPLINK).
-    ns.run(&[
-        "ip", "link", "add", "xfs2", "index", "2", "type", "veth", "peer", "name", "xfs3", "index",
-        "3",
-    ]);
-    ns.run(&["ip", "link", "set", "xfs2", "up"]);
+    let ns = golden_netns("xf-sl", "xfs");
     let name = ns.name.clone();
     let report = std::thread::spawn(move || {
-        let f = std::fs::File::open(format!("/run/netns/{name}")).expect("netns");
-        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        lab::netns::enter(&name);
         pin_to_cpu0();
-        let cache = FlowCache::create(1024).expect("flow cache maps");
-        cache
-            .add_egress(0, golden::UPLINK, Hairpin::XdpTx)
-            .expect("egress lo");
-        cache
-            .add_egress(1, golden::BACKENDS, Hairpin::XdpTx)
-            .expect("egress xfs2");
+        let cache = golden_cache();
         let mut steer = Steer::load_with_cache(Some(&cache)).expect("load the steering program");
         let config = golden::config();
         steer

@@ -16,18 +16,12 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Child;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use api::{Client, Endpoint};
+use lab::Appliance;
 use lab::netns::{Netns, bridge, veth};
-use lab::{http_get, udp_ask};
-
-/// One appliance at a time: the machine has two cores.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+use lab::testing::{Api, Sluice, file_text, poll};
+use lab::{http_get, udp_ask, wait_answer};
 
 const BLOB: usize = 4 << 20;
 
@@ -79,7 +73,7 @@ S(("::", 8080), H).serve_forever()
 /// The lab: namespaces (removed on drop) and the appliance process.
 struct Rt {
     dir: PathBuf,
-    sluice: Option<Child>,
+    appliance: Option<Appliance>,
     lb: Netns,
     client: Netns,
     c2: Netns,
@@ -306,27 +300,22 @@ impl Rt {
         }
         for (i, be) in backends.iter().enumerate() {
             let me = vip(&format!("10.1.0.1{}", i + 1), 8080);
-            let up = be
-                .in_thread(move || {
-                    let deadline = Instant::now() + Duration::from_secs(20);
-                    while Instant::now() < deadline {
-                        if std::net::TcpStream::connect_timeout(&me, Duration::from_millis(200))
-                            .is_ok()
-                        {
-                            return true;
-                        }
-                        std::thread::sleep(Duration::from_millis(100));
+            let up = be.call(move || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while Instant::now() < deadline {
+                    if std::net::TcpStream::connect_timeout(&me, Duration::from_millis(200)).is_ok()
+                    {
+                        return true;
                     }
-                    false
-                })
-                .expect("thread")
-                .join()
-                .expect("join");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                false
+            });
             assert!(up, "backend {me} never listened");
         }
         Rt {
             dir,
-            sluice: None,
+            appliance: None,
             lb,
             client,
             c2,
@@ -382,62 +371,34 @@ impl Rt {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("sluice.log")).unwrap_or_default()
+        file_text(&self.dir.join("sluice.log"))
     }
 
-    /// Starts `sluice` (the binary under test unless `bin` says otherwise) with `config`.
-    fn start(&mut self, bin: &Path, config: &str) {
-        let path = self.dir.join("sluice.toml");
-        std::fs::write(&path, config).expect("config");
-        let log = std::fs::File::create(self.dir.join("sluice.log")).expect("log");
-        let child = self
-            .lb
-            .try_spawn(
-                &[
-                    &bin.to_string_lossy(),
-                    "run",
-                    "--config",
-                    &path.to_string_lossy(),
-                ],
-                Some(log),
-            )
-            .expect("sluice run");
-        self.sluice = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.socket().exists() {
-            assert!(Instant::now() < deadline, "no API socket:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    /// Starts `sluice` (the binary under test unless `bin` says otherwise) with `config` and
+    /// waits (20 s) for its API socket.
+    fn start(&mut self, bin: &Sluice, config: &str) {
+        let appliance =
+            Appliance::start(&self.lb, bin.path(), &self.dir, config).expect("sluice run");
+        self.appliance = Some(appliance);
+        let socket = self.socket();
+        let up = poll(Duration::from_secs(20), Duration::from_millis(100), || {
+            socket.exists()
+        });
+        assert!(up.is_some(), "no API socket:\n{}", self.log());
     }
 
     fn status(&self) -> api::model::Status {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(Client::new(Endpoint::Unix(self.socket())).status())
+        Api::unix(&self.socket())
+            .call(|c| c.status())
             .expect("status")
     }
 
     /// SIGTERM; whether it exited 0 within `within`, and how long it took.
     fn stop(&mut self, within: Duration) -> (bool, Duration) {
-        let Some(mut c) = self.sluice.take() else {
-            return (false, Duration::ZERO);
-        };
-        let t0 = Instant::now();
-        // `ip netns exec` execs, so the child's pid is sluice's.
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        while t0.elapsed() < within {
-            if let Ok(Some(s)) = c.try_wait() {
-                return (s.success(), t0.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        match self.appliance.take() {
+            Some(mut a) => a.stop(within),
+            None => (false, Duration::ZERO),
         }
-        let _ = c.kill();
-        let _ = c.wait();
-        (false, t0.elapsed())
     }
 
     /// Packets router `k` forwarded from the VIPs to far, (IPv4, IPv6).
@@ -461,10 +422,7 @@ impl Rt {
 
 impl Drop for Rt {
     fn drop(&mut self) {
-        if let Some(mut c) = self.sluice.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.appliance = None;
         for c in &mut self.servers {
             let _ = c.kill();
             let _ = c.wait();
@@ -475,10 +433,8 @@ impl Drop for Rt {
 
 /// The binary under test; `RT_SLUICE` points elsewhere (to show a test fails on an older
 /// build).
-fn sluice() -> PathBuf {
-    std::env::var_os("RT_SLUICE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sluice")))
+fn sluice() -> Sluice {
+    std::env::var_os("RT_SLUICE").map_or_else(|| lab::sluice!(), Sluice::at)
 }
 
 fn vip(addr: &str, port: u16) -> SocketAddr {
@@ -520,7 +476,7 @@ fn exercise(tcp: SocketAddr, udp: SocketAddr, n: usize) -> Seen {
 
 /// Every VIP from `from`, `n` times each: (vip name, what was seen).
 fn every_vip(from: &Netns, n: usize) -> Vec<(String, Seen)> {
-    from.in_thread(move || {
+    from.call(move || {
         let mut out = Vec::new();
         for (name, a4, a6) in [
             ("nat", "192.0.2.10", "2001:db8:f::10"),
@@ -532,27 +488,13 @@ fn every_vip(from: &Netns, n: usize) -> Vec<(String, Seen)> {
         }
         out
     })
-    .expect("thread")
-    .join()
-    .expect("client thread")
 }
 
-/// Waits until an HTTP request through the NAT VIP from `from` succeeds.
+/// Waits (20 s) until an HTTP request through the NAT VIP from `from` is answered.
 fn wait_ready(rt: &Rt, from: &Netns) {
-    let ok = from
-        .in_thread(|| {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if http_get(vip("192.0.2.10", 80), "/whoami", Duration::from_millis(500)).is_ok() {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            false
-        })
-        .expect("thread")
-        .join()
-        .expect("join");
+    let nat = vip("192.0.2.10", 80);
+    let ok =
+        from.call(move || wait_answer(nat, Duration::from_millis(500), Duration::from_secs(20)));
     assert!(ok, "the NAT VIP never answered:\n{}", rt.log());
 }
 
@@ -573,7 +515,7 @@ fn drops(st: &api::model::Status) -> String {
 }
 
 fn two_arm(flow_cache: bool) {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let mut rt = Rt::build();
     let cfg = rt.config(flow_cache, "");
     rt.start(&sluice(), &cfg);
@@ -613,23 +555,19 @@ fn two_arm(flow_cache: bool) {
         "via",
         "2001:db8:a::10",
     ]);
-    let firsts = fresh
-        .in_thread(|| {
-            [
-                "192.0.2.10",
-                "2001:db8:f::10",
-                "192.0.2.20",
-                "2001:db8:f::20",
-            ]
-            .map(|a| {
-                let t0 = Instant::now();
-                let r = http_get(vip(a, 80), "/whoami", Duration::from_secs(5));
-                (a, r.is_ok(), t0.elapsed())
-            })
+    let firsts = fresh.call(|| {
+        [
+            "192.0.2.10",
+            "2001:db8:f::10",
+            "192.0.2.20",
+            "2001:db8:f::20",
+        ]
+        .map(|a| {
+            let t0 = Instant::now();
+            let r = http_get(vip(a, 80), "/whoami", Duration::from_secs(5));
+            (a, r.is_ok(), t0.elapsed())
         })
-        .expect("thread")
-        .join()
-        .expect("join");
+    });
     let after = no_neighbor(&rt.status());
     println!(
         "MEASURE routes first connection of a new client (flow_cache={flow_cache}): {firsts:?}; \
@@ -690,7 +628,7 @@ fn digest(b: &[u8]) -> u64 {
 /// (counted on the routers), each flow by one.
 #[test]
 fn rt_multipath_default_spreads_flows_over_both_routers() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let mut rt = Rt::build();
     for (fam, far, a, b) in [
         ("-4", "10.9.0.1/32", "10.0.0.2", "10.0.0.3"),
@@ -735,7 +673,7 @@ fn rt_multipath_default_spreads_flows_over_both_routers() {
 /// NAT VIP: the download arrives intact and the frames after the change leave by r2.
 #[test]
 fn rt_route_change_mid_download_keeps_the_bytes_and_moves_the_path() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let mut rt = Rt::build();
     let cfg = rt.config(true, "");
     rt.start(&sluice(), &cfg);
@@ -791,16 +729,9 @@ fn rt_route_change_mid_download_keeps_the_bytes_and_moves_the_path() {
 }
 
 /// `sluice ctl status` over the socket; how long it took and whether it answered.
-fn ctl_status(bin: &Path, socket: &Path) -> (bool, Duration) {
+fn ctl_status(bin: &Sluice, socket: &Path) -> (bool, Duration) {
     let t0 = Instant::now();
-    let ok = std::process::Command::new(bin)
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .arg("status")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+    let ok = bin.ctl(socket, &["status"]).ok();
     (ok, t0.elapsed())
 }
 
@@ -810,7 +741,7 @@ fn ctl_status(bin: &Path, socket: &Path) -> (bool, Duration) {
 /// BGP shutdown that BIRD, the peer on r1, sees.
 #[test]
 fn rt_unreachable_backends_never_stall_the_control_loop() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     lab::netns::require_program("bird", "bird2");
     let mut rt = Rt::build();
     let lb_addr: IpAddr = "10.0.0.10".parse().expect("literal");
@@ -871,9 +802,8 @@ fn rt_unreachable_backends_never_stall_the_control_loop() {
         "",
     );
     std::fs::write(&path, &fewer).expect("config");
-    let pid = rt.sluice.as_ref().expect("running").id().to_string();
     let hup = Instant::now();
-    run_kill("-HUP", &pid);
+    rt.appliance.as_ref().expect("running").signal("-HUP");
     let applied = loop {
         let (ok, took) = ctl_status(&bin, &socket);
         worst = worst.max(took);
@@ -942,8 +872,4 @@ fn rt_unreachable_backends_never_stall_the_control_loop() {
         !protocols.contains("Established"),
         "the session is still up after the exit:\n{protocols}"
     );
-}
-
-fn run_kill(sig: &str, pid: &str) {
-    let _ = std::process::Command::new("kill").args([sig, pid]).status();
 }
