@@ -43,6 +43,7 @@ mod admit;
 mod ct_tests;
 mod dr;
 mod flow;
+mod forward;
 mod fragment;
 mod fragtable;
 mod fullnat;
@@ -84,7 +85,6 @@ use crate::sched::SchedState;
 use crate::tables::TunnelSource;
 use crate::tables::{NextHop, Tables};
 use config::Mode;
-use flow::{Packet, flow_for};
 use headers::{Ip, L4, parse_ip, parse_l4};
 use std::sync::Arc;
 use wire::{EthernetFrame, IpProtocol, l3_offset};
@@ -680,21 +680,9 @@ pub fn process_recorded<R: Record>(
     nat::reverse(frame, tables, ct, worker, &ip, &l4, len, now, rec)
 }
 
-/// The packet as [`flow_for`] needs it.
-#[inline(always)]
-fn packet<'a>(key: &'a FlowKey, l4: &L4) -> Packet<'a> {
-    Packet {
-        key,
-        flags: l4.flags,
-        payload: l4.payload,
-        seq: l4.seq,
-        ack: l4.ack,
-        len: l4.len,
-    }
-}
-
-/// Client → VIP: the flow's backend, then the rewrite its mode asks for.
+/// Client → VIP: see `forward.rs`.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn forward<R: Record>(
     frame: &mut Frame<'_>,
     tables: &Tables,
@@ -707,78 +695,19 @@ fn forward<R: Record>(
     now: u64,
     rec: &mut R,
 ) -> Verdict {
-    let v = &tables.vips[vip as usize];
-    let key = headers::flow_key(ip, l4);
-    let nat = matches!(v.mode, Mode::Nat | Mode::FullNat);
-    if nat && frame.data()[ip.ttl_at()] <= 1 {
-        worker.drops[DropReason::TtlExceeded.index()] += 1;
-        if !worker.icmp.allow(vip, ip.v6, now) {
-            worker.stats.icmp_rate_limited += 1;
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        return icmp::time_exceeded(frame, tables, worker, ip);
-    }
-    if R::ON
-        && teardown_flags(ip, l4)
-        && let Some(id) = ct.lookup(&key, now)
-    {
-        catch_up(ct, id, rec);
-    }
-    let hit = match flow_for(tables, ct, worker, vip, packet(&key, l4), now) {
-        Ok(x) => x,
-        Err(r) => return reset::refuse(frame, tables, worker, ip, l4, r),
+    let mut cx = forward::Ctx {
+        tables,
+        ct,
+        worker,
+        now,
+        rec,
     };
-    // A flow's first frame (a SYN; a datagram of no flow the table held): the reply will
-    // need this client's MAC. Not on every datagram: the check is two hash lookups and a
-    // route lookup, a quarter of the engine's own time on an established UDP flow.
-    let first = match ip.proto {
-        IpProtocol::UDP => !hit.found,
-        _ => l4.flags & 0x12 == 0x02,
+    let seg = forward::Seg {
+        ip,
+        l4,
+        key: headers::flow_key(ip, l4),
+        vip,
+        len,
     };
-    if nat && first {
-        let mac = EthernetFrame::new_unchecked(frame.data()).src();
-        tables
-            .egress()
-            .learn(&mut worker.learned, frame.ifindex, ip.src, ip.v6, mac, now);
-    }
-    let backend = hit.backend;
-    let n = match tables.backend_egress(backend) {
-        Ok(n) => n,
-        Err(m) => return worker.drop(m.into()),
-    };
-    let b = tables.backends[backend as usize];
-    worker.count_forward(vip, backend, len);
-    if fullnat::carries(v, &hit.carry, ip, &b, hit.snat)
-        && let Err(r) = fullnat::carry_forward(frame, ct, worker, ip, l4, &key, v, now)
-    {
-        return worker.drop(r);
-    }
-    let verdict = if nat {
-        nat::to_backend(frame, worker, ip, l4, v.mode, &n, &b, hit.snat)
-    } else if let Mode::Tunnel(encap) = v.mode
-        && let Some(verdict) = mss::fit(frame, tables, worker, ip, encap, &n, &b, vip, now)
-    {
-        verdict
-    } else {
-        dr::direct_to_backend(frame, tables, worker, ip, v.mode, &n, &b, hit.hash)
-    };
-    if R::ON && matches!(verdict, Verdict::Tx { .. }) {
-        let f = ct.lookup(&key, now).map(|id| *ct.flow(id));
-        rec.decision(Decision {
-            key,
-            reverse: false,
-            mode: v.mode,
-            vip,
-            backend,
-            src: if nat { hit.snat } else { None },
-            dst: nat.then_some((b.address, b.port)),
-            next_hop: n,
-            flow: f.map(|f| (key, f.state)),
-            tcp_flags: l4.flags,
-            carry: f.map_or(Carry::default(), |f| f.carry),
-            teardown: hit.teardown == crate::conntrack::Teardown::InWindow,
-            track: f.map_or(Default::default(), |f| f.track),
-        });
-    }
-    verdict
+    forward::forward(frame, &mut cx, &seg)
 }
