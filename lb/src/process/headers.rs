@@ -171,10 +171,7 @@ fn parse_l4_in(d: &[u8], ip: &Ip, fragment: bool) -> Result<L4, DropReason> {
                 seq: t.seq_number(),
                 ack: t.ack_number(),
                 len: (avail - doff) as u32,
-                csum: L4Csum {
-                    off: ip.l4 + TCP_CSUM_AT,
-                    udp: false,
-                },
+                csum: L4Csum::tcp(ip.l4 + TCP_CSUM_AT),
             })
         }
         _ => {
@@ -195,10 +192,7 @@ fn parse_l4_in(d: &[u8], ip: &Ip, fragment: bool) -> Result<L4, DropReason> {
                 seq: 0,
                 ack: 0,
                 len: 0,
-                csum: L4Csum {
-                    off: ip.l4 + UDP_CSUM_AT,
-                    udp: !ip.v6,
-                },
+                csum: L4Csum::udp(ip.l4 + UDP_CSUM_AT, ip.v6),
             })
         }
     }

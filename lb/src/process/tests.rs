@@ -643,7 +643,7 @@ proptest! {
             seq: 0,
             ack: 0,
             len: 0,
-            csum: L4Csum { off: csum_off, udp: udp && !v6 },
+            csum: if udp { L4Csum::udp(csum_off, v6) } else { L4Csum::tcp(csum_off) },
         };
         let mut want = d.clone();
         nat_rewrite_reference(&mut want, &ip, &l4, src, dst);

@@ -33,20 +33,23 @@ static __always_inline __u64 not32(__u32 v)
 	return (__u64)(__u32)~v;
 }
 
-// The L4 checksum patch of L4Csum::patch_delta: an absent IPv4 UDP checksum stays absent and
-// a computed zero becomes 0xffff there.
+// The L4 checksum patch of L4Csum::patch_delta: an absent IPv4 UDP checksum stays absent,
+// and a UDP checksum computed as zero becomes 0xffff in both families.
 //
 // The arithmetic runs on the words as they sit in the frame, without byte swaps: a one's-
 // complement sum of byte-swapped words is the byte-swapped sum (RFC 1071, 2.(B)), so the
 // bytes written are the ones lb::process writes from host-order arithmetic (the golden
 // fixtures check it).
-static __always_inline void patch_l4(__be16 *csum, __u64 delta, int udp4)
+static __always_inline void patch_l4(__be16 *csum, __u64 delta, int udp, int udp4)
 {
 	__u16 old = *csum;
+	// UDP over IPv4 may carry no checksum (0): it stays none.
 	if (udp4 && old == 0)
 		return;
 	__u16 c = ~fold64(not16(old) + delta);
-	if (udp4 && c == 0)
+	// A UDP checksum that comes to zero goes out as 0xffff in either family (RFC 768; over
+	// IPv6 a zero field means none, which RFC 8200 8.1 has receivers discard).
+	if (udp && c == 0)
 		c = 0xffff;
 	*csum = c;
 }

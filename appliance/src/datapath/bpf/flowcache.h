@@ -165,7 +165,7 @@ static __always_inline int cache_forward4(struct xdp_md *ctx, void *data, void *
 		if (v->flags & SET_DST)
 			set_addr4(&ip->daddr, v->new_dst, &ports[1], v->new_dport, &ip_acc, &l4_acc);
 		ip->check = (__u16)~fold64(not16(ip->check) + ip_acc);
-		patch_l4(csum, l4_acc, proto == IPPROTO_UDP);
+		patch_l4(csum, l4_acc, proto == IPPROTO_UDP, proto == IPPROTO_UDP);
 	} else if (v->action != ACT_DR) {
 		return -1;
 	}
@@ -225,7 +225,7 @@ static __always_inline int cache_forward6(struct xdp_md *ctx, void *data, void *
 			set_addr6((__u32 *)&ip6->saddr, v->new_src, &ports[0], v->new_sport, &l4_acc);
 		if (v->flags & SET_DST)
 			set_addr6((__u32 *)&ip6->daddr, v->new_dst, &ports[1], v->new_dport, &l4_acc);
-		patch_l4(csum, l4_acc, 0);
+		patch_l4(csum, l4_acc, proto == IPPROTO_UDP, 0);
 	} else if (v->action != ACT_DR) {
 		return -1;
 	}
