@@ -26,7 +26,7 @@ use libbpf_cargo::SkeletonBuilder;
 const PROGRAMS: [&str; 1] = ["steer"];
 
 /// The `#define`s of src/datapath/bpf/consts.h the Rust side reads, with their Rust types.
-const DEFINES: [(&str, &str); 8] = [
+const DEFINES: [(&str, &str); 10] = [
     ("FRONT_M0", "u64"),
     ("FRONT_M1", "u64"),
     ("FRONT_M2", "u64"),
@@ -35,6 +35,8 @@ const DEFINES: [(&str, &str); 8] = [
     ("FLOW_SEED", "u32"),
     ("JHASH_INITVAL", "u32"),
     ("VXLAN_PORT", "u16"),
+    ("MAX_EXT_HEADERS", "usize"),
+    ("TRACK_MAX_ADVANCE", "u32"),
 ];
 
 fn main() {

@@ -1177,6 +1177,9 @@ sluice_one_packet_datagrams_total 0
 # TYPE sluice_outbound_answers counter
 sluice_outbound_answers_total{by="engine"} 0
 sluice_outbound_answers_total{by="xdp"} 0
+# HELP sluice_xdp_too_many_headers IPv6 frames to a VIP with more extension headers than the parsers walk (8), dropped by the XDP program.
+# TYPE sluice_xdp_too_many_headers counter
+sluice_xdp_too_many_headers_total 0
 # HELP sluice_outbound_unowned Answers to an outbound port no backend owns (dropped as no_backend).
 # TYPE sluice_outbound_unowned counter
 sluice_outbound_unowned_total 0

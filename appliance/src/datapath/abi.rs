@@ -64,6 +64,8 @@ pub(crate) mod defines {
     const _: () = assert!(FLOW_SEED == crate::lb::hash::FLOW_SEED);
     const _: () = assert!(JHASH_INITVAL == crate::lb::hash::JHASH_INITVAL);
     const _: () = assert!(VXLAN_PORT == crate::lb::process::TENANT_VXLAN_PORT);
+    const _: () = assert!(MAX_EXT_HEADERS == wire::ipv6::MAX_EXT_HEADERS);
+    const _: () = assert!(TRACK_MAX_ADVANCE == crate::lb::conntrack::track::MAX_ADVANCE);
 }
 
 /// A scalar or byte-array field of a map struct, stored in native byte order.

@@ -57,6 +57,9 @@ pub struct SteerCounters {
     pub outbound: u64,
     /// Of the steered frames, VXLAN frames for a tenant VIP.
     pub tenant: u64,
+    /// IPv6 frames to a VIP with more extension headers than either parser walks, dropped
+    /// in the program (the engine drops them as `too_many_headers`).
+    pub deep: u64,
     /// Flood mode.
     pub flood: FloodCounters,
 }
@@ -425,6 +428,7 @@ impl Steer {
             fragments: at(steer_counter::CNT_FRAGMENTS),
             outbound: at(steer_counter::CNT_OUTBOUND),
             tenant: at(steer_counter::CNT_TENANT),
+            deep: at(steer_counter::CNT_DEEP),
             flood: self.flood_counters()?,
         })
     }

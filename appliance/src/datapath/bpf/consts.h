@@ -61,7 +61,9 @@ enum steer_counter : __u32 {
 	CNT_FRAGMENTS = 3,
 	CNT_OUTBOUND = 4, // outbound answers the program forwarded to their port's owner itself
 	CNT_TENANT = 5,	  // of the steered frames, VXLAN frames for a tenant VIP
-	CNT_MAX = 6,
+	CNT_DEEP = 6,	  // IPv6 frames to a VIP with more extension headers than MAX_EXT_HEADERS
+			  // (the engine drops them too, as too_many_headers): dropped here
+	CNT_MAX = 7,
 };
 
 // The slots of `cache_counters` (as `counters`): misses (owned frames that went to the engine), hits dropped
@@ -108,6 +110,10 @@ enum cache_track : __u8 {
 	TRACK_SEQ = 1, // seq_next: the end of the furthest segment of this direction
 	TRACK_ACK = 2, // ack_max: the highest acknowledgement this direction sent
 };
+
+// IPv6 extension headers walked before the upper layer (wire::ipv6::MAX_EXT_HEADERS: the
+// engine walks as many, so the two parsers agree on what a frame is).
+#define MAX_EXT_HEADERS 8
 
 // How far one segment may move a tracked field on (lb::conntrack::track::MAX_ADVANCE): a
 // spoofed segment past it moves nothing.

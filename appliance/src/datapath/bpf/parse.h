@@ -94,9 +94,11 @@ static __always_inline int parse_ip6(struct ipv6hdr *ip6, void *end, struct flow
 	next = ip6->nexthdr;
 	cur = ip6 + 1;
 	off += sizeof(*ip6);
-	// Walk a few extension headers; anything deeper is left to the kernel.
+	// Walk the extension headers as the engine does (wire::ipv6::walk_ext_headers): as many
+	// as it walks, and a deeper chain is refused here as it is there, so no frame is less
+	// policed for being hard to parse.
 #pragma unroll
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < MAX_EXT_HEADERS; i++) {
 		if (next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING ||
 		    next == IPPROTO_DSTOPTS) {
 			__u8 *opt = cur;
@@ -120,6 +122,9 @@ static __always_inline int parse_ip6(struct ipv6hdr *ip6, void *end, struct flow
 			}
 		}
 	}
+	if (next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING || next == IPPROTO_DSTOPTS ||
+	    next == IPPROTO_FRAGMENT)
+		return 2;
 	f->proto = next;
 	if (next == IPPROTO_ICMPV6) {
 		__u8 *icmp = cur;
@@ -134,8 +139,9 @@ static __always_inline int parse_ip6(struct ipv6hdr *ip6, void *end, struct flow
 }
 
 // The frame's addresses, protocol and ports into `f` (zeroed by the caller), through up to
-// two VLAN tags: 0, 1 for a later fragment (no ports: steered on the address alone), -1 for
-// a frame that is not IP or is cut short.
+// two VLAN tags: 0, 1 for a later fragment (no ports: steered on the address alone), 2 for
+// an IPv6 frame with more extension headers than MAX_EXT_HEADERS (its addresses only), -1
+// for a frame that is not IP or is cut short.
 static __always_inline int parse(struct xdp_md *ctx, struct flow *f)
 {
 	void *data = (void *)(long)ctx->data;

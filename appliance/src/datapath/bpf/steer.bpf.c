@@ -48,6 +48,14 @@ int sluice_steer(struct xdp_md *ctx)
 	r = parse(ctx, &f);
 	if (r < 0 || f.never)
 		goto pass;
+	if (r == 2) {
+		// Deeper than either parser walks: to a VIP it is dropped, as the engine would.
+		if (lookup(f.dst, 0, 0, KIND_VIP, f.family, 0)) {
+			count(CNT_DEEP);
+			return XDP_DROP;
+		}
+		goto pass;
+	}
 
 	// A tenant VIP's VXLAN frame: to the engine as it is, without flood mode (its policing
 	// and stateless answer see the outer headers) and never a flow cache miss (the cache
