@@ -56,6 +56,8 @@ pub struct Appliance {
     pub ring_size: u32,
     /// Connection-table entries per worker.
     pub conntrack_capacity: u32,
+    /// Embryonic entries one client address may hold in a worker's table (0: no budget).
+    pub embryonic_per_source: u16,
     /// Maglev ring size (a prime) of every VIP that does not set its own; `None`: each
     /// such VIP's is the default for its pool's size (`config::default_table_size`).
     pub maglev_table_size: Option<u32>,

@@ -36,6 +36,7 @@
 //! then the removed FullNAT flows' ports stay taken, so a port never serves a new flow while
 //! the kernel could still rewrite replies to it toward the old client.
 
+pub mod budget;
 pub mod codec;
 mod flow;
 mod index;
@@ -89,6 +90,10 @@ struct List {
 pub enum InsertError {
     /// Full of established entries: nothing may be evicted.
     Full,
+    /// The client address holds its budget of embryonic entries ([`budget`]).
+    SourceBudget,
+    /// The tenant zone holds its share of the table ([`budget`]).
+    ZoneBudget,
 }
 
 /// Table counters (the worker folds them into its statistics).
@@ -112,6 +117,12 @@ pub struct ConnStats {
     pub rst_out_of_window: u64,
     /// FINs off their sender's sequence space: forwarded, they closed nothing.
     pub fin_out_of_window: u64,
+    /// Embryonic entries refused because their client address held its budget.
+    pub source_refused: u64,
+    /// Entries refused because their tenant zone held its share of the table.
+    pub zone_refused: u64,
+    /// FullNAT ports taken from an embryonic flow for a new one (every port was held).
+    pub snat_reclaimed: u64,
 }
 
 /// Removed flows whose kernel flow-cache entries still have to go, and the reverse keys
@@ -139,6 +150,7 @@ pub struct ConnTable {
     journal: Option<Journal>,
     /// Live FullNAT flows (each holds a local port).
     snat_flows: usize,
+    budgets: budget::Budgets,
     /// Counters since creation.
     pub stats: ConnStats,
 }
@@ -225,6 +237,7 @@ impl ConnTable {
             workers,
             journal: None,
             snat_flows: 0,
+            budgets: budget::Budgets::default(),
             stats: ConnStats::default(),
         }
     }
@@ -465,6 +478,10 @@ impl ConnTable {
         if old.is_embryonic() && state.is_established() {
             self.stats.promoted += 1;
         }
+        if old.is_embryonic() && !state.is_embryonic() {
+            let k = self.slots[id as usize].flow.key;
+            self.budgets.left_embryonic(k.src, k.zone);
+        }
         self.unlink(id);
         self.slots[id as usize].flow.state = state;
         self.push_front(id, now);
@@ -493,6 +510,10 @@ impl ConnTable {
         if flow.snat.is_some() {
             self.snat_flows -= 1;
         }
+        if flow.state.is_embryonic() {
+            self.budgets.left_embryonic(flow.key.src, flow.key.zone);
+        }
+        self.budgets.left_zone(flow.key.zone);
         if let Some(j) = &mut self.journal {
             j.removed.push(flow.key);
             if flow.snat.is_some()
@@ -553,6 +574,18 @@ impl ConnTable {
     /// Inserts a new flow (the caller has checked it is absent), making room as
     /// [`ConnTable::make_room`] allows when full.
     pub fn insert(&mut self, flow: Flow, now: u64) -> Result<u32, InsertError> {
+        let (src, zone, embryonic) = (flow.key.src, flow.key.zone, flow.state.is_embryonic());
+        match self.budgets.admits(src, zone, embryonic) {
+            Ok(()) => {}
+            Err(budget::Refused::Source) => {
+                self.stats.source_refused += 1;
+                return Err(InsertError::SourceBudget);
+            }
+            Err(budget::Refused::Zone) => {
+                self.stats.zone_refused += 1;
+                return Err(InsertError::ZoneBudget);
+            }
+        }
         if self.free == NONE && !self.make_room(now) {
             self.stats.full += 1;
             return Err(InsertError::Full);
@@ -576,6 +609,7 @@ impl ConnTable {
             self.snat_flows += 1;
         }
         self.count(id, true);
+        self.budgets.add(src, zone, embryonic);
         self.len += 1;
         self.stats.inserted += 1;
         Ok(id)
@@ -677,6 +711,14 @@ impl ConnTable {
             self.slots[id as usize].counted_backend = NONE;
             self.remove(id);
         }
+    }
+
+    /// Sets the table's budgets ([`budget`]): `per_source` embryonic entries a client
+    /// address (0: none), and an equal share of the table for each tenant zone of `zones`
+    /// and the underlay.
+    pub fn set_budgets(&mut self, per_source: u16, zones: &[u32]) {
+        let capacity = self.slots.len();
+        self.budgets.set(per_source, capacity, zones);
     }
 
     /// Turns the removal journal on (for a worker with a flow cache) or off. While on, every

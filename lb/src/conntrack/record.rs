@@ -131,7 +131,9 @@ impl ConnTable {
             track: r.track,
         };
         let id = self.insert(flow, last_seen).map_err(|e| match e {
-            InsertError::Full => ImportError::Full,
+            InsertError::Full | InsertError::SourceBudget | InsertError::ZoneBudget => {
+                ImportError::Full
+            }
         })?;
         Ok(id)
     }

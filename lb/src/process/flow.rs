@@ -329,5 +329,8 @@ fn new_flow(
             worker.stats.conntrack_fallback += 1;
             stateless(tables, vip, hash)
         }
+        // Over a budget (the table counts which): the answer of a flow without an entry,
+        // as for a full table; FullNAT cannot give one.
+        Err(InsertError::SourceBudget | InsertError::ZoneBudget) => stateless(tables, vip, hash),
     }
 }

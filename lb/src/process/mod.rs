@@ -40,6 +40,8 @@
 
 mod admit;
 #[cfg(test)]
+mod budget_tests;
+#[cfg(test)]
 mod ct_tests;
 mod dr;
 mod flow;
@@ -460,6 +462,7 @@ impl WorkerState {
             .collect();
         self.sched_prints = prints;
         self.icmp = IcmpLimiter::new(tables.icmp_limits, tables.vips.len(), ct.workers());
+        ct.set_budgets(tables.embryonic_per_source, &tables.tenant_zones());
         ct.adopt(tables.version, tables.backends.len(), |f| {
             let vip = tables.vip_of_key(&f.key)?;
             let backend = tables
