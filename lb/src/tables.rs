@@ -384,17 +384,6 @@ impl DerefMut for Tables {
     }
 }
 
-/// The persistence salt of a VIP: its address, port, protocol and, for a tenant's, its
-/// zone (tenants reuse addresses: one tenant's clients must not pin or probe another's).
-fn persistence_salt(address: u128, port: u16, proto: u8, zone: u32) -> u64 {
-    let salt = mix64(address as u64 ^ ((address >> 64) as u64).rotate_left(21))
-        ^ mix64(u64::from(port) << 8 | u64::from(proto));
-    match zone {
-        0 => salt,
-        z => salt ^ mix64(u64::from(z).rotate_left(40) | 0x5a5a),
-    }
-}
-
 fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEntry {
     let id = backend_identity(b.address, b.port);
     let id_hash = id.chunks(8).fold(0u64, |h, c| {
@@ -632,7 +621,7 @@ impl Core {
             persistence: v.persistence.map(|d| Persistence {
                 timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
                 netmask: v.persistence_netmask,
-                salt: persistence_salt(address, v.port, proto, zone),
+                salt: crate::persist::salt(address, v.port, proto, zone),
             }),
             overflow: v.overflow,
             has_limits: pool_has_limits,
