@@ -113,18 +113,6 @@ impl Taken {
     }
 }
 
-/// Health commit counters for metrics: every transition, the versions they made, and the
-/// sync lag of the last health version.
-#[derive(Debug, Default)]
-pub struct HealthStats {
-    /// Transitions received from the prober.
-    pub transitions: std::sync::atomic::AtomicU64,
-    /// Versions committed for health batches.
-    pub commits: std::sync::atomic::AtomicU64,
-    /// From the first transition of the last health version to every worker running it.
-    pub lag: std::sync::Mutex<Option<Duration>>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,64 +11,16 @@ use std::time::Instant;
 use tracing::{error, info};
 
 use super::announce::{self, Announcer};
+use super::change::{CommitError, CommitFailed, Override, UpdateError};
 use super::events::Kind;
-use super::prepare::{self, HealthSource, Inputs, PrepareError, Prepared, Steering, Targets};
+use super::model::{Shared, Sync};
+use super::prepare::{self, HealthSource, Inputs, Prepared, Steering, Targets};
 use super::run::Control;
-use super::shared::{Override, Shared, Sync};
 use super::state::State;
 use super::{cache, view};
 use crate::config::{self, Vip};
-use crate::datapath::DatapathError;
 use crate::lb::BackendId;
 use crate::lb::Tables;
-
-/// Why a prepared version could not become the running one. Each is returned to the
-/// operator; the running version (tables, steering maps, speaker) stays.
-#[derive(Debug, thiserror::Error)]
-pub enum CommitError {
-    #[error("steering maps: {0}; the XDP program keeps steering the running version's keys")]
-    Steering(#[source] DatapathError),
-    #[error("[bgp]: {0}")]
-    SpeakerConfig(#[source] bgp::SpeakerConfigError),
-    #[error("[bgp]: the new speaker did not start: {0}")]
-    Speaker(#[source] bgp::SpeakerError),
-    #[error(
-        "[bgp]: the running speaker did not start again either ({0}): no announcements until the next successful reload"
-    )]
-    SpeakerRestore(#[source] bgp::SpeakerError),
-}
-
-/// Every error of a version that was not committed.
-#[derive(Debug)]
-pub struct CommitFailed(pub Vec<CommitError>);
-
-impl std::fmt::Display for CommitFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let all: Vec<String> = self.0.iter().map(ToString::to_string).collect();
-        write!(f, "not applied, running version kept: {}", all.join("; "))
-    }
-}
-
-impl std::error::Error for CommitFailed {}
-
-/// Why [`Control::update`] kept the running version.
-#[derive(Debug, thiserror::Error)]
-pub enum UpdateError {
-    #[error(transparent)]
-    Prepare(#[from] PrepareError),
-    #[error(transparent)]
-    Commit(#[from] CommitFailed),
-}
-
-impl UpdateError {
-    /// One line per error.
-    pub fn errors(&self) -> Vec<String> {
-        match self {
-            UpdateError::Prepare(e) => vec![e.to_string()],
-            UpdateError::Commit(c) => c.0.iter().map(ToString::to_string).collect(),
-        }
-    }
-}
 
 impl Control {
     /// Prepares the next version from the running state with `overrides` and commits it;

@@ -11,17 +11,17 @@ use ::api::BackendAction;
 use tracing::{debug, error, info, warn};
 
 use super::batch::Pacing;
-use super::change::{self, Applied, ChangeError, Deferred};
+use super::change::{self, Applied, ChangeError, Deferred, deferred};
+use super::change::{BackendOp, Command, Request};
 use super::commit::publish;
 use super::events::Kind;
 use super::neighbours;
 use super::neighbours::NetEvent;
 use super::prepare::{self, HealthSource, Inputs};
 use super::run::Control;
-use super::shared::{BackendOp, Command};
 use super::slowstart;
 use super::view::{self, event};
-use crate::config::{self, BackendState, Config};
+use crate::config::{self, BackendState};
 
 /// Drops in one second that make an event.
 const DROP_SPIKE: u64 = 1000;
@@ -40,24 +40,16 @@ impl Control {
 
     /// A change the API asks for; the reply goes back to the waiting request.
     pub(super) async fn on_command(&mut self, cmd: Command) {
-        match cmd {
-            Command::Backend {
-                vip,
-                backend,
-                op,
-                reply,
-            } => {
+        let Command { request, reply } = cmd;
+        match request {
+            Request::Backend { vip, backend, op } => {
                 let r = self.backend(&vip, &backend, op).await;
                 self.reply_after_walk(reply, r);
             }
-            Command::Announce {
-                vip,
-                announce,
-                reply,
-            } => {
+            Request::Announce { vip, announce } => {
                 let _ = reply.send(self.announce(&vip, announce));
             }
-            Command::Reload { reply } => {
+            Request::Reload => {
                 info!("API: reloading");
                 let r = self.reload("API reload").await;
                 if let Err(e) = &r {
@@ -113,6 +105,7 @@ impl Control {
         let up = tr.to == health::Health::Up;
         info!("health: {tr}");
         self.shared
+            .counters
             .health
             .transitions
             .fetch_add(1, Ordering::Relaxed);
@@ -150,7 +143,11 @@ impl Control {
         self.health_since = None;
         match r {
             Ok(_) => {
-                self.shared.health.commits.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .counters
+                    .health
+                    .commits
+                    .fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
                 // The reasons changed even if the tables could not follow.
@@ -266,7 +263,10 @@ impl Control {
     /// the backends keep their verdicts, and the operator learns why probing lags.
     fn probe_events(&mut self) {
         let n = self.prober.counters().local_errors;
-        self.shared.probes_not_run.store(n, Ordering::Relaxed);
+        self.shared
+            .counters
+            .probes_not_run
+            .store(n, Ordering::Relaxed);
         if n > self.last_not_run {
             event(
                 &self.shared,
@@ -308,7 +308,10 @@ impl Control {
     async fn reload(&mut self, how: &str) -> Result<Applied, ChangeError> {
         let r = self.try_reload(how).await;
         if let Err(e) = &r {
-            self.shared.reloads_rejected.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .reloads_rejected
+                .fetch_add(1, Ordering::Relaxed);
             event(
                 &self.shared,
                 Kind::Reload,
@@ -436,16 +439,4 @@ impl Control {
         event(&self.shared, Kind::Operator, format!("operator: {applied}"));
         Ok(applied)
     }
-}
-
-/// The sections of `next` that differ from `running` but only apply at the next start.
-fn deferred(running: &Config, next: &Config) -> Vec<Deferred> {
-    let mut out = Vec::new();
-    if running.appliance.flow_cache != next.appliance.flow_cache {
-        out.push(Deferred::FlowCache);
-    }
-    if running.api != next.api {
-        out.push(Deferred::Api);
-    }
-    out
 }

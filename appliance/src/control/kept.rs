@@ -17,9 +17,10 @@ use std::sync::atomic::Ordering;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use super::change::Override;
 use super::events::Kind;
+use super::model::Shared;
 use super::run::Control;
-use super::shared::{Override, Shared};
 use super::state::State;
 use super::view::event;
 use crate::config::{BackendState, Config};
@@ -294,7 +295,10 @@ impl Control {
 }
 
 fn count_error(shared: &Shared) {
-    shared.overrides_file_errors.fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .overrides_file_errors
+        .fetch_add(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 use wire::MacAddr;
 
-use super::prepare::NextHops;
 use crate::config::{BackendState, Config};
 use crate::datapath::neigh::{self, NetChange, Resolver};
 use crate::lb::egress::{Egress, NetState, Unresolved};
@@ -36,6 +35,16 @@ const RESOLVE_EVERY: Duration = Duration::from_secs(1);
 const ROUTE_SETTLE: Duration = Duration::from_millis(20);
 /// A full re-dump this often repairs anything a lost notification left behind.
 const RESYNC_EVERY: Duration = Duration::from_secs(30);
+
+/// Egress input from the kernel (rtnetlink): interfaces, routes and neighbours, and the
+/// queue workers report missed neighbours on (see `lb::egress`).
+#[derive(Debug, Clone, Default)]
+pub struct NextHops {
+    /// The kernel's interfaces, main routing table and neighbour table.
+    pub net: NetState,
+    /// Where workers offer neighbours they lacked; `None` in tests and `sluice trace`.
+    pub misses: Option<MissQueue>,
+}
 
 /// What the task tells the control loop.
 #[derive(Debug, Clone, PartialEq, Eq)]

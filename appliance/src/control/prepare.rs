@@ -8,33 +8,17 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::shared::Override;
+pub use super::neighbours::NextHops;
+
+use super::change::{Override, PrepareError};
 use super::slowstart::{Ramps, Readiness};
 use crate::config::{self, Backend, Config, Mode, Vip};
 use crate::lb::BackendId;
+use crate::lb::Tables;
 use crate::lb::steering::{ReturnKey, VipKey};
-use crate::lb::{self, TableError, Tables};
 
 /// The prober's targets, with the VIP/backend pairs each one decides.
 pub type Targets = HashMap<health::ProbeKey, Vec<BackendId>>;
-
-/// Why the next table version could not be prepared; the running version stays.
-#[derive(Debug, thiserror::Error)]
-pub enum PrepareError {
-    /// The config is valid, but its tables cannot be built (the error names the VIP).
-    #[error(transparent)]
-    Tables(#[from] TableError),
-}
-
-/// Egress input from the kernel (rtnetlink): interfaces, routes and neighbours, and the
-/// queue workers report missed neighbours on (see `lb::egress`).
-#[derive(Debug, Clone, Default)]
-pub struct NextHops {
-    /// The kernel's interfaces, main routing table and neighbour table.
-    pub net: lb::NetState,
-    /// Where workers offer neighbours they lacked; `None` in tests and `sluice trace`.
-    pub misses: Option<lb::MissQueue>,
-}
 
 /// What the XDP program steers to the workers: VIP keys and return-traffic keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

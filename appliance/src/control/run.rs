@@ -13,20 +13,48 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::info;
 
+use crate::datapath::neigh::NeighError;
+
 use super::announce::Announcer;
+use super::change::Command;
 use super::commit::{set_probes, start_speaker};
+use super::counters::WorkerView;
 use super::events::{EventRing, Kind};
+use super::model::{Shared, Sync};
 use super::prepare::{self, HealthSource, Inputs, Targets};
-use super::shared::{Command, Shared, Sync, WorkerView};
 use super::state::State;
 use super::view::{self, event};
-use super::{RunError, api, cache, neighbours};
+use super::{api, cache, neighbours};
 use crate::config;
 use crate::datapath::flowcache::{self, FlowCache};
 use crate::datapath::neigh::Resolver;
 use crate::datapath::vipprobe::VipProbes;
 use crate::datapath::{Datapath, DatapathConfig, DatapathStats, FrameHandler};
 use crate::engine::{CounterSnapshot, LbHandler, Published};
+
+/// Why `sluice run` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Config(#[from] config::LoadError),
+    #[error("sluice run needs root (or CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW and CAP_SYS_ADMIN)")]
+    NotRoot,
+    #[error("cannot build tables: {0}")]
+    Tables(#[from] super::change::PrepareError),
+    #[error("datapath: {0}")]
+    Datapath(#[from] crate::datapath::DatapathError),
+    /// Routes and neighbours come from rtnetlink in the appliance's network namespace.
+    #[error("netlink: {0} (sluice run reads routes and neighbours over rtnetlink)")]
+    Netlink(#[source] NeighError),
+    #[error("cannot install signal handlers: {0}")]
+    Signal(#[source] std::io::Error),
+    #[error("{0}")]
+    Api(#[from] api::ApiStartError),
+    #[error("{0}")]
+    Fleet(#[from] super::fleet::FleetError),
+    #[error("cannot start the flow cache's walker thread: {0} (out of threads or memory?)")]
+    Thread(#[source] std::io::Error),
+}
 
 /// Everything the control loop owns.
 pub(super) struct Control {
@@ -200,7 +228,7 @@ fn probe_context(shared: &Arc<Shared>) -> health::ProbeContext {
     let published = Arc::clone(&shared.published);
     let vip = VipProbes::new(
         Arc::new(move || published.current()),
-        Arc::clone(&shared.vip_probes),
+        Arc::clone(&shared.counters.vip_probes),
     );
     health::ProbeContext::new().with_vip_prober(Arc::new(vip))
 }
@@ -219,7 +247,6 @@ fn shared(
     };
     Ok(Shared {
         flow_cache,
-        vip_probes: Default::default(),
         started: Instant::now(),
         config_path: path.to_path_buf(),
         published: Arc::clone(published),
@@ -234,13 +261,8 @@ fn shared(
         }),
         sync_changed: tokio::sync::Notify::new(),
         commands,
-        api_errors: Default::default(),
-        probes_not_run: Default::default(),
-        listeners: Default::default(),
-        reloads_rejected: Default::default(),
-        health: Default::default(),
         fleet: Default::default(),
-        overrides_file_errors: Default::default(),
+        counters: Default::default(),
     })
 }
 

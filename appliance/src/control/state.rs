@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::change::Override;
 use super::prepare::{NextHops, Prepared, Steering, Targets};
-use super::shared::Override;
 use super::slowstart::Ramps;
 use crate::config::Config;
 use crate::lb::BackendId;

@@ -1,5 +1,5 @@
 //! What the control loop republishes for readers after every change (the API and metrics
-//! read [`super::shared::Shared`], never the loop): the [`View`], events, the sync lag, and
+//! read [`super::model::Shared`], never the loop): the [`View`], events, the sync lag, and
 //! the one-line totals for the log.
 
 use std::collections::HashMap;
@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use super::announce::Announcer;
 use super::cache;
 use super::events::Kind;
+use super::model::{HealthView, Shared, View};
 use super::prepare::Targets;
-use super::shared::{HealthView, Shared, View};
 use super::state::State;
 use crate::datapath::DatapathStats;
 use crate::lb::DropReason;
@@ -142,7 +142,7 @@ pub async fn watch_sync(shared: Arc<Shared>) {
             {
                 cur.lag = Some(lag);
                 if let Some(since) = s.health_since
-                    && let Ok(mut h) = shared.health.lag.lock()
+                    && let Ok(mut h) = shared.counters.health.lag.lock()
                 {
                     *h = Some(since.elapsed());
                 }

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub mod lastgood;
 pub mod status;
 
+pub use status::fingerprint;
+
 use ::fleet::client::{self, Request, Settings, TlsFiles, Update};
 use ::fleet::member::{Action, Member};
 use ::fleet::quorum::{self, Verdict};
@@ -28,14 +30,13 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use super::change::ChangeError;
+use super::change::Override;
 use super::events::Kind;
 use super::prepare::{self, HealthSource, Inputs, Prepared};
 use super::run::Control;
-use super::shared::Override;
 use super::view::event;
 use crate::config::{self, BackendState, Config};
 use crate::lb::BackendId;
-use crate::lb::Tables;
 use lastgood::LastGood;
 use status::Parts;
 
@@ -457,7 +458,7 @@ impl Control {
         &self,
         file: &Arc<Config>,
         version: u64,
-    ) -> Result<Prepared, prepare::PrepareError> {
+    ) -> Result<Prepared, super::change::PrepareError> {
         let running = self.shared.published.current();
         prepare::prepare(Inputs {
             running: Some(&running),
@@ -589,7 +590,11 @@ impl Control {
         let committed = self.fleet_apply_health(&why).await;
         self.health_since = None;
         if committed {
-            self.shared.health.commits.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .health
+                .commits
+                .fetch_add(1, Ordering::Relaxed);
         }
         self.sync_bgp(Instant::now());
         self.fleet_status();
@@ -699,32 +704,5 @@ fn link_parts(l: &Link) -> Parts<'_> {
         refused: l.refused.as_ref(),
         from_disk: l.from_disk,
         last_good_errors: l.last_good_errors,
-    }
-}
-
-/// The table fingerprint members compare and `GET /v1/status` shows: [`Tables::fingerprint`]
-/// (VIPs, backends with weight, state and health, and every ring through its digest) as 16
-/// hex digits. It costs a pass over the VIPs and backends, not over the ring slots.
-pub fn fingerprint(t: &Tables) -> String {
-    format!("{:016x}", t.fingerprint())
-}
-
-/// `GET /v1/fleet`: the fleet document, or 404 on an appliance that runs alone.
-pub(super) async fn api_fleet(
-    axum::extract::State(s): axum::extract::State<Arc<super::shared::Shared>>,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let doc = s.fleet.lock().ok().and_then(|f| f.clone());
-    match doc {
-        Some(d) => axum::Json(d).into_response(),
-        None => (
-            axum::http::StatusCode::NOT_FOUND,
-            axum::Json(::api::ApiError {
-                error: "this appliance is not a fleet member (no [fleet] section)".into(),
-                field: None,
-                errors: Vec::new(),
-            }),
-        )
-            .into_response(),
     }
 }

@@ -4,7 +4,7 @@
 //! established ones stay put; and the ICMP messages the rate limits held back.
 
 use super::{Builder, labels, set};
-use crate::control::shared::Aggregate;
+use crate::control::counters::Aggregate;
 use crate::lb::FlowState;
 
 /// Registers the connection-table families with `agg`'s values.

@@ -4,7 +4,7 @@
 //! sees `skips` rise before `overflow`; persistence misses after a backend goes down.
 
 use super::{Builder, labels, set};
-use crate::control::shared::Shared;
+use crate::control::model::Shared;
 
 /// Registers the LVS families from the status document's counters.
 pub(super) fn families(b: &mut Builder, s: &Shared) {

@@ -4,7 +4,7 @@
 //! clamped, ICMP too-big sent).
 
 use super::{Builder, labels, set};
-use crate::control::shared::Aggregate;
+use crate::control::counters::Aggregate;
 
 /// Registers the fragment and MTU families with `agg`'s values.
 pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
