@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice::config::{Config, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND, default_table_size};
+use sluice::control::cores::Cores;
 use sluice::control::prepare::{HealthSource, Inputs, NextHops, prepare, prepare_health};
 use sluice::lb::BackendId;
 use sluice::lb::Tables;
@@ -155,6 +156,7 @@ impl Loop {
                     changed,
                     &[],
                     self.version,
+                    &Cores,
                 )
                 .expect("the running tables came from this config")
                 .expect("the bench config builds")
@@ -175,8 +177,10 @@ impl Loop {
                 host_addresses: &[],
                 version: self.version,
                 now: Instant::now(),
+                now_ns: sluice::datapath::monotonic_ns(),
                 resettle: false,
                 ramps: &Default::default(),
+                exec: &Cores,
             })
             .expect("the bench config builds");
             self.config = p.config;

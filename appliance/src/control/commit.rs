@@ -43,8 +43,10 @@ impl Control {
             host_addresses: &crate::datapath::host_addresses(),
             version,
             now,
+            now_ns: crate::datapath::instant_ns(now),
             resettle: false,
             ramps: &st.ramps,
+            exec: &super::cores::Cores,
         });
         let r = match prepared {
             Ok(p) => self.commit(p, why, now).await.map_err(UpdateError::from),
@@ -76,6 +78,7 @@ impl Control {
             changed.keys(),
             &crate::datapath::host_addresses(),
             version,
+            &super::cores::Cores,
         );
         let next = match fast {
             None => {
@@ -364,8 +367,10 @@ port = 8080
             host_addresses: &[],
             version: st.next_version(),
             now: Instant::now(),
+            now_ns: 0,
             resettle: false,
             ramps: &Default::default(),
+            exec: &crate::lb::exec::Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"));
         let rest = st.adopt(p);

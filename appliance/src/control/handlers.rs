@@ -346,8 +346,10 @@ impl Control {
             host_addresses: &crate::datapath::host_addresses(),
             version,
             now,
+            now_ns: crate::datapath::instant_ns(now),
             resettle: true,
             ramps: &self.st.ramps,
+            exec: &super::cores::Cores,
         })
         .map_err(ChangeError::TablesRejected)?;
         let deferred = deferred(&self.st.config, &prepared.config);

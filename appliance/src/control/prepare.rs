@@ -1,7 +1,9 @@
 //! The pure half of a change: config, the operator's overrides, health verdicts and next hops
 //! in, the next table version out (with what the XDP program must steer and what the prober
-//! must probe), or why it cannot be built. Nothing here reads a file, a socket or the clock,
-//! and the running state is not touched: [`super::commit`] applies a [`Prepared`] or drops it.
+//! must probe), or why it cannot be built. Nothing here reads a file, a socket or the clock
+//! (the caller passes `now` on both clocks) or starts a thread (the rings of many VIPs are
+//! built by the [`Executor`] the caller passes), and the running state is not touched: the
+//! commit applies a [`Prepared`] or drops it.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -15,6 +17,7 @@ use super::slowstart::{Ramps, Readiness};
 use crate::config::{self, Backend, Config, Mode, Vip};
 use crate::lb::BackendId;
 use crate::lb::Tables;
+use crate::lb::exec::Executor;
 use crate::lb::steering::{ReturnKey, VipKey};
 
 /// The prober's targets, with the VIP/backend pairs each one decides.
@@ -40,7 +43,7 @@ pub enum HealthSource<'a> {
 }
 
 /// Everything [`prepare`] builds from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Inputs<'a> {
     /// The running version: the new one shares its rings where their inputs are the same
     /// (`None` builds every ring).
@@ -56,10 +59,15 @@ pub struct Inputs<'a> {
     /// The version the tables get.
     pub version: u64,
     pub now: Instant,
+    /// `now` on the workers' clock (CLOCK_MONOTONIC, ns): outbound drains run on it.
+    pub now_ns: u64,
     /// A new config: BGP waits for the health checks to settle again.
     pub resettle: bool,
     /// The slow-start ramps of the running version (`Ramps::default()` for the first).
     pub ramps: &'a Ramps,
+    /// Builds many VIPs' rings at once (the control plane's cores; `lb::exec::Serial` in
+    /// tests and tools).
+    pub exec: &'a dyn Executor,
 }
 
 /// The next version, built and not yet running.
@@ -111,18 +119,12 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         Some((c, due)) => (c, *due),
         None => (&*config, None),
     };
-    let mut tables = Tables::build_from(
-        built_from,
-        &healthy,
-        i.version,
-        i.running,
-        &super::cores::Cores,
-    )?;
+    let mut tables = Tables::build_from(built_from, &healthy, i.version, i.running, i.exec)?;
     let egress = super::neighbours::egress(&config, &tables, i.next_hops);
     tables.set_egress(egress);
     tables.set_local_addresses(i.host_addresses);
-    // The outbound drains run on the workers' clock; `now` is converted, not read anew.
-    let now_ns = crate::datapath::instant_ns(i.now);
+    // The outbound drains run on the workers' clock.
+    let now_ns = i.now_ns;
     tables.set_outbound(&config, i.running, now_ns);
     let mut steering = steering(&config);
     steering
@@ -170,6 +172,7 @@ pub fn prepare_health<'a>(
     changed: impl IntoIterator<Item = &'a BackendId>,
     host_addresses: &[IpAddr],
     version: u64,
+    exec: &dyn Executor,
 ) -> Option<Result<HealthVersion, PrepareError>> {
     if !ramps.is_empty() {
         return None;
@@ -187,11 +190,10 @@ pub fn prepare_health<'a>(
         return None;
     }
     let healthy = |v: &Vip, b: &Backend| healthy(config, health, v, b);
-    let tables =
-        match running.with_health(config, &healthy, &slots, version, &super::cores::Cores)? {
-            Ok(t) => t,
-            Err(e) => return Some(Err(e.into())),
-        };
+    let tables = match running.with_health(config, &healthy, &slots, version, exec)? {
+        Ok(t) => t,
+        Err(e) => return Some(Err(e.into())),
+    };
     let mut tables = tables;
     tables.set_local_addresses(host_addresses);
     let ready = touched()
@@ -401,6 +403,7 @@ pub fn effective(file: &Config, overrides: &mut HashMap<BackendId, Override>) ->
 pub(crate) mod tests {
     use super::*;
     use crate::config::BackendState;
+    use crate::lb::exec::Serial;
 
     pub(crate) const CFG: &str = r#"
 [appliance]
@@ -538,8 +541,10 @@ port = 8081
             host_addresses: &[],
             version,
             now: Instant::now(),
+            now_ns: 0,
             resettle: false,
             ramps: &Ramps::default(),
+            exec: &Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -596,6 +601,7 @@ port = 8081
             [&id],
             &[],
             2,
+            &Serial,
         )
         .expect("built from this config")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -626,7 +632,8 @@ port = 8081
                 &none,
                 [&id],
                 &[],
-                2
+                2,
+                &Serial
             )
             .is_none(),
             "tables of another config"
@@ -637,7 +644,17 @@ port = 8081
         );
         let slow = first(&slow, &health, 1);
         assert!(
-            prepare_health(&slow.tables, &slow.config, &health, &none, [&id], &[], 2).is_none(),
+            prepare_health(
+                &slow.tables,
+                &slow.config,
+                &health,
+                &none,
+                [&id],
+                &[],
+                2,
+                &Serial
+            )
+            .is_none(),
             "a VIP with slow start prepares in full (a recovery may ramp)"
         );
     }
@@ -663,8 +680,10 @@ port = 8081
             host_addresses: &[],
             version: 7,
             now,
+            now_ns: 0,
             resettle: true,
             ramps: &Ramps::default(),
+            exec: &Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.tables.version, 7);
@@ -700,8 +719,10 @@ port = 8081
                 host_addresses: &[],
                 version: 1,
                 now,
+                now_ns: 0,
                 resettle: false,
                 ramps,
+                exec: &Serial,
             })
             .unwrap_or_else(|e| panic!("{e}"))
         };

@@ -214,8 +214,10 @@ fn first_version(st: &mut State) -> Result<(Arc<Published>, Targets), RunError> 
         host_addresses: &crate::datapath::host_addresses(),
         version,
         now: Instant::now(),
+        now_ns: crate::datapath::monotonic_ns(),
         resettle: false,
         ramps: &st.ramps,
+        exec: &super::cores::Cores,
     })?;
     let rest = st.adopt(p);
     st.steering = rest.steering;

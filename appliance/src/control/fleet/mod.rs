@@ -469,8 +469,10 @@ impl Control {
             host_addresses: &crate::datapath::host_addresses(),
             version,
             now: Instant::now(),
+            now_ns: crate::datapath::monotonic_ns(),
             resettle: true,
             ramps: &self.st.ramps,
+            exec: &super::cores::Cores,
         })
     }
 
