@@ -102,6 +102,14 @@ impl HealthBatch {
 }
 
 impl Taken {
+    /// The event log's words for the version it makes.
+    pub fn why(&self) -> String {
+        match self.transitions {
+            1 => "health change".to_string(),
+            n => format!("health: {n} transitions"),
+        }
+    }
+
     /// Applies the verdicts to `health`; whether any of them changed it (a batch whose
     /// pairs flapped back needs no new version).
     pub fn apply(&self, health: &mut HashMap<BackendId, bool>) -> bool {

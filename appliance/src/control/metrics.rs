@@ -16,10 +16,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+mod builder;
 mod conntrack;
 mod fleet;
 mod lvs;
 mod mtu;
+
+use builder::{Builder, Labels, gset, labels, set};
 
 use super::counters::Aggregate;
 use super::model::{Shared, View, effective_weight, imbalance, ring_shares};
@@ -27,64 +30,6 @@ use crate::config::{Backend, Config, PerBackend, Vip};
 use crate::datapath::vipprobe::{FAILURE_LABELS, VipProbeCounters};
 use crate::lb::BackendId;
 use crate::lb::{DropReason, Tables};
-
-type Labels = Vec<(String, String)>;
-
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// Builds families and registers them by name.
-struct Builder {
-    reg: Registry,
-}
-
-impl Builder {
-    fn counter(&mut self, name: &str, help: &str) -> Family<Labels, Counter> {
-        let f = Family::<Labels, Counter>::default();
-        self.reg.register(name, help, f.clone());
-        f
-    }
-
-    fn gauge(&mut self, name: &str, help: &str) -> Family<Labels, Gauge> {
-        let f = Family::<Labels, Gauge>::default();
-        self.reg.register(name, help, f.clone());
-        f
-    }
-
-    fn fgauge(&mut self, name: &str, help: &str) -> Family<Labels, Gauge<f64, AtomicU64>> {
-        let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-        self.reg.register(name, help, f.clone());
-        f
-    }
-}
-
-fn set(f: &Family<Labels, Counter>, l: Labels, v: u64) {
-    f.get_or_create(&l).inc_by(v);
-}
-
-fn gset(f: &Family<Labels, Gauge>, l: Labels, v: i64) {
-    f.get_or_create(&l).set(v);
-}
-
-impl Builder {
-    /// An unlabelled counter with value `v`.
-    fn counter1(&mut self, name: &str, help: &str, v: u64) {
-        let c = Counter::<u64>::default();
-        c.inc_by(v);
-        self.reg.register(name, help, c);
-    }
-
-    /// An unlabelled gauge with value `v`.
-    fn gauge1(&mut self, name: &str, help: &str, v: i64) {
-        let g = Gauge::<i64>::default();
-        g.set(v);
-        self.reg.register(name, help, g);
-    }
-}
 
 /// The exposition text.
 pub fn render(s: &Shared) -> String {

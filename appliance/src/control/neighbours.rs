@@ -59,10 +59,9 @@ pub enum NetEvent {
     },
 }
 
-/// The loop's handle on the task: events in, resolution requests out.
+/// The loop's handle on the task: resolution requests out (its events come to `run.rs`).
 #[derive(Debug)]
 pub struct NetTask {
-    pub events: mpsc::Receiver<NetEvent>,
     requests: mpsc::Sender<Vec<Unresolved>>,
 }
 
@@ -92,12 +91,15 @@ pub async fn first(
     ))
 }
 
-/// Starts the task on the current runtime.
-pub fn spawn(resolver: Resolver, misses: Receiver<Unresolved>) -> NetTask {
+/// Starts the task on the current runtime; returns its handle and the events it sends.
+pub fn spawn(
+    resolver: Resolver,
+    misses: Receiver<Unresolved>,
+) -> (NetTask, mpsc::Receiver<NetEvent>) {
     let (ev_tx, events) = mpsc::channel(4096);
     let (requests, req_rx) = mpsc::channel(64);
     tokio::spawn(run(resolver, misses, ev_tx, req_rx));
-    NetTask { events, requests }
+    (NetTask { requests }, events)
 }
 
 /// Per-address rate limit and per-second budget of resolutions.

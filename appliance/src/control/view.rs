@@ -1,6 +1,6 @@
-//! What the control loop republishes for readers after every change (the API and metrics
-//! read [`super::model::Shared`], never the loop): the [`View`], events, the sync lag, and
-//! the one-line totals for the log.
+//! The readers' side of the executor: what it republishes for readers after every change
+//! (the API and metrics read [`super::model::Shared`], never the loop): the [`View`] of the
+//! state, events, the sync lag, and the one-line totals for the log.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +10,6 @@ use super::announce::Announcer;
 use super::cache;
 use super::events::Kind;
 use super::model::{HealthView, Shared, View};
-use super::prepare::Targets;
 use super::state::State;
 use crate::datapath::DatapathStats;
 use crate::lb::DropReason;
@@ -27,14 +26,13 @@ pub fn publish(
     shared: &Shared,
     st: &State,
     status: &[health::Status],
-    targets: &Targets,
     announcer: Option<&Announcer>,
     walker: Option<&cache::Walker>,
     datapath: Option<DatapathStats>,
 ) {
     let mut health = HashMap::new();
     for s in status {
-        let Some(pairs) = targets.get(&s.key) else {
+        let Some(pairs) = st.targets.get(&s.key) else {
             continue;
         };
         let state = match (s.decided, s.state) {

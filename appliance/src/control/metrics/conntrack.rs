@@ -3,7 +3,7 @@
 //! refused entries, so an operator sees a flood fill the embryonic classes while the
 //! established ones stay put; and the ICMP messages the rate limits held back.
 
-use super::{Builder, labels, set};
+use super::builder::{Builder, labels, set};
 use crate::control::counters::Aggregate;
 use crate::lb::FlowState;
 
@@ -14,7 +14,7 @@ pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
         "Connection-table entries by state (syn and udp_new are embryonic), over all workers",
     );
     for s in FlowState::ALL {
-        super::gset(
+        super::builder::gset(
             &fill,
             labels(&[("state", s.name())]),
             agg.conntrack_fill[s.class()] as i64,
