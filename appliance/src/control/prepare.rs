@@ -158,23 +158,35 @@ pub struct HealthVersion {
     pub ready: Vec<(BackendId, Readiness)>,
 }
 
+/// What a health batch's version ([`prepare_health`]) is built from.
+#[derive(Clone, Copy)]
+pub struct HealthInputs<'a> {
+    /// The running tables, built from `config`.
+    pub running: &'a Tables,
+    /// The running config, overrides applied.
+    pub config: &'a Config,
+    /// Every verdict, the batch's included.
+    pub health: &'a HashMap<BackendId, bool>,
+    /// The running version's slow-start ramps.
+    pub ramps: &'a Ramps,
+    pub host_addresses: &'a [IpAddr],
+    /// The version the tables get.
+    pub version: u64,
+    pub exec: &'a dyn Executor,
+}
+
 /// The next version when only health verdicts changed since `running` was built from
-/// `config` (the running config, overrides applied): the VIPs of the `changed` pairs get
-/// their verdicts from `health` and new rings, everything else is the running version's
-/// (see [`Tables::with_health`]). `None` when a full [`prepare`] is needed: `running` was
-/// not built from `config`, a backend ramps (`ramps`), or a touched VIP has a backend with
-/// slow start (its recovery may start a ramp).
+/// `config`: the VIPs of the `changed` pairs get their verdicts from `health` and new
+/// rings, everything else is the running version's (see [`Tables::with_health`]). `None`
+/// when a full [`prepare`] is needed: `running` was not built from `config`, a backend
+/// ramps (`ramps`), or a touched VIP has a backend with slow start (its recovery may start
+/// a ramp).
 pub fn prepare_health<'a>(
-    running: &Tables,
-    config: &Config,
-    health: &HashMap<BackendId, bool>,
-    ramps: &Ramps,
+    i: HealthInputs<'_>,
     changed: impl IntoIterator<Item = &'a BackendId>,
-    host_addresses: &[IpAddr],
-    version: u64,
-    exec: &dyn Executor,
 ) -> Option<Result<HealthVersion, PrepareError>> {
-    if !ramps.is_empty() {
+    let (config, health) = (i.config, i.health);
+    if !i.ramps.is_empty() {
         return None;
     }
     let names: HashSet<&str> = changed.into_iter().map(|id| id.vip.as_str()).collect();
@@ -190,12 +202,15 @@ pub fn prepare_health<'a>(
         return None;
     }
     let healthy = |v: &Vip, b: &Backend| healthy(config, health, v, b);
-    let tables = match running.with_health(config, &healthy, &slots, version, exec)? {
+    let tables = match i
+        .running
+        .with_health(config, &healthy, &slots, i.version, i.exec)?
+    {
         Ok(t) => t,
         Err(e) => return Some(Err(e.into())),
     };
     let mut tables = tables;
-    tables.set_local_addresses(host_addresses);
+    tables.set_local_addresses(i.host_addresses);
     let ready = touched()
         .flat_map(|v| v.backends.iter().map(move |b| (v, b)))
         .map(|(v, b)| (BackendId::of(v, b), readiness(config, health, v, b)))
@@ -577,6 +592,24 @@ port = 8081
         );
     }
 
+    /// A health batch's version 2 of `running`.
+    fn version_2<'a>(
+        running: &'a Tables,
+        config: &'a Config,
+        health: &'a HashMap<BackendId, bool>,
+        ramps: &'a Ramps,
+    ) -> HealthInputs<'a> {
+        HealthInputs {
+            running,
+            config,
+            health,
+            ramps,
+            host_addresses: &[],
+            version: 2,
+            exec: &Serial,
+        }
+    }
+
     #[test]
     fn a_health_version_equals_a_full_build_and_rebuilds_only_its_vip() {
         use crate::control::fleet::fingerprint;
@@ -594,14 +627,8 @@ port = 8081
         let id = key("10.1.0.11", 8080);
         health.insert(id.clone(), false);
         let fast = prepare_health(
-            &running.tables,
-            &running.config,
-            &health,
-            &running.ramps,
+            version_2(&running.tables, &running.config, &health, &running.ramps),
             [&id],
-            &[],
-            2,
-            &Serial,
         )
         .expect("built from this config")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -626,14 +653,8 @@ port = 8081
         let none = Ramps::default();
         assert!(
             prepare_health(
-                &running.tables,
-                &other.config,
-                &health,
-                &none,
-                [&id],
-                &[],
-                2,
-                &Serial
+                version_2(&running.tables, &other.config, &health, &none),
+                [&id]
             )
             .is_none(),
             "tables of another config"
@@ -644,17 +665,7 @@ port = 8081
         );
         let slow = first(&slow, &health, 1);
         assert!(
-            prepare_health(
-                &slow.tables,
-                &slow.config,
-                &health,
-                &none,
-                [&id],
-                &[],
-                2,
-                &Serial
-            )
-            .is_none(),
+            prepare_health(version_2(&slow.tables, &slow.config, &health, &none), [&id]).is_none(),
             "a VIP with slow start prepares in full (a recovery may ramp)"
         );
     }

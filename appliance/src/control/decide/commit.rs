@@ -21,7 +21,7 @@ use crate::control::input::{Now, Staged};
 use crate::control::kept::Kept;
 use crate::control::neighbours;
 use crate::control::pending::{Commit, Pending, Then};
-use crate::control::prepare::{self, HealthSource, HealthVersion, Inputs, Prepared};
+use crate::control::prepare::{self, HealthInputs, HealthSource, HealthVersion, Inputs, Prepared};
 use crate::control::slowstart::Ramps;
 use crate::control::state::{First, State, Versions};
 use crate::lb::{BackendId, Tables};
@@ -121,16 +121,16 @@ pub(super) fn build_health(
     changed: &HashMap<BackendId, bool>,
 ) -> Result<HealthBuilt, PrepareError> {
     let version = st.versions.take();
-    let fast = prepare::prepare_health(
-        &st.tables,
-        &st.config,
-        &st.health,
-        &st.ramps,
-        changed.keys(),
-        &now.host_addresses,
+    let inputs = HealthInputs {
+        running: &st.tables,
+        config: &st.config,
+        health: &st.health,
+        ramps: &st.ramps,
+        host_addresses: &now.host_addresses,
         version,
-        st.exec,
-    );
+        exec: st.exec,
+    };
+    let fast = prepare::prepare_health(inputs, changed.keys());
     match fast {
         Some(r) => r.map(HealthBuilt::Tables),
         None => prepare_as(st, now, Next::RUNNING, version).map(|p| HealthBuilt::Full(Box::new(p))),
@@ -245,7 +245,7 @@ fn finish(st: &mut State, now: &Now, out: &mut Out, c: Commit) {
         out.push(Effect::SetProbes(Arc::clone(&st.targets)));
     }
     out.push(Effect::Flood {
-        flood: st.config.flood.clone(),
+        flood: st.config.flood,
         why: why.clone(),
     });
     let version = publish(st, out, rest.tables, &why, health_since);

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use super::{first, handle};
 use crate::config::{Config, LoadError};
 use crate::control::change::{BackendOp, CommitError, Request};
+use crate::control::fleet::Membership;
 use crate::control::input::{Input, Now, Reload, ReplyTo, Staged, Tick};
 use crate::control::kept::Keeper;
 use crate::control::neighbours::{NetEvent, NextHops};
@@ -154,14 +155,49 @@ struct Step {
     effects: &'static [&'static str],
 }
 
-/// A row: a config's first version, with or without a speaker running, then steps, then
-/// what the state must hold.
+/// A row: a config's first version, with or without a speaker running (and as a fleet
+/// member when the config has `[fleet]`), then steps, then what the state must hold.
 struct Row {
     name: &'static str,
     config: fn() -> String,
     speaker: bool,
     steps: &'static [Step],
     check: fn(&State),
+}
+
+/// A fleet member's own file: no VIP, the fleet brings them.
+const MEMBER: &str = "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n\
+                      [fleet]\nname = \"edge\"\nendpoints = [\"127.0.0.1:2379\"]\n";
+
+/// The fleet's revision 3.
+const REVISION: &str = "[[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\n\
+                        [[vip.backend]]\naddress = \"10.1.0.11\"\nport = 8080\n";
+
+fn member() -> String {
+    MEMBER.to_string()
+}
+
+/// The fleet as the member sees it at etcd revision `at`: revision 3 of the config, and
+/// its activation when `activated`.
+fn fleet_view(at: u64, activated: bool, fresh: bool) -> Input {
+    let view = ::fleet::View {
+        revision: at,
+        config: Some(::fleet::view::ConfigAt {
+            revision: 3,
+            text: REVISION.to_string(),
+        }),
+        activation: activated.then(|| ::fleet::Activation {
+            revision: 3,
+            by: "lb1".into(),
+            at_ms: 0,
+            all_ready: true,
+        }),
+        ..Default::default()
+    };
+    Input::Fleet(::fleet::client::Update::View {
+        view: Box::new(view),
+        fresh,
+    })
 }
 
 fn base() -> String {
@@ -452,6 +488,109 @@ const ROWS: &[Row] = &[
         check: |st| assert_eq!(st.last.ticks, 1),
     },
     Row {
+        name: "a [bgp] change whose new speaker does not start keeps the running version",
+        config: base,
+        speaker: true,
+        steps: &[
+            Step {
+                at: 0,
+                input: |_| Input::Loaded {
+                    reload: Reload::Api(ReplyTo(4)),
+                    file: config(&other_asn()),
+                },
+                effects: &["stage [speaker]"],
+            },
+            Step {
+                at: 1,
+                input: |_| {
+                    let e = bgp::SpeakerError::Listen {
+                        addr: "0.0.0.0:179".parse().expect("literal"),
+                        source: std::io::ErrorKind::AddrInUse.into(),
+                    };
+                    Input::Staged(Staged {
+                        result: Err(vec![CommitError::Speaker(e)]),
+                        steered: false,
+                        speaker: true,
+                    })
+                },
+                effects: &[
+                    "announce [] (initial done)",
+                    "count reloads rejected",
+                    "event reload: API reload: rejected, running version kept: config \
+                     rejected: not applied, running version kept: [bgp]: the new speaker did \
+                     not start: bgp: cannot listen on 0.0.0.0:179: address in use",
+                    "reply 4: error: config rejected: not applied, running version kept: \
+                     [bgp]: the new speaker did not start: bgp: cannot listen on 0.0.0.0:179: \
+                     address in use",
+                ],
+            },
+        ],
+        check: |st| {
+            let asn = st.config.bgp.as_ref().map(|b| b.asn);
+            assert_eq!(asn, Some(65001), "the running [bgp] stays");
+            assert_eq!(st.tables.version, 1);
+        },
+    },
+    Row {
+        name: "a fleet revision is prepared, reported, and switched to when activated",
+        config: member,
+        speaker: false,
+        steps: &[
+            Step {
+                at: 0,
+                input: |_| fleet_view(5, false, true),
+                effects: &[
+                    "event commit: fleet edge: etcd reached at revision 5",
+                    "fleet: report",
+                    "fleet: load revision 3",
+                    "fleet status",
+                ],
+            },
+            Step {
+                at: 1,
+                input: |_| Input::RevisionLoaded {
+                    revision: 3,
+                    text: REVISION.to_string(),
+                    file: config(&format!("{MEMBER}\n{REVISION}")),
+                },
+                effects: &["fleet: report"],
+            },
+            Step {
+                at: 2,
+                input: |_| fleet_view(6, true, false),
+                effects: &["stage [steering]", "fleet status"],
+            },
+            Step {
+                at: 3,
+                input: |_| {
+                    Input::Staged(Staged {
+                        result: Ok(()),
+                        steered: true,
+                        speaker: false,
+                    })
+                },
+                effects: &[
+                    "flood settings",
+                    "publish version 2",
+                    "event commit: version 2: fleet revision 3",
+                    "stateless rings of version 2",
+                    "view",
+                    "event commit: fleet: revision 3 running (table version 2)",
+                    "fleet: keep revision 3",
+                    "fleet: report",
+                ],
+            },
+        ],
+        check: |st| {
+            assert_eq!(st.tables.version, 2, "the tables built at the prepare run");
+            assert_eq!(st.versions.last(), 2, "no number taken for the activation");
+            let f = st.fleet.as_ref().expect("a member");
+            assert_eq!(f.member.running(), 3);
+            assert_eq!(f.running_doc.as_ref().map(|d| d.0), Some(3));
+            assert!(!f.waiting && f.actions.is_empty());
+        },
+    },
+    Row {
         name: "SIGTERM leaves BGP through graceful shutdown, then detaches",
         config: base,
         speaker: true,
@@ -488,6 +627,11 @@ const ROWS: &[Row] = &[
     },
 ];
 
+/// `BASE` with another ASN: the speaker restarts.
+fn other_asn() -> String {
+    BASE.replace("asn = 65001", "asn = 65002")
+}
+
 fn neighbour() -> NetEvent {
     NetEvent::Neighbour {
         ifindex: 2,
@@ -503,6 +647,10 @@ fn the_control_loop_s_decisions() {
         let t0 = Instant::now();
         let mut st = state_at(&(row.config)(), t0);
         st.speaker = row.speaker;
+        if let Some(f) = &st.config.fleet {
+            let name = st.config.appliance.name.clone();
+            st.fleet = Some(Membership::new(f, &name, None, t0));
+        }
         for (i, step) in row.steps.iter().enumerate() {
             let now = Now::at(t0 + Duration::from_millis(step.at));
             let input = (step.input)(&st);
