@@ -3,6 +3,11 @@
 //! whose outcome a decision must see comes back as an `Input` (a config file read, the
 //! fallible half of a commit, an etcd write). Each effect prints as one line (its
 //! `Display`), which the executor logs at debug level and the decision's tests compare.
+//!
+//! New work for the executor is a new variant here with its arm in `io.rs` (handing the
+//! connection tables and XDP maps over to a process taking over, sending connection-sync
+//! records to a peer, re-attaching or withdrawing on a datapath watch), and, when the
+//! decision must see how it went, an `Input` back.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

@@ -52,17 +52,17 @@ pub enum Flow {
 
 /// Everything the control loop does I/O with.
 pub struct Io {
-    pub shared: Arc<Shared>,
-    pub dp: Datapath,
-    pub prober: health::Prober,
-    pub announcer: Option<Announcer>,
+    shared: Arc<Shared>,
+    dp: Datapath,
+    prober: health::Prober,
+    announcer: Option<Announcer>,
     /// Resolution requests to the routes-and-neighbours task.
-    pub net: NetTask,
-    pub fleet: Option<Session>,
-    pub walker: Option<Walker>,
+    net: NetTask,
+    fleet: Option<Session>,
+    walker: Option<Walker>,
     /// The API listeners and the sync-lag watcher, stopped first at the end.
-    pub listeners: Option<Listeners>,
-    pub sync_task: Option<tokio::task::JoinHandle<()>>,
+    listeners: Option<Listeners>,
+    sync_task: Option<tokio::task::JoinHandle<()>>,
     replies: HashMap<ReplyTo, Reply>,
     next_reply: u64,
 }
@@ -109,6 +109,15 @@ impl Io {
             now.host_addresses = crate::datapath::host_addresses();
         }
         now
+    }
+
+    /// The first version runs: what the start found, as an input.
+    pub fn started(&self, fleet_problem: Option<String>) -> Input {
+        Input::Started {
+            speaker: self.announcer.is_some(),
+            datapath: self.dp.stats().ok(),
+            fleet_problem,
+        }
     }
 
     /// An API write as an input; its reply channel is kept until the decision answers.

@@ -143,11 +143,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     let mut io = Io::new(
         shared, dp, prober, announcer, net, session, walker, listeners, sync_task,
     );
-    let started = Input::Started {
-        speaker: io.announcer.is_some(),
-        datapath: io.dp.stats().ok(),
-        fleet_problem: start.problem,
-    };
+    let started = io.started(start.problem);
     io.turn(&mut st, started).await?;
     let sources = Sources {
         commands,
