@@ -54,3 +54,7 @@ mod state;
 mod view;
 
 pub use run::{RunError, run};
+
+#[cfg(test)]
+#[path = "imports_tests.rs"]
+mod imports_tests;
