@@ -29,8 +29,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use tokio::sync::oneshot;
 
-use super::change::{Applied, ChangeError};
-use super::shared::{BackendOp, Command, Shared};
+use super::change::{self, BackendOp, Command};
+use super::model::Shared;
 
 /// How long a write waits for every worker to run the new version before it replies.
 const SYNC_WAIT: Duration = Duration::from_secs(2);
@@ -88,7 +88,7 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
         )
         .route("/v1/vips/{vip}/backends/{backend}/weight", put(set_weight))
         .route("/v1/bgp", get(bgp))
-        .route("/v1/fleet", get(super::fleet::api_fleet))
+        .route("/v1/fleet", get(fleet))
         .route("/v1/events", get(events))
         .route("/v1/reload", post(reload))
         .route("/metrics", get(metrics))
@@ -117,7 +117,7 @@ pub fn metrics_router(shared: S) -> Router {
 async fn count_errors(State(s): State<S>, req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     if resp.status().is_client_error() {
-        s.api_errors.fetch_add(1, Ordering::Relaxed);
+        s.counters.api_errors.fetch_add(1, Ordering::Relaxed);
     }
     resp
 }
@@ -273,14 +273,26 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-/// Sends a command to the control loop and turns its answer into a [`api::Commit`].
+/// `GET /v1/fleet`: the fleet document, or 404 on an appliance that runs alone.
+async fn fleet(State(s): State<S>) -> Result<Response, Error> {
+    let doc = s.fleet.lock().ok().and_then(|f| f.clone());
+    doc.map(|d| json(&d)).ok_or_else(|| {
+        Error::new(
+            StatusCode::NOT_FOUND,
+            "this appliance is not a fleet member (no [fleet] section)",
+            None,
+        )
+    })
+}
+
+/// Sends a request to the control loop and turns its answer into a [`api::Commit`].
 async fn command(
     s: &Shared,
-    make: impl FnOnce(oneshot::Sender<Result<Applied, ChangeError>>) -> Command,
+    request: change::Request,
     status_on_error: StatusCode,
 ) -> Result<Response, Error> {
-    let (tx, rx) = oneshot::channel();
-    if s.commands.send(make(tx)).await.is_err() {
+    let (reply, rx) = oneshot::channel();
+    if s.commands.send(Command { request, reply }).await.is_err() {
         return Err(Error::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the appliance is shutting down",
@@ -332,11 +344,10 @@ async fn backend_action(
     };
     command(
         &s,
-        |reply| Command::Backend {
+        change::Request::Backend {
             vip,
             backend,
             op: BackendOp::Action(a),
-            reply,
         },
         StatusCode::BAD_REQUEST,
     )
@@ -377,11 +388,10 @@ async fn set_weight(
     let weight = parse_weight(&body)?;
     command(
         &s,
-        |reply| Command::Backend {
+        change::Request::Backend {
             vip,
             backend,
             op: BackendOp::Weight(weight),
-            reply,
         },
         StatusCode::BAD_REQUEST,
     )
@@ -391,10 +401,9 @@ async fn set_weight(
 async fn withdraw(State(s): State<S>, UrlPath(vip): UrlPath<String>) -> Result<Response, Error> {
     command(
         &s,
-        |reply| Command::Announce {
+        change::Request::Announce {
             vip,
             announce: false,
-            reply,
         },
         StatusCode::CONFLICT,
     )
@@ -404,10 +413,9 @@ async fn withdraw(State(s): State<S>, UrlPath(vip): UrlPath<String>) -> Result<R
 async fn announce(State(s): State<S>, UrlPath(vip): UrlPath<String>) -> Result<Response, Error> {
     command(
         &s,
-        |reply| Command::Announce {
+        change::Request::Announce {
             vip,
             announce: true,
-            reply,
         },
         StatusCode::CONFLICT,
     )
@@ -417,7 +425,7 @@ async fn announce(State(s): State<S>, UrlPath(vip): UrlPath<String>) -> Result<R
 async fn reload(State(s): State<S>) -> Result<Response, Error> {
     command(
         &s,
-        |reply| Command::Reload { reply },
+        change::Request::Reload,
         StatusCode::UNPROCESSABLE_ENTITY,
     )
     .await
@@ -587,7 +595,7 @@ impl Listeners {
 /// Starts every configured listener.
 pub async fn start(shared: S, cfg: &crate::config::Api) -> Result<Listeners, ApiStartError> {
     use super::serve::{Limits, Which, serve};
-    let stats = Arc::clone(&shared.listeners);
+    let stats = Arc::clone(&shared.counters.listeners);
     let mut tasks = Vec::new();
     // Everything that can fail is checked before the socket exists, so a failed start
     // leaves no socket behind.
@@ -742,13 +750,13 @@ mod tests {
     async fn hd_a_401_counts_as_an_api_error() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let shared = Arc::new(crate::control::metrics::tests::shared());
-        shared.api_errors.store(0, Ordering::Relaxed);
+        shared.counters.api_errors.store(0, Ordering::Relaxed);
         let app = with_token(Arc::clone(&shared), Some(Arc::new("t".repeat(20))));
         let l = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = l.local_addr().expect("addr");
-        let stats = Arc::clone(&shared.listeners);
+        let stats = Arc::clone(&shared.counters.listeners);
         let task = tokio::spawn(super::super::serve::serve(
             l,
             app,
@@ -763,7 +771,11 @@ mod tests {
         let mut reply = String::new();
         c.read_to_string(&mut reply).await.expect("read");
         assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
-        assert_eq!(shared.api_errors.load(Ordering::Relaxed), 1, "401 counted");
+        assert_eq!(
+            shared.counters.api_errors.load(Ordering::Relaxed),
+            1,
+            "401 counted"
+        );
         task.abort();
     }
 
@@ -780,7 +792,7 @@ mod tests {
             max_connections: 2,
             ..Limits::DEFAULT
         };
-        let stats = Arc::clone(&shared.listeners);
+        let stats = Arc::clone(&shared.counters.listeners);
         let task = tokio::spawn(serve(
             l,
             metrics_router(Arc::clone(&shared)),
@@ -792,7 +804,7 @@ mod tests {
         for _ in 0..2 {
             held.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
         }
-        let c = shared.listeners.of(Which::Metrics);
+        let c = shared.counters.listeners.of(Which::Metrics);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while c.open.load(Ordering::Relaxed) < 2 && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -167,8 +167,10 @@ mod tests {
             host_addresses: &[],
             version: 1,
             now,
+            now_ns: crate::datapath::instant_ns(now),
             resettle: false,
             ramps: &Default::default(),
+            exec: &crate::lb::exec::Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"))
     }

@@ -3,8 +3,8 @@
 //! refused entries, so an operator sees a flood fill the embryonic classes while the
 //! established ones stay put; and the ICMP messages the rate limits held back.
 
-use super::{Builder, labels, set};
-use crate::control::shared::Aggregate;
+use super::builder::{Builder, labels, set};
+use crate::control::counters::Aggregate;
 use crate::lb::FlowState;
 
 /// Registers the connection-table families with `agg`'s values.
@@ -14,7 +14,7 @@ pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
         "Connection-table entries by state (syn and udp_new are embryonic; udp_oneway is reclaimed after them), over all workers",
     );
     for s in FlowState::ALL {
-        super::gset(
+        super::builder::gset(
             &fill,
             labels(&[("state", s.name())]),
             agg.conntrack_fill[s.class()] as i64,

@@ -3,8 +3,8 @@
 //! `overflow` policy) and one-packet UDP scheduling. An operator watching a limited pool
 //! sees `skips` rise before `overflow`; persistence misses after a backend goes down.
 
-use super::{Builder, labels, set};
-use crate::control::shared::Shared;
+use super::builder::{Builder, labels, set};
+use crate::control::model::Shared;
 
 /// Registers the LVS families from the status document's counters.
 pub(super) fn families(b: &mut Builder, s: &Shared) {
