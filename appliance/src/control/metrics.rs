@@ -1075,6 +1075,13 @@ sluice_conntrack_evicted_total{state="udp_oneway"} 0
 # TYPE sluice_teardown_out_of_window counter
 sluice_teardown_out_of_window_total{flag="fin"} 0
 sluice_teardown_out_of_window_total{flag="rst"} 0
+# HELP sluice_conntrack_budget_refused New entries refused by a budget: embryonic ones of a client address over [appliance] embryonic_per_source, or a tenant zone's over its share, by budget.
+# TYPE sluice_conntrack_budget_refused counter
+sluice_conntrack_budget_refused_total{budget="source"} 0
+sluice_conntrack_budget_refused_total{budget="zone"} 0
+# HELP sluice_snat_ports_reclaimed FullNAT ports taken from an unfinished handshake for a new flow, every candidate port being held.
+# TYPE sluice_snat_ports_reclaimed counter
+sluice_snat_ports_reclaimed_total 0
 # HELP sluice_stateless_answers Packets answered from the Maglev ring without a connection entry, by cause.
 # TYPE sluice_stateless_answers counter
 sluice_stateless_answers_total{cause="no_entry"} 7

@@ -57,6 +57,17 @@ pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
     );
     set(&ignored, labels(&[("flag", "rst")]), c.rst_out_of_window);
     set(&ignored, labels(&[("flag", "fin")]), c.fin_out_of_window);
+    let refused = b.counter(
+        "sluice_conntrack_budget_refused",
+        "New entries refused by a budget: embryonic ones of a client address over [appliance] embryonic_per_source, or a tenant zone's over its share, by budget",
+    );
+    set(&refused, labels(&[("budget", "source")]), c.source_refused);
+    set(&refused, labels(&[("budget", "zone")]), c.zone_refused);
+    b.counter1(
+        "sluice_snat_ports_reclaimed",
+        "FullNAT ports taken from an unfinished handshake for a new flow, every candidate port being held",
+        c.snat_reclaimed,
+    );
     answers(b, agg);
 }
 
