@@ -140,7 +140,8 @@ fn hd_idle_connections_to_metrics_and_tcp_api_change_no_health_and_ctl_answers()
     let cfg = lab.config(&socket).replace(
         "metrics = \"\"\n",
         &format!(
-            "metrics = \"127.0.0.1:9300\"\nlisten = \"127.0.0.1:9400\"\ntoken_file = \"{}\"\n",
+            "metrics = \"127.0.0.1:9300\"\nlisten = \"127.0.0.1:9400\"\ntoken_file = \"{}\"\n\
+             plain_tcp = true\n",
             token_file.display()
         ),
     );

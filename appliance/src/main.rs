@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod api_args;
 mod bench_cmd;
+use api_args::ApiArgs;
 use sluice::config::{self, Config, LoadError};
 
 #[derive(Parser)]
@@ -173,49 +175,6 @@ enum ImportFrom {
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
-}
-
-/// Where the appliance's API is.
-#[derive(clap::Args, Clone)]
-struct ApiArgs {
-    /// The API's unix socket.
-    #[arg(long, global = true, default_value = config::DEFAULT_SOCKET)]
-    socket: PathBuf,
-    /// The API's TCP address (`[api] listen`) instead of the socket; needs --token-file.
-    #[arg(long, global = true, requires = "token_file")]
-    url: Option<String>,
-    /// File holding the bearer token for --url.
-    #[arg(long, global = true)]
-    token_file: Option<PathBuf>,
-}
-
-/// The bearer token for `--url` could not be read.
-#[derive(Debug, thiserror::Error)]
-#[error("--token-file {}: {source}", .path.display())]
-struct TokenFileError {
-    path: PathBuf,
-    source: std::io::Error,
-}
-
-impl ApiArgs {
-    fn endpoint(&self) -> Result<api::Endpoint, TokenFileError> {
-        match &self.url {
-            None => Ok(api::Endpoint::Unix(self.socket.clone())),
-            Some(url) => {
-                let path = self.token_file.clone().unwrap_or_default();
-                let token = std::fs::read_to_string(&path)
-                    .map_err(|source| TokenFileError { path, source })?;
-                let addr = url
-                    .trim_start_matches("http://")
-                    .trim_end_matches('/')
-                    .to_string();
-                Ok(api::Endpoint::Tcp {
-                    addr,
-                    token: token.trim().to_string(),
-                })
-            }
-        }
-    }
 }
 
 /// `sluice ctl vips`: which page of the VIPs.

@@ -1,5 +1,6 @@
 //! The local API: HTTP/1.1 + JSON on the unix socket from `[api] socket` (mode 0600, so
-//! root only), optionally on `[api] listen` behind a bearer token, and the Prometheus
+//! root only), optionally on `[api] listen` over TLS behind a bearer token (see
+//! [`super::gate`]: the token is checked before a connection holds a slot), and the Prometheus
 //! exposition on `[api] metrics`. The documents are the `api` crate's; `docs/api/openapi.json`
 //! describes every route and a test checks it against the real responses.
 //!
@@ -105,6 +106,12 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
     .with_state(shared)
 }
 
+/// The API's routes behind `token`, for the TCP gate's tests.
+#[cfg(test)]
+pub(crate) fn with_token_for_tests(shared: S, token: Arc<String>) -> Router {
+    with_token(shared, Some(token))
+}
+
 /// The metrics listener's routes: `/metrics` only.
 pub fn metrics_router(shared: S) -> Router {
     Router::new()
@@ -144,7 +151,7 @@ async fn bearer(State(token): State<Arc<String>>, req: Request, next: Next) -> R
     r
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -448,6 +455,12 @@ pub enum ApiStartError {
     },
     #[error("api.token_file {path}: {reason}")]
     Token { path: String, reason: String },
+    #[error("api.{key} {path}: {reason}")]
+    Tls {
+        key: &'static str,
+        path: String,
+        reason: String,
+    },
     #[error("api.metrics {addr}: {source}")]
     Metrics {
         addr: std::net::SocketAddr,
@@ -532,26 +545,37 @@ pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ApiStartError>
     l.map_err(err)
 }
 
+/// Why a secret's file (the token, the TLS key) is not root's alone, if it is not.
+pub(super) fn not_private(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => return Some(e.to_string()),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if m.uid() != me {
+        return Some(format!(
+            "owned by uid {}; it must be owned by root (uid {me})",
+            m.uid()
+        ));
+    }
+    if m.mode() & 0o077 != 0 {
+        return Some(format!(
+            "mode {:04o} lets others read or change it; chmod 600 it",
+            m.mode() & 0o7777
+        ));
+    }
+    None
+}
+
 /// Reads the TCP API's bearer token; refuses a file anyone but root can read or write.
 fn read_token(path: &Path) -> Result<String, ApiStartError> {
-    use std::os::unix::fs::MetadataExt;
     let bad = |reason: String| ApiStartError::Token {
         path: path.display().to_string(),
         reason,
     };
-    let m = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if m.uid() != me {
-        return Err(bad(format!(
-            "owned by uid {}; it must be owned by root (uid {me})",
-            m.uid()
-        )));
-    }
-    if m.mode() & 0o077 != 0 {
-        return Err(bad(format!(
-            "mode {:04o} lets others read or change the token; chmod 600 it",
-            m.mode() & 0o7777
-        )));
+    if let Some(why) = not_private(path) {
+        return Err(bad(why));
     }
     let token = std::fs::read_to_string(path)
         .map_err(|e| bad(e.to_string()))?
@@ -591,8 +615,11 @@ pub async fn start(shared: S, cfg: &crate::config::Api) -> Result<Listeners, Api
     let mut tasks = Vec::new();
     // Everything that can fail is checked before the socket exists, so a failed start
     // leaves no socket behind.
-    let token = match cfg.listen {
-        Some(_) => Some(read_token(&cfg.token_file.clone().unwrap_or_default())?),
+    let gate = match cfg.listen {
+        Some(_) => Some(super::gate::Gate {
+            token: Arc::new(read_token(&cfg.token_file.clone().unwrap_or_default())?),
+            tls: cfg.tls.as_ref().map(super::gate::acceptor).transpose()?,
+        }),
         None => None,
     };
     let tcp = match cfg.listen {
@@ -621,10 +648,16 @@ pub async fn start(shared: S, cfg: &crate::config::Api) -> Result<Listeners, Api
         s,
         Which::Socket,
     )));
-    if let Some(l) = tcp {
-        let app = with_token(Arc::clone(&shared), token.map(Arc::new));
-        let s = Arc::clone(&stats);
-        tasks.push(tokio::spawn(serve(l, app, Limits::DEFAULT, s, Which::Tcp)));
+    if let (Some(l), Some(gate)) = (tcp, gate) {
+        let app = with_token(Arc::clone(&shared), Some(Arc::clone(&gate.token)));
+        tasks.push(tokio::spawn(super::gate::serve(
+            l,
+            app,
+            gate,
+            Limits::DEFAULT,
+            super::gate::PreAuth::DEFAULT,
+            Arc::clone(&shared),
+        )));
     }
     if let Some(l) = metrics {
         let app = metrics_router(Arc::clone(&shared));

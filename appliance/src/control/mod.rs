@@ -28,6 +28,7 @@ mod cores;
 pub mod events;
 pub mod fleet;
 mod flood;
+pub mod gate;
 mod handlers;
 pub mod kept;
 pub mod metrics;
