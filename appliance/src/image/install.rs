@@ -74,7 +74,7 @@ pub(super) fn write_slot<R: Read>(
         .saturating_add(m.files["initrd"].size);
     let st = nix::sys::statvfs::statvfs(&p.esp)
         .map_err(|e| esp_err(&p.esp)(io::Error::from_raw_os_error(e as i32)))?;
-    let free = u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size()));
+    let free = st.blocks_available().saturating_mul(st.fragment_size());
     if boot > free {
         return Err(ImageError::EspFull { need: boot, free });
     }

@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 
 pub use self::error::ImageError;
 use self::install::{Scratch, esp_err};
-use self::slots::Slot;
 pub use self::source::{Download, Source};
 pub use self::trust::Signer;
 

@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use super::bundle::tests::{manifest_for, sha, tar};
+use super::slots::Slot;
 use super::*;
 
 pub(super) struct Tree {
