@@ -9,6 +9,9 @@ image/build.sh makes one per build; image/boot-test.sh repacks one with another 
 
     bundle.py OUT.tar --version V --cmdline "ARGS" --vmlinuz F --initrd F --root F [--key KEY]
 Without --key the bundle is unsigned: an appliance installs it only with --allow-unsigned.
+--format 1 writes the format of the builds before signed bundles (unsigned, no signature
+member), the only one their `sluice image update` reads: for moving such an appliance to a
+build that checks signatures.
 Prints the bundle's sha256 (also written to OUT.tar.sha256).
 """
 import argparse
@@ -67,11 +70,15 @@ def main():
     p.add_argument("--initrd", required=True)
     p.add_argument("--root", required=True)
     p.add_argument("--key", help="minisign secret key that signs the manifest")
+    p.add_argument("--format", type=int, choices=(1, 2), default=2,
+                   help="1: the unsigned format a sluice from before signed bundles reads")
     a = p.parse_args()
+    if a.format == 1 and a.key:
+        p.error("format 1 has no signature: drop --key")
     files = {"vmlinuz": a.vmlinuz, "initrd": a.initrd, "root.img": a.root}
     manifest = {
         "image": "sluice",
-        "format": 2,
+        "format": a.format,
         "version": a.version,
         "arch": "x86_64",
         "cmdline": a.cmdline,
