@@ -871,7 +871,9 @@ fn withdraw_and_announce_with_a_router() {
 }
 
 #[test]
-fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
+fn tcp_listener_serves_tls_wants_the_token_and_metrics_listener_serves_metrics_only() {
+    use sha2::Digest;
+    use std::os::unix::fs::PermissionsExt;
     lab::netns::require_root();
     lab::netns::require_program("curl", "curl");
     let mut lab = lab::testing::build(LabOptions {
@@ -880,7 +882,22 @@ fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
         ..LabOptions::default()
     });
     let token = "0123456789abcdef-lab-token";
-    let (cfg, token_file) = lab.config_with_listeners(token);
+    // The API's certificate: self-signed for 127.0.0.1, its key root's alone.
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).expect("cert");
+    let (cert_file, key_file) = (lab.dir.join("api.pem"), lab.dir.join("api.key"));
+    std::fs::write(&cert_file, cert.cert.pem()).expect("cert");
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).expect("key");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod key");
+    let pin: String = sha2::Sha256::digest(cert.cert.der())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tls = format!(
+        "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        cert_file.display(),
+        key_file.display()
+    );
+    let (cfg, token_file) = lab.config_with_listeners(token, &tls);
     lab.write_config(&cfg).expect("write");
     let log = lab.start_appliance(lab::sluice!().path()).expect("start");
     let log_text = || file_text(&log);
@@ -900,25 +917,62 @@ fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    let ca = cert_file.to_string_lossy().into_owned();
     let (code, body) = wait_for("the TCP API", Duration::from_secs(20), POLL, || {
-        let r = curl(&["http://127.0.0.1:9400/v1/status"]);
+        let r = curl(&["--cacert", &ca, "https://127.0.0.1:9400/v1/status"]);
         (r.0 != "000").then_some(r)
     });
     assert_eq!(code, "401", "no token: {body}\n{}", log_text());
     let v: Value = serde_json::from_str(&body).expect("JSON 401");
     assert_eq!(v["field"], "Authorization");
     let (code, _) = curl(&[
+        "--cacert",
+        &ca,
         "-H",
         "Authorization: Bearer wrong-token-wrong-token",
-        "http://127.0.0.1:9400/v1/status",
+        "https://127.0.0.1:9400/v1/status",
     ]);
     assert_eq!(code, "401", "wrong token");
     let auth = format!("Authorization: Bearer {token}");
-    let (code, body) = curl(&["-H", &auth, "http://127.0.0.1:9400/v1/status"]);
+    let (code, body) = curl(&[
+        "--cacert",
+        &ca,
+        "-H",
+        &auth,
+        "https://127.0.0.1:9400/v1/status",
+    ]);
     assert_eq!(code, "200", "{body}");
     let s: api::Status = serde_json::from_str(&body).expect("status");
     assert_eq!(s.appliance, "lab-lb1");
-    let out = lab
+    // Nothing in clear text: plain HTTP to the TLS port gets no HTTP answer.
+    let (code, _) = curl(&["-H", &auth, "http://127.0.0.1:9400/v1/status"]);
+    assert_eq!(code, "000", "plain HTTP answered");
+    // sluice ctl over TLS: by the CA file, and by the certificate's pin.
+    let token_arg = token_file.to_string_lossy().into_owned();
+    for trust in [["--ca-file", ca.as_str()], ["--pin-sha256", pin.as_str()]] {
+        let out = lab
+            .lb
+            .try_run(&[
+                &lab::sluice!().path().to_string_lossy(),
+                "ctl",
+                "--url",
+                "https://127.0.0.1:9400",
+                "--token-file",
+                &token_arg,
+                trust[0],
+                trust[1],
+                "vips",
+            ])
+            .expect("sluice ctl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("nat4-tcp"),
+            "{trust:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A certificate it does not trust: refused with a TLS error.
+    let e = lab
         .lb
         .try_run(&[
             &lab::sluice!().path().to_string_lossy(),
@@ -926,16 +980,27 @@ fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
             "--url",
             "127.0.0.1:9400",
             "--token-file",
-            &token_file.to_string_lossy(),
-            "vips",
+            &token_arg,
+            "--pin-sha256",
+            &"00".repeat(32),
+            "status",
         ])
-        .expect("sluice ctl");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.contains("nat4-tcp"), "{text}");
+        .expect_err("a wrong pin is refused");
+    assert!(
+        e.to_string().contains("TLS with the appliance failed"),
+        "{e}"
+    );
     let (code, body) = curl(&["http://127.0.0.1:9300/metrics"]);
     assert_eq!(code, "200");
     let samples = parse_metrics(&body);
     assert!(sample(&samples, "sluice_config_version{}") >= 1.0);
+    assert!(
+        sample(
+            &samples,
+            "sluice_api_connections_unauthorized_total{listener=\"tcp\"}"
+        ) >= 4.0,
+        "two 401s, plain HTTP and the wrong pin are counted"
+    );
     let (code, _) = curl(&["http://127.0.0.1:9300/v1/status"]);
     assert_eq!(code, "404", "the metrics listener serves metrics only");
     assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());

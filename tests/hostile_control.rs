@@ -91,7 +91,7 @@ fn hd_idle_connections_to_metrics_and_tcp_api_change_no_health_and_ctl_answers()
         ..LabOptions::default()
     });
     let socket = lab.api_socket_at(0);
-    let (cfg, _) = lab.config_with_listeners("hd-0123456789abcdef-token");
+    let (cfg, _) = lab.config_with_listeners("hd-0123456789abcdef-token", "plain_tcp = true\n");
     lab.write_config(&cfg).expect("config");
     let log = lab.start_serving(&soft_limited_sluice(&lab.dir), &[nat_vip()]);
     let log_text = || file_text(&log);

@@ -176,6 +176,16 @@ pub struct Api {
     /// Optional TCP listener for the API, guarded by `token_file`.
     pub listen: Option<SocketAddr>,
     pub token_file: Option<PathBuf>,
+    /// The TCP listener's certificate and key; `None` with `listen` set means the file said
+    /// `plain_tcp = true` (the token then crosses the network in clear text).
+    pub tls: Option<ApiTls>,
+}
+
+/// `[api] tls_cert` and `tls_key`: the TCP API's certificate chain and private key (PEM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// `[bgp]`: the embedded speaker.

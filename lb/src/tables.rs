@@ -902,6 +902,7 @@ pub(crate) mod tests {
                 metrics: None,
                 listen: None,
                 token_file: None,
+                tls: None,
             },
             bgp: None,
             health_checks: Vec::new(),

@@ -1,5 +1,6 @@
 //! The local API: HTTP/1.1 + JSON on the unix socket from `[api] socket` (mode 0600, so
-//! root only), optionally on `[api] listen` behind a bearer token, and the Prometheus
+//! root only), optionally on `[api] listen` over TLS behind a bearer token (see
+//! [`super::gate`]: the token is checked before a connection holds a slot), and the Prometheus
 //! exposition on `[api] metrics`. The documents are the `api` crate's; `docs/api/openapi.json`
 //! describes every route and a test checks it against the real responses.
 //!
@@ -13,6 +14,8 @@
 //! [`Command`]s the loop applies as a new table version, and the reply waits (briefly) until
 //! every worker runs it, so a client that drained a backend knows new flows avoid it.
 
+pub use super::secret::ApiStartError;
+use super::secret::{constant_time_eq, not_private};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -105,6 +108,12 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
     .with_state(shared)
 }
 
+/// The API's routes behind `token`, for the TCP gate's tests.
+#[cfg(test)]
+pub(crate) fn with_token_for_tests(shared: S, token: Arc<String>) -> Router {
+    with_token(shared, Some(token))
+}
+
 /// The metrics listener's routes: `/metrics` only.
 pub fn metrics_router(shared: S) -> Router {
     Router::new()
@@ -142,10 +151,6 @@ async fn bearer(State(token): State<Arc<String>>, req: Request, next: Next) -> R
     r.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     r
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn not_found() -> Error {
@@ -431,38 +436,6 @@ async fn reload(State(s): State<S>) -> Result<Response, Error> {
     .await
 }
 
-/// Why an API listener could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiStartError {
-    #[error("api.socket {path}: {source}")]
-    Socket {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error(
-        "api.socket {path}: its directory {dir} is {why}; the socket is root's only while \
-         nobody else can replace it (use a directory owned by root with mode 0700 or 0755, \
-         or one that does not exist yet: it is created 0700)"
-    )]
-    UnsafeDir {
-        path: String,
-        dir: String,
-        why: String,
-    },
-    #[error("api.listen {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("api.token_file {path}: {reason}")]
-    Token { path: String, reason: String },
-    #[error("api.metrics {addr}: {source}")]
-    Metrics {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-}
-
 /// Checks that only root can create or remove entries in `dir` (the socket's directory),
 /// creating it 0700 when it does not exist.
 fn check_socket_dir(path: &Path, dir: &Path) -> Result<(), ApiStartError> {
@@ -542,24 +515,12 @@ pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ApiStartError>
 
 /// Reads the TCP API's bearer token; refuses a file anyone but root can read or write.
 fn read_token(path: &Path) -> Result<String, ApiStartError> {
-    use std::os::unix::fs::MetadataExt;
     let bad = |reason: String| ApiStartError::Token {
         path: path.display().to_string(),
         reason,
     };
-    let m = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if m.uid() != me {
-        return Err(bad(format!(
-            "owned by uid {}; it must be owned by root (uid {me})",
-            m.uid()
-        )));
-    }
-    if m.mode() & 0o077 != 0 {
-        return Err(bad(format!(
-            "mode {:04o} lets others read or change the token; chmod 600 it",
-            m.mode() & 0o7777
-        )));
+    if let Some(why) = not_private(path) {
+        return Err(bad(why));
     }
     let token = std::fs::read_to_string(path)
         .map_err(|e| bad(e.to_string()))?
@@ -599,8 +560,11 @@ pub async fn start(shared: S, cfg: &crate::config::Api) -> Result<Listeners, Api
     let mut tasks = Vec::new();
     // Everything that can fail is checked before the socket exists, so a failed start
     // leaves no socket behind.
-    let token = match cfg.listen {
-        Some(_) => Some(read_token(&cfg.token_file.clone().unwrap_or_default())?),
+    let gate = match cfg.listen {
+        Some(_) => Some(super::gate::Gate {
+            token: Arc::new(read_token(&cfg.token_file.clone().unwrap_or_default())?),
+            tls: cfg.tls.as_ref().map(super::gate::acceptor).transpose()?,
+        }),
         None => None,
     };
     let tcp = match cfg.listen {
@@ -629,10 +593,16 @@ pub async fn start(shared: S, cfg: &crate::config::Api) -> Result<Listeners, Api
         s,
         Which::Socket,
     )));
-    if let Some(l) = tcp {
-        let app = with_token(Arc::clone(&shared), token.map(Arc::new));
-        let s = Arc::clone(&stats);
-        tasks.push(tokio::spawn(serve(l, app, Limits::DEFAULT, s, Which::Tcp)));
+    if let (Some(l), Some(gate)) = (tcp, gate) {
+        let app = with_token(Arc::clone(&shared), Some(Arc::clone(&gate.token)));
+        tasks.push(tokio::spawn(super::gate::serve(
+            l,
+            app,
+            gate,
+            Limits::DEFAULT,
+            super::gate::PreAuth::DEFAULT,
+            Arc::clone(&shared),
+        )));
     }
     if let Some(l) = metrics {
         let app = metrics_router(Arc::clone(&shared));

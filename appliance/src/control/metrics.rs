@@ -103,12 +103,18 @@ fn listeners(b: &mut Builder, s: &Shared) {
         "sluice_api_connection_timeouts",
         "Connections closed for the header-read or idle timeout",
     );
+    let unauthorized = b.counter(
+        "sluice_api_connections_unauthorized",
+        "TCP API connections closed before taking a slot: no TLS handshake, or a first \
+         request that was not HTTP or had no or a wrong bearer token",
+    );
     for w in Which::ALL {
         let c = s.counters.listeners.of(w);
         let l = || labels(&[("listener", w.name())]);
         gset(&open, l(), c.open.load(Ordering::Relaxed) as i64);
         set(&refused, l(), c.refused.load(Ordering::Relaxed));
         set(&timed_out, l(), c.timed_out.load(Ordering::Relaxed));
+        set(&unauthorized, l(), c.unauthorized.load(Ordering::Relaxed));
     }
 }
 
@@ -1318,6 +1324,11 @@ sluice_api_connections_refused_total{listener="tcp"} 0
 sluice_api_connection_timeouts_total{listener="metrics"} 0
 sluice_api_connection_timeouts_total{listener="socket"} 0
 sluice_api_connection_timeouts_total{listener="tcp"} 0
+# HELP sluice_api_connections_unauthorized TCP API connections closed before taking a slot: no TLS handshake, or a first request that was not HTTP or had no or a wrong bearer token.
+# TYPE sluice_api_connections_unauthorized counter
+sluice_api_connections_unauthorized_total{listener="metrics"} 0
+sluice_api_connections_unauthorized_total{listener="socket"} 0
+sluice_api_connections_unauthorized_total{listener="tcp"} 0
 # HELP sluice_overrides_file_errors Failed reads and writes of the operator overrides file in the state directory (the log says which and why).
 # TYPE sluice_overrides_file_errors counter
 sluice_overrides_file_errors_total 0

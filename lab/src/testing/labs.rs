@@ -110,9 +110,10 @@ impl Lab {
 
     /// The first appliance's lab config with its metrics on 127.0.0.1:9300 and the API on
     /// TCP 127.0.0.1:9400 too (on its namespace's loopback), the latter asking for `token`,
-    /// written to a file only root may read (the appliance refuses any other); returns the
-    /// config and the token file.
-    pub fn config_with_listeners(&self, token: &str) -> (String, PathBuf) {
+    /// written to a file only root may read (the appliance refuses any other), and the
+    /// `[api]` keys `extra` (TLS files, or `plain_tcp = true`); returns the config and the
+    /// token file.
+    pub fn config_with_listeners(&self, token: &str, extra: &str) -> (String, PathBuf) {
         use std::os::unix::fs::PermissionsExt;
         let file = self.dir.join("token");
         std::fs::write(&file, format!("{token}\n")).expect("token file");
@@ -121,7 +122,7 @@ impl Lab {
         let cfg = self.config(&self.api_socket_at(0)).replace(
             "metrics = \"\"\n",
             &format!(
-                "metrics = \"127.0.0.1:9300\"\nlisten = \"127.0.0.1:9400\"\ntoken_file = \"{}\"\n",
+                "metrics = \"127.0.0.1:9300\"\nlisten = \"127.0.0.1:9400\"\ntoken_file = \"{}\"\n{extra}",
                 file.display()
             ),
         );
