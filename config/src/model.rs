@@ -286,6 +286,9 @@ pub struct Vip {
     pub snat: Vec<IpAddr>,
     /// How a FullNAT TCP VIP tells its backends the client's address.
     pub client_address: ClientAddress,
+    /// `syn_proxy`: when the appliance answers the VIP's SYNs itself (NAT and FullNAT TCP
+    /// VIPs; `Off` for the others).
+    pub syn_proxy: SynProxy,
     /// Communities added to this VIP's announcement.
     pub communities: Vec<Community>,
     pub backends: Vec<Backend>,
@@ -442,6 +445,38 @@ impl ClientAddress {
             ClientAddress::None => "none",
             ClientAddress::ProxyV2 => "proxy-v2",
             ClientAddress::Toa => "toa",
+        }
+    }
+}
+
+/// `syn_proxy`: when a NAT or FullNAT TCP VIP's SYNs are answered by the appliance with a
+/// SYN cookie, so that a backend (and a FullNAT port, and a connection-table entry) is
+/// spent only on a client that answered the cookie (`lb::process::synproxy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SynProxy {
+    /// Never: every SYN goes to a backend.
+    Off,
+    /// While flood mode is on (`[flood]`): the default of NAT and FullNAT TCP VIPs.
+    #[default]
+    Flood,
+    /// Every SYN.
+    Always,
+}
+
+impl SynProxy {
+    /// Every setting with its config spelling.
+    pub const ALL: [(&'static str, SynProxy); 3] = [
+        ("off", SynProxy::Off),
+        ("flood", SynProxy::Flood),
+        ("always", SynProxy::Always),
+    ];
+
+    /// The name as written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynProxy::Off => "off",
+            SynProxy::Flood => "flood",
+            SynProxy::Always => "always",
         }
     }
 }

@@ -15,18 +15,17 @@
 //! the running version's ring (`Arc`), so a commit builds only the rings of what changed
 //! and two versions in memory cost one set of rings plus the changed ones.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::ops::{Deref, DerefMut, Range};
-use std::sync::Arc;
-
 use crate::egress::{Egress, Miss};
 use crate::hash::{addr_to_u128, backend_identity, mix64};
 use crate::limits::{Limit, LimitBoard};
 use crate::maglev::{MaglevBackend, MaglevError, Ring};
 use crate::sched::lvs_bucket_table;
 use config::{Backend, BackendState, Config, HashFields, Mode, Overflow, Scheduler, Timeouts, Vip};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::Arc;
 use wire::MacAddr;
 
 /// A small deterministic hasher for the in-memory lookup maps (SipHash would cost more
@@ -208,6 +207,8 @@ pub struct VipEntry {
     pub hash_ports: bool,
     /// How the client's address reaches the backends (FullNAT TCP only).
     pub client_address: config::ClientAddress,
+    /// When the appliance answers the VIP's SYNs itself (`process::synproxy`).
+    pub syn_proxy: config::SynProxy,
     /// `udp_one_packet`: every datagram scheduled on its own, no connection-table entry.
     pub one_packet: bool,
     /// `persistence`, when on.
@@ -617,6 +618,7 @@ impl Core {
             snat,
             hash_ports: v.hashes_port(),
             client_address: v.client_address,
+            syn_proxy: v.syn_proxy,
             one_packet: v.udp_one_packet,
             persistence: v.persistence.map(|d| Persistence {
                 timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
@@ -689,11 +691,7 @@ impl Core {
             .zip(range)
             .map(|(id, s)| MaglevBackend {
                 id,
-                weight: if self.eligible[s as usize] {
-                    self.weights[s as usize]
-                } else {
-                    0
-                },
+                weight: self.weights[s as usize] * u32::from(self.eligible[s as usize]),
             })
             .collect();
         if let Some(p) = prev
@@ -863,6 +861,7 @@ pub(crate) mod tests {
             health_check: None,
             health_via_vip: false,
             client_address: Default::default(),
+            syn_proxy: Default::default(),
             snat: Vec::new(),
             communities: Vec::new(),
             backends,

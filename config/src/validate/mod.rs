@@ -17,6 +17,7 @@ mod outbound;
 mod placed;
 mod placeholder;
 mod scale;
+mod syn_proxy;
 mod tenant;
 mod vip;
 

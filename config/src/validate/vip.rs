@@ -84,6 +84,7 @@ fn vip(
     let health_via_vip = via_vip(t, mode, protocol, health_check.as_deref(), checks, errs);
     let snat = snat(t, mode, mode_name, address, errs);
     let client_address = super::client_address::client_address(t, mode, protocol, errs);
+    let syn_proxy = super::syn_proxy::syn_proxy(t, mode, protocol, errs);
     let comms = communities(t, errs);
     let facts = lvs::VipFacts {
         scheduler,
@@ -110,6 +111,7 @@ fn vip(
         health_via_vip,
         snat,
         client_address,
+        syn_proxy,
         communities: comms,
         backends,
         scheduler_flags: lvs.scheduler_flags,

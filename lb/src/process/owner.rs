@@ -170,6 +170,7 @@ mod tests {
             health_check: None,
             health_via_vip: false,
             client_address: Default::default(),
+            syn_proxy: Default::default(),
             snat: vec![snat.parse().expect("literal")],
             communities: Vec::new(),
             backends: vec![Backend {

@@ -108,6 +108,7 @@ pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
         health_check: None,
         health_via_vip: false,
         client_address: Default::default(),
+        syn_proxy: Default::default(),
         snat: vec!["10.1.0.1".parse().unwrap()],
         communities: Vec::new(),
         backends: backends(n),
