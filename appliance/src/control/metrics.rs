@@ -1034,6 +1034,7 @@ sluice_dropped_packets_total{reason="no_neighbor"} 0
 sluice_dropped_packets_total{reason="no_room"} 0
 sluice_dropped_packets_total{reason="no_route"} 0
 sluice_dropped_packets_total{reason="overflow"} 0
+sluice_dropped_packets_total{reason="proxy_opening"} 0
 sluice_dropped_packets_total{reason="route_not_datapath"} 0
 sluice_dropped_packets_total{reason="snat_exhausted"} 0
 sluice_dropped_packets_total{reason="too_big"} 0

@@ -70,6 +70,7 @@ impl LbHandler {
         running.store(tables.version, Ordering::Release);
         let mut state = WorkerState::new();
         state.set_persistence(Arc::clone(published.persistence()));
+        state.set_cookie_key(published.cookie_key());
         let doorbell = published
             .doorbell()
             .inspect_err(|e| {

@@ -11,6 +11,23 @@ use arc_swap::ArcSwap;
 use crate::datapath::doorbell::{Bells, Doorbell};
 use crate::lb::Tables;
 use crate::lb::persist::PersistTable;
+use crate::lb::process::CookieKey;
+
+/// 128 bits from the kernel's random source; where it cannot be read, from the standard
+/// library's per-process random hash keys (themselves drawn from the kernel at start).
+fn draw_cookie_key() -> CookieKey {
+    use std::hash::{BuildHasher, RandomState};
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if read.is_ok() {
+        let (lo, hi) = b.split_at(8);
+        let word = |x: &[u8]| u64::from_le_bytes(x.try_into().unwrap_or_default());
+        return CookieKey([word(lo), word(hi)]);
+    }
+    let s = RandomState::new();
+    CookieKey([s.hash_one(1_u64), s.hash_one(2_u64)])
+}
 
 /// The table set every worker runs, swapped atomically by the control plane.
 #[derive(Debug)]
@@ -20,6 +37,9 @@ pub struct Published {
     /// The persistence table every worker shares; it outlives table versions, so a
     /// client's backend is remembered across pool changes.
     persistence: Arc<PersistTable>,
+    /// The SYN proxy's cookie secret, drawn once per process and shared by the workers (a
+    /// cookie one worker made checks on any other).
+    cookie_key: CookieKey,
     /// The workers' doorbells.
     bells: Bells,
 }
@@ -32,6 +52,7 @@ impl Published {
             version: AtomicU64::new(tables.version),
             tables: ArcSwap::new(tables),
             persistence: Arc::new(PersistTable::default()),
+            cookie_key: draw_cookie_key(),
             bells: Bells::default(),
         }
     }
@@ -59,6 +80,11 @@ impl Published {
     /// The persistence table the workers share.
     pub fn persistence(&self) -> &Arc<PersistTable> {
         &self.persistence
+    }
+
+    /// The SYN proxy's cookie secret.
+    pub fn cookie_key(&self) -> CookieKey {
+        self.cookie_key
     }
 
     /// The version of the newest published set.

@@ -10,15 +10,24 @@
 //!         64 SNAT u128         80 SYN-ACK u32   84 carry kind u8    85 carry delta u8
 //!         86 carry armed u8    87 track bits u8 88 carry base u32
 //!         92 client next u32   96 client acked u32   100 backend next u32
-//!         104 backend acked u32  108 age ns u64  116..128 reserved (0)
+//!         104 backend acked u32  108 age ns u64  116 SYN proxy phase u8
+//!         117 proxy options / client window rescale u8  118 backend window rescale u8
+//!         119 reserved (0)  120 cookie or shift u32  124 client window u16
+//!         126..128 reserved (0)
 //! ```
+//! The SYN proxy's fields (`Proxied`): phase 0 none (every proxy byte 0), 1 opening (the
+//! cookie, the cookie's options, the client's window), 2 open (the shift, and each
+//! direction's rescale as the sender's window scale in the high nibble and the receiver's
+//! in the low one). They take bytes version 1 reserved as zero, so the version stays 1: a
+//! record without them is byte for byte what an earlier writer made, and an earlier reader
+//! refuses one with them (reserved bytes not zero) rather than misreading it.
 //! A reader never guesses: a batch of another version, record length or magic is refused
 //! whole with what it was, and a record with a value this version does not define (a state,
 //! a flag bit, a reserved byte) is refused with its index, so a newer writer's state is
 //! never misread as something else. A new layout is a new version; readers keep the old.
 
 use super::state::marks;
-use super::{Carry, Evidence, FlowRecord, FlowState, Track, track};
+use super::{Carry, Evidence, FlowRecord, FlowState, Proxied, Rescale, Track, track};
 use crate::hash::FlowKey;
 use config::ClientAddress;
 
@@ -196,6 +205,65 @@ fn put_record(r: &FlowRecord, b: &mut [u8; RECORD_LEN]) {
     b[100..104].copy_from_slice(&r.track.backend_next.to_le_bytes());
     b[104..108].copy_from_slice(&r.track.backend_acked.to_le_bytes());
     b[108..116].copy_from_slice(&r.age_ns.to_le_bytes());
+    put_proxied(&r.carry.proxy, &mut b[116..128]);
+}
+
+/// The SYN proxy's bytes (record offsets 116..128).
+fn put_proxied(p: &Proxied, b: &mut [u8]) {
+    let nibbles = |r: Rescale| (r.from << 4) | (r.to & 0x0f);
+    match *p {
+        Proxied::No => {}
+        Proxied::Opening {
+            cookie,
+            options,
+            window,
+        } => {
+            b[0] = 1;
+            b[1] = options;
+            b[4..8].copy_from_slice(&cookie.to_le_bytes());
+            b[8..10].copy_from_slice(&window.to_le_bytes());
+        }
+        Proxied::Open { shift, fwd, rev } => {
+            b[0] = 2;
+            b[1] = nibbles(fwd);
+            b[2] = nibbles(rev);
+            b[4..8].copy_from_slice(&shift.to_le_bytes());
+        }
+    }
+}
+
+/// The inverse of [`put_proxied`].
+fn get_proxied(b: &[u8]) -> Result<Proxied, &'static str> {
+    if b[3] != 0 || b[10..].iter().any(|&x| x != 0) {
+        return Err("reserved bytes are not zero");
+    }
+    let rescale = |x: u8| -> Result<Rescale, &'static str> {
+        let r = Rescale {
+            from: x >> 4,
+            to: x & 0x0f,
+        };
+        // RFC 7323 2.3: a window scale is at most 14.
+        if r.from > 14 || r.to > 14 {
+            return Err("window scale over 14");
+        }
+        Ok(r)
+    };
+    match b[0] {
+        0 if b[1..].iter().all(|&x| x == 0) => Ok(Proxied::No),
+        0 => Err("SYN proxy fields without a phase"),
+        1 if b[2] == 0 => Ok(Proxied::Opening {
+            cookie: u32_at(b, 4),
+            options: b[1],
+            window: u16_at(b, 8),
+        }),
+        2 if b[8..10] == [0, 0] => Ok(Proxied::Open {
+            shift: u32_at(b, 4),
+            fwd: rescale(b[1])?,
+            rev: rescale(b[2])?,
+        }),
+        1 | 2 => Err("SYN proxy field of the other phase"),
+        _ => Err("unknown SYN proxy phase"),
+    }
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -218,9 +286,7 @@ fn mapped(a: u128) -> bool {
 }
 
 fn get_record(b: &[u8]) -> Result<FlowRecord, &'static str> {
-    if b[116..RECORD_LEN].iter().any(|&x| x != 0) {
-        return Err("reserved bytes are not zero");
-    }
+    let proxy = get_proxied(&b[116..RECORD_LEN])?;
     let flags = b[37];
     if flags & !F_ALL != 0 {
         return Err("unknown flag bits");
@@ -285,6 +351,7 @@ fn get_record(b: &[u8]) -> Result<FlowRecord, &'static str> {
             base: u32_at(b, 88),
             delta: b[85],
             armed,
+            proxy,
         },
         track: Track {
             client_next: u32_at(b, 92),

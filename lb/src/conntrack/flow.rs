@@ -72,6 +72,72 @@ pub struct Carry {
     pub delta: u8,
     /// proxy-v2: the header went out (the shift applies). toa: `base` is known.
     pub armed: bool,
+    /// How the SYN proxy opened the flow, if it did (any TCP VIP of NAT or FullNAT).
+    pub proxy: Proxied,
+}
+
+/// A flow the SYN proxy opened (`process::synproxy`): the client's handshake was with the
+/// appliance, whose initial sequence number was the cookie; the backend's with the
+/// appliance on the client's behalf. The backend chose its own initial sequence number, so
+/// for the flow's life its sequence numbers move by a constant on their way to the client
+/// and the client's acknowledgements (and SACK edges) back on their way to the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Proxied {
+    /// The flow opened as any other: its SYN went to the backend.
+    #[default]
+    No,
+    /// The client's ACK carried a valid cookie; the SYN went to the backend, whose SYN-ACK
+    /// has not come yet.
+    Opening {
+        /// The appliance's initial sequence number toward the client.
+        cookie: u32,
+        /// What the cookie encoded of the client's SYN (`synproxy::cookie::Options`): what
+        /// a SYN sent again carries.
+        options: u8,
+        /// The window field of the client's ACK (scaled by its window scale): what the
+        /// handshake's ACK tells the backend.
+        window: u16,
+    },
+    /// The backend answered: the flow's segments are shifted.
+    Open {
+        /// The backend's initial sequence number less the cookie: what the backend's
+        /// sequence numbers lose toward the client, and the client's acknowledgements gain
+        /// toward the backend.
+        shift: u32,
+        /// How the client's window fields are rescaled for the backend.
+        fwd: Rescale,
+        /// How the backend's window fields are rescaled for the client.
+        rev: Rescale,
+    },
+}
+
+/// A window field's rescale between the window scale its sender applied and the one its
+/// receiver reads with (RFC 7323 2.3): the appliance announced its own scale to the client
+/// before the backend announced the backend's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rescale {
+    /// The shift the sender's window field is scaled by.
+    pub from: u8,
+    /// The shift the receiver multiplies the field by.
+    pub to: u8,
+}
+
+impl Rescale {
+    /// The field for the receiver: the same window in its scale, rounded down, at most
+    /// what 16 bits hold.
+    #[inline]
+    pub fn apply(self, w: u16) -> u16 {
+        if self.from == self.to {
+            return w;
+        }
+        let bytes = u64::from(w) << self.from;
+        (bytes >> self.to).min(0xffff) as u16
+    }
+
+    /// Whether the field changes at all.
+    pub fn is_identity(self) -> bool {
+        self.from == self.to
+    }
 }
 
 /// IANA protocol number of TCP.
@@ -85,6 +151,16 @@ impl Carry {
             u32::from(self.delta)
         } else {
             0
+        }
+    }
+
+    /// What the backend's sequence numbers lose on their way to the client (and the
+    /// client's acknowledgements gain on theirs to the backend): the SYN proxy's shift once
+    /// the backend answered, else 0.
+    pub fn isn_shift(&self) -> u32 {
+        match self.proxy {
+            Proxied::Open { shift, .. } => shift,
+            _ => 0,
         }
     }
 }

@@ -47,7 +47,7 @@ pub mod state;
 mod tests;
 pub mod track;
 
-pub use flow::{Carry, Flow, RevKey};
+pub use flow::{Carry, Flow, Proxied, Rescale, RevKey};
 pub use record::{FlowRecord, ImportError};
 pub use snat::{SNAT_PORT_MIN, SNAT_PROBES};
 pub use state::{CLASSES, Evidence, FlowState, Seen, first_state, is_syn, tcp_flags};
@@ -428,7 +428,9 @@ impl ConnTable {
                 len: seen.len,
                 flags,
             };
-            teardown = f.track.segment(!seen.reverse, &seg, f.carry.shift());
+            teardown = f
+                .track
+                .segment(!seen.reverse, &seg, f.carry.shift(), f.carry.isn_shift());
             match teardown {
                 track::Teardown::OutOfWindow if flags & tcp_flags::RST != 0 => {
                     self.stats.rst_out_of_window += 1;
@@ -440,6 +442,11 @@ impl ConnTable {
                 }
                 track::Teardown::None => {}
             }
+        }
+        if !seen.reverse {
+            // The state machine compares acknowledgements with the backend's SYN-ACK: a
+            // proxied client acknowledges in the cookie's space.
+            seen.ack = seen.ack.wrapping_add(f.carry.isn_shift());
         }
         let (st, m) = state::advance(f.state, f.evidence, flags, seen);
         f.evidence = m;

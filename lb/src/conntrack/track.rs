@@ -107,9 +107,10 @@ impl Track {
     /// it: a FIN or RST is judged before the segment can move anything, and only an
     /// in-window one is recorded. `shift` is what the client's sequence numbers gain on
     /// their way to the backend (a PROXY header sent), so the backend's acknowledgements
-    /// are read back in the client's space.
-    pub fn segment(&mut self, from_client: bool, s: &Segment, shift: u32) -> Teardown {
-        let verdict = self.judge(from_client, s, shift);
+    /// are read back in the client's space; `isn` what the backend's lose on their way to
+    /// the client (the SYN proxy's cookie), so the client's are read in the backend's.
+    pub fn segment(&mut self, from_client: bool, s: &Segment, shift: u32, isn: u32) -> Teardown {
+        let verdict = self.judge(from_client, s, shift, isn);
         if verdict != Teardown::OutOfWindow {
             self.record(from_client, s);
             if verdict == Teardown::InWindow {
@@ -167,7 +168,7 @@ impl Track {
 
     /// The sender's next sequence number and the other side's last acknowledgement of it
     /// (in the sender's space), where known.
-    fn sides(&self, from_client: bool, shift: u32) -> (Option<u32>, Option<u32>) {
+    fn sides(&self, from_client: bool, shift: u32, isn: u32) -> (Option<u32>, Option<u32>) {
         if from_client {
             (
                 (self.seen & seen::CLIENT != 0).then_some(self.client_next),
@@ -177,16 +178,16 @@ impl Track {
         } else {
             (
                 (self.seen & seen::BACKEND != 0).then_some(self.backend_next),
-                (self.seen & seen::CLIENT_ACK != 0).then_some(self.client_acked),
+                (self.seen & seen::CLIENT_ACK != 0).then(|| self.client_acked.wrapping_add(isn)),
             )
         }
     }
 
-    fn judge(&self, from_client: bool, s: &Segment, shift: u32) -> Teardown {
+    fn judge(&self, from_client: bool, s: &Segment, shift: u32, isn: u32) -> Teardown {
         if s.flags & (FIN | RST) == 0 {
             return Teardown::None;
         }
-        let (next, acked) = self.sides(from_client, shift);
+        let (next, acked) = self.sides(from_client, shift, isn);
         // A side whose sequence space is unknown (a flow from before tracking) cannot be
         // judged: its FIN and RST count as they always did.
         let Some(next) = next else {

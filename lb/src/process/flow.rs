@@ -16,6 +16,7 @@
 //! packets instead and never gives them a port.
 
 use super::admit::admit;
+use super::synproxy::Ask;
 use super::{DropReason, NONE, WorkerState, fullnat};
 use crate::conntrack::state::marks;
 use crate::conntrack::track::Segment;
@@ -129,8 +130,32 @@ impl Packet<'_> {
     }
 }
 
-/// Finds or creates the flow for a client → VIP packet.
+/// Finds or creates the flow for a client → VIP packet; `None` for a segment without a
+/// flow that the SYN proxy takes (`proxy`).
 pub(super) fn flow_for(
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    vip: u32,
+    p: Packet<'_>,
+    proxy: Ask,
+    now: u64,
+) -> Result<Option<FlowHit>, DropReason> {
+    let key = p.key;
+    if tables.vips[vip as usize].one_packet && key.proto == IpProtocol::UDP {
+        return one_packet(tables, ct, worker, vip, key, now).map(Some);
+    }
+    if let Some(id) = ct.lookup(key, now) {
+        return found(tables, ct, worker, vip, p, id, now).map(Some);
+    }
+    if proxy.takes(p.flags) {
+        return Ok(None);
+    }
+    unheld(tables, ct, worker, vip, p, now).map(Some)
+}
+
+/// [`flow_for`] for a packet whose flow the table does not hold.
+fn unheld(
     tables: &Tables,
     ct: &mut ConnTable,
     worker: &mut WorkerState,
@@ -139,12 +164,6 @@ pub(super) fn flow_for(
     now: u64,
 ) -> Result<FlowHit, DropReason> {
     let key = p.key;
-    if tables.vips[vip as usize].one_packet && key.proto == IpProtocol::UDP {
-        return one_packet(tables, ct, worker, vip, key, now);
-    }
-    if let Some(id) = ct.lookup(key, now) {
-        return found(tables, ct, worker, vip, p, id, now);
-    }
     match first_state(key.proto == IpProtocol::TCP, p.flags) {
         Some(st) => {
             let track = if st == FlowState::TcpSyn {

@@ -7,11 +7,12 @@
 
 use super::flow::{FlowHit, Packet, flow_for};
 use super::headers::{Ip, L4};
+use super::synproxy::{self, Ask};
 use super::{
     Decision, DropReason, Record, Verdict, WorkerState, catch_up, dr, fullnat, icmp, mss, nat,
     reset, teardown_flags,
 };
-use crate::conntrack::{Carry, ConnTable, Teardown};
+use crate::conntrack::{Carry, ConnTable, Proxied, Teardown, is_syn};
 use crate::frame::Frame;
 use crate::hash::FlowKey;
 use crate::tables::{BackendEntry, NextHop, Tables};
@@ -58,8 +59,8 @@ pub(super) fn forward<R: Record>(
     cx: &mut Ctx<'_, R>,
     s: &Seg<'_>,
 ) -> Verdict {
-    let mode = cx.tables.vips[s.vip as usize].mode;
-    let nat = matches!(mode, Mode::Nat | Mode::FullNat);
+    let v = &cx.tables.vips[s.vip as usize];
+    let nat = matches!(v.mode, Mode::Nat | Mode::FullNat);
     if nat && frame.data()[s.ip.ttl_at()] <= 1 {
         return ttl_expired(frame, cx, s);
     }
@@ -69,11 +70,27 @@ pub(super) fn forward<R: Record>(
     {
         catch_up(cx.ct, id, cx.rec);
     }
-    let hit = match flow_for(cx.tables, cx.ct, cx.worker, s.vip, s.packet(), cx.now) {
-        Ok(x) => x,
+    let ask = synproxy::ask(v, s.ip, cx.worker.flood_on());
+    let p = s.packet();
+    let hit = match flow_for(cx.tables, cx.ct, cx.worker, s.vip, p, ask, cx.now) {
+        Ok(Some(x)) => x,
+        Ok(None) => return proxied(frame, cx, s),
         Err(r) => return reset::refuse(frame, cx.tables, cx.worker, s.ip, s.l4, r),
     };
-    if nat {
+    deliver(frame, cx, s, hit)
+}
+
+/// The stages after the flow: the client's MAC, the backend's egress, the rewrite, the
+/// record.
+#[inline(always)]
+fn deliver<R: Record>(
+    frame: &mut Frame<'_>,
+    cx: &mut Ctx<'_, R>,
+    s: &Seg<'_>,
+    hit: FlowHit,
+) -> Verdict {
+    let mode = cx.tables.vips[s.vip as usize].mode;
+    if matches!(mode, Mode::Nat | Mode::FullNat) {
         learn_client(frame, cx, s, &hit);
     }
     let n = match cx.tables.backend_egress(hit.backend) {
@@ -87,6 +104,48 @@ pub(super) fn forward<R: Record>(
         record(cx, s, &hit, n, &b);
     }
     verdict
+}
+
+/// A segment without a flow that the SYN proxy takes (`synproxy`): a SYN is answered with
+/// a cookie; an ACK with a valid cookie becomes the client's SYN and opens the flow; any
+/// other ACK goes the way it would without the proxy.
+#[inline(never)]
+fn proxied<R: Record>(frame: &mut Frame<'_>, cx: &mut Ctx<'_, R>, s: &Seg<'_>) -> Verdict {
+    if is_syn(s.l4.flags) {
+        return synproxy::answer(frame, cx.tables, cx.worker, s.ip, s.l4, &s.key, cx.now);
+    }
+    let opened = match synproxy::open(frame, cx.worker, s.ip, s.l4, &s.key, cx.now) {
+        Ok(o) => o,
+        Err(r) => return cx.worker.drop(r),
+    };
+    let (ip, l4, proxied) = match &opened {
+        Some(o) => (&o.ip, &o.l4, o.proxied),
+        None => (s.ip, s.l4, Proxied::No),
+    };
+    let seg = Seg {
+        ip,
+        l4,
+        key: s.key,
+        vip: s.vip,
+        len: frame.len() as u64,
+    };
+    let p = seg.packet();
+    let mut hit = match flow_for(cx.tables, cx.ct, cx.worker, s.vip, p, Ask::NONE, cx.now) {
+        Ok(Some(x)) => x,
+        Ok(None) => return cx.worker.drop(DropReason::NoFlow),
+        Err(r) => return reset::refuse(frame, cx.tables, cx.worker, seg.ip, seg.l4, r),
+    };
+    if proxied != Proxied::No
+        && let Some(id) = cx.ct.lookup(&s.key, cx.now)
+    {
+        hit.carry.proxy = proxied;
+        let carry = Carry {
+            proxy: proxied,
+            ..cx.ct.flow(id).carry
+        };
+        cx.ct.set_carry(id, carry);
+    }
+    deliver(frame, cx, &seg, hit)
 }
 
 /// A routed frame (NAT, FullNAT) that arrived with TTL 1: time exceeded, within the ICMP
@@ -136,6 +195,16 @@ fn rewrite<R>(
 ) -> Verdict {
     let v = &cx.tables.vips[s.vip as usize];
     let (ip, l4) = (s.ip, s.l4);
+    let proxy = hit.carry.proxy;
+    if proxy != Proxied::No && ip.proto == IpProtocol::TCP {
+        if let Proxied::Opening { .. } = proxy
+            && !is_syn(l4.flags)
+        {
+            cx.worker.stats.syn_proxy_early += u64::from(l4.len > 0);
+            return cx.worker.drop(DropReason::ProxyOpening);
+        }
+        synproxy::shift_forward(frame.data_mut(), ip, l4, proxy);
+    }
     if fullnat::carries(v, &hit.carry, ip, b, hit.snat)
         && let Err(r) = fullnat::carry_forward(frame, cx.ct, cx.worker, ip, l4, &s.key, v, cx.now)
     {

@@ -105,12 +105,17 @@ pub(super) fn carry_forward(
                 base: seq.wrapping_add(1),
                 delta: proxyhdr::header_len(ip.v6),
                 armed: false,
+                proxy: c.proxy,
             },
             ClientAddress::Toa => Carry {
                 kind: ClientAddress::Toa,
+                proxy: c.proxy,
                 ..Carry::default()
             },
-            ClientAddress::None => Carry::default(),
+            ClientAddress::None => Carry {
+                proxy: c.proxy,
+                ..Carry::default()
+            },
         };
         ct.set_carry(id, fresh);
         return Ok(());

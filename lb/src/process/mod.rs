@@ -62,6 +62,7 @@ mod ratelimit;
 #[cfg(test)]
 mod record_tests;
 mod reset;
+mod synproxy;
 mod tcpopt;
 mod tenant;
 #[cfg(test)]
@@ -74,6 +75,7 @@ pub use flow::{Choice, Load, choose_backend};
 pub use fragtable::{FragOwners, FragStats, FragTable};
 pub use owner::owner;
 pub use ratelimit::IcmpLimiter;
+pub use synproxy::{CookieKey, OUR_WSCALE as SYN_PROXY_WSCALE, cookie as syn_cookie};
 pub use tenant::VXLAN_PORT as TENANT_VXLAN_PORT;
 pub use tunnel::{encapsulate_probe, tunnel_source};
 
@@ -89,6 +91,7 @@ use crate::tables::{NextHop, Tables};
 use config::Mode;
 use headers::{Ip, L4, parse_ip, parse_l4};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use wire::{EthernetFrame, IpProtocol, l3_offset};
 
 /// Bytes the datapath reserves in front of every frame for encapsulation: outer IPv6 (40) +
@@ -150,11 +153,14 @@ pub enum DropReason {
     /// A new flow while every eligible backend of its VIP is at its `max_connections`
     /// (`overflow = "drop"` or `"reset"`).
     Overflow,
+    /// A client segment of a flow the SYN proxy opened, before its backend answered (the
+    /// client sends it again).
+    ProxyOpening,
 }
 
 impl DropReason {
     /// Number of reasons (the counter array length).
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
 
     /// All reasons in index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -180,6 +186,7 @@ impl DropReason {
         DropReason::FragmentOversize,
         DropReason::TooBig,
         DropReason::Overflow,
+        DropReason::ProxyOpening,
     ];
 
     /// Counter index.
@@ -213,6 +220,7 @@ impl DropReason {
             DropReason::FragmentOversize => "fragment_oversize",
             DropReason::TooBig => "too_big",
             DropReason::Overflow => "overflow",
+            DropReason::ProxyOpening => "proxy_opening",
         }
     }
 }
@@ -316,6 +324,18 @@ pub struct WorkerStats {
     /// Answers to an outbound port no backend owns (the VIP has no backend), dropped as
     /// `no_backend`.
     pub outbound_unowned: u64,
+    /// SYNs the SYN proxy answered with a cookie (no state kept).
+    pub syn_proxy_answered: u64,
+    /// ACKs whose cookie checked: flows the SYN proxy opened toward a backend.
+    pub syn_proxy_opened: u64,
+    /// ACKs without a flow to a proxied VIP whose acknowledgement was no cookie of ours
+    /// (spoofed, too old, or of a flow whose entry is gone), handled as without the proxy.
+    pub syn_proxy_bad_cookies: u64,
+    /// Client data that came before the backend answered a proxied flow (dropped; the
+    /// client sends it again).
+    pub syn_proxy_early: u64,
+    /// Backends' SYN-ACKs of proxied flows turned into the handshake's last ACK.
+    pub syn_proxy_established: u64,
 }
 
 /// Per-worker mutable state: counters and scheduler state, sized for one table version.
@@ -352,6 +372,10 @@ pub struct WorkerState {
     /// The appliance's persistence table (shared by the workers; a private one until the
     /// engine sets it).
     persist: Option<Arc<PersistTable>>,
+    /// The SYN proxy's cookie secret (the appliance's, shared by its workers).
+    pub(crate) cookie_key: CookieKey,
+    /// Flood mode, as the control plane last saw it (the SYN proxy's `"flood"` setting).
+    flood: Option<Arc<AtomicBool>>,
 }
 
 /// Identifies a VIP's pool as the schedulers see it: name, scheduler, and each backend's
@@ -395,12 +419,33 @@ impl WorkerState {
             version: None,
             core: None,
             persist: None,
+            cookie_key: CookieKey::default(),
+            flood: None,
         }
     }
 
     /// Shares the appliance's persistence table with this worker.
     pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
         self.persist = Some(table);
+    }
+
+    /// Sets the SYN proxy's cookie secret (drawn once per appliance).
+    pub fn set_cookie_key(&mut self, key: CookieKey) {
+        self.cookie_key = key;
+    }
+
+    /// Shares the flag that says flood mode is on (the SYN proxy answers `"flood"` VIPs'
+    /// SYNs while it is set).
+    pub fn set_flood_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.flood = Some(flag);
+    }
+
+    /// Whether flood mode is on.
+    #[inline(always)]
+    fn flood_on(&self) -> bool {
+        self.flood
+            .as_ref()
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The persistence table (a private one is made at first use if none was set).

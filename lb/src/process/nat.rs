@@ -13,8 +13,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use wire::checksum::{self, addr_delta_v4, addr_delta_v6, delta16};
 
 use super::headers::{Ip, L4, set_macs};
-use super::{Decision, DropReason, Record, Verdict, WorkerState, fullnat};
-use crate::conntrack::{Carry, ConnTable, RevKey, Seen, Teardown};
+use super::{Decision, DropReason, Record, Verdict, WorkerState, fullnat, synproxy};
+use crate::conntrack::{Carry, ConnTable, Proxied, RevKey, Seen, Teardown};
 use crate::frame::Frame;
 use crate::tables::{BackendEntry, NextHop, Tables};
 use config::{ClientAddress, Mode};
@@ -58,6 +58,8 @@ pub(super) struct Return {
     pub(super) carry: Option<(u32, Carry)>,
     /// What the packet's FIN or RST counted for.
     pub(super) teardown: Teardown,
+    /// The flow's id and how the SYN proxy opened it, for a flow it opened.
+    pub(super) proxied: Option<(u32, Proxied)>,
 }
 
 /// A return packet matched a connection-table flow: refresh it and read what to rewrite.
@@ -85,6 +87,7 @@ pub(super) fn from_flow(ct: &mut ConnTable, id: u32, ip: &Ip, l4: &L4, now: u64)
         backend: f.backend,
         carry: (f.carry.kind != ClientAddress::None).then_some((id, f.carry)),
         teardown,
+        proxied: (f.carry.proxy != Proxied::No).then_some((id, f.carry.proxy)),
     }
 }
 
@@ -119,6 +122,7 @@ fn nat_return(
         backend: slot,
         carry: None,
         teardown: Teardown::None,
+        proxied: None,
     })
 }
 
@@ -158,6 +162,12 @@ pub(super) fn reverse<R: Record>(
         Ok(r) => r,
         Err(v) => return v,
     };
+    if let Some((id, p)) = r.proxied
+        && ip.proto == wire::IpProtocol::TCP
+        && l4.flags & SYN_ACK == SYN_ACK
+    {
+        return proxy_answered(frame, tables, ct, worker, ip, l4, &r, (id, p));
+    }
     let client = fullnat.then_some(r.client);
     let to = client.map_or(ip.dst, |c| c.0);
     let gw =
@@ -176,6 +186,11 @@ pub(super) fn reverse<R: Record>(
     if let Some((id, c)) = r.carry {
         fullnat::carry_reverse(d, ct, ip, l4, id, c);
     }
+    if let Some((_, p)) = r.proxied
+        && ip.proto == wire::IpProtocol::TCP
+    {
+        synproxy::shift_reverse(d, ip, l4, p);
+    }
     set_macs(d, &gw);
     if let Some(c) = worker.vip_packets.get_mut(r.vip as usize) {
         *c += 1;
@@ -191,6 +206,39 @@ pub(super) fn reverse<R: Record>(
         ));
     }
     worker.tx(gw.ifindex)
+}
+
+const SYN_ACK: u8 = wire::tcp::flags::SYN | wire::tcp::flags::ACK;
+
+/// The backend's SYN-ACK of a flow the SYN proxy opened (`synproxy`): the flow learns its
+/// shift, the client-address carry its SYN-ACK bookkeeping, and the frame becomes the
+/// handshake's last ACK toward the backend.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn proxy_answered(
+    frame: &mut Frame<'_>,
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    ip: &Ip,
+    l4: &L4,
+    r: &Return,
+    (id, p): (u32, Proxied),
+) -> Verdict {
+    let n = match tables.backend_egress(r.backend) {
+        Ok(n) => n,
+        Err(m) => return worker.drop(m.into()),
+    };
+    if let Some((id, c)) = r.carry {
+        fullnat::carry_reverse(frame.data_mut(), ct, ip, l4, id, c);
+    }
+    let open = synproxy::open_with(p, l4.seq, synproxy::backend_wscale(frame, ip));
+    let carry = Carry {
+        proxy: open,
+        ..ct.flow(id).carry
+    };
+    ct.set_carry(id, carry);
+    synproxy::backend_answered(frame, worker, ip, l4, (p, open), &n)
 }
 
 /// The hash that picks a multipath route's next hop for return traffic: the received

@@ -20,6 +20,10 @@ pub(super) mod kind {
     pub(crate) const NOP: u8 = 1;
     /// Maximum segment size.
     pub(crate) const MSS: u8 = 2;
+    /// Window scale (RFC 7323).
+    pub(crate) const WSCALE: u8 = 3;
+    /// SACK permitted (RFC 2018).
+    pub(crate) const SACK_PERMITTED: u8 = 4;
     /// SACK blocks (RFC 2018).
     pub(crate) const SACK: u8 = 5;
     /// TOA: the client's address (LVS/DPVS; not IANA-assigned, 254 is for experiments).
@@ -123,7 +127,11 @@ pub(super) fn bytes_delta(old: &[u8], new: &[u8], at: usize) -> u64 {
 /// Each well-formed option of the TCP header at `l4` with `hlen` bytes: `(kind, offset of
 /// the option from the segment's start, its length)`. Stops at EOL or at the first option
 /// whose length does not fit (what follows cannot be read safely).
-fn options(d: &[u8], l4: usize, hlen: usize) -> impl Iterator<Item = (u8, usize, usize)> + '_ {
+pub(super) fn options(
+    d: &[u8],
+    l4: usize,
+    hlen: usize,
+) -> impl Iterator<Item = (u8, usize, usize)> + '_ {
     let mut at = TCP_BASE;
     std::iter::from_fn(move || {
         loop {
@@ -164,6 +172,17 @@ pub(super) fn lower_mss(d: &mut [u8], ip: &Ip, t: &Tcp, by: u16) -> u64 {
 /// Moves every SACK edge beyond `base` back by `delta` ([`unshift`]); returns the checksum
 /// delta.
 pub(super) fn unshift_sack(d: &mut [u8], ip: &Ip, t: &Tcp, base: u32, delta: u32) -> u64 {
+    map_sack(d, ip, t, |x| unshift(x, base, delta))
+}
+
+/// Moves every SACK edge on by `by` (the SYN proxy's shift); returns the checksum delta.
+pub(super) fn shift_sack(d: &mut [u8], ip: &Ip, t: &Tcp, by: u32) -> u64 {
+    map_sack(d, ip, t, |x| x.wrapping_add(by))
+}
+
+/// Replaces every SACK edge `x` (of the first two SACK options) by `f(x)`; returns the
+/// checksum delta.
+fn map_sack(d: &mut [u8], ip: &Ip, t: &Tcp, f: impl Fn(u32) -> u32) -> u64 {
     let mut blocks = [(0usize, 0usize); 2];
     let mut n = 0;
     for (k, at, len) in options(d, ip.l4, t.hlen) {
@@ -177,7 +196,7 @@ pub(super) fn unshift_sack(d: &mut [u8], ip: &Ip, t: &Tcp, base: u32, delta: u32
         let mut e = at + 2;
         while e + 4 <= at + len {
             let o = read32(d, ip.l4 + e);
-            let new = unshift(o, base, delta);
+            let new = f(o);
             d[ip.l4 + e..ip.l4 + e + 4].copy_from_slice(&new.to_be_bytes());
             acc += bytes_delta(&o.to_be_bytes(), &new.to_be_bytes(), e);
             e += 4;

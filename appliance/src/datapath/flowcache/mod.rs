@@ -47,7 +47,7 @@ use super::steer::bpf_err;
 use crate::config::{ClientAddress, Mode};
 use crate::lb::BackendId;
 use crate::lb::FlowState;
-use crate::lb::conntrack::tcp_flags;
+use crate::lb::conntrack::{Proxied, tcp_flags};
 use crate::lb::hash::FlowKey;
 use crate::lb::process::Decision;
 use layout::{FRONT_SLOTS, front_index, key_bytes, key_from_bytes};
@@ -198,6 +198,11 @@ pub fn cacheable(d: &Decision) -> bool {
     // and every later one a shift the entry could not know yet. A toa flow before its
     // SYN-ACK: the entry would not know which segments carry the option.
     if d.carry.kind != ClientAddress::None && !d.carry.armed {
+        return false;
+    }
+    // A flow the SYN proxy opened: its sequence shift is the engine's alone for now (the
+    // program's carry knows the client-address kinds only).
+    if d.carry.proxy != Proxied::No {
         return false;
     }
     match d.flow {
@@ -769,6 +774,7 @@ mod tests {
             base: 1001,
             delta: 28,
             armed: false,
+            ..Carry::default()
         };
         let d = Decision {
             carry: waiting,
@@ -803,6 +809,7 @@ mod tests {
             base: 77,
             delta: 0,
             armed: true,
+            ..Carry::default()
         };
         let t = Decision { carry: toa, ..est };
         assert_eq!(
@@ -811,6 +818,37 @@ mod tests {
         );
         let t = Decision { reverse: true, ..t };
         assert_eq!(entry_for(&t, 1).expect("entry").carry, CacheCarry::None);
+    }
+
+    /// A flow the SYN proxy opened is the engine's: the program does not know its shift.
+    #[test]
+    fn syn_proxied_flows_are_not_cached() {
+        use crate::lb::conntrack::{Carry, Rescale};
+        let est = decision(Mode::Nat, FlowState::TcpEstablished, tcp_flags::ACK);
+        assert!(cacheable(&est));
+        let proxied = Carry {
+            proxy: Proxied::Open {
+                shift: 12345,
+                fwd: Rescale::default(),
+                rev: Rescale::default(),
+            },
+            ..Carry::default()
+        };
+        assert!(!cacheable(&Decision {
+            carry: proxied,
+            ..est
+        }));
+        let answer = decision(
+            Mode::Nat,
+            FlowState::TcpSyn,
+            tcp_flags::SYN | tcp_flags::ACK,
+        );
+        let answer = Decision {
+            reverse: true,
+            carry: proxied,
+            ..answer
+        };
+        assert!(!cacheable(&answer));
     }
 
     #[test]

@@ -11,6 +11,25 @@ fn v4(a: u32) -> u128 {
     0xffff_0000_0000 | u128::from(a)
 }
 
+fn proxied() -> impl Strategy<Value = Proxied> {
+    let rescale = (0u8..=14, 0u8..=14).prop_map(|(from, to)| Rescale { from, to });
+    prop_oneof![
+        Just(Proxied::No),
+        (any::<u32>(), any::<u8>(), any::<u16>()).prop_map(|(cookie, options, window)| {
+            Proxied::Opening {
+                cookie,
+                options,
+                window,
+            }
+        }),
+        (any::<u32>(), rescale.clone(), rescale).prop_map(|(shift, fwd, rev)| Proxied::Open {
+            shift,
+            fwd,
+            rev
+        }),
+    ]
+}
+
 fn record() -> impl Strategy<Value = FlowRecord> {
     let key = (
         any::<bool>(),
@@ -39,10 +58,20 @@ fn record() -> impl Strategy<Value = FlowRecord> {
         proptest::option::of(any::<(u128, u16)>()),
         (0u8..3, any::<u32>(), any::<u8>(), any::<bool>()),
         (any::<[u32; 4]>(), 0u8..=track::seen::ALL),
-        any::<u64>(),
+        (any::<u64>(), proxied()),
     )
         .prop_map(
-            |(key, backend, st, m, syn_ack, snat, (kind, base, delta, armed), (t, seen), age)| {
+            |(
+                key,
+                backend,
+                st,
+                m,
+                syn_ack,
+                snat,
+                (kind, base, delta, armed),
+                (t, seen),
+                (age, proxy),
+            )| {
                 let state = if key.proto == 6 {
                     [
                         FlowState::TcpSyn,
@@ -67,6 +96,7 @@ fn record() -> impl Strategy<Value = FlowRecord> {
                         base,
                         delta,
                         armed,
+                        proxy,
                     },
                     track: Track {
                         client_next: t[0],
@@ -130,6 +160,11 @@ fn sample() -> Vec<FlowRecord> {
                 base: 0x0102_0304,
                 delta: 28,
                 armed: true,
+                proxy: Proxied::Open {
+                    shift: 0x0bad_cafe,
+                    fwd: Rescale { from: 7, to: 10 },
+                    rev: Rescale { from: 10, to: 7 },
+                },
             },
             track: Track {
                 client_next: 0x0102_0305,
@@ -158,10 +193,47 @@ fn sample() -> Vec<FlowRecord> {
             track: Track::default(),
             age_ns: 7,
         },
+        FlowRecord {
+            key: FlowKey {
+                sport: 40001,
+                ..key
+            },
+            backend: (v4(0x0a01_000b), 8080),
+            state: FlowState::TcpSyn,
+            evidence: Evidence::default(),
+            snat: None,
+            carry: Carry {
+                proxy: Proxied::Opening {
+                    cookie: 0x89ab_cdef,
+                    options: 0xae,
+                    window: 502,
+                },
+                ..Carry::default()
+            },
+            track: Track {
+                client_next: 0x0102_0305,
+                seen: track::seen::CLIENT,
+                ..Track::default()
+            },
+            age_ns: 20_000_000,
+        },
     ]
 }
 
-/// The committed version-1 batch of [`sample`]: a build that changes the layout without a
+/// The records of [`sample`] a version-1 writer made before the SYN proxy's fields: the
+/// first two, with no proxy.
+fn sample_v1() -> Vec<FlowRecord> {
+    sample()
+        .into_iter()
+        .take(2)
+        .map(|mut r| {
+            r.carry.proxy = Proxied::No;
+            r
+        })
+        .collect()
+}
+
+/// The committed version-1 batch of [`sample_v1`]: a build that changes the layout without a
 /// new version fails here.
 const V1_FIXTURE: &str = include_str!("v1.hex");
 
@@ -178,8 +250,31 @@ fn a_version_1_batch_still_reads_the_same() {
     let bytes = unhex(V1_FIXTURE);
     let (records, used) = decode(&bytes).expect("the v1 fixture decodes");
     assert_eq!(used, bytes.len());
-    assert_eq!(records, sample());
-    assert_eq!(encode(&sample()), bytes, "the layout of version 1 changed");
+    assert_eq!(records, sample_v1());
+    assert_eq!(
+        encode(&sample_v1()),
+        bytes,
+        "the layout of version 1 changed"
+    );
+}
+
+/// The SYN proxy's fields live in bytes version 1 reserved as zero: a record without them is
+/// byte for byte what a writer before them made, and one with them is one such a reader
+/// refuses (with its index) rather than misreads.
+#[test]
+fn proxy_fields_use_only_the_reserved_bytes() {
+    let old = encode(&sample_v1());
+    let new = encode(&sample()[..2]);
+    assert_eq!(old.len(), new.len());
+    let differ: Vec<usize> = (0..old.len()).filter(|&i| old[i] != new[i]).collect();
+    assert!(!differ.is_empty());
+    for i in differ {
+        let at = (i - HEADER_LEN) % RECORD_LEN;
+        assert!(
+            (116..RECORD_LEN).contains(&at),
+            "byte {at} of a record changed"
+        );
+    }
 }
 
 #[test]
@@ -204,13 +299,17 @@ fn other_versions_and_undefined_values_are_refused() {
         decode(&good[..good.len() - 1]).unwrap_err(),
         CodecError::Truncated { .. }
     ));
-    let cases: [(usize, u8, &str); 7] = [
+    let cases: [(usize, u8, &str); 11] = [
         (HEADER_LEN + 38, 9, "unknown state"),
         (HEADER_LEN + 37, 0x80, "unknown flag bits"),
         (HEADER_LEN + 36, 1, "protocol is neither TCP nor UDP"),
         (HEADER_LEN + 84, 3, "unknown client-address kind"),
         (HEADER_LEN + 86, 2, "carry armed is neither 0 nor 1"),
-        (HEADER_LEN + 120, 1, "reserved bytes are not zero"),
+        (HEADER_LEN + 119, 1, "reserved bytes are not zero"),
+        (HEADER_LEN + 127, 1, "reserved bytes are not zero"),
+        (HEADER_LEN + 116, 3, "unknown SYN proxy phase"),
+        (HEADER_LEN + 124, 1, "SYN proxy field of the other phase"),
+        (HEADER_LEN + 117, 0xf0, "window scale over 14"),
         (HEADER_LEN + 38, 3, "state of the other protocol"),
     ];
     for (at, value, what) in cases {

@@ -1,0 +1,406 @@
+//! The SYN proxy (issue 42; DPVS's `synproxy` is the model): for a NAT or FullNAT TCP VIP
+//! with `syn_proxy = "always"`, or `"flood"` while flood mode is on, the appliance answers
+//! a client's SYN itself with a SYN-ACK whose sequence number is a SYN cookie
+//! ([`cookie`]), and keeps nothing. Only the client's ACK that carries a valid cookie
+//! makes state: it is turned in place into the SYN the client sent ([`open`]), which goes
+//! the way of any new flow (scheduling, budgets, the FullNAT port, the client-address
+//! carry). The backend's SYN-ACK is turned into the handshake's last ACK toward the backend
+//! ([`backend_answered`]); from then on the backend's sequence numbers lose a constant
+//! (its initial sequence number less the cookie) on their way to the client, and the
+//! client's acknowledgements and SACK edges gain it on theirs ([`shift_forward`],
+//! [`shift_reverse`]), with window fields rescaled where the two handshakes agreed on
+//! different window scales.
+//!
+//! What the cookie cannot carry is lost, as with Linux's cookies without timestamps: the
+//! client's timestamps option (the connection runs without timestamps), and the data of a
+//! client segment that comes before the backend answered (dropped as `proxy_opening`; the
+//! client sends it again).
+
+pub mod cookie;
+
+use std::net::Ipv6Addr;
+
+use wire::{EtherType, IpProtocol, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr, tcp};
+
+pub use cookie::CookieKey;
+use cookie::{NO_WSCALE, Options};
+
+use super::headers::{Ip, L4, parse_ip, parse_l4, set_macs, u128_v4};
+use super::icmp::reply_egress;
+use super::tcpopt::{self, kind};
+use super::{DropReason, OUTER_TTL, Verdict, WorkerState};
+use crate::conntrack::{Proxied, Rescale};
+use crate::frame::Frame;
+use crate::hash::FlowKey;
+use crate::tables::{NextHop, Tables, VipEntry};
+use config::{Mode, SynProxy};
+
+/// The window scale the appliance announces to a client that offered one: what Linux
+/// announces with its default buffers, so that behind a Linux backend no window needs
+/// rescaling.
+pub const OUR_WSCALE: u8 = 7;
+
+/// The flags that tell a handshake's segments apart.
+const SAFR: u8 = tcp::flags::SYN | tcp::flags::ACK | tcp::flags::FIN | tcp::flags::RST;
+
+/// What the SYN proxy takes of a client segment whose flow the table does not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Ask {
+    /// A SYN: answered with a cookie.
+    pub(super) syn: bool,
+    /// An ACK: checked for a cookie.
+    pub(super) ack: bool,
+}
+
+impl Ask {
+    /// Nothing: every segment goes the way it would without the proxy.
+    pub(super) const NONE: Ask = Ask {
+        syn: false,
+        ack: false,
+    };
+
+    /// Whether a segment with TCP `flags` is the proxy's.
+    #[inline(always)]
+    pub(super) fn takes(self, flags: u8) -> bool {
+        match flags & SAFR {
+            tcp::flags::SYN => self.syn,
+            tcp::flags::ACK => self.ack,
+            _ => false,
+        }
+    }
+}
+
+/// What the proxy takes of VIP `v`'s TCP segments: SYNs while it answers them (always, or
+/// in flood mode), ACKs whenever it may have answered (a cookie outlives flood mode by up
+/// to two minutes). Tenant VIPs are left alone: their clients are behind VXLAN, where the
+/// appliance originates nothing.
+#[inline(always)]
+pub(super) fn ask(v: &VipEntry, ip: &Ip, flood: bool) -> Ask {
+    if ip.proto != IpProtocol::TCP || ip.zone != 0 || !matches!(v.mode, Mode::Nat | Mode::FullNat) {
+        return Ask::NONE;
+    }
+    match v.syn_proxy {
+        SynProxy::Off => Ask::NONE,
+        SynProxy::Flood => Ask {
+            syn: flood,
+            ack: true,
+        },
+        SynProxy::Always => Ask {
+            syn: true,
+            ack: true,
+        },
+    }
+}
+
+/// What a SYN's options ask for (MSS, window scale, SACK-permitted), as a cookie keeps it.
+fn syn_options(d: &[u8], ip: &Ip) -> Options {
+    let t = tcpopt::tcp(d, ip);
+    let (mut mss, mut ws, mut sack) = (None, None, false);
+    for (k, at, len) in tcpopt::options(d, ip.l4, t.hlen) {
+        let v = ip.l4 + at + 2;
+        match (k, len) {
+            (kind::MSS, 4) => mss = Some(u16::from_be_bytes([d[v], d[v + 1]])),
+            (kind::WSCALE, 3) => ws = Some(d[v]),
+            (kind::SACK_PERMITTED, 2) => sack = true,
+            _ => {}
+        }
+    }
+    Options::of_syn(mss, ws, sack)
+}
+
+/// The options of a SYN or SYN-ACK that asks for `o`, announcing `wscale` for its sender
+/// when `o` has one: MSS, then SACK-permitted and window scale each behind NOPs (12 bytes
+/// at most, 4-aligned).
+fn handshake_options(o: Options, wscale: u8, out: &mut [u8; 12]) -> usize {
+    let mss = o.mss_value().to_be_bytes();
+    out[..4].copy_from_slice(&[kind::MSS, 4, mss[0], mss[1]]);
+    let mut n = 4;
+    if o.sack {
+        out[n..n + 4].copy_from_slice(&[kind::NOP, kind::NOP, kind::SACK_PERMITTED, 2]);
+        n += 4;
+    }
+    if o.wscale != NO_WSCALE {
+        out[n..n + 4].copy_from_slice(&[kind::NOP, kind::WSCALE, 3, wscale]);
+        n += 4;
+    }
+    n
+}
+
+/// A TCP segment with no payload built over the frame from its IP header on: `src` to
+/// `dst` (addresses in the packet path's `u128` form, of `ip`'s family) with `ttl`.
+fn emit(
+    frame: &mut Frame<'_>,
+    ip: &Ip,
+    (src, dst): (u128, u128),
+    ttl: u8,
+    seg: &TcpRepr<'_>,
+) -> Result<(), DropReason> {
+    let l3 = ip.l3;
+    let tcp_len = tcp::HEADER_LEN + seg.options.len().next_multiple_of(4);
+    let hdr = if ip.v6 { 40 } else { 20 };
+    frame
+        .set_len(l3 + hdr + tcp_len)
+        .map_err(|_| DropReason::NoRoom)?;
+    let ip_repr: IpRepr = if ip.v6 {
+        let mut r = Ipv6Repr::new(
+            Ipv6Addr::from_bits(src),
+            Ipv6Addr::from_bits(dst),
+            IpProtocol::Tcp,
+            tcp_len,
+        );
+        r.hop_limit = ttl;
+        r.into()
+    } else {
+        let mut r = Ipv4Repr::new(u128_v4(src), u128_v4(dst), IpProtocol::Tcp, tcp_len);
+        r.ttl = ttl;
+        r.into()
+    };
+    let d = frame.data_mut();
+    ip_repr
+        .emit(&mut d[l3..], true)
+        .and_then(|at| seg.emit(&mut d[l3 + at..], ip_repr.src(), ip_repr.dst(), true))
+        .map(|_| ())
+        .map_err(|_| DropReason::NoRoom)
+}
+
+/// A client's SYN to a proxied VIP: answered in place with a SYN-ACK from the VIP whose
+/// sequence number is the cookie, toward the client by route; nothing is kept.
+pub(super) fn answer(
+    frame: &mut Frame<'_>,
+    tables: &Tables,
+    worker: &mut WorkerState,
+    ip: &Ip,
+    l4: &L4,
+    key: &FlowKey,
+    now: u64,
+) -> Verdict {
+    let n = match reply_egress(tables, ip) {
+        Ok(n) => n,
+        Err(m) => return worker.drop(m.into()),
+    };
+    let o = syn_options(frame.data(), ip);
+    let cookie = cookie::make(&worker.cookie_key, key, l4.seq, o, now);
+    let mut opts = [0u8; 12];
+    let len = handshake_options(o, OUR_WSCALE, &mut opts);
+    let syn_ack = TcpRepr {
+        src_port: l4.dport,
+        dst_port: l4.sport,
+        seq_number: cookie,
+        ack_number: l4.seq.wrapping_add(1),
+        flags: tcp::flags::SYN | tcp::flags::ACK,
+        window_len: u16::MAX,
+        urgent_at: 0,
+        options: &opts[..len],
+        payload: &[],
+    };
+    if let Err(r) = emit(frame, ip, (ip.dst, ip.src), OUTER_TTL, &syn_ack) {
+        return worker.drop(r);
+    }
+    set_macs(frame.data_mut(), &n);
+    worker.stats.syn_proxy_answered += 1;
+    worker.tx(n.ifindex)
+}
+
+/// A client's SYN rebuilt from its ACK: the headers to forward it with, and what the flow
+/// keeps of the cookie.
+pub(super) struct Opened {
+    pub(super) ip: Ip,
+    pub(super) l4: L4,
+    pub(super) proxied: Proxied,
+}
+
+/// A client's ACK without a flow: when its acknowledgement is a cookie this appliance made
+/// (this period or the last) for its tuple and sequence number, the frame becomes the SYN
+/// the client sent (same addresses, ports, TTL and initial sequence number; the options the
+/// cookie kept) and the flow opens with it. `None` (counted) for any other ACK, which goes
+/// the way it would without the proxy.
+pub(super) fn open(
+    frame: &mut Frame<'_>,
+    worker: &mut WorkerState,
+    ip: &Ip,
+    l4: &L4,
+    key: &FlowKey,
+    now: u64,
+) -> Result<Option<Opened>, DropReason> {
+    let isn = l4.seq.wrapping_sub(1);
+    let cookie = l4.ack.wrapping_sub(1);
+    let Some(o) = cookie::check(&worker.cookie_key, key, isn, cookie, now) else {
+        worker.stats.syn_proxy_bad_cookies += 1;
+        return Ok(None);
+    };
+    let d = frame.data();
+    let window = u16::from_be_bytes([d[ip.l4 + 14], d[ip.l4 + 15]]);
+    let ttl = d[ip.ttl_at()];
+    if l4.len > 0 {
+        worker.stats.syn_proxy_early += 1;
+    }
+    // The SYN's window is never scaled: the client's, as far as 16 bits say it.
+    let ws = if o.wscale == NO_WSCALE { 0 } else { o.wscale };
+    let syn_window = (u32::from(window) << ws).min(0xffff) as u16;
+    let mut opts = [0u8; 12];
+    let len = handshake_options(o, o.wscale, &mut opts);
+    let syn = TcpRepr {
+        src_port: l4.sport,
+        dst_port: l4.dport,
+        seq_number: isn,
+        ack_number: 0,
+        flags: tcp::flags::SYN,
+        window_len: syn_window,
+        urgent_at: 0,
+        options: &opts[..len],
+        payload: &[],
+    };
+    emit(frame, ip, (ip.src, ip.dst), ttl, &syn)?;
+    let ethertype = if ip.v6 {
+        EtherType::Ipv6
+    } else {
+        EtherType::Ipv4
+    };
+    let new_ip = parse_ip(frame.data(), ip.l3, ethertype)?.ok_or(DropReason::Malformed)?;
+    let new_l4 = parse_l4(frame.data(), &new_ip)?;
+    worker.stats.syn_proxy_opened += 1;
+    Ok(Some(Opened {
+        ip: Ip {
+            zone: ip.zone,
+            ..new_ip
+        },
+        l4: new_l4,
+        proxied: Proxied::Opening {
+            cookie,
+            options: o.byte(),
+            window,
+        },
+    }))
+}
+
+/// The backend's window scale in its SYN-ACK, if it agreed to scaling.
+pub(super) fn backend_wscale(frame: &Frame<'_>, ip: &Ip) -> Option<u8> {
+    let d = frame.data();
+    let t = tcpopt::tcp(d, ip);
+    tcpopt::options(d, ip.l4, t.hlen)
+        .find(|(k, _, len)| *k == kind::WSCALE && *len == 3)
+        .map(|(_, at, _)| d[ip.l4 + at + 2].min(14))
+}
+
+/// The flow's shift and rescales once the backend answered `p` (an opening flow) with a
+/// SYN-ACK of initial sequence number `backend_isn` and window scale `backend_ws`.
+pub(super) fn open_with(p: Proxied, backend_isn: u32, backend_ws: Option<u8>) -> Proxied {
+    let (cookie, options) = match p {
+        Proxied::Opening {
+            cookie, options, ..
+        } => (cookie, options),
+        other => return other,
+    };
+    let client_ws = Options::of_byte(options).wscale;
+    let (fwd, rev) = match (client_ws, backend_ws) {
+        (NO_WSCALE, _) => (Rescale::default(), Rescale::default()),
+        // The backend declined scaling: neither of its directions scales.
+        (c, None) => (
+            Rescale { from: c, to: 0 },
+            Rescale {
+                from: 0,
+                to: OUR_WSCALE,
+            },
+        ),
+        (c, Some(b)) => (
+            Rescale { from: c, to: c },
+            Rescale {
+                from: b,
+                to: OUR_WSCALE,
+            },
+        ),
+    };
+    Proxied::Open {
+        shift: backend_isn.wrapping_sub(cookie),
+        fwd,
+        rev,
+    }
+}
+
+/// The backend's SYN-ACK on a proxied flow (`p`, after [`open_with`]): rebuilt in place as
+/// the handshake's last ACK from the client's side (the client's address, or the FullNAT
+/// source, and port) toward the backend, over `n`, with the window the client's ACK
+/// announced. The client already finished its handshake with the appliance: it never sees
+/// the SYN-ACK.
+pub(super) fn backend_answered(
+    frame: &mut Frame<'_>,
+    worker: &mut WorkerState,
+    ip: &Ip,
+    l4: &L4,
+    (opening, open): (Proxied, Proxied),
+    n: &NextHop,
+) -> Verdict {
+    let window = match (opening, open) {
+        (Proxied::Opening { window, .. }, Proxied::Open { fwd, .. }) => fwd.apply(window),
+        // A SYN-ACK sent again after the flow opened: the window is the backend's to
+        // learn from the client's next segment.
+        (_, Proxied::Open { fwd, .. }) => fwd.apply(u16::MAX),
+        _ => u16::MAX,
+    };
+    let ack = TcpRepr {
+        src_port: l4.dport,
+        dst_port: l4.sport,
+        seq_number: l4.ack,
+        ack_number: l4.seq.wrapping_add(1),
+        flags: tcp::flags::ACK,
+        window_len: window,
+        urgent_at: 0,
+        options: &[],
+        payload: &[],
+    };
+    if let Err(r) = emit(frame, ip, (ip.dst, ip.src), OUTER_TTL, &ack) {
+        return worker.drop(r);
+    }
+    set_macs(frame.data_mut(), n);
+    worker.stats.syn_proxy_established += 1;
+    worker.tx(n.ifindex)
+}
+
+/// Writes the window field; returns its checksum delta.
+fn set_window(d: &mut [u8], ip: &Ip, r: Rescale) -> u64 {
+    let at = ip.l4 + 14;
+    let old = u16::from_be_bytes([d[at], d[at + 1]]);
+    let new = r.apply(old);
+    d[at..at + 2].copy_from_slice(&new.to_be_bytes());
+    wire::checksum::delta16(old, new)
+}
+
+/// A client → backend segment of an opened proxied flow: its acknowledgement and SACK
+/// edges in the backend's space, its window in the backend's scale.
+pub(super) fn shift_forward(d: &mut [u8], ip: &Ip, l4: &L4, p: Proxied) {
+    let Proxied::Open { shift, fwd, .. } = p else {
+        return;
+    };
+    let t = tcpopt::tcp(d, ip);
+    let mut acc = 0;
+    if t.flags & tcp::flags::ACK != 0 {
+        acc += tcpopt::set_ack(d, ip, t.ack.wrapping_add(shift));
+        acc += tcpopt::shift_sack(d, ip, &t, shift);
+    }
+    if !fwd.is_identity() {
+        acc += set_window(d, ip, fwd);
+    }
+    l4.csum.patch_delta(d, acc);
+}
+
+/// A backend → client segment of a proxied flow: opened, its sequence number in the
+/// cookie's space and its window in the scale the client was told; still opening, a RST
+/// (the backend refused the connection) at the sequence number the client expects, so
+/// that it ends the connection the client believes open.
+pub(super) fn shift_reverse(d: &mut [u8], ip: &Ip, l4: &L4, p: Proxied) {
+    let t = tcpopt::tcp(d, ip);
+    let acc = match p {
+        Proxied::Open { shift, rev, .. } => {
+            let mut acc = tcpopt::set_seq(d, ip, t.seq.wrapping_sub(shift));
+            if !rev.is_identity() {
+                acc += set_window(d, ip, rev);
+            }
+            acc
+        }
+        Proxied::Opening { cookie, .. } if t.flags & tcp::flags::RST != 0 => {
+            tcpopt::set_seq(d, ip, cookie.wrapping_add(1))
+        }
+        _ => return,
+    };
+    l4.csum.patch_delta(d, acc);
+}
