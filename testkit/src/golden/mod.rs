@@ -22,6 +22,7 @@ mod nat;
 mod outbound;
 pub mod setup;
 mod stateless;
+mod synproxy;
 mod teardown;
 mod tenant;
 mod tunnel;
@@ -91,6 +92,14 @@ pub enum Counter {
     RstOutOfWindow,
     /// The connection table's `fin_out_of_window`: the same for a FIN.
     FinOutOfWindow,
+    /// `syn_proxy_answered`: a SYN answered with a cookie.
+    SynProxyAnswered,
+    /// `syn_proxy_opened`: an ACK's cookie checked, the flow opened toward a backend.
+    SynProxyOpened,
+    /// `syn_proxy_bad_cookies`: an ACK without a flow whose acknowledgement is no cookie.
+    SynProxyBadCookies,
+    /// `syn_proxy_established`: a backend's SYN-ACK turned into the handshake's last ACK.
+    SynProxyEstablished,
 }
 
 impl Counter {
@@ -107,6 +116,10 @@ impl Counter {
             Counter::ProxyHeaders => s.proxy_headers,
             Counter::ToaOptions => s.toa_options,
             Counter::TooBigSent => s.too_big_sent,
+            Counter::SynProxyAnswered => s.syn_proxy_answered,
+            Counter::SynProxyOpened => s.syn_proxy_opened,
+            Counter::SynProxyBadCookies => s.syn_proxy_bad_cookies,
+            Counter::SynProxyEstablished => s.syn_proxy_established,
         }
     }
 }
@@ -202,7 +215,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 15] = [
+    let groups: [&[Row]; 16] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
@@ -218,6 +231,7 @@ pub fn fixtures() -> Vec<Fixture> {
         outbound::ROWS,
         tenant::ROWS,
         teardown::ROWS,
+        synproxy::ROWS,
     ];
     groups
         .iter()
