@@ -57,6 +57,56 @@ pub struct Status {
     /// the workers.
     #[serde(default)]
     pub lvs: Lvs,
+    /// How this process took over from the one before it (`sluice run --takeover`, or a
+    /// restart), `None` when it started cold.
+    #[serde(default)]
+    pub takeover: Option<Takeover>,
+}
+
+/// A takeover's outcome: the connections the process before this one handed over.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Takeover {
+    /// The table version the process before ran.
+    pub from_version: u64,
+    /// Flows it handed over.
+    pub flows_handed: u64,
+    /// Of those, flows in this process's tables.
+    pub flows_carried: u64,
+    /// Flows refused (their VIP is gone or changed mode, expired, no room): lost.
+    pub flows_lost: u64,
+    /// Of the carried flows, those whose XDP flow-cache entries went on forwarding.
+    pub flows_cached: u64,
+    /// Milliseconds in which no engine ran (the tables asked for until this process's
+    /// workers ran): only the flow cache forwarded, other frames were held.
+    pub held_ms: u64,
+    /// Milliseconds from the first question to the old process's exit.
+    pub total_ms: u64,
+    /// Why the state could not be used (the process started cold), if it could not.
+    #[serde(default)]
+    pub cold: Option<String>,
+}
+
+impl std::fmt::Display for Takeover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cold {
+            Some(why) => write!(
+                f,
+                "took over from version {} cold: {why}",
+                self.from_version
+            ),
+            None => write!(
+                f,
+                "took over from version {}: {} of {} flows carried ({} lost, {} in the flow cache), engines held {} ms, {} ms in all",
+                self.from_version,
+                self.flows_carried,
+                self.flows_handed,
+                self.flows_lost,
+                self.flows_cached,
+                self.held_ms,
+                self.total_ms
+            ),
+        }
+    }
 }
 
 /// The LVS features' counters: the shared persistence table, connection limits and their

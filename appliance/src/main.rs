@@ -34,6 +34,11 @@ enum Command {
         /// Configuration file.
         #[arg(long, short, default_value = config::DEFAULT_PATH)]
         config: PathBuf,
+        /// Take over from the appliance running on this config: its connections, XDP
+        /// program and flow cache go on in this process, without a reset (an upgrade or a
+        /// restart); the old process exits once this one forwards.
+        #[arg(long)]
+        takeover: bool,
     },
     /// Show which backend a flow gets, by which rule and Maglev slot, computed by the same
     /// code the datapath runs.
@@ -286,7 +291,7 @@ fn main() -> ExitCode {
             no_color,
             refresh,
         } => console(&api, no_color, refresh),
-        Command::Run { config } => run(&config),
+        Command::Run { config, takeover } => run(&config, takeover),
         Command::Import {
             from: ImportFrom::Keepalived { file, output },
         } => import_keepalived(&file, output.as_deref()),
@@ -606,7 +611,7 @@ fn raise_nofile() {
     }
 }
 
-fn run(path: &std::path::Path) -> ExitCode {
+fn run(path: &std::path::Path, takeover: bool) -> ExitCode {
     init_logging();
     raise_nofile();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -620,7 +625,7 @@ fn run(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(sluice::control::run(path)) {
+    match rt.block_on(sluice::control::run(path, takeover)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice run: {e}");

@@ -83,7 +83,26 @@ impl Xsk {
     /// Creates the UMEM and socket: zero-copy first, copy mode when the driver refuses.
     /// The socket is created without libxdp's default program (we bring our own) and with
     /// `need_wakeup`, so an idle socket costs no CPU.
+    ///
+    /// A queue still busy is tried again for up to two seconds: the kernel releases a
+    /// closed socket's hold on its queue in deferred work, so a process taking over from
+    /// one that has just closed its sockets can find the queue busy for a moment.
     pub fn new(cfg: &XskConfig) -> io::Result<Xsk> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            match Xsk::new_once(cfg) {
+                Err(e)
+                    if e.kind() == io::ErrorKind::ResourceBusy
+                        && std::time::Instant::now() < until =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn new_once(cfg: &XskConfig) -> io::Result<Xsk> {
         match Xsk::create(cfg, true) {
             Ok(x) => Ok(x),
             Err(zc) => {

@@ -52,8 +52,8 @@ pub enum Flow {
 
 /// Everything the control loop does I/O with.
 pub struct Io {
-    shared: Arc<Shared>,
-    dp: Datapath,
+    pub(super) shared: Arc<Shared>,
+    pub(super) dp: Datapath,
     prober: health::Prober,
     announcer: Option<Announcer>,
     /// Resolution requests to the routes-and-neighbours task.
@@ -437,7 +437,7 @@ impl Io {
     }
 
     /// The process stops: the API listeners close and systemd hears so.
-    fn stopping(&mut self) {
+    pub(super) fn stopping(&mut self) {
         if let Some(l) = self.listeners.take() {
             l.stop();
         }
@@ -457,6 +457,14 @@ impl Io {
             a.abandon();
         } else {
             a.shutdown().await;
+        }
+    }
+
+    /// Closes the BGP sessions without a word (graceful restart: the routers keep the
+    /// routes for the next process, which is already running when a takeover calls this).
+    pub(super) fn abandon_speaker(&mut self) {
+        if let Some(a) = self.announcer.take() {
+            a.abandon();
         }
     }
 

@@ -834,6 +834,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
             sync_changed: tokio::sync::Notify::new(),
             commands: tokio::sync::mpsc::channel(1).0,
             fleet: Default::default(),
+            takeover: Default::default(),
             flow_cache: None,
             counters: Counters {
                 api_errors: AtomicU64::new(4),

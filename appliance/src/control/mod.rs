@@ -40,6 +40,7 @@ mod flood;
 pub mod gate;
 mod input;
 mod io;
+mod io_handover;
 pub mod kept;
 pub mod metrics;
 pub mod model;
@@ -53,6 +54,8 @@ mod secret;
 pub mod serve;
 pub mod slowstart;
 mod state;
+pub mod takeover;
+mod takeover_run;
 mod view;
 
 pub use run::{RunError, run};

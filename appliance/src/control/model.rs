@@ -84,6 +84,8 @@ pub struct Shared {
     /// The fleet document (`GET /v1/fleet`); `None` without `[fleet]`.
     pub fleet: Mutex<Option<api::FleetStatus>>,
     pub counters: Counters,
+    /// How this process took over from the one before it (`None`: it started cold).
+    pub takeover: Mutex<Option<api::Takeover>>,
 }
 
 /// Per worker: the version it runs, its flows, and its ring and handoff counters (from the
@@ -228,6 +230,7 @@ impl Shared {
                 entries: c.entries as u64,
             }),
             flood: view.datapath.as_ref().map(|d| flood_doc(d.steer.flood)),
+            takeover: self.takeover.lock().ok().and_then(|t| t.clone()),
             lvs: self.lvs_doc(&agg),
         }
     }

@@ -32,6 +32,11 @@ pub struct Versions {
 }
 
 impl Versions {
+    /// Numbers that go on from `last` (a takeover's).
+    pub fn after(last: u64) -> Versions {
+        Versions { last }
+    }
+
     /// The newest number handed out.
     pub fn last(&self) -> u64 {
         self.last
@@ -126,6 +131,11 @@ pub struct First {
     pub keeper: Keeper,
     pub next_hops: NextHops,
     pub exec: &'static dyn Executor,
+    /// The health verdicts the process before this one ran on (a takeover; empty
+    /// otherwise): the first version's rings are its rings.
+    pub health: HashMap<BackendId, bool>,
+    /// The last version number the process before handed out: this one numbers on.
+    pub versions_from: u64,
 }
 
 impl State {

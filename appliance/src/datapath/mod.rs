@@ -394,6 +394,22 @@ fn attach_all(
     Ok(interfaces)
 }
 
+/// The steering program loaded into the kernel (verified), not attached yet.
+pub struct Loaded(Steer);
+
+impl Loaded {
+    /// Loads the program, with `cache`'s maps when there is a flow cache.
+    pub fn load(cache: Option<&flowcache::FlowCache>) -> Result<Loaded, DatapathError> {
+        Ok(Loaded(Steer::load_with_cache(cache)?))
+    }
+
+    /// The program's maps, to fill before it is attached: a program attached with no VIPs
+    /// would hand their frames to the kernel until they are written.
+    pub fn steer(&mut self) -> &mut Steer {
+        &mut self.0
+    }
+}
+
 impl Datapath {
     /// Loads the steering program, opens one AF_XDP socket per interface queue, attaches
     /// the program and starts one worker per queue; `handler_factory(i, n)` builds the handler
@@ -416,13 +432,29 @@ impl Datapath {
     where
         F: Fn(usize, usize) -> Box<dyn FrameHandler>,
     {
+        let loaded = Loaded::load(cache.as_deref())?;
+        Datapath::start_loaded(cfg, loaded, cache, handler_factory)
+    }
+
+    /// [`Datapath::start_with_cache`] with the program loaded (and verified) beforehand: a
+    /// takeover loads it while the old process still forwards, so the time in which no
+    /// engine runs is only the sockets' and the attach's.
+    pub fn start_loaded<F>(
+        cfg: DatapathConfig,
+        loaded: Loaded,
+        cache: Option<Arc<flowcache::FlowCache>>,
+        handler_factory: F,
+    ) -> Result<Datapath, DatapathError>
+    where
+        F: Fn(usize, usize) -> Box<dyn FrameHandler>,
+    {
         validate(&cfg)?;
         let ifaces = lookup_interfaces(&cfg)?;
         // Every worker needs a socket on every interface to send on, so there are as many
         // workers as the interface with the fewest queues has queues.
         let n_workers = ifaces.iter().map(|i| i.queues).min().unwrap_or(1).max(1) as usize;
 
-        let mut steer = Steer::load_with_cache(cache.as_deref())?;
+        let mut steer = loaded.0;
         if let Some(c) = &cache {
             add_cache_egress(c, &ifaces)?;
         }

@@ -582,13 +582,22 @@ fn attach_err(ifname: &str, mode: AttachMode, source: libbpf_rs::Error) -> Datap
 }
 
 /// The name of the loaded BPF program with this id.
+/// The id of the Sluice program attached to interface `ifname` (a running appliance that
+/// hands over to this process, or one that crashed), if one is.
+pub fn attached_sluice(ifname: &str) -> Option<u32> {
+    let ifindex = nix::net::if_::if_nametoindex(ifname).ok()?;
+    let (drv, skb) = sys::xdp::attached(ifindex).ok()?;
+    [drv, skb]
+        .into_iter()
+        .find(|&id| id != 0 && prog_name(id).as_deref() == Some(PROG_NAME))
+}
+
 fn prog_name(id: u32) -> Option<String> {
     libbpf_rs::query::ProgInfoIter::default()
         .find(|p| p.id == id)
         .map(|p| p.name.to_string_lossy().into_owned())
 }
 
-/// Removes a Sluice program a crashed run left on the interface; errors on a foreign one.
 /// The Sluice program attached to `ifindex` (a running appliance handing over to this one,
 /// or a run that crashed), and in which mode; `None` when nothing is attached. Another
 /// program is refused: it is not ours to replace.

@@ -52,12 +52,12 @@ impl Next<'_> {
 /// The first version, from the file and the kernel's routes and neighbours alone, and the
 /// state running it.
 pub fn first(f: First, now: &Now) -> Result<State, PrepareError> {
-    let mut versions = Versions::default();
+    let mut versions = Versions::after(f.versions_from);
     let p = prepare::prepare(Inputs {
         running: None,
         file: &f.file,
         overrides: &f.overrides,
-        health: HealthSource::Verdicts(&HashMap::new()),
+        health: HealthSource::Verdicts(&f.health),
         next_hops: &f.next_hops,
         host_addresses: &now.host_addresses,
         version: versions.take(),

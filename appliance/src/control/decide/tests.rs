@@ -18,6 +18,7 @@ use crate::control::kept::Keeper;
 use crate::control::neighbours::{NetEvent, NextHops};
 use crate::control::state::{First, State};
 use crate::datapath::DatapathError;
+use crate::lb::BackendId;
 use crate::lb::exec::Serial;
 
 /// The state running the first version of `text`, at `now`.
@@ -31,6 +32,8 @@ pub(crate) fn state_at(text: &str, now: Instant) -> State {
         keeper: Keeper::default(),
         next_hops: NextHops::default(),
         exec: &Serial,
+        health: HashMap::new(),
+        versions_from: 0,
     };
     first(f, &Now::at(now)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -668,4 +671,50 @@ fn the_control_loop_s_decisions() {
         (row.check)(&st);
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A takeover's first version is built on the verdicts the process before ran on (a
+/// backend it had down stays out of the ring, where a cold start assumes every backend
+/// serves until its check says otherwise) and numbers its versions on from that process's.
+#[test]
+fn a_takeover_starts_on_the_verdicts_and_versions_handed_over() {
+    let file = Config::from_toml_str(BASE).unwrap_or_else(|e| panic!("{e}"));
+    let down = BackendId {
+        vip: "web".into(),
+        address: "10.1.0.12".parse().expect("literal"),
+        port: 8080,
+    };
+    let up = BackendId {
+        address: "10.1.0.11".parse().expect("literal"),
+        ..down.clone()
+    };
+    let first_with = |health: HashMap<BackendId, bool>, versions_from: u64| {
+        let f = First {
+            path: "sluice.toml".into(),
+            file: Arc::new(file.clone()),
+            overrides: HashMap::new(),
+            withdrawn: BTreeSet::new(),
+            keeper: Keeper::default(),
+            next_hops: NextHops::default(),
+            exec: &Serial,
+            health,
+            versions_from,
+        };
+        first(f, &Now::at(Instant::now())).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let cold = first_with(HashMap::new(), 0);
+    let taken = first_with(
+        HashMap::from([(up.clone(), true), (down.clone(), false)]),
+        41,
+    );
+    assert_eq!(cold.tables.version, 1);
+    assert_eq!(
+        taken.tables.version, 42,
+        "numbers go on from the old process's"
+    );
+    assert_eq!(taken.health.get(&down), Some(&false));
+    assert_ne!(
+        cold.tables.vips[0].ring, taken.tables.vips[0].ring,
+        "the handed-over verdict (one backend down) shapes the first ring"
+    );
 }
