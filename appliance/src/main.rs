@@ -491,18 +491,7 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
 /// `sluice import keepalived`: 0 when the file was written (its placeholders still to be
 /// filled in), 1 when the input cannot be imported or the output not written.
 fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -> ExitCode {
-    let bytes = match std::fs::read(file) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("sluice import: {}: {e}", file.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    let source = file.file_name().map_or_else(
-        || file.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let imported = match sluice::import::keepalived::import(&bytes, &source) {
+    let imported = match sluice::import::keepalived::import_file(file) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("sluice import: {}: {e}", file.display());

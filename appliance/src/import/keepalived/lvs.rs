@@ -4,7 +4,7 @@
 //! keyword keepalived defines here is either carried over or reported with why not; a
 //! keyword it does not define is an error (a typo must not silently drop a setting).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::check::{self, Timing};
@@ -34,14 +34,20 @@ impl Cx {
         });
     }
 
+    /// A word keepalived does not define where it stands. It is repeated only when it
+    /// looks like a keyword: a line of another kind of file is not echoed.
     pub(crate) fn unknown(&mut self, n: &Node, inside: &str) {
-        self.unknown.push(Note {
-            line: n.line,
-            text: format!(
+        let text = if looks_like_keyword(n.keyword()) {
+            format!(
                 "{:?} is not a keepalived keyword inside {inside}",
                 n.keyword()
-            ),
-        });
+            )
+        } else {
+            format!(
+                "not a keepalived keyword inside {inside} (not shown: it does not look like one)"
+            )
+        };
+        self.unknown.push(Note { line: n.line, text });
     }
 }
 
@@ -126,6 +132,20 @@ const NOT_CARRIED: &[(&str, &str)] = &[
     ("child_wait_time", "keepalived's process handling"),
 ];
 
+/// Letters, digits, `_` and `-`, at most 48 of them: what keepalived's keywords are made of.
+fn looks_like_keyword(w: &str) -> bool {
+    (1..=48).contains(&w.len())
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Whether keepalived defines `word` at a file's top level.
+pub(crate) fn top_level_keyword(word: &str) -> bool {
+    matches!(word, "virtual_server" | "virtual_server_group")
+        || INCLUDES.contains(&word)
+        || NOT_CARRIED.iter().any(|(k, _)| *k == word)
+}
+
 const INCLUDES: &[&str] = &[
     "include", "includer", "includem", "includew", "includeb", "includea",
 ];
@@ -145,14 +165,12 @@ pub(crate) fn plan(tree: &[Node], cx: &mut Cx) -> Vec<Vip> {
         }
     }
     let mut vips: Vec<Vip> = Vec::new();
+    let mut taken: HashSet<(IpAddr, u16, &'static str)> = HashSet::new();
     for n in tree {
         match n.keyword() {
             "virtual_server" => {
                 for v in virtual_server(n, &groups, cx) {
-                    if vips
-                        .iter()
-                        .any(|o| (o.address, o.port, o.protocol) == (v.address, v.port, v.protocol))
-                    {
+                    if !taken.insert((v.address, v.port, v.protocol)) {
                         cx.note(
                             v.lines.0,
                             format!("{} is defined twice: the second is left out", v.name),

@@ -12,12 +12,14 @@
 mod check;
 mod check_kind;
 mod emit;
+pub mod files;
 mod lvs;
 pub mod parse;
 mod service;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -56,6 +58,13 @@ pub enum ImportError {
     /// setting, such as persistence, without a word).
     #[error("{}", list("unknown keyword(s): fix or remove them, then import again", .0))]
     Unknown(Vec<Note>),
+    /// No statement at the file's top level is one keepalived knows: the wrong file. Its
+    /// contents are not repeated (it may be anything, such as /etc/shadow).
+    #[error(
+        "not a keepalived.conf: none of its {statements} top-level statement(s) starts with a \
+         keepalived keyword (virtual_server, global_defs, vrrp_instance, ...); is this the right file?"
+    )]
+    NotKeepalived { statements: usize },
     /// Not one `virtual_server` could become a VIP.
     #[error("{}", list("no virtual_server could be imported (Sluice needs at least one VIP)", .0))]
     Nothing(Vec<Note>),
@@ -73,9 +82,32 @@ fn list(head: &str, notes: &[Note]) -> String {
 /// The placeholder prefix `sluice check` recognises (see `config::validate`).
 pub const PLACEHOLDER: &str = "<fill in: ";
 
+/// Why `sluice import keepalived FILE` wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    #[error(transparent)]
+    Read(#[from] files::ReadError),
+    #[error(transparent)]
+    Import(#[from] ImportError),
+}
+
+/// Imports the keepalived.conf at `path` (read bounded: [`files::read`]).
+pub fn import_file(path: &std::path::Path) -> Result<Imported, FileError> {
+    let bytes = files::read(path)?;
+    let source = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    Ok(import(&bytes, &source)?)
+}
+
 /// Imports keepalived.conf bytes; `source` names the file in the output's header.
 pub fn import(bytes: &[u8], source: &str) -> Result<Imported, ImportError> {
-    let (tree, skipped) = parse::parse(bytes)?;
+    let text = parse::as_text(bytes)?;
+    if let Some(statements) = foreign(text) {
+        return Err(ImportError::NotKeepalived { statements });
+    }
+    let (tree, skipped) = parse::parse_text(text)?;
     let mut cx = lvs::Cx::default();
     for s in skipped {
         cx.note(
@@ -103,16 +135,41 @@ pub fn import(bytes: &[u8], source: &str) -> Result<Imported, ImportError> {
     })
 }
 
+/// How many statements stand at the top level of `text` when not one of them starts with
+/// a keyword keepalived defines there; `None` for a keepalived.conf (or a file of comments).
+fn foreign(text: &str) -> Option<usize> {
+    let mut statements = 0;
+    for line in text.lines() {
+        let word = line
+            .trim_start()
+            .split(|c: char| c.is_whitespace() || matches!(c, '{' | '#' | '!'))
+            .next()
+            .unwrap_or("");
+        if word.is_empty() || word.starts_with(['}', '$', '@', '"', '\'']) {
+            continue;
+        }
+        if lvs::top_level_keyword(word) {
+            return None;
+        }
+        statements += 1;
+    }
+    (statements > 0).then_some(statements)
+}
+
 /// Sorted by line, a text said for several lines once, at its first line, naming the others
 /// (the same checker timing repeated in every real server would otherwise fill the list).
 fn merge(mut notes: Vec<Note>) -> Vec<Note> {
     notes.sort_by_key(|n| n.line);
     let mut out: Vec<(Note, Vec<usize>)> = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for n in notes {
-        match out.iter_mut().find(|(o, _)| o.text == n.text) {
-            Some((o, also)) if o.line != n.line => also.push(n.line),
+        match seen.get(&n.text) {
+            Some(&i) if out[i].0.line != n.line => out[i].1.push(n.line),
             Some(_) => {}
-            None => out.push((n, Vec::new())),
+            None => {
+                seen.insert(n.text.clone(), out.len());
+                out.push((n, Vec::new()));
+            }
         }
     }
     out.into_iter()

@@ -331,3 +331,58 @@ fn one_packet_services_keep_no_thresholds_and_udp_overflow_drops() {
         "a UDP VIP has nothing to reset"
     );
 }
+
+#[test]
+fn definitions_expand_inside_each_other_as_keepalived_does() {
+    let text = "$PORT=8080\n$RS=10.0.0.1 $PORT\n$NOTME=9\n\
+                virtual_server 192.0.2.10 80 {\n  real_server ${RS} {\n  }\n  weight $NOTMEx\n}\n";
+    let (tree, _) = parse(text.as_bytes()).expect("parses");
+    let c = tree[0].children();
+    assert_eq!(words(&c[0]), ["real_server", "10.0.0.1", "8080"]);
+    // keepalived matches an unbraced name only before a space, tab, ',' or ')'.
+    assert_eq!(words(&c[1]), ["weight", "$NOTMEx"]);
+}
+
+#[test]
+fn expansion_is_bounded_by_keepalived_s_line_and_the_file() {
+    let long = "a".repeat(1000);
+    // One line asking for 2,000 copies of a 1,000-byte value: keepalived's 1,024-byte line.
+    let bomb = format!("$X={long}\nvirtual_server {}\n", "$X ".repeat(2000));
+    assert_eq!(
+        parse(bomb.as_bytes()).map(|_| ()),
+        Err(SyntaxError::LineTooLong { line: 2 })
+    );
+    // Every line within the limit, the whole far beyond what the file holds.
+    let lines = format!("$X={long}\n{}", "$X\n".repeat(40_000));
+    let e = parse(lines.as_bytes()).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(e, SyntaxError::TooLarge { line } if line > 30_000),
+        "{e}"
+    );
+    // Definitions that name each other never end.
+    let looped = "$A=$B\n$B=$A\nvirtual_server $A\n";
+    assert_eq!(
+        parse(looped.as_bytes()).map(|_| ()),
+        Err(SyntaxError::ExpansionLoop { line: 3 })
+    );
+}
+
+#[test]
+fn another_kind_of_file_is_refused_without_repeating_it() {
+    let shadow = "root:$y$j9T$Qx1$abcdef:19000:0:99999:7:::\n\
+                  daemon:*:19000:0:99999:7:::\n\
+                  alice:$6$salt$hash:19001:0:99999:7:::\n";
+    let e = import(shadow.as_bytes(), "shadow").unwrap_err();
+    assert_eq!(e, ImportError::NotKeepalived { statements: 3 });
+    let msg = e.to_string();
+    for secret in ["root", "daemon", "alice", "$y$", "19000"] {
+        assert!(!msg.contains(secret), "{secret:?} echoed: {msg}");
+    }
+    // In a keepalived.conf, a word that is not keyword-shaped is not repeated either.
+    let mixed = "virtual_server 192.0.2.1 80 {\n  root:$y$j9T:19000 x\n}\n";
+    let Err(ImportError::Unknown(notes)) = import(mixed.as_bytes(), "t.conf") else {
+        panic!("the odd line must be refused");
+    };
+    assert_eq!(notes[0].line, 2);
+    assert!(!notes[0].text.contains("root"), "{}", notes[0]);
+}
