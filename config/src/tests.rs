@@ -88,7 +88,7 @@ fn shipped_example_is_valid() {
     match &check.kind {
         CheckKind::Http(h) => {
             assert_eq!(h.path, "/healthz");
-            assert_eq!(h.expect_status, (200, 200));
+            assert_eq!(h.expect_status, vec![(200, 200)]);
         }
         other => panic!("unexpected kind {other:?}"),
     }
@@ -357,7 +357,7 @@ fn health_check_status_range() {
     );
     let c = Config::from_toml_str(&ok).unwrap_or_else(|e| panic!("{e}"));
     match &c.health_checks[0].kind {
-        CheckKind::Http(h) => assert_eq!(h.expect_status, (200, 299)),
+        CheckKind::Http(h) => assert_eq!(h.expect_status, vec![(200, 299)]),
         other => panic!("unexpected {other:?}"),
     }
     let bad = ok.replace("200-299", "299-200");

@@ -43,6 +43,8 @@ pub struct ProbeContext {
     vip: Option<Arc<dyn VipProber>>,
     tls_verify: OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>,
     tls_insecure: OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>,
+    /// The same for HTTP/2 (ALPN h2, gRPC checks): verified, not verified.
+    tls_h2: [OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>; 2],
     icmp: Mutex<Vec<IcmpClient>>,
     icmp_seq: AtomicU16,
 }
@@ -150,6 +152,22 @@ impl ProbeContext {
                 Box::pin(https(addr, source, http, config, sni)).await
             }
             CheckKind::Icmp => Box::pin(self.icmp(key)).await,
+            CheckKind::Agent { send } => {
+                Box::pin(crate::agent::probe(addr, source, send.as_deref())).await
+            }
+            CheckKind::Grpc(g) => {
+                let tls = match g.tls {
+                    false => None,
+                    true => {
+                        let config = self.tls_h2_config(g.verify_tls)?;
+                        let name = sni_name(g.server_name.as_deref(), None, key.address);
+                        let sni = ServerName::try_from(name.clone())
+                            .map_err(|_| Failure::ServerName(name))?;
+                        Some((config, sni))
+                    }
+                };
+                Box::pin(crate::grpc::probe(addr, source, g, tls)).await
+            }
         }
     }
 
@@ -159,7 +177,14 @@ impl ProbeContext {
         } else {
             &self.tls_insecure
         };
-        cell.get_or_init(|| build_tls(verify).map(Arc::new))
+        cell.get_or_init(|| build_tls(verify, b"http/1.1").map(Arc::new))
+            .clone()
+            .map_err(|e| Failure::Tls(e.to_string()))
+    }
+
+    fn tls_h2_config(&self, verify: bool) -> Result<Arc<ClientConfig>, Failure> {
+        self.tls_h2[usize::from(verify)]
+            .get_or_init(|| build_tls(verify, b"h2").map(Arc::new))
             .clone()
             .map_err(|e| Failure::Tls(e.to_string()))
     }
@@ -242,7 +267,7 @@ pub(crate) fn io_failure(e: io::Error) -> Failure {
 
 /// Connects from `source`; `nodelay` for probes that write (a plain connect check saves
 /// the syscall).
-async fn connect(
+pub(crate) async fn connect(
     addr: SocketAddr,
     source: Option<IpAddr>,
     nodelay: bool,
@@ -410,7 +435,7 @@ fn sni_name(server_name: Option<&str>, host: Option<&str>, address: IpAddr) -> S
     address.to_string()
 }
 
-fn tls_failure(e: io::Error) -> Failure {
+pub(crate) fn tls_failure(e: io::Error) -> Failure {
     // tokio-rustls carries rustls's own error inside; its words ("invalid peer
     // certificate: UnknownIssuer") are what the operator needs.
     if let Some(inner) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
@@ -440,7 +465,7 @@ enum TlsSetupError {
     Protocols(#[from] rustls::Error),
 }
 
-fn build_tls(verify: bool) -> Result<ClientConfig, TlsSetupError> {
+fn build_tls(verify: bool, alpn: &[u8]) -> Result<ClientConfig, TlsSetupError> {
     let provider = provider();
     // The explicit provider avoids depending on a process-wide default, which is
     // ambiguous (and panics) when another crate in the binary enables aws-lc-rs too.
@@ -461,7 +486,7 @@ fn build_tls(verify: bool) -> Result<ClientConfig, TlsSetupError> {
             .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
             .with_no_client_auth()
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(config)
 }
 
@@ -553,18 +578,76 @@ async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
     // On the heap: a buffer in the future itself would be copied on every spawn.
     let mut chunk = vec![0u8; 8192];
     let head = read_head(&mut s, &mut buf, &mut chunk).await?;
-    let (lo, hi) = http.expect_status;
-    if head.status < lo || head.status > hi {
+    if !http.accepts(head.status) {
         return Err(Failure::Status(head.status));
     }
-    let Some(expect) = &http.expect_body else {
+    if http.expect_body.is_none() && http.expect_digest.is_none() {
         return Ok(Pass::Status(head.status));
-    };
-    if http.method == HttpMethod::Head || head.status == 204 || head.status == 304 {
-        return Err(Failure::BodyMismatch(expect.clone()));
     }
+    let bodiless = http.method == HttpMethod::Head || head.status == 204 || head.status == 304;
     let raw = buf.split_off(head.len);
-    find_in_body(&mut s, &head, raw, &mut chunk, expect).await
+    match (&http.expect_digest, &http.expect_body) {
+        (None, Some(expect)) if bodiless => Err(Failure::BodyMismatch(expect.clone())),
+        (None, Some(expect)) => find_in_body(&mut s, &head, raw, &mut chunk, expect).await,
+        (Some(want), expect) => {
+            let body = if bodiless {
+                Vec::new()
+            } else {
+                whole_body(&mut s, &head, raw, &mut chunk).await?
+            };
+            if let Some(e) = expect
+                && !contains(&body, e.as_bytes())
+            {
+                return Err(Failure::BodyMismatch(e.clone()));
+            }
+            let got = md5_hex(&body);
+            if !got.eq_ignore_ascii_case(want) {
+                return Err(Failure::Digest(got));
+            }
+            Ok(Pass::Status(head.status))
+        }
+        (None, None) => Ok(Pass::Status(head.status)),
+    }
+}
+
+/// The body in full (starting with `raw`): to its framed end, or EOF, at most [`MAX_BODY`]
+/// bytes (a longer one is judged by its first [`MAX_BODY`], and its digest then differs).
+async fn whole_body<S: AsyncRead + Unpin>(
+    s: &mut S,
+    head: &Head,
+    mut raw: Vec<u8>,
+    chunk: &mut [u8],
+) -> Result<Vec<u8>, Failure> {
+    loop {
+        let (body, complete) = match head.framing {
+            Framing::Chunked => dechunk(&raw)?,
+            Framing::Length(n) => {
+                let take = raw.len().min(n);
+                (raw[..take].to_vec(), raw.len() >= n)
+            }
+            Framing::Eof => (raw.clone(), false),
+        };
+        if complete || raw.len() >= MAX_BODY {
+            return Ok(body);
+        }
+        let n = read_some(s, chunk).await?;
+        if n == 0 {
+            return match head.framing {
+                Framing::Eof => Ok(body),
+                _ => Err(Failure::BadResponse(
+                    "connection closed inside the body".into(),
+                )),
+            };
+        }
+        raw.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The MD5 digest of `body` as 32 lower-case hex digits (keepalived's `digest`).
+fn md5_hex(body: &[u8]) -> String {
+    use md5::Digest as _;
+    let d = md5::Md5::digest(body);
+    d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads until `buf` holds a final (non-1xx) response head; interim responses
@@ -759,13 +842,21 @@ mod tests {
     }
 
     #[test]
+    fn md5_as_keepalived_s_genhash_writes_it() {
+        // `genhash` of an empty page, and of "hello\n".
+        assert_eq!(md5_hex(b""), "d41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(md5_hex(b"hello\n"), "b1946ac92492d2347c6235b4d2611184");
+    }
+
+    #[test]
     fn names_for_host_and_sni() {
         let http = HttpCheck {
             method: HttpMethod::Get,
             path: "/".into(),
             host: None,
-            expect_status: (200, 299),
+            expect_status: vec![(200, 299)],
             expect_body: None,
+            expect_digest: None,
         };
         assert_eq!(
             host_header(&http, "10.0.0.1:80".parse().unwrap(), 80),
@@ -816,6 +907,7 @@ mod tests {
             jitter: std::time::Duration::ZERO,
             initial: crate::check::InitialHealth::Down,
             source: None,
+            address: None,
         };
         ProbeKey {
             address: IpAddr::V4(Ipv4Addr::LOCALHOST),

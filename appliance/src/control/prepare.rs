@@ -466,6 +466,7 @@ port = 8081
             last_start: None,
             next_due: None,
             in_flight: false,
+            agent: None,
         };
         let up = [status(true, health::Health::Up)];
         let applied_down = HashMap::from([(id.clone(), false)]);
