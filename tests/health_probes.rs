@@ -889,15 +889,41 @@ fn grpc_health_service_of_a_real_grpc_server() {
             authority: None,
         })
     };
-    let web = target(SERVER, 50051, &check("web", grpc("web"), 1, 2, InitialHealth::Down));
-    let db = target(SERVER, 50051, &check("db", grpc("db"), 1, 1, InitialHealth::Up));
-    let nope = target(SERVER, 50051, &check("nope", grpc("nope"), 1, 1, InitialHealth::Up));
-    let whole = target(SERVER, 50051, &check("whole", grpc(""), 1, 1, InitialHealth::Down));
-    let h1 = target(SERVER, 8080, &check("h1", grpc(""), 1, 1, InitialHealth::Up));
+    let web = target(
+        SERVER,
+        50051,
+        &check("web", grpc("web"), 1, 2, InitialHealth::Down),
+    );
+    let db = target(
+        SERVER,
+        50051,
+        &check("db", grpc("db"), 1, 1, InitialHealth::Up),
+    );
+    let nope = target(
+        SERVER,
+        50051,
+        &check("nope", grpc("nope"), 1, 1, InitialHealth::Up),
+    );
+    let whole = target(
+        SERVER,
+        50051,
+        &check("whole", grpc(""), 1, 1, InitialHealth::Down),
+    );
+    let h1 = target(
+        SERVER,
+        8080,
+        &check("h1", grpc(""), 1, 1, InitialHealth::Up),
+    );
     let flip = std::sync::Mutex::new(Some(flip_tx));
     let run = probe(
         &lab.prb,
-        vec![web.clone(), db.clone(), nope.clone(), whole.clone(), h1.clone()],
+        vec![
+            web.clone(),
+            db.clone(),
+            nope.clone(),
+            whole.clone(),
+            h1.clone(),
+        ],
         INTERVAL * 20,
         INTERVAL * 2,
         move |ts| {
@@ -913,11 +939,17 @@ fn grpc_health_service_of_a_real_grpc_server() {
     let w = run.of(&web);
     assert_eq!(w.len(), 2, "{w:?}");
     assert_eq!(w[0], up(1, "SERVING"));
-    assert_eq!((w[1].0, w[1].2.as_str()), (Health::Down, "gRPC: NOT_SERVING"));
+    assert_eq!(
+        (w[1].0, w[1].2.as_str()),
+        (Health::Down, "gRPC: NOT_SERVING")
+    );
     assert_eq!(run.of(&db), vec![down(1, "gRPC: NOT_SERVING")]);
     assert_eq!(
         run.of(&nope),
-        vec![down(1, "gRPC: grpc-status 5 (NOT_FOUND): service not registered")]
+        vec![down(
+            1,
+            "gRPC: grpc-status 5 (NOT_FOUND): service not registered"
+        )]
     );
     assert_eq!(run.of(&whole), vec![up(1, "SERVING")]);
     let h1 = run.of(&h1);
@@ -1002,7 +1034,11 @@ fn another_host_status_lists_and_digests() {
                 let (mut s, _) = l.accept().await.expect("accept");
                 tokio::spawn(async move {
                     let head = read_head(&mut s).await;
-                    let status = if head.starts_with(b"GET /maint ") { 503 } else { 200 };
+                    let status = if head.starts_with(b"GET /maint ") {
+                        503
+                    } else {
+                        200
+                    };
                     let _ = s.write_all(response(status, "hello\n").as_bytes()).await;
                 });
             }
@@ -1020,13 +1056,21 @@ fn another_host_status_lists_and_digests() {
     };
     let md5_hello = "b1946ac92492d2347c6235b4d2611184";
     // The backend itself (10.201.0.99) does not exist: only the check's host answers.
-    let good = target("10.201.0.99", 80, &mk("good", "/", vec![(200, 200)], md5_hello));
+    let good = target(
+        "10.201.0.99",
+        80,
+        &mk("good", "/", vec![(200, 200)], md5_hello),
+    );
     let maint = target(
         "10.201.0.99",
         80,
         &mk("maint", "/maint", vec![(200, 200), (500, 503)], md5_hello),
     );
-    let wrong = target("10.201.0.99", 80, &mk("wrong", "/", vec![(200, 200)], &"0".repeat(32)));
+    let wrong = target(
+        "10.201.0.99",
+        80,
+        &mk("wrong", "/", vec![(200, 200)], &"0".repeat(32)),
+    );
     let mut closed = (*mk("closed", "/", vec![(200, 200)], md5_hello)).clone();
     closed.port = Some(8081);
     closed.initial = InitialHealth::Up;

@@ -177,6 +177,7 @@ impl Loop {
                 now: Instant::now(),
                 resettle: false,
                 ramps: &Default::default(),
+                agents: &Default::default(),
             })
             .expect("the bench config builds");
             self.config = p.config;

@@ -734,7 +734,13 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
             v.hash.name(),
             v.backends.len(),
             v.maglev_table_size,
-            v.health_check.as_deref().unwrap_or("-")
+            match v.health_checks.as_slice() {
+                [] => "-".to_string(),
+                names => names.join(match v.health_combine {
+                    config::Combine::All => "+",
+                    config::Combine::Any => "|",
+                }),
+            }
         );
     }
     if let Some(b) = &cfg.bgp {

@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod model;
+mod policy;
 mod range;
 mod reader;
 mod validate;
@@ -180,6 +181,8 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
 mod lvs_tests;
 #[cfg(test)]
 mod outbound_tests;
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tenant_tests;
 #[cfg(test)]

@@ -96,7 +96,10 @@ pub fn parse(answer: &str) -> Outcome {
     let mut state = AgentState::READY;
     let mut down = false;
     let mut understood = false;
-    for w in words.split([' ', '\t', ',', '\r', '\n']).filter(|w| !w.is_empty()) {
+    for w in words
+        .split([' ', '\t', ',', '\r', '\n'])
+        .filter(|w| !w.is_empty())
+    {
         let lower = w.to_ascii_lowercase();
         understood |= match lower.as_str() {
             "up" | "ready" => true,
@@ -129,7 +132,10 @@ pub fn parse(answer: &str) -> Outcome {
         return Err(Failure::NoVerdict(if words.trim().is_empty() {
             "empty answer".into()
         } else {
-            format!("answer {:?} has no word it understands", printable(words.trim()))
+            format!(
+                "answer {:?} has no word it understands",
+                printable(words.trim())
+            )
         }));
     }
     Ok(Pass::Agent(state))
@@ -137,10 +143,7 @@ pub fn parse(answer: &str) -> Outcome {
 
 /// At most 64 printable characters of what the agent said, for the log and the API.
 fn printable(s: &str) -> String {
-    s.chars()
-        .filter(|c| !c.is_control())
-        .take(64)
-        .collect()
+    s.chars().filter(|c| !c.is_control()).take(64).collect()
 }
 
 /// Asks the agent at `addr` once: connect, send `send`, read one line (or until it closes).

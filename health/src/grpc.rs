@@ -98,7 +98,10 @@ async fn exchange(
     let response = response.await.map_err(h2_failure)?;
     let (head, mut recv) = response.into_parts();
     if head.status != http::StatusCode::OK {
-        return Err(Failure::Grpc(format!("HTTP status {}", head.status.as_u16())));
+        return Err(Failure::Grpc(format!(
+            "HTTP status {}",
+            head.status.as_u16()
+        )));
     }
     // A trailers-only answer carries grpc-status in the headers.
     if let Some(status) = grpc_status(&head.headers) {
@@ -173,7 +176,9 @@ pub(crate) fn serving_status(data: &[u8]) -> Result<u64, Failure> {
         return Err(bad("compressed message (none was asked for)"));
     }
     let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
-    let mut msg = data.get(5..5 + len).ok_or_else(|| bad("truncated message"))?;
+    let mut msg = data
+        .get(5..5 + len)
+        .ok_or_else(|| bad("truncated message"))?;
     let mut status = 0;
     while !msg.is_empty() {
         let (key, used) = read_varint(msg).ok_or_else(|| bad("bad field key"))?;
@@ -235,7 +240,11 @@ fn percent_decoded(raw: &[u8]) -> String {
     let mut i = 0;
     while i < raw.len() {
         let hex = |b: u8| (b as char).to_digit(16);
-        match (raw[i], raw.get(i + 1).copied().and_then(hex), raw.get(i + 2).copied().and_then(hex)) {
+        match (
+            raw[i],
+            raw.get(i + 1).copied().and_then(hex),
+            raw.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push((h * 16 + l) as u8);
                 i += 3;

@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod check;
 mod connect;
+mod digest;
 mod grpc;
 pub mod hysteresis;
 pub mod outcome;

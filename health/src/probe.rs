@@ -30,7 +30,7 @@ const MAX_REPLY: usize = 64 * 1024;
 /// The largest HTTP response head accepted.
 const MAX_HEAD: usize = 16 * 1024;
 /// The most of an HTTP body searched for `expect_body`.
-const MAX_BODY: usize = 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 1024 * 1024;
 /// Headers parsed in an HTTP response head.
 const MAX_HEADERS: usize = 64;
 /// How much earlier than the check's timeout a VIP probe gives up (at most a tenth of it).
@@ -362,7 +362,7 @@ async fn read_until_found<S: AsyncRead + Unpin>(
     }
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }
 
@@ -542,7 +542,10 @@ impl ServerCertVerifier for NoVerify {
 
 /// Reads from a stream, treating a TLS peer that closes without close_notify as EOF
 /// (many servers do; the response is complete by its own framing or by EOF).
-async fn read_some<S: AsyncRead + Unpin>(s: &mut S, buf: &mut [u8]) -> Result<usize, Failure> {
+pub(crate) async fn read_some<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut [u8],
+) -> Result<usize, Failure> {
     match s.read(buf).await {
         Ok(n) => Ok(n),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
@@ -593,61 +596,13 @@ async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
             let body = if bodiless {
                 Vec::new()
             } else {
-                whole_body(&mut s, &head, raw, &mut chunk).await?
+                crate::digest::whole_body(&mut s, &head, raw, &mut chunk).await?
             };
-            if let Some(e) = expect
-                && !contains(&body, e.as_bytes())
-            {
-                return Err(Failure::BodyMismatch(e.clone()));
-            }
-            let got = md5_hex(&body);
-            if !got.eq_ignore_ascii_case(want) {
-                return Err(Failure::Digest(got));
-            }
+            crate::digest::judge(&body, expect.as_deref(), want)?;
             Ok(Pass::Status(head.status))
         }
         (None, None) => Ok(Pass::Status(head.status)),
     }
-}
-
-/// The body in full (starting with `raw`): to its framed end, or EOF, at most [`MAX_BODY`]
-/// bytes (a longer one is judged by its first [`MAX_BODY`], and its digest then differs).
-async fn whole_body<S: AsyncRead + Unpin>(
-    s: &mut S,
-    head: &Head,
-    mut raw: Vec<u8>,
-    chunk: &mut [u8],
-) -> Result<Vec<u8>, Failure> {
-    loop {
-        let (body, complete) = match head.framing {
-            Framing::Chunked => dechunk(&raw)?,
-            Framing::Length(n) => {
-                let take = raw.len().min(n);
-                (raw[..take].to_vec(), raw.len() >= n)
-            }
-            Framing::Eof => (raw.clone(), false),
-        };
-        if complete || raw.len() >= MAX_BODY {
-            return Ok(body);
-        }
-        let n = read_some(s, chunk).await?;
-        if n == 0 {
-            return match head.framing {
-                Framing::Eof => Ok(body),
-                _ => Err(Failure::BadResponse(
-                    "connection closed inside the body".into(),
-                )),
-            };
-        }
-        raw.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// The MD5 digest of `body` as 32 lower-case hex digits (keepalived's `digest`).
-fn md5_hex(body: &[u8]) -> String {
-    use md5::Digest as _;
-    let d = md5::Md5::digest(body);
-    d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads until `buf` holds a final (non-1xx) response head; interim responses
@@ -722,17 +677,17 @@ async fn find_in_body<S: AsyncRead + Unpin>(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
+pub(crate) enum Framing {
     Chunked,
     Length(usize),
     Eof,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Head {
-    status: u16,
-    len: usize,
-    framing: Framing,
+pub(crate) struct Head {
+    pub(crate) status: u16,
+    pub(crate) len: usize,
+    pub(crate) framing: Framing,
 }
 
 fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
@@ -770,7 +725,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
 }
 
 /// Decodes as much of a chunked body as `raw` holds; true once the last chunk is seen.
-fn dechunk(raw: &[u8]) -> Result<(Vec<u8>, bool), Failure> {
+pub(crate) fn dechunk(raw: &[u8]) -> Result<(Vec<u8>, bool), Failure> {
     let bad = |what: &str| Failure::BadResponse(format!("bad chunked body: {what}"));
     let mut body = Vec::new();
     let mut pos = 0;
@@ -839,13 +794,6 @@ mod tests {
         assert_eq!(dechunk(b"4\r").unwrap(), (Vec::new(), false));
         assert!(dechunk(b"zz\r\n").is_err());
         assert!(dechunk(b"2\r\nabXY").is_err());
-    }
-
-    #[test]
-    fn md5_as_keepalived_s_genhash_writes_it() {
-        // `genhash` of an empty page, and of "hello\n".
-        assert_eq!(md5_hex(b""), "d41d8cd98f00b204e9800998ecf8427e");
-        assert_eq!(md5_hex(b"hello\n"), "b1946ac92492d2347c6235b4d2611184");
     }
 
     #[test]

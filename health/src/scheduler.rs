@@ -548,32 +548,7 @@ impl Scheduler {
         e.round = next;
         e.next_due = e.due_of(next);
         self.due.push(e.next_due, id);
-        let probe = e.passed + e.failed;
-        match (change, agent) {
-            (Some(c), agent) => Some(Transition {
-                key: e.key.clone(),
-                from: c.from,
-                to: c.to,
-                reason: c.reason,
-                at: c.at,
-                probe,
-                agent,
-            }),
-            // A new answer of an agent whose state stays: a transition of its own.
-            (None, Some(a)) => {
-                let state = e.hysteresis.state();
-                Some(Transition {
-                    key: e.key.clone(),
-                    from: state,
-                    to: state,
-                    reason: Reason::Passed(Pass::Agent(a)),
-                    at: now,
-                    probe,
-                    agent: Some(a),
-                })
-            }
-            (None, None) => None,
-        }
+        transition(e, change, agent, now)
     }
 
     /// Status of one probe.
@@ -606,6 +581,41 @@ impl Scheduler {
     /// Caps concurrent probes at `n` instead of [`MAX_IN_FLIGHT`].
     pub fn set_max_in_flight(&mut self, n: usize) {
         self.max_in_flight = Some(n.max(1));
+    }
+}
+
+/// The transition a result caused: a change of state, an agent's new answer, both or none.
+fn transition(
+    e: &Entry,
+    change: Option<crate::hysteresis::Change>,
+    agent: Option<AgentState>,
+    now: Instant,
+) -> Option<Transition> {
+    let probe = e.passed + e.failed;
+    match (change, agent) {
+        (Some(c), agent) => Some(Transition {
+            key: e.key.clone(),
+            from: c.from,
+            to: c.to,
+            reason: c.reason,
+            at: c.at,
+            probe,
+            agent,
+        }),
+        // A new answer of an agent whose state stays: a transition of its own.
+        (None, Some(a)) => {
+            let state = e.hysteresis.state();
+            Some(Transition {
+                key: e.key.clone(),
+                from: state,
+                to: state,
+                reason: Reason::Passed(Pass::Agent(a)),
+                at: now,
+                probe,
+                agent: Some(a),
+            })
+        }
+        (None, None) => None,
     }
 }
 
@@ -746,10 +756,18 @@ mod tests {
             [Some(half), Some(drain), Some(AgentState::READY)],
             "each new answer once; a repeat and silence none"
         );
-        assert!(changes.iter().all(|t| t.from == Health::Up && t.to == Health::Up));
+        assert!(
+            changes
+                .iter()
+                .all(|t| t.from == Health::Up && t.to == Health::Up)
+        );
         assert_eq!(s.counters().no_verdict, 1);
         assert_eq!(s.status_of(&key).unwrap().agent, Some(AgentState::READY));
-        assert!(changes[1].to_string().contains("agent asks for drain"), "{}", changes[1]);
+        assert!(
+            changes[1].to_string().contains("agent asks for drain"),
+            "{}",
+            changes[1]
+        );
     }
 
     #[test]

@@ -93,6 +93,7 @@ impl Control {
             now,
             resettle: false,
             ramps: &st.ramps,
+            agents: &st.policy.agents,
         });
         let r = match prepared {
             Ok(p) => self.commit(p, why, now).await.map_err(UpdateError::from),
@@ -350,6 +351,7 @@ pub(super) fn publish(
     health_since: Option<Instant>,
 ) -> u64 {
     let version = t.version;
+    let quorum = super::policy::quorum_events(&shared.published.current(), &t);
     shared.published.publish(t);
     // Strictly after the swap: a worker that decided with the old tables takes its own
     // entry back when it sees the new version, and the walk removes the rest.
@@ -366,6 +368,10 @@ pub(super) fn publish(
     }
     shared.sync_changed.notify_one();
     view::event(shared, Kind::Commit, format!("version {version}: {why}"));
+    for e in quorum {
+        tracing::info!("{e}");
+        view::event(shared, Kind::Health, e);
+    }
     version
 }
 
@@ -414,6 +420,7 @@ port = 8080
             now: Instant::now(),
             resettle: false,
             ramps: &Default::default(),
+            agents: &Default::default(),
         })
         .unwrap_or_else(|e| panic!("{e}"));
         let rest = st.adopt(p);

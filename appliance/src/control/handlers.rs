@@ -110,7 +110,6 @@ impl Control {
 
     /// One transition: its reason, event and counter now; its verdicts into the batch.
     fn record_transition(&mut self, tr: health::Transition, now: Instant) {
-        let up = tr.to == health::Health::Up;
         info!("health: {tr}");
         self.shared
             .health
@@ -120,7 +119,7 @@ impl Control {
         for p in pairs {
             self.st.reasons.insert(p.clone(), tr.reason.to_string());
         }
-        self.health_batch.add(pairs, up, now);
+        super::policy::record(&mut self.st.policy, &tr, pairs, &mut self.health_batch, now);
         event(
             &self.shared,
             Kind::Health,
@@ -137,7 +136,9 @@ impl Control {
         if self.fleet.is_some() {
             return self.commit_fleet_health(batch).await;
         }
-        if !batch.apply(&mut self.st.health) {
+        // An agent's new answer changes weights or states: a full prepare applies it.
+        let agents = std::mem::take(&mut self.st.policy.agents_changed);
+        if !batch.apply(&mut self.st.health) && !agents {
             self.view(None);
             return;
         }
@@ -146,7 +147,12 @@ impl Control {
             n => format!("health: {n} transitions"),
         };
         self.health_since = Some(batch.first);
-        let r = self.update_health(&batch.verdicts, &why).await;
+        let r = if agents {
+            let overrides = self.st.overrides.clone();
+            self.update(&overrides, &why).await
+        } else {
+            self.update_health(&batch.verdicts, &why).await
+        };
         self.health_since = None;
         match r {
             Ok(_) => {
@@ -345,6 +351,7 @@ impl Control {
             now,
             resettle: true,
             ramps: &self.st.ramps,
+            agents: &self.st.policy.agents,
         })
         .map_err(ChangeError::TablesRejected)?;
         let deferred = deferred(&self.st.config, &prepared.config);

@@ -34,6 +34,7 @@ pub mod metrics;
 mod neighbours;
 mod notify;
 pub mod outbound;
+pub mod policy;
 pub mod prepare;
 mod run;
 pub mod serve;

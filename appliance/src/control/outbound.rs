@@ -169,6 +169,7 @@ mod tests {
             now,
             resettle: false,
             ramps: &Default::default(),
+            agents: &Default::default(),
         })
         .unwrap_or_else(|e| panic!("{e}"))
     }

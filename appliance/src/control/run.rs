@@ -188,6 +188,7 @@ fn first_version(st: &mut State) -> Result<(Arc<Published>, Targets), RunError> 
         now: Instant::now(),
         resettle: false,
         ramps: &st.ramps,
+        agents: &st.policy.agents,
     })?;
     let rest = st.adopt(p);
     st.steering = rest.steering;

@@ -40,6 +40,8 @@ pub struct State {
     pub ramps: Ramps,
     /// When the next slow-start level is due (the control loop commits it).
     pub ramp_due: Option<Instant>,
+    /// Several checks per backend and the agents' answers (see `policy.rs`).
+    pub policy: super::policy::PolicyState,
 }
 
 impl State {
@@ -60,6 +62,7 @@ impl State {
             fleet_hold: false,
             ramps: Ramps::default(),
             ramp_due: None,
+            policy: Default::default(),
         }
     }
 
@@ -79,6 +82,7 @@ impl State {
         self.health = p.health;
         self.ramps = p.ramps;
         self.ramp_due = p.ramp_due;
+        self.policy.adopt(p.combined, p.agents, &p.targets);
         ToApply {
             tables: p.tables,
             steering: p.steering,

@@ -205,7 +205,12 @@ fn kind(t: &mut Table<'_>, kind_name: &str, errs: &mut ConfigErrors) -> CheckKin
         }
         "agent" => {
             let other = HTTP_KEYS.iter().chain(&GRPC_KEYS).chain(&tls_keys);
-            reject_all(t, other.copied().chain(["payload", "expect"]), kind_name, errs);
+            reject_all(
+                t,
+                other.copied().chain(["payload", "expect"]),
+                kind_name,
+                errs,
+            );
             CheckKind::Agent {
                 send: t.string("send", errs),
             }
@@ -227,7 +232,12 @@ fn kind(t: &mut Table<'_>, kind_name: &str, errs: &mut ConfigErrors) -> CheckKin
         }
         "grpc" => {
             let other = HTTP_KEYS.iter().copied();
-            reject_all(t, other.chain(["send", "expect", "payload"]), kind_name, errs);
+            reject_all(
+                t,
+                other.chain(["send", "expect", "payload"]),
+                kind_name,
+                errs,
+            );
             grpc_check(t, errs)
         }
         kind => {
@@ -268,7 +278,10 @@ fn grpc_check(t: &mut Table<'_>, errs: &mut ConfigErrors) -> CheckKind {
     if let Some(a) = &authority
         && (a.is_empty() || a.contains([' ', '/', '\r', '\n']))
     {
-        errs.push(t.key("authority"), format!("{a:?} is not a valid authority"));
+        errs.push(
+            t.key("authority"),
+            format!("{a:?} is not a valid authority"),
+        );
     }
     CheckKind::Grpc(GrpcCheck {
         service,

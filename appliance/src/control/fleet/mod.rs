@@ -470,6 +470,7 @@ impl Control {
             now: Instant::now(),
             resettle: true,
             ramps: &self.st.ramps,
+            agents: &self.st.policy.agents,
         })
     }
 
