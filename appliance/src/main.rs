@@ -158,6 +158,10 @@ enum ImportFrom {
         /// Write the sluice.toml here instead of to standard output.
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Follow absolute `include` paths inside DIR (relative ones stay inside the
+        /// including file's directory); repeat for several.
+        #[arg(long, value_name = "DIR")]
+        allow_include: Vec<PathBuf>,
     },
 }
 
@@ -315,8 +319,13 @@ fn main() -> ExitCode {
         } => console(&api, no_color, refresh),
         Command::Run { config } => run(&config),
         Command::Import {
-            from: ImportFrom::Keepalived { file, output },
-        } => import_keepalived(&file, output.as_deref()),
+            from:
+                ImportFrom::Keepalived {
+                    file,
+                    output,
+                    allow_include,
+                },
+        } => import_keepalived(&file, output.as_deref(), &allow_include),
         Command::Trace { config, flow, vni } => trace(&config, &flow, vni),
         Command::Lab {
             backends,
@@ -490,16 +499,20 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
 
 /// `sluice import keepalived`: 0 when the file was written (its placeholders still to be
 /// filled in), 1 when the input cannot be imported or the output not written.
-fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -> ExitCode {
-    let imported = match sluice::import::keepalived::import_file(file) {
+fn import_keepalived(
+    file: &std::path::Path,
+    output: Option<&std::path::Path>,
+    allow_include: &[PathBuf],
+) -> ExitCode {
+    let imported = match sluice::import::keepalived::import_file(file, allow_include) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("sluice import: {}: {e}", file.display());
             return ExitCode::FAILURE;
         }
     };
-    for n in &imported.notes {
-        eprintln!("{}: {n}", file.display());
+    for n in &imported.notes.notes {
+        eprintln!("{}: {}", file.display(), imported.notes.show(n));
     }
     match output {
         Some(out) => {
@@ -512,7 +525,7 @@ fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -
                  fill in its placeholders, then `sluice check --config {}`",
                 imported.vips,
                 out.display(),
-                imported.notes.len(),
+                imported.notes.notes.len(),
                 out.display()
             );
         }

@@ -4,8 +4,11 @@
 //! spaces inside kept); `{` and `}` are tokens of their own wherever they stand outside
 //! quotes, and a block's `{` may stand on the line after its keyword; `$NAME=value` lines
 //! define parameters that `$NAME` and `${NAME}` expand to, again inside what they expand to,
-//! as keepalived's `replace_param` does. Conditional lines (`@id ...`) cannot be evaluated
-//! without keepalived's config id: they are skipped and reported.
+//! as keepalived's `replace_param` does. An `include PATTERN` line (`includer`, `includem`,
+//! ... alike) is replaced by the lines of the files it names, wherever it stands, as
+//! keepalived's reader does; the files come through [`Includes`], so parsing stays pure.
+//! Conditional lines (`@id ...`) cannot be evaluated without keepalived's config id: they are
+//! skipped and reported.
 //!
 //! The parser is total: any input gives a tree or an error naming the line, never a panic.
 //! It builds the tree without recursion and refuses nesting deeper than keepalived's own
@@ -99,6 +102,118 @@ pub enum SyntaxError {
     TooLarge { line: usize },
     #[error("line {line}: more than {MAX_WORDS} words: too large to import")]
     TooManyWords { line: usize },
+    #[error("line {line}: {why}")]
+    Include { line: usize, why: String },
+    /// An error in an included file, at its own line.
+    #[error("{file}: {error}")]
+    In {
+        file: String,
+        error: Box<SyntaxError>,
+    },
+}
+
+impl SyntaxError {
+    /// The (global) line the error is at.
+    fn line(&self) -> usize {
+        use SyntaxError::*;
+        match self {
+            NotText { line, .. }
+            | UnterminatedQuote { line, .. }
+            | ExtraClose { line }
+            | Unclosed { line, .. }
+            | BareOpen { line }
+            | TooDeep { line }
+            | LineTooLong { line }
+            | ExpansionLoop { line }
+            | TooLarge { line }
+            | TooManyWords { line }
+            | Include { line, .. } => *line,
+            In { error, .. } => error.line(),
+        }
+    }
+
+    /// The error at its line within its own file.
+    fn local(mut self) -> SyntaxError {
+        use SyntaxError::*;
+        match &mut self {
+            NotText { line, .. }
+            | UnterminatedQuote { line, .. }
+            | ExtraClose { line }
+            | Unclosed { line, .. }
+            | BareOpen { line }
+            | TooDeep { line }
+            | LineTooLong { line }
+            | ExpansionLoop { line }
+            | TooLarge { line }
+            | TooManyWords { line }
+            | Include { line, .. } => *line = super::split_line(*line).1,
+            In { .. } => {}
+        }
+        self
+    }
+}
+
+/// Where `include` lines find their files.
+pub trait Includes {
+    /// The files `pattern` names, included at `line` of file `from`: each with its index
+    /// (its lines are numbered above [`super::FILE_SHIFT`] by it) and text, and notes on
+    /// what keepalived would pass over too (a pattern matching nothing); or why the import
+    /// cannot follow it.
+    fn include(&mut self, pattern: &str, from: usize) -> Result<Resolved, String>;
+
+    /// The name of every file so far by index, `main` being the main file's.
+    fn names(&self, main: &str) -> Vec<String>;
+}
+
+/// What an `include` line resolved to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// (file index, text), in keepalived's order (each pattern's matches sorted).
+    pub files: Vec<(usize, String)>,
+    pub notes: Vec<String>,
+}
+
+/// Bytes alone, without a file: an `include` cannot be followed.
+pub struct NoIncludes;
+
+impl Includes for NoIncludes {
+    fn include(&mut self, pattern: &str, _from: usize) -> Result<Resolved, String> {
+        Err(format!(
+            "include {pattern}: included files are followed only when importing a file (sluice \
+             import keepalived FILE)"
+        ))
+    }
+
+    fn names(&self, main: &str) -> Vec<String> {
+        vec![main.to_string()]
+    }
+}
+
+/// The pattern of an `include` line: what follows the keyword up to a comment, as keepalived
+/// takes it (braces are the glob's, not blocks).
+fn include_pattern(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    let (word, rest) = t.split_once([' ', '\t'])?;
+    if !INCLUDES.contains(&word) {
+        return None;
+    }
+    let rest = rest.split(['#', '!']).next().unwrap_or("").trim();
+    (!rest.is_empty()).then_some(rest)
+}
+
+/// keepalived's include keywords (lib/parser.c `is_include`).
+const INCLUDES: [&str; 6] = [
+    "include", "includer", "includem", "includew", "includeb", "includea",
+];
+
+/// What parsing gives besides the tree.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub tree: Vec<Node>,
+    /// Conditional lines passed over.
+    pub skipped: Vec<Skipped>,
+    /// What the includes passed over.
+    pub notes: Vec<Skipped>,
 }
 
 /// A line the parser skipped on purpose, with why (conditional configuration).
@@ -116,45 +231,104 @@ enum Token {
     Close,
 }
 
-/// Parses a whole file into its top-level statements.
+/// Parses a whole file into its top-level statements (an `include` is an error).
 pub fn parse(bytes: &[u8]) -> Result<(Vec<Node>, Vec<Skipped>), SyntaxError> {
-    parse_text(as_text(bytes)?)
+    let p = parse_with(as_text(bytes)?, &mut NoIncludes)?;
+    Ok((p.tree, p.skipped))
 }
 
-/// Parses text that [`as_text`] accepted.
-pub fn parse_text(text: &str) -> Result<(Vec<Node>, Vec<Skipped>), SyntaxError> {
-    let mut builder = Builder::default();
-    let mut defs: HashMap<String, String> = HashMap::new();
-    let mut skipped = Vec::new();
-    let mut expanded_total = 0usize;
-    for (i, raw) in text.split('\n').enumerate() {
-        let line = i + 1;
+/// Parses text that [`as_text`] accepted, following its includes through `includes`.
+pub fn parse_with(text: &str, includes: &mut dyn Includes) -> Result<Parsed, SyntaxError> {
+    let mut r = Reader {
+        builder: Builder::default(),
+        defs: HashMap::new(),
+        parsed: Parsed::default(),
+        expanded: 0,
+        includes,
+    };
+    let out = r.file(text, 0).and_then(|()| r.builder.finish());
+    match out {
+        Ok(tree) => {
+            r.parsed.tree = tree;
+            Ok(r.parsed)
+        }
+        Err(e) => match super::split_line(e.line()).0 {
+            0 => Err(e),
+            k => Err(SyntaxError::In {
+                file: r.includes.names("").get(k).cloned().unwrap_or_default(),
+                error: Box::new(e.local()),
+            }),
+        },
+    }
+}
+
+/// The reader of one import: the tree being built and what the lines so far defined.
+struct Reader<'a> {
+    builder: Builder,
+    defs: HashMap<String, String>,
+    parsed: Parsed,
+    /// Bytes all lines expanded to so far.
+    expanded: usize,
+    includes: &'a mut dyn Includes,
+}
+
+impl Reader<'_> {
+    /// Reads file `index`'s text into the tree.
+    fn file(&mut self, text: &str, index: usize) -> Result<(), SyntaxError> {
+        for (i, raw) in text.split('\n').enumerate() {
+            let line = (index << super::FILE_SHIFT) | (i + 1);
+            self.line(raw, line, index)?;
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, raw: &str, line: usize, file: usize) -> Result<(), SyntaxError> {
         let trimmed = raw.trim_start();
         if let Some(def) = trimmed.strip_prefix('$')
             && let Some((name, value)) = def.split_once('=')
             && is_param_name(name.trim())
         {
-            defs.insert(name.trim().to_string(), value.trim().to_string());
-            continue;
+            self.defs
+                .insert(name.trim().to_string(), value.trim().to_string());
+            return Ok(());
         }
         if trimmed.starts_with('@') {
-            skipped.push(Skipped {
+            self.parsed.skipped.push(Skipped {
                 line,
                 text: trimmed.trim_end().to_string(),
             });
-            continue;
+            return Ok(());
         }
-        let expanded = expand(raw, &defs, line)?;
-        expanded_total += expanded.len() + 1;
-        if expanded_total > MAX_EXPANDED {
+        let expanded = expand(raw, &self.defs, line)?;
+        self.expanded += expanded.len() + 1;
+        if self.expanded > MAX_EXPANDED {
             return Err(SyntaxError::TooLarge { line });
         }
-        for token in tokens(&expanded, line)? {
-            builder.push(token, line)?;
+        if let Some(pattern) = include_pattern(&expanded) {
+            return self.include(pattern, line, file);
         }
-        builder.end_line();
+        let tokens = tokens(&expanded, line)?;
+        for token in tokens {
+            self.builder.push(token, line)?;
+        }
+        self.builder.end_line();
+        Ok(())
     }
-    Ok((builder.finish()?, skipped))
+
+    /// An `include` line: the lines of the files it names, in their place.
+    fn include(&mut self, pattern: &str, line: usize, file: usize) -> Result<(), SyntaxError> {
+        let resolved = self
+            .includes
+            .include(pattern, file)
+            .map_err(|why| SyntaxError::Include { line, why })?;
+        for text in resolved.notes {
+            self.parsed.notes.push(Skipped { line, text });
+        }
+        for (index, text) in resolved.files {
+            self.file(&text, index)?;
+        }
+        Ok(())
+    }
 }
 
 /// The file as UTF-8 text without control bytes other than tab, CR, LF and form feed.
