@@ -224,6 +224,9 @@ fn foreign(text: &str) -> Option<usize> {
     (statements > 0).then_some(statements)
 }
 
+/// Other lines a merged note names before it only counts the rest.
+const ALSO_SHOWN: usize = 20;
+
 /// Sorted by line, a text said for several lines once, at its first line, naming the others
 /// (the same checker timing repeated in every real server would otherwise fill the list).
 fn merge(mut notes: Vec<Note>) -> Vec<Note> {
@@ -232,7 +235,8 @@ fn merge(mut notes: Vec<Note>) -> Vec<Note> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     for n in notes {
         match seen.get(&n.text) {
-            Some(&i) if out[i].0.line != n.line && !out[i].1.contains(&n.line) => {
+            // Sorted by line: a line said twice comes twice in a row.
+            Some(&i) if out[i].0.line != n.line && out[i].1.last() != Some(&n.line) => {
                 out[i].1.push(n.line)
             }
             Some(_) => {}
@@ -245,13 +249,17 @@ fn merge(mut notes: Vec<Note>) -> Vec<Note> {
     out.into_iter()
         .map(|(mut n, also)| {
             if !also.is_empty() {
-                let lines: Vec<String> = also
+                let mut lines: Vec<String> = also
                     .iter()
+                    .take(ALSO_SHOWN)
                     .map(|l| match split_line(*l) {
                         (0, l) => l.to_string(),
                         (k, l) => format!("{l} of included file {k}"),
                     })
                     .collect();
+                if also.len() > ALSO_SHOWN {
+                    lines.push(format!("and {} more", also.len() - ALSO_SHOWN));
+                }
                 n.text
                     .push_str(&format!(" (also line {})", lines.join(", ")));
             }
