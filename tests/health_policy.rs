@@ -39,8 +39,14 @@ fn lab(prefix: &'static str, appliances: usize) -> Lab {
 
 /// In a lab without BGP, the router's static route to `vip` through `lb1`.
 fn route(lab: &Lab, vip: &str) {
-    lab.router
-        .run(&["ip", "route", "replace", &format!("{vip}/32"), "via", lab::LB_LAN4]);
+    lab.router.run(&[
+        "ip",
+        "route",
+        "replace",
+        &format!("{vip}/32"),
+        "via",
+        lab::LB_LAN4,
+    ]);
 }
 
 /// Appliance `k`'s lab config up to its VIPs ([appliance], [api], [bgp] in a BGP lab).

@@ -79,7 +79,11 @@ pub enum LoadError {
         "config file {path}: line {line}: byte 0x{byte:02x} is not text (a configuration is a \
          text file: is this the right file?)"
     )]
-    NotText { path: PathBuf, line: usize, byte: u8 },
+    NotText {
+        path: PathBuf,
+        line: usize,
+        byte: u8,
+    },
     #[error("config file {path}: not valid TOML: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error("environment override: {0}")]

@@ -835,7 +835,14 @@ fn a_file_that_is_not_text_is_refused_at_its_first_chunk() {
     let t = std::time::Instant::now();
     let e = load(std::path::Path::new("/dev/zero")).expect_err("not a config");
     assert!(
-        matches!(e, LoadError::NotText { line: 1, byte: 0, .. }),
+        matches!(
+            e,
+            LoadError::NotText {
+                line: 1,
+                byte: 0,
+                ..
+            }
+        ),
         "{e}"
     );
     assert!(e.to_string().contains("is this the right file?"), "{e}");
@@ -845,6 +852,16 @@ fn a_file_that_is_not_text_is_refused_at_its_first_chunk() {
     let bin = dir.join("binary.toml");
     std::fs::write(&bin, b"[appliance]\nname = \"x\"\n\x01\x02").expect("write");
     let e = load(&bin).expect_err("binary");
-    assert!(matches!(e, LoadError::NotText { line: 3, byte: 1, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            LoadError::NotText {
+                line: 3,
+                byte: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
