@@ -22,7 +22,8 @@
 #    slot B while a client requests through the VIP every 100 ms.
 # 2. Slot B on trial: ready, marked good (boot counting); the outage in seconds; the config
 #    and the drain survived. Then a deliberately broken build (its sluice exits 1) into slot A,
-#    by URL from the mirror with its sha256.
+#    by URL from the mirror with its sha256, after an unsigned bundle from the mirror was
+#    refused. Every bundle is signed with image/build.sh's update key.
 # 3. Slot A on trial fails (sluice.service never ready): marked bad, reboots by itself.
 # 4. Slot B again, with a new sluice.toml (VIP 203.0.113.81:80) as a systemd credential (qemu
 #    -smbios type=11) and virtio-net with 2 queue pairs: the console says slot A failed and
@@ -564,9 +565,13 @@ PY
 built=$(cat "$work/parts/version")
 # The version as a literal in the console regexes (it holds "+" and dots).
 built_re=$(printf '%s' "$built" | sed 's/[][\.*^$+?(){}|]/\\&/g')
+# Signed with the key image/build.sh signed this build with: the image trusts its public half.
+update_key=${SLUICE_UPDATE_KEY:-$repo/.sluice-update-key/sluice-update.key}
+[ -f "$update_key" ] || fail "no update signing key $update_key: build the image first (image/build.sh)"
 repack() {
     python3 "$repo/image/bundle.py" "$1" --version "$2" --cmdline "$(cat "$work/parts/cmdline")" \
-        --vmlinuz "$work/parts/vmlinuz" --initrd "$work/parts/initrd" --root "$3" >/dev/null
+        --vmlinuz "$work/parts/vmlinuz" --initrd "$work/parts/initrd" --root "$3" \
+        --key "$update_key" >/dev/null
 }
 repack "$work/next.tar" "$built-next" "$work/parts/root.img"
 printf '#!/bin/sh\necho "sluice: deliberately broken build (boot test)" >&2\nexit 1\n' >"$work/broken-sluice"
@@ -581,6 +586,12 @@ rm -f "$work/broken-root.img"
 # The broken bundle comes by URL: a mirror in the router namespace, as an operator's would be.
 mkdir -p "$work/mirror"
 ln "$work/broken.tar" "$work/mirror/sluice-update-broken.tar"
+# Beside it an unsigned bundle, as a man in the middle would serve: refused at its manifest,
+# so its root filesystem can be a dummy.
+head -c 1M /dev/zero >"$work/dummy-root.img"
+python3 "$repo/image/bundle.py" "$work/mirror/sluice-update-unsigned.tar" --version "$built-unsigned" \
+    --cmdline "$(cat "$work/parts/cmdline")" --vmlinuz "$work/parts/vmlinuz" \
+    --initrd "$work/parts/initrd" --root "$work/dummy-root.img" >/dev/null 2>&1
 broken_sum=$(sha256sum "$work/broken.tar" | cut -d' ' -f1)
 ip netns exec "$rns" python3 -m http.server --bind 172.30.22.1 --directory "$work/mirror" 8081 \
     >"$work/mirror.log" 2>&1 &
@@ -662,7 +673,8 @@ traffic 203.0.113.80
 t0=$SECONDS
 guest "sluice image update /dev/disk/by-id/virtio-bundle" 900
 [ "$rc" = 0 ] || fail "sluice image update failed in the guest"
-console_has "slot b: Sluice $built_re-next written" || fail "sluice image update did not say it wrote slot b"
+console_has "slot b: Sluice $built_re-next written from /dev/disk/by-id/virtio-bundle \(signed by " ||
+    fail "sluice image update did not say it wrote slot b from a signed bundle"
 echo "boot-test: sluice image update wrote slot B in $((SECONDS - t0)) s while serving; rebooting"
 type_serial "systemctl reboot"$'\r'
 wait_exit "reboot after the update"
@@ -691,6 +703,11 @@ guest "sluice ctl backends web-seed"
 console_has "172\.30\.23\.22:8080 +drain\*" || fail "the operator's drain did not survive the upgrade"
 echo "boot-test: the config (VIP 203.0.113.80 from the seed) and the operator's drain survived the upgrade"
 guest "until sluice image status | grep -q 'running: slot b.*, good$'; do sleep 2; done; sluice image status" 300
+# --- an unsigned bundle from the mirror is refused before anything is written
+guest "sluice image update http://172.30.22.1:8081/sluice-update-unsigned.tar" 300
+[ "$rc" != 0 ] || fail "sluice image update installed an unsigned bundle"
+console_has "the bundle is not signed" || fail "sluice image update did not say the bundle is not signed"
+echo "boot-test: an unsigned bundle from the mirror was refused (nothing written)"
 # --- the broken build into slot A, from the mirror's URL with its sha256: its trial boot
 # fails and slot B boots again by itself
 url=http://172.30.22.1:8081/sluice-update-broken.tar

@@ -5,7 +5,17 @@
 # dependencies through scripts/setup.sh), builds the release `sluice` binary, and runs mkosi.
 # Output in mkosi.output/: sluice.raw (GPT disk: ESP with systemd-boot and a unified kernel
 # image, ext4 root; boots under UEFI), sluice.raw.zst (the same, compressed, to ship),
-# sluice.vmlinuz + sluice.initrd (qemu direct boot, used by image/boot-test.sh).
+# sluice.vmlinuz + sluice.initrd (qemu direct boot, used by image/boot-test.sh), and the
+# build's signed update bundle.
+#
+# Update signing (see image/README.md, "Signed updates"): SLUICE_UPDATE_KEY names the
+# minisign secret key that signs the bundle (a release key kept off the build machine's
+# clone, password-protected: minisign asks for its password). Without it the key is
+# .sluice-update-key/sluice-update.key, generated without a password on the first build
+# (labs and CI; gitignored). The image trusts the key's public half (KEY with .pub for
+# .key, next to it) and any more public keys in SLUICE_UPDATE_TRUST (space-separated .pub
+# files, e.g. the next release key before it signs anything): they are installed in
+# /usr/lib/sluice/update-keys/.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -109,8 +119,27 @@ if ! ls "$tools/packages/${kernel}_"*.deb >/dev/null 2>&1; then
     (cd "$tools/packages" && apt-get download -q -t bookworm-backports linux-image-amd64 "$kernel")
 fi
 
-# The project's own build dependencies (clang for the XDP program, libelf, ...) and cargo.
+# The project's own build dependencies (clang for the XDP program, libelf, ...), minisign
+# and cargo.
 scripts/setup.sh
+
+# The key that signs this build's update bundle, and the public keys the image trusts.
+update_key=${SLUICE_UPDATE_KEY:-$repo/.sluice-update-key/sluice-update.key}
+update_pub=${update_key%.key}.pub
+if [ ! -f "$update_key" ]; then
+    [ -z "${SLUICE_UPDATE_KEY:-}" ] || { echo "build.sh: SLUICE_UPDATE_KEY $update_key does not exist" >&2; exit 1; }
+    echo "build.sh: no update signing key yet: generating $update_key (no password: for labs and CI; give a release key with SLUICE_UPDATE_KEY)"
+    mkdir -p -m 0700 "$(dirname "$update_key")"
+    minisign -G -W -p "$update_pub" -s "$update_key" >/dev/null
+fi
+[ -f "$update_pub" ] || { echo "build.sh: $update_pub (the public half of $update_key) is missing" >&2; exit 1; }
+rm -rf "$tools/update-keys"
+mkdir -p "$tools/update-keys"
+for pub in "$update_pub" ${SLUICE_UPDATE_TRUST:-}; do
+    [ -f "$pub" ] || { echo "build.sh: update key $pub is missing" >&2; exit 1; }
+    cp "$pub" "$tools/update-keys/$(basename "$pub")"
+done
+echo "build.sh: update bundles signed by $update_key; the image trusts $(cd "$tools/update-keys" && echo *)"
 
 # SLUICE_IMAGE_PROFILE=debug puts target/debug/sluice in the image instead of the release
 # build (CI has built it already for its tests; a release build would cost minutes more).
@@ -145,7 +174,8 @@ print(p["start"] * t.get("sectorsize", 512), p["size"] * t.get("sectorsize", 512
 # slots OUT: makes the disk's ESP boot system slot A through a boot loader entry of its own
 # (kernel and initrd in /sluice/a/, root=PARTLABEL=sluice-root-a) in place of mkosi's unified
 # kernel image, whose command line names no slot; then writes the update bundle of this build
-# (sluice-update-VERSION.tar: the kernel, initrd and slot A's filesystem, image/bundle.py).
+# (sluice-update-VERSION.tar: the kernel, initrd and slot A's filesystem, image/bundle.py,
+# signed with the update key).
 slots() {
     local out=$1 esp_off esp_size root_off root_size tmp cmdline version
     read -r esp_off esp_size < <(part sluice-esp)
@@ -188,7 +218,8 @@ slots() {
     rm -f "$out"/sluice-update-*.tar "$out"/sluice-update-*.tar.sha256
     local bundle="$out/sluice-update-$version.tar"
     python3 image/bundle.py "$bundle" --version "$version" --cmdline "$cmdline" \
-        --vmlinuz "$out/sluice.vmlinuz" --initrd "$out/sluice.initrd" --root "$tmp/root.img" >/dev/null
+        --vmlinuz "$out/sluice.vmlinuz" --initrd "$out/sluice.initrd" --root "$tmp/root.img" \
+        --key "$update_key" >/dev/null
     echo "build.sh: update bundle $bundle ($(du -h --apparent-size "$bundle" | cut -f1); root filesystem $((blocks * bsize >> 20)) MiB of slot A's $((root_size >> 20)) MiB)"
     rm -rf "$tmp"
 }

@@ -27,6 +27,9 @@ packages=(
     etcd-server etcd-client protobuf-compiler openssl
     # scripts/soak.sh: runs a timing-sensitive test many times with the CPUs loaded
     stress-ng
+    # image/build.sh and image/bundle.py sign update bundles (the image tests check a
+    # bundle it signed)
+    minisign
 )
 
 missing=()

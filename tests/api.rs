@@ -5,15 +5,18 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use api::{BackendAction, Client, Endpoint};
+use api::BackendAction;
 use hyper::{Method, StatusCode};
+use lab::testing::{Said, file_text, wait_for};
 use lab::{Lab, LabMode, LabOptions, http_get};
 use serde_json::Value;
 
 const DOC: &str = include_str!("../docs/api/openapi.json");
+/// How often a wait asks again.
+const POLL: Duration = Duration::from_millis(100);
 
 /// Validates replies against the OpenAPI document and remembers which operations were seen.
 struct Checker {
@@ -71,29 +74,18 @@ impl Checker {
     }
 }
 
-struct Api {
-    client: Client,
-    rt: tokio::runtime::Runtime,
-}
+/// The API over the lab's socket, each reply checked against openapi.json.
+struct Api(lab::testing::Api);
 
 impl Api {
     fn new(socket: &Path) -> Api {
-        Api {
-            client: Client::new(Endpoint::Unix(socket.to_path_buf())),
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime"),
-        }
+        Api(lab::testing::Api::unix(socket))
     }
 
     fn raw(&self, method: Method, path: &str, body: Option<&str>) -> (StatusCode, Vec<u8>) {
         let (s, b) = self
-            .rt
-            .block_on(
-                self.client
-                    .raw(method.clone(), path, body.map(|b| b.as_bytes().to_vec())),
-            )
+            .0
+            .call(|c| c.raw(method.clone(), path, body.map(|b| b.as_bytes().to_vec())))
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         (s, b.to_vec())
     }
@@ -118,25 +110,6 @@ impl Api {
         chk.check(method.as_str(), template, status, &bytes);
         serde_json::from_slice(&bytes).unwrap_or(Value::Null)
     }
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn sluice() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
-}
-
-fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    lab::sluice_ctl(&sluice(), socket, args)
 }
 
 /// Parses an exposition with prometheus_client's OpenMetrics parser (python3); returns
@@ -190,12 +163,10 @@ fn sample(lines: &[String], prefix: &str) -> f64 {
 
 #[test]
 fn every_route_against_a_running_appliance() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     // And a DR VIP with an outbound range, for GET /v1/vips/{vip}/outbound.
     let socket = lab.api_socket_at(0);
     let cfg = lab.config(&socket)
@@ -203,9 +174,9 @@ fn every_route_against_a_running_appliance() {
            outbound = \"40000-40999\"\n[[vip.backend]]\naddress = \"10.0.0.21\"\n\
            [[vip.backend]]\naddress = \"10.0.0.22\"\n";
     lab.write_config(&cfg).expect("write config");
-    let log = lab.start_appliance(&sluice()).expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    wait_for("the API socket", Duration::from_secs(20), || {
+    let log = lab.start_appliance(lab::sluice!().path()).expect("start");
+    let log_text = || file_text(&log);
+    wait_for("the API socket", Duration::from_secs(20), POLL, || {
         socket.exists().then_some(())
     });
     use std::os::unix::fs::PermissionsExt;
@@ -312,7 +283,7 @@ fn every_route_against_a_running_appliance() {
             .is_some_and(|m| m.contains("no outbound range")),
         "{e}"
     );
-    let backends = wait_for("every backend up", Duration::from_secs(20), || {
+    let backends = wait_for("every backend up", Duration::from_secs(20), POLL, || {
         let b = api.call(
             &mut chk,
             Method::GET,
@@ -344,7 +315,7 @@ fn every_route_against_a_running_appliance() {
         })
         .expect("client");
     assert_eq!(served, 30, "requests through the VIP:\n{}", log_text());
-    let one = wait_for("VIP counters", Duration::from_secs(5), || {
+    let one = wait_for("VIP counters", Duration::from_secs(5), POLL, || {
         let v = api.call(
             &mut chk,
             Method::GET,
@@ -358,11 +329,7 @@ fn every_route_against_a_running_appliance() {
     assert!(one["packets"].as_u64().unwrap_or(0) >= 30 * 5, "{one}");
 
     // Writes: drain, weight, and their errors.
-    let before = api
-        .rt
-        .block_on(api.client.status())
-        .expect("status")
-        .config_version;
+    let before = api.0.call(|c| c.status()).expect("status").config_version;
     let c = api.call(
         &mut chk,
         Method::POST,
@@ -373,10 +340,7 @@ fn every_route_against_a_running_appliance() {
     );
     assert_eq!(c["synced"], true, "{c}");
     assert!(c["version"].as_u64().unwrap_or(0) > before, "{c}");
-    let b = api
-        .rt
-        .block_on(api.client.backends("nat4-tcp"))
-        .expect("backends");
+    let b = api.0.call(|c| c.backends("nat4-tcp")).expect("backends");
     assert_eq!(
         (b[0].state.as_str(), b[0].state_overridden),
         ("drain", true)
@@ -450,10 +414,7 @@ fn every_route_against_a_running_appliance() {
         StatusCode::OK,
     );
     assert_eq!(c["synced"], true);
-    let b = api
-        .rt
-        .block_on(api.client.backends("nat4-tcp"))
-        .expect("backends");
+    let b = api.0.call(|c| c.backends("nat4-tcp")).expect("backends");
     assert_eq!((b[1].weight, b[1].weight_overridden), (50, true));
     assert!(
         (b[1].ideal_share - 0.2).abs() < 1e-9,
@@ -512,11 +473,7 @@ fn every_route_against_a_running_appliance() {
 
     // Reload: a broken file is rejected whole with every error; a good one runs, and the
     // operator's weight survives it.
-    let running = api
-        .rt
-        .block_on(api.client.status())
-        .expect("status")
-        .config_version;
+    let running = api.0.call(|c| c.status()).expect("status").config_version;
     let good = std::fs::read_to_string(lab.config_path()).expect("config");
     let broken = good
         .replace("port = 8080", "port = 0")
@@ -536,11 +493,7 @@ fn every_route_against_a_running_appliance() {
         e["errors"].to_string().contains("interval"),
         "errors name their keys: {e}"
     );
-    let now = api
-        .rt
-        .block_on(api.client.status())
-        .expect("status")
-        .config_version;
+    let now = api.0.call(|c| c.status()).expect("status").config_version;
     assert_eq!(now, running, "a rejected reload changes nothing");
     lab.write_config(&good).expect("write");
     let c = api.call(
@@ -552,10 +505,7 @@ fn every_route_against_a_running_appliance() {
         StatusCode::OK,
     );
     assert!(c["version"].as_u64().unwrap_or(0) > running, "{c}");
-    let b = api
-        .rt
-        .block_on(api.client.backends("nat4-tcp"))
-        .expect("backends");
+    let b = api.0.call(|c| c.backends("nat4-tcp")).expect("backends");
     assert_eq!(b[1].weight, 50, "the API's weight outlives a reload");
 
     // Events: commits, operator actions, reloads; `since` filters; bad parameters named.
@@ -687,13 +637,19 @@ fn every_route_against_a_running_appliance() {
     }
 
     // sluice ctl over the same socket.
-    let (code, out, err) = ctl(&socket, &["status"]);
+    let Said {
+        code,
+        stdout: out,
+        stderr: err,
+    } = lab::sluice!().ctl(&socket, &["status"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("lab-lb1") && out.contains("workers run it"),
         "{out}"
     );
-    let (code, out, _) = ctl(&socket, &["vips"]);
+    let Said {
+        code, stdout: out, ..
+    } = lab::sluice!().ctl(&socket, &["vips"]);
     assert_eq!(code, 0);
     let row = format!("{}:80/tcp", LabMode::Nat.vip(false));
     assert!(
@@ -703,26 +659,40 @@ fn every_route_against_a_running_appliance() {
                 .any(|l| l.starts_with("nat4-tcp") && l.contains(&row)),
         "{out}"
     );
-    let (code, out, _) = ctl(&socket, &["backends", "nat4-tcp"]);
+    let Said {
+        code, stdout: out, ..
+    } = lab::sluice!().ctl(&socket, &["backends", "nat4-tcp"]);
     assert_eq!(code, 0);
     assert!(
         out.contains("10.0.0.22:8080") && out.contains("50*"),
         "{out}"
     );
-    let (code, out, err) = ctl(&socket, &["drain", "nat4-tcp", "10.0.0.23:8080"]);
+    let Said {
+        code,
+        stdout: out,
+        stderr: err,
+    } = lab::sluice!().ctl(&socket, &["drain", "nat4-tcp", "10.0.0.23:8080"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("running on every worker"), "{out}");
-    let (code, out, _) = ctl(&socket, &["--json", "backends", "nat4-tcp"]);
+    let Said {
+        code, stdout: out, ..
+    } = lab::sluice!().ctl(&socket, &["--json", "backends", "nat4-tcp"]);
     assert_eq!(code, 0);
     let parsed: Vec<api::Backend> = serde_json::from_str(&out).expect("--json parses");
     assert_eq!(parsed[2].state, "drain");
-    let (code, _, err) = ctl(&socket, &["weight", "nat4-tcp", "10.0.0.99:8080", "3"]);
+    let Said {
+        code, stderr: err, ..
+    } = lab::sluice!().ctl(&socket, &["weight", "nat4-tcp", "10.0.0.99:8080", "3"]);
     assert_eq!(code, 1, "an API error exits 1");
     assert!(err.contains("no backend"), "{err}");
-    let (code, _, err) = ctl(Path::new("/nonexistent/api.sock"), &["status"]);
+    let Said {
+        code, stderr: err, ..
+    } = lab::sluice!().ctl(Path::new("/nonexistent/api.sock"), &["status"]);
     assert_eq!(code, 2, "an unreachable appliance exits 2");
     assert!(err.contains("cannot reach"), "{err}");
-    let (code, out, _) = ctl(&socket, &["events"]);
+    let Said {
+        code, stdout: out, ..
+    } = lab::sluice!().ctl(&socket, &["events"]);
     assert_eq!(code, 0);
     assert!(
         out.contains("operator: drain 10.0.0.23:8080 of VIP nat4-tcp"),
@@ -730,11 +700,8 @@ fn every_route_against_a_running_appliance() {
     );
     // The client's helper agrees with the raw route.
     let c = api
-        .rt
-        .block_on(
-            api.client
-                .backend_action("nat4-tcp", "10.0.0.23:8080", BackendAction::Undrain),
-        )
+        .0
+        .call(|c| c.backend_action("nat4-tcp", "10.0.0.23:8080", BackendAction::Undrain))
         .expect("undrain");
     assert!(c.synced);
 
@@ -756,7 +723,7 @@ fn readme_examples_work(socket: &Path) {
         .find("<!-- /api-examples -->")
         .expect("end marker")
         + start;
-    let bin = sluice();
+    let bin = lab::sluice!();
     let sock = socket.display().to_string();
     let mut ran = 0;
     for line in readme[start..end].lines() {
@@ -767,7 +734,7 @@ fn readme_examples_work(socket: &Path) {
         let cmd = line
             .replace(
                 "sluice ctl",
-                &format!("{} ctl --socket {sock}", bin.display()),
+                &format!("{} ctl --socket {sock}", bin.path().display()),
             )
             .replace("/run/sluice/api.sock", &sock)
             .replace(" web ", " nat4-tcp ")
@@ -801,36 +768,41 @@ fn withdraw_and_announce_with_a_router() {
     lab::netns::require_root();
     lab::netns::require_program("bird", "bird2");
     lab::netns::require_program("birdc", "bird2");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         appliances: Some(1),
         bgp: Some(true),
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
-    let log = lab.start_appliance(&sluice()).expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    });
+    let log = lab.start_appliance(lab::sluice!().path()).expect("start");
+    let log_text = || file_text(&log);
     let vip = LabMode::Nat.vip(false);
     let routed = |lab: &Lab| lab.next_hops(vip).map(|h| !h.is_empty()).unwrap_or(false);
     wait_for(
         "the router to learn the VIP",
         Duration::from_secs(30),
+        POLL,
         || routed(&lab).then_some(()),
     );
     let socket = lab.api_socket_at(0);
     let api = Api::new(&socket);
     let mut chk = Checker::new();
-    let bgp = wait_for("an Established session", Duration::from_secs(10), || {
-        let b = api.call(
-            &mut chk,
-            Method::GET,
-            "/v1/bgp",
-            "/v1/bgp",
-            None,
-            StatusCode::OK,
-        );
-        (b["peers"][0]["state"] == "Established").then_some(b)
-    });
+    let bgp = wait_for(
+        "an Established session",
+        Duration::from_secs(10),
+        POLL,
+        || {
+            let b = api.call(
+                &mut chk,
+                Method::GET,
+                "/v1/bgp",
+                "/v1/bgp",
+                None,
+                StatusCode::OK,
+            );
+            (b["peers"][0]["state"] == "Established").then_some(b)
+        },
+    );
     assert!(
         bgp["announced"].to_string().contains(&format!("{vip}/32")),
         "{bgp}"
@@ -861,11 +833,16 @@ fn withdraw_and_announce_with_a_router() {
     wait_for(
         "the router to drop the VIP",
         Duration::from_secs(10),
+        POLL,
         || (!routed(&lab)).then_some(()),
     );
-    let v = api.rt.block_on(api.client.vip("nat4-tcp")).expect("vip");
+    let v = api.0.call(|c| c.vip("nat4-tcp")).expect("vip");
     assert!(v.withdrawn_by_operator && !v.announced, "{v:?}");
-    let (code, out, err) = ctl(&socket, &["vips"]);
+    let Said {
+        code,
+        stdout: out,
+        stderr: err,
+    } = lab::sluice!().ctl(&socket, &["vips"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("withdrawn (operator)"), "{out}");
     for name in ["nat4-tcp", "nat4-udp"] {
@@ -881,9 +858,10 @@ fn withdraw_and_announce_with_a_router() {
     wait_for(
         "the router to learn the VIP again",
         Duration::from_secs(10),
+        POLL,
         || routed(&lab).then_some(()),
     );
-    let ev = api.rt.block_on(api.client.events(0)).expect("events");
+    let ev = api.0.call(|c| c.events(0)).expect("events");
     assert!(
         ev.iter()
             .any(|e| e.kind == "bgp" && e.message.contains("Established")),
@@ -893,36 +871,36 @@ fn withdraw_and_announce_with_a_router() {
 }
 
 #[test]
-fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
+fn tcp_listener_serves_tls_wants_the_token_and_metrics_listener_serves_metrics_only() {
+    use sha2::Digest;
+    use std::os::unix::fs::PermissionsExt;
     lab::netns::require_root();
     lab::netns::require_program("curl", "curl");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         health_checks: false,
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
-    let token_file = lab.dir.join("token");
+    });
     let token = "0123456789abcdef-lab-token";
-    std::fs::write(&token_file, format!("{token}\n")).expect("token");
-    // The appliance refuses a token file others can read.
-    std::fs::set_permissions(
-        &token_file,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .expect("chmod token");
-    let socket = lab.api_socket_at(0);
-    let cfg = lab.config(&socket).replace(
-        "metrics = \"\"\n",
-        &format!(
-            "metrics = \"127.0.0.1:9300\"\nlisten = \"127.0.0.1:9400\"\ntoken_file = \"{}\"\n",
-            token_file.display()
-        ),
+    // The API's certificate: self-signed for 127.0.0.1, its key root's alone.
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).expect("cert");
+    let (cert_file, key_file) = (lab.dir.join("api.pem"), lab.dir.join("api.key"));
+    std::fs::write(&cert_file, cert.cert.pem()).expect("cert");
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).expect("key");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod key");
+    let pin: String = sha2::Sha256::digest(cert.cert.der())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tls = format!(
+        "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        cert_file.display(),
+        key_file.display()
     );
-    assert!(cfg.contains("listen = "), "config edit: {cfg}");
+    let (cfg, token_file) = lab.config_with_listeners(token, &tls);
     lab.write_config(&cfg).expect("write");
-    let log = lab.start_appliance(&sluice()).expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let log = lab.start_appliance(lab::sluice!().path()).expect("start");
+    let log_text = || file_text(&log);
     // curl inside the appliance's namespace: the listeners are on its loopback.
     let curl = |args: &[&str]| -> (String, String) {
         // Through sh so a refused connection (curl exits 7, code 000) is an answer too.
@@ -939,42 +917,90 @@ fn tcp_listener_wants_the_token_and_metrics_listener_serves_metrics_only() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (code, body) = wait_for("the TCP API", Duration::from_secs(20), || {
-        let r = curl(&["http://127.0.0.1:9400/v1/status"]);
+    let ca = cert_file.to_string_lossy().into_owned();
+    let (code, body) = wait_for("the TCP API", Duration::from_secs(20), POLL, || {
+        let r = curl(&["--cacert", &ca, "https://127.0.0.1:9400/v1/status"]);
         (r.0 != "000").then_some(r)
     });
     assert_eq!(code, "401", "no token: {body}\n{}", log_text());
     let v: Value = serde_json::from_str(&body).expect("JSON 401");
     assert_eq!(v["field"], "Authorization");
     let (code, _) = curl(&[
+        "--cacert",
+        &ca,
         "-H",
         "Authorization: Bearer wrong-token-wrong-token",
-        "http://127.0.0.1:9400/v1/status",
+        "https://127.0.0.1:9400/v1/status",
     ]);
     assert_eq!(code, "401", "wrong token");
     let auth = format!("Authorization: Bearer {token}");
-    let (code, body) = curl(&["-H", &auth, "http://127.0.0.1:9400/v1/status"]);
+    let (code, body) = curl(&[
+        "--cacert",
+        &ca,
+        "-H",
+        &auth,
+        "https://127.0.0.1:9400/v1/status",
+    ]);
     assert_eq!(code, "200", "{body}");
     let s: api::Status = serde_json::from_str(&body).expect("status");
     assert_eq!(s.appliance, "lab-lb1");
-    let out = lab
+    // Nothing in clear text: plain HTTP to the TLS port gets no HTTP answer.
+    let (code, _) = curl(&["-H", &auth, "http://127.0.0.1:9400/v1/status"]);
+    assert_eq!(code, "000", "plain HTTP answered");
+    // sluice ctl over TLS: by the CA file, and by the certificate's pin.
+    let token_arg = token_file.to_string_lossy().into_owned();
+    for trust in [["--ca-file", ca.as_str()], ["--pin-sha256", pin.as_str()]] {
+        let out = lab
+            .lb
+            .try_run(&[
+                &lab::sluice!().path().to_string_lossy(),
+                "ctl",
+                "--url",
+                "https://127.0.0.1:9400",
+                "--token-file",
+                &token_arg,
+                trust[0],
+                trust[1],
+                "vips",
+            ])
+            .expect("sluice ctl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("nat4-tcp"),
+            "{trust:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A certificate it does not trust: refused with a TLS error.
+    let e = lab
         .lb
         .try_run(&[
-            &sluice().to_string_lossy(),
+            &lab::sluice!().path().to_string_lossy(),
             "ctl",
             "--url",
             "127.0.0.1:9400",
             "--token-file",
-            &token_file.to_string_lossy(),
-            "vips",
+            &token_arg,
+            "--pin-sha256",
+            &"00".repeat(32),
+            "status",
         ])
-        .expect("sluice ctl");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.contains("nat4-tcp"), "{text}");
+        .expect_err("a wrong pin is refused");
+    assert!(
+        e.to_string().contains("TLS with the appliance failed"),
+        "{e}"
+    );
     let (code, body) = curl(&["http://127.0.0.1:9300/metrics"]);
     assert_eq!(code, "200");
     let samples = parse_metrics(&body);
     assert!(sample(&samples, "sluice_config_version{}") >= 1.0);
+    assert!(
+        sample(
+            &samples,
+            "sluice_api_connections_unauthorized_total{listener=\"tcp\"}"
+        ) >= 4.0,
+        "two 401s, plain HTTP and the wrong pin are counted"
+    );
     let (code, _) = curl(&["http://127.0.0.1:9300/v1/status"]);
     assert_eq!(code, "404", "the metrics listener serves metrics only");
     assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());

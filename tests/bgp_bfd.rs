@@ -12,8 +12,10 @@
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
 
-use bgp_common::{Bird, Frr, SpeakerProc, kernel_route, poll_until, wait_for};
-use lab::netns::{Netns, require_root, veth};
+use bgp_common::SpeakerProc;
+use lab::bird::Config;
+use lab::netns::{Netns, link, require_root};
+use lab::testing::{BirdRouter, FAILOVER_POLL, Frr, kernel_route, poll, wait_until};
 use std::time::Duration;
 
 const SPEAKER: &str = env!("CARGO_BIN_EXE_sluice-bgp-speaker");
@@ -30,76 +32,26 @@ const SLACK: Duration = Duration::from_millis(1000);
 /// Freeze/thaw rounds per router, for a spread of measurements.
 const ROUNDS: usize = 3;
 
-/// Router namespace `r` linked to a speaker namespace `s` on `r_if`/`upl` with a /24.
-fn link(r: &Netns, r_if: &str, s: &Netns, net: &str) {
-    veth(r, r_if, s, "upl");
-    r.run(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", r_if]);
-    s.run(&["ip", "addr", "add", &format!("{net}.2/24"), "dev", "upl"]);
-}
-
+/// BIRD with one session `sp1` to the speaker at `net`.2, hold time [`HOLD`], with BFD at
+/// our interval and multiplier when `bfd`.
 fn bird_config(net: &str, bfd: bool) -> String {
-    let bfd_proto = if bfd {
-        format!(
-            "protocol bfd {{ interface \"*\" {{ min rx interval {ms} ms; min tx interval {ms} ms; \
-             multiplier {BFD_MULT}; }}; }}\n",
-            ms = BFD_INTERVAL.as_millis()
-        )
+    let c = Config::new(&format!("{net}.1"), 65000)
+        .kernel(true, false, false)
+        .hold(HOLD.as_secs() as u32)
+        .quick_retry();
+    let c = if bfd {
+        c.bfd(BFD_INTERVAL, BFD_MULT)
     } else {
-        String::new()
+        c
     };
-    format!(
-        "router id {net}.1;
-protocol device {{ scan time 1; }}
-protocol kernel k4 {{ ipv4 {{ import none; export all; }}; }}
-{bfd_proto}
-protocol bgp sp1 {{
-  local as 65000;
-  neighbor {net}.2 as 65001;
-  hold time {hold};
-  keepalive time 1;
-  connect delay time 1;
-  connect retry time 1;
-  error wait time 1, 2;
-  {bfd_on}
-  ipv4 {{ import all; export none; }};
-}}
-",
-        hold = HOLD.as_secs(),
-        bfd_on = if bfd { "bfd on;" } else { "" },
-    )
+    c.peer("sp1", &format!("{net}.2"), 65001).render()
 }
 
-fn speaker_args(net: &str, bfd: bool) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--asn",
-        "65001",
-        "--router-id",
-        &format!("{net}.2"),
-        "--peer",
-        &format!("{net}.1"),
-        "--peer-asn",
-        "65000",
-        "--local",
-        &format!("{net}.2"),
-        "--hold",
-        &HOLD.as_secs().to_string(),
-        "--announce",
-        VIP,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    if bfd {
-        a.push("--bfd".into());
-        a.push(format!("{}ms:{BFD_MULT}", BFD_INTERVAL.as_millis()));
-    }
-    a
-}
-
+/// The speaker of `net`, with BFD at our interval and multiplier when `bfd`.
 fn start_speaker(s: &Netns, net: &str, bfd: bool) -> SpeakerProc {
-    let args = speaker_args(net, bfd);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    SpeakerProc::start(s, SPEAKER, &args)
+    let timers = format!("{}ms:{BFD_MULT}", BFD_INTERVAL.as_millis());
+    let extra: &[&str] = if bfd { &["--bfd", &timers] } else { &[] };
+    SpeakerProc::start_on(s, SPEAKER, net, HOLD, VIP, extra)
 }
 
 fn has_route(r: &Netns, via: &str) -> bool {
@@ -133,7 +85,7 @@ fn freeze_rounds(
     let mut times = Vec::new();
     for round in 1..=ROUNDS {
         sp.freeze();
-        let t = poll_until(HOLD * 3, &gone);
+        let t = poll(HOLD * 3, FAILOVER_POLL, &gone);
         let blamed = t.is_some() && blamed_bfd();
         let frozen_view = view();
         sp.thaw();
@@ -154,7 +106,7 @@ fn freeze_rounds(
             blamed,
             "{name} round {round}: the router does not name BFD as the reason\n{frozen_view}"
         );
-        let up = poll_until(Duration::from_secs(30), &back);
+        let up = poll(Duration::from_secs(30), FAILOVER_POLL, &back);
         assert!(
             up.is_some(),
             "{name} round {round}: route did not come back after SIGCONT\n{}",
@@ -168,7 +120,7 @@ fn freeze_rounds(
 
 /// BIRD's line for `peer` in `show bfd sessions`, e.g.
 /// `10.7.1.2  s1  Up  12:00:00.000  0.100  0.300`.
-fn bird_bfd_line(bird: &Bird<'_>, peer: &str) -> String {
+fn bird_bfd_line(bird: &BirdRouter<'_>, peer: &str) -> String {
     let out = bird.cmd(&["show", "bfd", "sessions"]);
     out.lines()
         .find(|l| l.split_whitespace().next() == Some(peer))
@@ -182,8 +134,8 @@ fn bird_bfd_freeze_drops_next_hop_within_detect_time() {
     let r = Netns::new("hbr");
     let s = Netns::new("hbs");
     let net = "10.71.1";
-    link(&r, "s1", &s, net);
-    let bird = Bird::start(&r, &bird_config(net, true));
+    link(&r, "s1", &s, "upl", net);
+    let bird = BirdRouter::start(&r, &bird_config(net, true));
     let sp = start_speaker(&s, net, true);
     let peer = format!("{net}.2");
     let bfd_up = || bird_bfd_line(&bird, &peer).split_whitespace().nth(2) == Some("Up");
@@ -195,7 +147,7 @@ fn bird_bfd_freeze_drops_next_hop_within_detect_time() {
             bird.view()
         )
     };
-    wait_for(
+    wait_until(
         "VIP in the kernel and BFD Up in BIRD",
         Duration::from_secs(30),
         || has_route(&r, &peer) && bfd_up(),
@@ -227,12 +179,12 @@ fn bird_without_bfd_freeze_takes_the_hold_time() {
     let r = Netns::new("hbr");
     let s = Netns::new("hbs");
     let net = "10.72.1";
-    link(&r, "s1", &s, net);
-    let bird = Bird::start(&r, &bird_config(net, false));
+    link(&r, "s1", &s, "upl", net);
+    let bird = BirdRouter::start(&r, &bird_config(net, false));
     let sp = start_speaker(&s, net, false);
     let peer = format!("{net}.2");
     let view = || format!("{}\n{}", kernel_route(&r, VIP), bird.view());
-    wait_for(
+    wait_until(
         "VIP in the kernel",
         Duration::from_secs(30),
         || has_route(&r, &peer),
@@ -243,7 +195,8 @@ fn bird_without_bfd_freeze_takes_the_hold_time() {
     let t0 = std::time::Instant::now();
     std::thread::sleep(DETECT + SLACK);
     let still = has_route(&r, &peer);
-    let gone = poll_until(HOLD + SLACK * 3, || !has_route(&r, &peer)).map(|d| d + DETECT + SLACK);
+    let gone =
+        poll(HOLD + SLACK * 3, FAILOVER_POLL, || !has_route(&r, &peer)).map(|d| d + DETECT + SLACK);
     sp.thaw();
     assert!(
         still,
@@ -264,7 +217,7 @@ fn bird_without_bfd_freeze_takes_the_hold_time() {
         proto.to_lowercase().contains("hold timer"),
         "BIRD should report a hold timer expiry:\n{proto}"
     );
-    wait_for(
+    wait_until(
         "VIP back after SIGCONT",
         Duration::from_secs(30),
         || has_route(&r, &peer),
@@ -278,7 +231,7 @@ fn frr_bfd_freeze_drops_next_hop_within_detect_time() {
     let r = Netns::new("hbr");
     let s = Netns::new("hbs");
     let net = "10.73.1";
-    link(&r, "s1", &s, net);
+    link(&r, "s1", &s, "upl", net);
     let peer = format!("{net}.2");
     let ms = BFD_INTERVAL.as_millis();
     let frr = Frr::start(
@@ -295,7 +248,7 @@ router bgp 65000
 ",
             hold = HOLD.as_secs()
         ),
-        &format!(
+        Some(&format!(
             "hostname r
 bfd
  profile fast
@@ -305,7 +258,7 @@ bfd
  !
 !
 "
-        ),
+        )),
     );
     let sp = start_speaker(&s, net, true);
     let peers = || frr.show(&format!("show bfd peer {peer}"));
@@ -319,7 +272,7 @@ bfd
             frr.show(&format!("show bgp neighbor {peer}"))
         )
     };
-    wait_for(
+    wait_until(
         "VIP in the kernel and BFD up in FRR",
         Duration::from_secs(40),
         || has_route(&r, &peer) && bfd_up(),
@@ -359,12 +312,12 @@ fn bird_frozen_router_our_bfd_takes_bgp_down() {
     let r = Netns::new("hbr");
     let s = Netns::new("hbs");
     let net = "10.76.1";
-    link(&r, "s1", &s, net);
-    let bird = Bird::start(&r, &bird_config(net, true));
+    link(&r, "s1", &s, "upl", net);
+    let bird = BirdRouter::start(&r, &bird_config(net, true));
     let sp = start_speaker(&s, net, true);
     let peer = format!("{net}.2");
     let view = || format!("{}\n{}", bird.view(), sp.output());
-    wait_for(
+    wait_until(
         "VIP in the kernel and BFD Up on our side",
         Duration::from_secs(30),
         || {
@@ -381,7 +334,7 @@ fn bird_frozen_router_our_bfd_takes_bgp_down() {
     for round in 1..=ROUNDS {
         let t0 = std::time::Instant::now();
         bird.freeze(true);
-        let down = poll_until(HOLD * 3, || {
+        let down = poll(HOLD * 3, FAILOVER_POLL, || {
             sp.line_after(t0, |l| !l.starts_with("bgp Established"))
                 .is_some()
         });
@@ -404,7 +357,7 @@ fn bird_frozen_router_our_bfd_takes_bgp_down() {
             line.ends_with(&format!("resets {round}")),
             "round {round}: BFD must count the BGP reset it caused: {line}"
         );
-        wait_for(
+        wait_until(
             "session, route and BFD back after SIGCONT",
             Duration::from_secs(30),
             || {
@@ -427,51 +380,20 @@ fn bird_bfd_ipv6() {
     require_root();
     let r = Netns::new("hbr");
     let s = Netns::new("hbs");
-    veth(&r, "s1", &s, "upl");
+    link(&r, "s1", &s, "upl", "fd00:77::");
     let (rip, sip) = ("fd00:77::1", "fd00:77::2");
-    r.run(&[
-        "ip",
-        "-6",
-        "addr",
-        "add",
-        &format!("{rip}/64"),
-        "dev",
-        "s1",
-        "nodad",
-    ]);
-    s.run(&[
-        "ip",
-        "-6",
-        "addr",
-        "add",
-        &format!("{sip}/64"),
-        "dev",
-        "upl",
-        "nodad",
-    ]);
     let vip6 = "2001:db8:77::10/128";
     let ms = BFD_INTERVAL.as_millis();
-    let bird = Bird::start(
+    let bird = BirdRouter::start(
         &r,
-        &format!(
-            "router id 10.77.1.1;
-protocol device {{ scan time 1; }}
-protocol kernel k6 {{ ipv6 {{ import none; export all; }}; }}
-protocol bfd {{ interface \"*\" {{ min rx interval {ms} ms; min tx interval {ms} ms; multiplier {BFD_MULT}; }}; }}
-protocol bgp sp1 {{
-  local as 65000;
-  neighbor {sip} as 65001;
-  hold time {hold};
-  keepalive time 1;
-  connect delay time 1;
-  connect retry time 1;
-  error wait time 1, 2;
-  bfd on;
-  ipv6 {{ import all; export none; }};
-}}
-",
-            hold = HOLD.as_secs()
-        ),
+        &Config::new("10.77.1.1", 65000)
+            .kernel(false, true, false)
+            .bfd(BFD_INTERVAL, BFD_MULT)
+            .hold(HOLD.as_secs() as u32)
+            .quick_retry()
+            .families(false, true)
+            .peer("sp1", sip, 65001)
+            .render(),
     );
     let bfd = format!("{ms}ms:{BFD_MULT}");
     let hold = HOLD.as_secs().to_string();
@@ -507,7 +429,7 @@ protocol bgp sp1 {{
             bird.view()
         )
     };
-    wait_for(
+    wait_until(
         "/128 in the kernel and BFD Up in BIRD",
         Duration::from_secs(30),
         || has() && bfd_up(),
@@ -518,12 +440,12 @@ protocol bgp sp1 {{
         bird_bfd_line(&bird, sip)
     );
     sp.freeze();
-    let t = poll_until(HOLD * 3, || !has());
+    let t = poll(HOLD * 3, FAILOVER_POLL, || !has());
     sp.thaw();
     let t = t.unwrap_or_else(|| panic!("/128 still there 9 s after the freeze\n{}", view()));
     println!("MEASURE bird bfd ipv6: freeze -> /128 gone: {t:?}");
     assert!(t <= DETECT + SLACK, "gone after {t:?}\n{}", view());
-    wait_for(
+    wait_until(
         "/128 and BFD back",
         Duration::from_secs(30),
         || has() && bfd_up(),

@@ -11,8 +11,10 @@
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
 
-use bgp_common::{Bird, SpeakerProc, poll_until, wait_for};
-use lab::netns::{Netns, require_root, veth};
+use bgp_common::SpeakerProc;
+use lab::bird::Config;
+use lab::netns::{Netns, link, require_root};
+use lab::testing::{BirdRouter, FAILOVER_POLL, poll, wait_until};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -24,59 +26,28 @@ const OLD_VIP: &str = "192.0.2.11/32";
 /// Restart time we advertise: how long BIRD keeps our routes stale waiting for us.
 const RESTART_TIME: u64 = 30;
 
-fn link(r: &Netns, s: &Netns, net: &str) {
-    veth(r, "s1", s, "upl");
-    r.run(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", "s1"]);
-    s.run(&["ip", "addr", "add", &format!("{net}.2/24"), "dev", "upl"]);
-}
-
+/// BIRD with one session `sp1` to the speaker at `net`.2.
 fn bird_config(net: &str) -> String {
     // `graceful restart aware` is BIRD's default (helper role); said here for the reader.
-    format!(
-        "router id {net}.1;
-protocol device {{ scan time 1; }}
-protocol bgp sp1 {{
-  local as 65000;
-  neighbor {net}.2 as 65001;
-  hold time 3;
-  keepalive time 1;
-  connect delay time 1;
-  connect retry time 1;
-  error wait time 1, 2;
-  graceful restart aware;
-  ipv4 {{ import all; export none; }};
-}}
-"
-    )
+    Config::new(&format!("{net}.1"), 65000)
+        .quick_retry()
+        .session("graceful restart aware;")
+        .peer("sp1", &format!("{net}.2"), 65001)
+        .render()
 }
 
+/// The speaker of `net` (hold time 3 s), with graceful restart when `gr`, and `extra`.
 fn start_speaker(s: &Netns, net: &str, gr: bool, extra: &[&str]) -> SpeakerProc {
-    let (id, peer) = (format!("{net}.2"), format!("{net}.1"));
     let restart = RESTART_TIME.to_string();
-    let mut args = vec![
-        "--asn",
-        "65001",
-        "--router-id",
-        &id,
-        "--peer",
-        &peer,
-        "--peer-asn",
-        "65000",
-        "--local",
-        &id,
-        "--hold",
-        "3",
-        "--announce",
-        VIP,
-    ];
+    let mut args = Vec::new();
     if gr {
         args.extend(["--graceful-restart", restart.as_str()]);
     }
     args.extend_from_slice(extra);
-    SpeakerProc::start(s, SPEAKER, &args)
+    SpeakerProc::start_on(s, SPEAKER, net, Duration::from_secs(3), VIP, &args)
 }
 
-fn in_bird(bird: &Bird<'_>, via: &str) -> bool {
+fn in_bird(bird: &BirdRouter<'_>, via: &str) -> bool {
     bird.cmd(&["show", "route", VIP]).contains(via)
 }
 
@@ -86,11 +57,11 @@ fn bird_keeps_the_route_across_a_restart_with_graceful_restart() {
     let r = Netns::new("hgr");
     let s = Netns::new("hgs");
     let net = "10.74.1";
-    link(&r, &s, net);
-    let bird = Bird::start(&r, &bird_config(net));
+    link(&r, "s1", &s, "upl", net);
+    let bird = BirdRouter::start(&r, &bird_config(net));
     let via = format!("{net}.2");
     let mut sp = start_speaker(&s, net, true, &["--announce", OLD_VIP]);
-    wait_for(
+    wait_until(
         "both VIPs in BIRD",
         Duration::from_secs(30),
         || {
@@ -114,7 +85,7 @@ fn bird_keeps_the_route_across_a_restart_with_graceful_restart() {
     let stop = Arc::new(AtomicBool::new(false));
     let poller = {
         let (stop, sock_ns, via) = (stop.clone(), r.name.clone(), via.clone());
-        let sock = bird_sock(&bird);
+        let sock = bird.sock();
         std::thread::spawn(move || {
             let (mut polls, mut misses) = (0u32, Vec::new());
             let t0 = Instant::now();
@@ -138,7 +109,7 @@ fn bird_keeps_the_route_across_a_restart_with_graceful_restart() {
     let t_kill = Instant::now();
     sp.kill();
     // BIRD notices the closed connection and keeps the route stale.
-    let noticed = poll_until(Duration::from_secs(10), || {
+    let noticed = poll(Duration::from_secs(10), FAILOVER_POLL, || {
         bird.bgp_state("sp1") != "Established"
     });
     std::thread::sleep(Duration::from_secs(1));
@@ -147,12 +118,12 @@ fn bird_keeps_the_route_across_a_restart_with_graceful_restart() {
     // Announcing late (an appliance waits for its health checks): End-of-RIB must wait too,
     // or BIRD would flush the stale VIP in the meantime.
     let sp2 = start_speaker(&s, net, true, &["--announce-delay-ms", "1500"]);
-    let back = poll_until(Duration::from_secs(30), || {
+    let back = poll(Duration::from_secs(30), FAILOVER_POLL, || {
         bird.bgp_state("sp1") == "Established"
     });
     let t_up = Instant::now();
     // End-of-RIB flushes what the new process did not announce again, after the delay.
-    let flushed = poll_until(Duration::from_secs(10), || {
+    let flushed = poll(Duration::from_secs(10), FAILOVER_POLL, || {
         !bird.cmd(&["show", "route", OLD_VIP]).contains(&via)
     })
     .map(|_| t_up.elapsed());
@@ -217,18 +188,20 @@ fn bird_drops_the_route_on_restart_without_graceful_restart() {
     let r = Netns::new("hgr");
     let s = Netns::new("hgs");
     let net = "10.75.1";
-    link(&r, &s, net);
-    let bird = Bird::start(&r, &bird_config(net));
+    link(&r, "s1", &s, "upl", net);
+    let bird = BirdRouter::start(&r, &bird_config(net));
     let via = format!("{net}.2");
     let mut sp = start_speaker(&s, net, false, &[]);
-    wait_for(
+    wait_until(
         "VIP in BIRD",
         Duration::from_secs(30),
         || in_bird(&bird, &via),
         || bird.view(),
     );
     sp.kill();
-    let gone = poll_until(Duration::from_secs(10), || !in_bird(&bird, &via));
+    let gone = poll(Duration::from_secs(10), FAILOVER_POLL, || {
+        !in_bird(&bird, &via)
+    });
     println!("MEASURE no-gr: kill -> route gone from BIRD: {gone:?}");
     assert!(
         gone.is_some(),
@@ -236,15 +209,10 @@ fn bird_drops_the_route_on_restart_without_graceful_restart() {
         bird.view()
     );
     let _sp2 = start_speaker(&s, net, false, &[]);
-    wait_for(
+    wait_until(
         "VIP back after the restart",
         Duration::from_secs(30),
         || in_bird(&bird, &via),
         || bird.view(),
     );
-}
-
-/// The control socket path of `bird` (for the poller thread, which cannot borrow it).
-fn bird_sock(bird: &Bird<'_>) -> String {
-    bird.sock().to_string()
 }

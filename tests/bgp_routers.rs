@@ -8,50 +8,19 @@
 mod bgp_common;
 
 use bgp::{PeerConfig, RouteAttrs, SpeakerConfig, State};
-use bgp_common::{Bird, Daemon, Frr, NsSpeaker, TempDir, stdout, wait_for};
-use lab::netns::{Netns, require_program, require_root, veth};
+use bgp_common::{NsSpeaker, peer};
+use lab::bird::Config;
+use lab::netns::{Netns, link, require_program, require_root, veth};
+use lab::testing::{BirdRouter, Daemon, Frr, TempDir, kernel_route, output_text, wait_until};
 use std::net::IpAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-/// BIRD config: ECMP into the kernel, one BGP protocol per (name, neighbor, asn).
-fn bird_config(router_id: &str, local_as: u32, neighbors: &[(&str, &str, u32)]) -> String {
-    let mut c = format!(
-        "router id {router_id};
-protocol device {{ scan time 1; }}
-protocol kernel k4 {{ merge paths on; ipv4 {{ import none; export all; }}; }}
-protocol kernel k6 {{ merge paths on; ipv6 {{ import none; export all; }}; }}
-template bgp spk {{
-  local as {local_as};
-  hold time 3;
-  keepalive time 1;
-  connect delay time 1;
-  connect retry time 2;
-  error wait time 1, 10;
-  ipv4 {{ import all; export none; }};
-  ipv6 {{ import all; export none; }};
-}}
-"
-    );
-    for (name, addr, asn) in neighbors {
-        c.push_str(&format!(
-            "protocol bgp {name} from spk {{ neighbor {addr} as {asn}; }}\n"
-        ));
-    }
-    c
-}
-
-fn kernel_route(ns: &Netns, v6: bool, prefix: &str) -> String {
-    let fam = if v6 { "-6" } else { "-4" };
-    stdout(ns.output(&["ip", fam, "route", "show", prefix]))
-}
-
-fn peer(addr: &str, asn: u32, local: &str) -> PeerConfig {
-    let mut p = PeerConfig::new(addr.parse().expect("peer address"), asn);
-    p.local_address = Some(local.parse().expect("local address"));
-    p.hold_time = Duration::from_secs(3);
-    p.connect_retry = Duration::from_secs(1);
-    p
+/// BIRD config: ECMP into the kernel (both families), sessions from the template `spk`.
+fn bird_config(router_id: &str, local_as: u32) -> Config {
+    Config::new(router_id, local_as)
+        .kernel(true, true, true)
+        .families(true, true)
+        .template("spk")
 }
 
 fn speaker_config(asn: u32, router_id: &str, peers: Vec<PeerConfig>) -> SpeakerConfig {
@@ -65,13 +34,6 @@ fn established(s: &NsSpeaker) -> bool {
     s.peers().iter().all(|p| p.state == State::Established)
 }
 
-/// Router namespace `r` linked to a speaker namespace on `r_if`/`upl` with a /24.
-fn link(r: &Netns, r_if: &str, s: &Netns, net: &str) {
-    veth(r, r_if, s, "upl");
-    r.run(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", r_if]);
-    s.run(&["ip", "addr", "add", &format!("{net}.2/24"), "dev", "upl"]);
-}
-
 const VIP: &str = "192.0.2.10/32";
 
 /// Scenarios a and b: two speakers announce one VIP; BIRD installs both next hops; when
@@ -83,15 +45,14 @@ fn bird_ecmp_and_hold_timer_expiry() {
     let r = Netns::new("bgr");
     let s1 = Netns::new("bgs");
     let s2 = Netns::new("bgs");
-    link(&r, "s1", &s1, "10.1.1");
-    link(&r, "s2", &s2, "10.1.2");
-    let bird = Bird::start(
+    link(&r, "s1", &s1, "upl", "10.1.1");
+    link(&r, "s2", &s2, "upl", "10.1.2");
+    let bird = BirdRouter::start(
         &r,
-        &bird_config(
-            "10.1.1.1",
-            65000,
-            &[("sp1", "10.1.1.2", 65001), ("sp2", "10.1.2.2", 65001)],
-        ),
+        &bird_config("10.1.1.1", 65000)
+            .peer("sp1", "10.1.1.2", 65001)
+            .peer("sp2", "10.1.2.2", 65001)
+            .render(),
     );
     let t0 = Instant::now();
     let sp1 = NsSpeaker::start(
@@ -104,18 +65,18 @@ fn bird_ecmp_and_hold_timer_expiry() {
     );
     sp1.announce(VIP, RouteAttrs::default());
     sp2.announce(VIP, RouteAttrs::default());
-    wait_for(
+    wait_until(
         "ECMP route with both next hops",
         Duration::from_secs(30),
         || {
-            let k = kernel_route(&r, false, VIP);
+            let k = kernel_route(&r, VIP);
             k.contains("via 10.1.1.2") && k.contains("via 10.1.2.2")
         },
-        || format!("{}\n{}", kernel_route(&r, false, VIP), bird.view()),
+        || format!("{}\n{}", kernel_route(&r, VIP), bird.view()),
     );
     let up = t0.elapsed();
     println!("MEASURE bird: speaker start -> ECMP VIP route in kernel: {up:?}");
-    let k = kernel_route(&r, false, VIP);
+    let k = kernel_route(&r, VIP);
     assert!(
         k.contains("nexthop"),
         "expected a multipath route, got: {k}"
@@ -137,14 +98,14 @@ table inet blk {
 }
 EOF");
     let t1 = Instant::now();
-    wait_for(
+    wait_until(
         "next hop 10.1.1.2 to go after the hold time",
         Duration::from_secs(15),
         || {
-            let k = kernel_route(&r, false, VIP);
+            let k = kernel_route(&r, VIP);
             !k.contains("10.1.1.2") && k.contains("10.1.2.2")
         },
-        || format!("{}\n{}", kernel_route(&r, false, VIP), bird.view()),
+        || format!("{}\n{}", kernel_route(&r, VIP), bird.view()),
     );
     let gone = t1.elapsed();
     println!("MEASURE bird: blackholed speaker -> its next hop removed: {gone:?}");
@@ -161,11 +122,11 @@ EOF");
     // Withdraw on the remaining speaker: the route disappears.
     let t2 = Instant::now();
     sp2.withdraw(VIP);
-    wait_for(
+    wait_until(
         "VIP route to disappear after withdraw",
         Duration::from_secs(10),
-        || kernel_route(&r, false, VIP).trim().is_empty(),
-        || format!("{}\n{}", kernel_route(&r, false, VIP), bird.view()),
+        || kernel_route(&r, VIP).trim().is_empty(),
+        || format!("{}\n{}", kernel_route(&r, VIP), bird.view()),
     );
     println!(
         "MEASURE bird: withdraw -> route gone from kernel: {:?}",
@@ -181,10 +142,12 @@ fn bird_graceful_shutdown() {
     require_root();
     let r = Netns::new("bgr");
     let s1 = Netns::new("bgs");
-    link(&r, "s1", &s1, "10.2.1");
-    let bird = Bird::start(
+    link(&r, "s1", &s1, "upl", "10.2.1");
+    let bird = BirdRouter::start(
         &r,
-        &bird_config("10.2.1.1", 65000, &[("sp1", "10.2.1.2", 65001)]),
+        &bird_config("10.2.1.1", 65000)
+            .peer("sp1", "10.2.1.2", 65001)
+            .render(),
     );
     let sp = NsSpeaker::start(
         &s1,
@@ -197,7 +160,7 @@ fn bird_graceful_shutdown() {
         ..RouteAttrs::default()
     };
     sp.announce(VIP, attrs);
-    wait_for(
+    wait_until(
         "VIP in BIRD",
         Duration::from_secs(30),
         || bird.cmd(&["show", "route", VIP]).contains("10.2.1.2"),
@@ -227,7 +190,7 @@ fn bird_graceful_shutdown() {
     );
 
     let done = sp.graceful_shutdown();
-    wait_for(
+    wait_until(
         "GRACEFUL_SHUTDOWN community on the route",
         Duration::from_secs(3),
         || {
@@ -243,7 +206,7 @@ fn bird_graceful_shutdown() {
     );
     done.recv_timeout(Duration::from_secs(15))
         .expect("graceful shutdown finished");
-    wait_for(
+    wait_until(
         "VIP withdrawn and session closed by Cease",
         Duration::from_secs(10),
         || {
@@ -261,10 +224,11 @@ fn bird_ibgp_local_pref_and_next_hop() {
     require_root();
     let r = Netns::new("bgr");
     let s1 = Netns::new("bgs");
-    link(&r, "s1", &s1, "10.5.1");
-    let config = bird_config("10.5.1.1", 65000, &[])
-        + "protocol bgp sp1 from spk { neighbor 10.5.1.2 as 65000; direct; }\n";
-    let bird = Bird::start(&r, &config);
+    link(&r, "s1", &s1, "upl", "10.5.1");
+    let config = bird_config("10.5.1.1", 65000)
+        .peer_with("sp1", "10.5.1.2", 65000, &["direct;"])
+        .render();
+    let bird = BirdRouter::start(&r, &config);
     let mut p = peer("10.5.1.1", 65000, "10.5.1.2");
     // Traffic for the VIP goes to another address on the speaker's subnet.
     p.next_hop_v4 = Some("10.5.1.3".parse().expect("ip"));
@@ -276,7 +240,7 @@ fn bird_ibgp_local_pref_and_next_hop() {
             ..RouteAttrs::default()
         },
     );
-    wait_for(
+    wait_until(
         "iBGP route in BIRD",
         Duration::from_secs(30),
         || bird.cmd(&["show", "route", VIP]).contains("10.5.1.3"),
@@ -303,30 +267,12 @@ fn bird_ipv6_vip() {
     require_root();
     let r = Netns::new("bgr");
     let s1 = Netns::new("bgs");
-    veth(&r, "s1", &s1, "upl");
-    r.run(&[
-        "ip",
-        "-6",
-        "addr",
-        "add",
-        "fd00:61::1/64",
-        "dev",
-        "s1",
-        "nodad",
-    ]);
-    s1.run(&[
-        "ip",
-        "-6",
-        "addr",
-        "add",
-        "fd00:61::2/64",
-        "dev",
-        "upl",
-        "nodad",
-    ]);
-    let bird = Bird::start(
+    link(&r, "s1", &s1, "upl", "fd00:61::");
+    let bird = BirdRouter::start(
         &r,
-        &bird_config("10.6.1.1", 65000, &[("sp1", "fd00:61::2", 65001)]),
+        &bird_config("10.6.1.1", 65000)
+            .peer("sp1", "fd00:61::2", 65001)
+            .render(),
     );
     let mut p = peer("fd00:61::1", 65000, "fd00:61::2");
     p.ipv4_unicast = false;
@@ -334,11 +280,11 @@ fn bird_ipv6_vip() {
     let sp = NsSpeaker::start(&s1, speaker_config(65001, "10.6.1.2", vec![p]));
     let vip6 = "2001:db8:5::10/128";
     sp.announce(vip6, RouteAttrs::default());
-    wait_for(
+    wait_until(
         "IPv6 VIP in the kernel",
         Duration::from_secs(30),
-        || kernel_route(&r, true, vip6).contains("via fd00:61::2"),
-        || format!("{}\n{}", kernel_route(&r, true, vip6), bird.view()),
+        || kernel_route(&r, vip6).contains("via fd00:61::2"),
+        || format!("{}\n{}", kernel_route(&r, vip6), bird.view()),
     );
     println!(
         "MEASURE bird v6: speaker start -> /128 in kernel: {:?}",
@@ -346,10 +292,10 @@ fn bird_ipv6_vip() {
     );
     let t1 = Instant::now();
     sp.withdraw(vip6);
-    wait_for(
+    wait_until(
         "IPv6 VIP withdrawn",
         Duration::from_secs(10),
-        || kernel_route(&r, true, vip6).trim().is_empty(),
+        || kernel_route(&r, vip6).trim().is_empty(),
         || bird.view(),
     );
     println!("MEASURE bird v6: withdraw -> /128 gone: {:?}", t1.elapsed());
@@ -359,27 +305,13 @@ fn bird_ipv6_vip() {
 #[test]
 fn frr_announce_withdraw() {
     require_root();
-    require_program("vtysh", "frr");
-    let bgpd = "/usr/lib/frr/bgpd";
-    let zebra = "/usr/lib/frr/zebra";
-    assert!(
-        std::path::Path::new(bgpd).exists(),
-        "{bgpd} is missing: install the Debian package frr"
-    );
     let r = Netns::new("bgr");
     let s1 = Netns::new("bgs");
     let s2 = Netns::new("bgs");
-    link(&r, "s1", &s1, "10.3.1");
-    link(&r, "s2", &s2, "10.3.2");
-    let dir = TempDir::new("frr");
-    // The daemons drop privileges to the frr user, which must create its sockets here.
-    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777))
-        .expect("chmod frr dir");
-    let vty = dir.path("");
-    let zsock = dir.path("zserv.api");
-    std::fs::write(dir.path("zebra.conf"), "hostname r\n").expect("zebra.conf");
-    std::fs::write(
-        dir.path("bgpd.conf"),
+    link(&r, "s1", &s1, "upl", "10.3.1");
+    link(&r, "s2", &s2, "upl", "10.3.2");
+    let frr = Frr::start(
+        &r,
         "hostname r
 router bgp 65000
  bgp router-id 10.3.1.1
@@ -394,37 +326,9 @@ router bgp 65000
   maximum-paths 4
  exit-address-family
 ",
-    )
-    .expect("bgpd.conf");
-    let common_args = |conf: &str, pid: &str| {
-        vec![
-            "-f".to_string(),
-            dir.path(conf),
-            "-i".to_string(),
-            dir.path(pid),
-            "-z".to_string(),
-            zsock.clone(),
-            "--vty_socket".to_string(),
-            vty.clone(),
-            "-P".to_string(),
-            "0".to_string(),
-        ]
-    };
-    let mut zargs = vec![zebra.to_string()];
-    zargs.extend(common_args("zebra.conf", "zebra.pid"));
-    let zargs: Vec<&str> = zargs.iter().map(String::as_str).collect();
-    let _zebra = Daemon(r.spawn(&zargs));
-    wait_for(
-        "zebra socket",
-        Duration::from_secs(10),
-        || std::path::Path::new(&zsock).exists(),
-        || "zebra did not start".to_string(),
+        None,
     );
-    let mut bargs = vec![bgpd.to_string()];
-    bargs.extend(common_args("bgpd.conf", "bgpd.pid"));
-    let bargs: Vec<&str> = bargs.iter().map(String::as_str).collect();
-    let _bgpd = Daemon(r.spawn(&bargs));
-    let show = |cmd: &str| stdout(r.output(&["vtysh", "--vty_socket", &vty, "-c", cmd]));
+    let show = |cmd: &str| frr.show(cmd);
     let view = || format!("{}\n{}", show("show bgp summary"), show("show ip bgp"));
     let t0 = Instant::now();
     let sp1 = NsSpeaker::start(
@@ -437,7 +341,7 @@ router bgp 65000
     );
     sp1.announce(VIP, RouteAttrs::default());
     sp2.announce(VIP, RouteAttrs::default());
-    wait_for(
+    wait_until(
         "FRR to have the VIP from both speakers",
         Duration::from_secs(40),
         || {
@@ -450,18 +354,18 @@ router bgp 65000
         "MEASURE frr: speaker start -> VIP in bgpd from both: {:?}",
         t0.elapsed()
     );
-    wait_for(
+    wait_until(
         "zebra to install an ECMP route",
         Duration::from_secs(20),
         || {
-            let k = kernel_route(&r, false, VIP);
+            let k = kernel_route(&r, VIP);
             k.contains("10.3.1.2") && k.contains("10.3.2.2")
         },
-        || format!("{}\n{}", kernel_route(&r, false, VIP), view()),
+        || format!("{}\n{}", kernel_route(&r, VIP), view()),
     );
     sp1.withdraw(VIP);
     sp2.withdraw(VIP);
-    wait_for(
+    wait_until(
         "FRR to drop the VIP",
         Duration::from_secs(10),
         || !show(&format!("show ip bgp {VIP} json")).contains("nexthops"),
@@ -477,7 +381,7 @@ fn gobgp_announce_withdraw() {
     require_program("gobgp", "gobgpd");
     let r = Netns::new("bgr");
     let s1 = Netns::new("bgs");
-    link(&r, "s1", &s1, "10.4.1");
+    link(&r, "s1", &s1, "upl", "10.4.1");
     let dir = TempDir::new("gobgp");
     let conf = dir.path("gobgpd.toml");
     std::fs::write(
@@ -516,7 +420,7 @@ fn gobgp_announce_withdraw() {
     let gobgp = |args: &[&str]| {
         let mut full = vec!["gobgp", "-p", port, "-u", "127.0.0.1"];
         full.extend_from_slice(args);
-        stdout(r.output(&full))
+        output_text(&r.output(&full))
     };
     let view = || format!("{}\n{}", gobgp(&["neighbor"]), gobgp(&["global", "rib"]));
     let t0 = Instant::now();
@@ -529,7 +433,7 @@ fn gobgp_announce_withdraw() {
         ..RouteAttrs::default()
     };
     sp.announce(VIP, attrs);
-    wait_for(
+    wait_until(
         "GoBGP to have the VIP",
         Duration::from_secs(30),
         || {
@@ -543,7 +447,7 @@ fn gobgp_announce_withdraw() {
         t0.elapsed()
     );
     sp.withdraw(VIP);
-    wait_for(
+    wait_until(
         "GoBGP to drop the VIP",
         Duration::from_secs(10),
         || !gobgp(&["global", "rib", VIP]).contains("10.4.1.2"),
@@ -577,31 +481,35 @@ fn bird_sees_the_announcement_policy() {
     let ra = Netns::new("hpba");
     let rb = Netns::new("hpbb");
     let s1 = Netns::new("hpbs");
-    link(&ra, "s1", &s1, "10.7.1");
+    link(&ra, "s1", &s1, "upl", "10.7.1");
     veth(&rb, "s1", &s1, "upl2");
     rb.run(&["ip", "addr", "add", "10.7.3.1/24", "dev", "s1"]);
     s1.run(&["ip", "addr", "add", "10.7.3.2/24", "dev", "upl2"]);
-    let bird_a = Bird::start(
+    let bird_a = BirdRouter::start(
         &ra,
-        &bird_config("10.7.1.1", 65000, &[("pa", "10.7.1.2", 65001)]),
+        &bird_config("10.7.1.1", 65000)
+            .peer("pa", "10.7.1.2", 65001)
+            .render(),
     );
-    let bird_b = Bird::start(
+    let bird_b = BirdRouter::start(
         &rb,
-        &bird_config("10.7.3.1", 65000, &[("pb", "10.7.3.2", 65001)]),
+        &bird_config("10.7.3.1", 65000)
+            .peer("pb", "10.7.3.2", 65001)
+            .render(),
     );
     let mut a = peer("10.7.1.1", 65000, "10.7.1.2");
     a.export.communities = vec![(65000 << 16) | 7];
     let b = peer("10.7.3.1", 65000, "10.7.3.2");
     let sp = NsSpeaker::start(&s1, speaker_config(65001, "10.7.1.2", vec![a, b]));
     let view = || format!("{}\n{}", bird_a.view(), bird_b.view());
-    wait_for(
+    wait_until(
         "both sessions up",
         Duration::from_secs(30),
         || established(&sp),
         view,
     );
     sp.announce(VIP, policy_attrs());
-    wait_for(
+    wait_until(
         "the VIP in router a",
         Duration::from_secs(20),
         || bird_a.cmd(&["show", "route", VIP]).contains("10.7.1.2"),
@@ -622,7 +530,7 @@ fn bird_sees_the_announcement_policy() {
     let mut to_b = policy_attrs();
     to_b.peers = Some(vec!["10.7.3.1".parse().expect("literal")]);
     sp.announce(VIP, to_b);
-    wait_for(
+    wait_until(
         "the VIP in router b only",
         Duration::from_secs(20),
         || {
@@ -644,7 +552,7 @@ fn frr_sees_the_announcement_policy() {
     require_root();
     let r = Netns::new("hpfr");
     let s1 = Netns::new("hpfs");
-    link(&r, "s1", &s1, "10.7.2");
+    link(&r, "s1", &s1, "upl", "10.7.2");
     let frr = Frr::start(
         &r,
         "hostname r
@@ -655,7 +563,7 @@ router bgp 65000
  neighbor 10.7.2.2 remote-as 65001
  neighbor 10.7.2.2 timers connect 1
 ",
-        "",
+        None,
     );
     let mut p = peer("10.7.2.1", 65000, "10.7.2.2");
     p.export.large_communities = vec![[65000, 9, 9]];
@@ -664,7 +572,7 @@ router bgp 65000
     attrs.peers = None;
     sp.announce(VIP, attrs);
     let show = || frr.show(&format!("show ip bgp {VIP} json"));
-    wait_for(
+    wait_until(
         "FRR to have the VIP",
         Duration::from_secs(40),
         || show().contains("10.7.2.2"),

@@ -11,9 +11,11 @@
 #[path = "bgp_common/mod.rs"]
 mod bgp_common;
 
-use bgp::{Md5Key, PeerConfig, RouteAttrs, SpeakerConfig, State};
-use bgp_common::{Bird, Cmd, NsSpeaker, stdout, wait_for};
-use lab::netns::{Netns, require_program, require_root, veth};
+use bgp::{Md5Key, RouteAttrs, SpeakerConfig, State};
+use bgp_common::{Cmd, NsSpeaker, peer};
+use lab::bird::Config;
+use lab::netns::{Netns, link, require_program, require_root};
+use lab::testing::{BirdRouter, output_text, wait_until};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use sys::sockopt;
@@ -28,40 +30,22 @@ fn only_peer(sp: &NsSpeaker) -> bgp::PeerStatus {
 /// BIRD config with one eBGP protocol `spk` to the speaker at 10.9.0.2; `extra` goes into
 /// that protocol (password, ttl security).
 fn bird_config(extra: &str) -> String {
-    format!(
-        "router id 10.9.0.1;
-protocol device {{ scan time 1; }}
-protocol bgp spk {{
-  local as 65000;
-  neighbor 10.9.0.2 as 65001;
-  hold time 3;
-  keepalive time 1;
-  connect delay time 1;
-  connect retry time 2;
-  error wait time 1, 10;
-  ipv4 {{ import all; export none; }};
-  {extra}
-}}
-"
-    )
+    Config::new("10.9.0.1", 65000)
+        .peer_with("spk", "10.9.0.2", 65001, &[extra])
+        .render()
 }
 
 /// Router namespace linked to a speaker namespace: 10.9.0.1 (router) / 10.9.0.2 (speaker).
 fn pair() -> (Netns, Netns) {
     let r = Netns::new("bsr");
     let s = Netns::new("bss");
-    veth(&r, "dn", &s, "upl");
-    r.run(&["ip", "addr", "add", "10.9.0.1/24", "dev", "dn"]);
-    s.run(&["ip", "addr", "add", "10.9.0.2/24", "dev", "upl"]);
+    link(&r, "dn", &s, "upl", "10.9.0");
     (r, s)
 }
 
 /// A speaker config for the one peer, with the appliance's socket options.
 fn speaker_config(md5: Option<&str>, ttl_security: bool) -> SpeakerConfig {
-    let mut p = PeerConfig::new("10.9.0.1".parse().unwrap(), 65000);
-    p.local_address = Some("10.9.0.2".parse().unwrap());
-    p.hold_time = Duration::from_secs(3);
-    p.connect_retry = Duration::from_secs(1);
+    let mut p = peer("10.9.0.1", 65000, "10.9.0.2");
     p.md5_key = md5.map(|k| Md5Key::new(k).expect("test key"));
     p.ttl_security = ttl_security;
     let mut c = SpeakerConfig::new(65001, "10.9.0.2".parse().unwrap());
@@ -74,7 +58,7 @@ fn speaker_config(md5: Option<&str>, ttl_security: bool) -> SpeakerConfig {
 /// history file (`-s`), so tests running in parallel do not disturb each other.
 fn counters(ns: &Netns, names: &[&str]) -> u64 {
     require_program("nstat", "iproute2");
-    let out = stdout(ns.output(&["nstat", "-asz"]));
+    let out = output_text(&ns.output(&["nstat", "-asz"]));
     names
         .iter()
         .map(|n| {
@@ -96,7 +80,7 @@ const MD5_DROPS: &[&str] = &[
 const VIP: &str = "192.0.2.10/32";
 
 /// Watches for `limit` that neither side reaches Established.
-fn assert_stays_down(bird: &Bird<'_>, sp: &NsSpeaker, limit: Duration) {
+fn assert_stays_down(bird: &BirdRouter<'_>, sp: &NsSpeaker, limit: Duration) {
     let start = Instant::now();
     while start.elapsed() < limit {
         let st = only_peer(sp);
@@ -110,17 +94,17 @@ fn assert_stays_down(bird: &Bird<'_>, sp: &NsSpeaker, limit: Duration) {
 fn md5_same_key_establishes_and_route_is_learned() {
     require_root();
     let (r, s) = pair();
-    let bird = Bird::start(&r, &bird_config("password \"s3cret-Key!\";"));
+    let bird = BirdRouter::start(&r, &bird_config("password \"s3cret-Key!\";"));
     let md5_before = counters(&r, MD5_DROPS);
     let sp = NsSpeaker::start(&s, speaker_config(Some("s3cret-Key!"), false));
-    wait_for(
+    wait_until(
         "session Established with MD5",
         Duration::from_secs(20),
         || only_peer(&sp).state == State::Established,
         || bird.view(),
     );
     sp.send(Cmd::Announce(VIP.parse().unwrap(), RouteAttrs::default()));
-    wait_for(
+    wait_until(
         "BIRD to learn the VIP",
         Duration::from_secs(10),
         || bird.cmd(&["show", "route", VIP]).contains("10.9.0.2"),
@@ -138,7 +122,7 @@ fn md5_same_key_establishes_and_route_is_learned() {
 fn md5_wrong_key_never_establishes_and_router_counts_failures() {
     require_root();
     let (r, s) = pair();
-    let bird = Bird::start(&r, &bird_config("password \"right-key\";"));
+    let bird = BirdRouter::start(&r, &bird_config("password \"right-key\";"));
     let router_before = counters(&r, MD5_DROPS);
     let speaker_before = counters(&s, MD5_DROPS);
     let sp = NsSpeaker::start(&s, speaker_config(Some("wrong-key"), false));
@@ -163,7 +147,7 @@ fn md5_wrong_key_never_establishes_and_router_counts_failures() {
 fn md5_unsigned_speaker_is_refused_by_a_router_with_a_key() {
     require_root();
     let (r, s) = pair();
-    let bird = Bird::start(&r, &bird_config("password \"right-key\";"));
+    let bird = BirdRouter::start(&r, &bird_config("password \"right-key\";"));
     let before = counters(&r, &["TcpExtTCPMD5NotFound"]);
     let sp = NsSpeaker::start(&s, speaker_config(None, false));
     assert_stays_down(&bird, &sp, Duration::from_secs(6));
@@ -178,17 +162,17 @@ fn md5_unsigned_speaker_is_refused_by_a_router_with_a_key() {
 fn gtsm_both_sides_direct_establishes() {
     require_root();
     let (r, s) = pair();
-    let bird = Bird::start(&r, &bird_config("ttl security yes;"));
+    let bird = BirdRouter::start(&r, &bird_config("ttl security yes;"));
     let before = counters(&s, &["TcpExtTCPMinTTLDrop"]);
     let sp = NsSpeaker::start(&s, speaker_config(None, true));
-    wait_for(
+    wait_until(
         "session Established with GTSM",
         Duration::from_secs(20),
         || only_peer(&sp).state == State::Established,
         || bird.view(),
     );
     sp.send(Cmd::Announce(VIP.parse().unwrap(), RouteAttrs::default()));
-    wait_for(
+    wait_until(
         "BIRD to learn the VIP",
         Duration::from_secs(10),
         || bird.cmd(&["show", "route", VIP]).contains("10.9.0.2"),
@@ -209,7 +193,7 @@ fn gtsm_both_sides_direct_establishes() {
 fn gtsm_peer_sending_low_ttl_is_dropped_by_our_kernel() {
     require_root();
     let (r, s) = pair();
-    let bird = Bird::start(&r, &bird_config(""));
+    let bird = BirdRouter::start(&r, &bird_config(""));
     let before = counters(&s, &["TcpExtTCPMinTTLDrop"]);
     let sp = NsSpeaker::start(&s, speaker_config(None, true));
     assert_stays_down(&bird, &sp, Duration::from_secs(8));

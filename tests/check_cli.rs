@@ -1,30 +1,20 @@
 //! `sluice check` as an operator runs it: exit codes and one-line reasons, never a panic.
 
-use std::path::PathBuf;
-use std::process::Command;
+use lab::testing::{Said, TempDir, repo};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn check(path: &std::path::Path) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["check", "--config"])
-        .arg(path)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("run sluice");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// `sluice check --config PATH`.
+fn check(path: &std::path::Path) -> Said {
+    lab::sluice!().run(&["check", "--config", &path.to_string_lossy()])
 }
 
 /// Asserts a failure with exactly one line on stderr containing `needle`, and no panic.
 #[track_caller]
 fn assert_one_line_failure(path: &std::path::Path, needle: &str) {
-    let (code, stdout, stderr) = check(path);
+    let Said {
+        code,
+        stdout,
+        stderr,
+    } = check(path);
     assert_ne!(code, 0, "must fail: {stdout}{stderr}");
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
     assert!(!stderr.contains("backtrace"), "backtrace: {stderr}");
@@ -39,7 +29,11 @@ fn assert_one_line_failure(path: &std::path::Path, needle: &str) {
 
 #[test]
 fn example_config_passes_with_summary() {
-    let (code, stdout, stderr) = check(&repo().join("examples/sluice.toml"));
+    let Said {
+        code,
+        stdout,
+        stderr,
+    } = check(&repo().join("examples/sluice.toml"));
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("4 vip(s), 9 backend(s), 2 health check(s), 2 bgp peer(s)"),
@@ -75,7 +69,7 @@ fn not_toml() {
 
 #[test]
 fn unknown_key() {
-    let (code, _, stderr) = check(&repo().join("examples/invalid/unknown-key.toml"));
+    let Said { code, stderr, .. } = check(&repo().join("examples/invalid/unknown-key.toml"));
     assert_ne!(code, 0);
     // A header naming the file and count, then the error itself on one line.
     let lines: Vec<&str> = stderr.lines().collect();
@@ -86,7 +80,7 @@ fn unknown_key() {
 
 #[test]
 fn every_error_of_a_file_is_listed() {
-    let (code, _, stderr) = check(&repo().join("examples/invalid/many-errors.toml"));
+    let Said { code, stderr, .. } = check(&repo().join("examples/invalid/many-errors.toml"));
     assert_ne!(code, 0);
     assert!(
         stderr.lines().next().unwrap_or("").ends_with("6 errors"),
@@ -109,27 +103,20 @@ fn every_error_of_a_file_is_listed() {
 
 #[test]
 fn help_and_version() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("check"));
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("--version")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("sluice "));
+    let help = lab::sluice!().run(&["--help"]);
+    assert!(help.ok());
+    assert!(help.stdout.contains("check"));
+    let version = lab::sluice!().run(&["--version"]);
+    assert!(version.ok());
+    assert!(version.stdout.starts_with("sluice "));
 }
 
 /// Two tenants' VIPs on one address: each summary line names its VNI (the address alone
 /// would not tell them apart); the underlay's lines are as ever.
 #[test]
 fn tenant_vips_show_their_vni() {
-    let dir = std::env::temp_dir().join(format!("sluice-check-tenant-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let path = dir.join("sluice.toml");
+    let dir = TempDir::new("sluice-check-tenant");
+    let path = dir.dir().join("sluice.toml");
     let mut text = String::from(
         "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n\
          [[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\n\
@@ -143,8 +130,12 @@ fn tenant_vips_show_their_vni() {
         ));
     }
     std::fs::write(&path, text).expect("write");
-    let (code, stdout, stderr) = check(&path);
-    let _ = std::fs::remove_dir_all(&dir);
+    let Said {
+        code,
+        stdout,
+        stderr,
+    } = check(&path);
+    drop(dir);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("3 vip(s), 3 backend(s)"), "{stdout}");
     for want in [

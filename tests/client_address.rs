@@ -12,11 +12,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-use api::{Client, Endpoint};
 use lab::netns::{Netns, require_program, require_root};
+use lab::testing::{Api, Nginx, file_text};
 use lab::{BLOB_SIZE, Lab, LabMode, LabOptions, SNAT4, SNAT6, blob};
 
 /// The lab client's addresses (lab/src/topology.rs).
@@ -26,91 +25,45 @@ const CLIENT6: &str = "2001:db8:c::2";
 const PROXY_PORT: u16 = 8081;
 const PLAIN_PORT: u16 = 8082;
 
-/// An nginx in a backend namespace, stopped when dropped.
-struct Nginx {
-    child: Child,
-    dir: PathBuf,
+/// Writes a document root with `/blob` and `/whoami` in `dir` and starts nginx in `ns`:
+/// PROXY-protocol on [`PROXY_PORT`] (access log `access.log`), plain on [`PLAIN_PORT`]
+/// (`plain.log`), both logging the PROXY header's address, the peer and the connection.
+fn start_nginx(ns: &Netns, dir: &Path) -> Nginx {
+    let www = dir.join("www");
+    std::fs::create_dir_all(www.join("up")).expect("www");
+    std::fs::write(www.join("blob"), blob()).expect("blob");
+    std::fs::write(www.join("whoami"), "nginx\n").expect("whoami");
+    let d = dir.display();
+    let http = format!(
+        "  log_format px '$proxy_protocol_addr $proxy_protocol_port $remote_addr \
+         $connection $connection_requests $request_method $request_uri $status';\n\
+           keepalive_requests 1000;\n\
+           client_max_body_size 4m;\n\
+           server {{\n\
+             listen {PROXY_PORT} proxy_protocol;\n\
+             listen [::]:{PROXY_PORT} proxy_protocol ipv6only=on;\n\
+             access_log {d}/access.log px;\n\
+             root {d}/www;\n\
+             location /up/ {{ dav_methods PUT; create_full_put_path on; }}\n\
+           }}\n\
+           server {{\n\
+             listen {PLAIN_PORT};\n\
+             listen [::]:{PLAIN_PORT} ipv6only=on;\n\
+             access_log {d}/plain.log px;\n\
+             root {d}/www;\n\
+           }}\n"
+    );
+    Nginx::start(ns, dir, 256, &http, PLAIN_PORT)
 }
 
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Nginx {
-    /// Writes a config (pid, logs and temp paths in `dir`), a document root with `/blob`
-    /// and `/whoami`, and starts nginx in `ns`; waits until it listens.
-    fn start(ns: &Netns, dir: &Path) -> Nginx {
-        let www = dir.join("www");
-        std::fs::create_dir_all(www.join("up")).expect("www");
-        std::fs::write(www.join("blob"), blob()).expect("blob");
-        std::fs::write(www.join("whoami"), "nginx\n").expect("whoami");
-        let d = dir.display();
-        let conf = format!(
-            "user root;\nworker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log info;\n\
-             events {{ worker_connections 256; }}\n\
-             http {{\n\
-               client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
-               fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-               log_format px '$proxy_protocol_addr $proxy_protocol_port $remote_addr \
-             $connection $connection_requests $request_method $request_uri $status';\n\
-               keepalive_requests 1000;\n\
-               client_max_body_size 4m;\n\
-               server {{\n\
-                 listen {PROXY_PORT} proxy_protocol;\n\
-                 listen [::]:{PROXY_PORT} proxy_protocol ipv6only=on;\n\
-                 access_log {d}/access.log px;\n\
-                 root {d}/www;\n\
-                 location /up/ {{ dav_methods PUT; create_full_put_path on; }}\n\
-               }}\n\
-               server {{\n\
-                 listen {PLAIN_PORT};\n\
-                 listen [::]:{PLAIN_PORT} ipv6only=on;\n\
-                 access_log {d}/plain.log px;\n\
-                 root {d}/www;\n\
-               }}\n\
-             }}\n"
-        );
-        let path = dir.join("nginx.conf");
-        std::fs::write(&path, conf).expect("nginx.conf");
-        let child = ns.spawn(&[
-            "nginx",
-            "-p",
-            &dir.to_string_lossy(),
-            "-c",
-            &path.to_string_lossy(),
-            "-e",
-            &dir.join("error.log").to_string_lossy(),
-        ]);
-        let n = Nginx {
-            child,
-            dir: dir.to_path_buf(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            let ss = ns.sh(&format!("ss -ltn 'sport = :{PLAIN_PORT}'"));
-            if String::from_utf8_lossy(&ss.stdout).contains(&format!(":{PLAIN_PORT}")) {
-                return n;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("nginx did not listen:\n{}", n.file("error.log"));
-    }
-
-    fn file(&self, name: &str) -> String {
-        std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()
-    }
-
-    /// The access-log lines whose request URI contains `tag`.
-    fn logged(&self, log: &str, tag: &str) -> Vec<Vec<String>> {
-        self.file(log)
-            .lines()
-            .filter(|l| l.contains(tag))
-            .map(|l| l.split_whitespace().map(str::to_string).collect())
-            .collect()
-    }
+/// The lines of nginx's access log `log` whose request URI contains `tag`, split in words.
+fn logged(nginx: &Nginx, log: &str, tag: &str) -> Vec<Vec<String>> {
+    nginx
+        .file(log)
+        .lines()
+        .filter(|l| l.contains(tag))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
 }
 
 /// A lab with one FullNAT appliance and one backend (no health checks: nginx on the
@@ -120,15 +73,14 @@ fn lab(flow_cache: bool) -> (Lab, PathBuf) {
     require_root();
     require_program("nginx", "nginx");
     require_program("tcpdump", "tcpdump");
-    let lab = Lab::build(LabOptions {
+    let lab = lab::testing::build(LabOptions {
         backends: 1,
         modes: vec![LabMode::FullNat],
         health_checks: false,
         flow_cache: Some(flow_cache),
         prefix: "px",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let dir = lab.dir.join("nginx");
     (lab, dir)
 }
@@ -209,7 +161,7 @@ fn proxy_checks(lab: &Lab, nginx: &Nginx, v6: bool, tag: &str) {
             url(vip, &format!("/up/{tag}?{tag}-up"))
         ),
     );
-    let stored = std::fs::read(nginx.dir.join("www/up").join(tag)).expect("uploaded file");
+    let stored = std::fs::read(nginx.dir().join("www/up").join(tag)).expect("uploaded file");
     assert!(
         stored == up,
         "{tag}: upload differs ({} bytes)",
@@ -250,7 +202,7 @@ fn proxy_checks(lab: &Lab, nginx: &Nginx, v6: bool, tag: &str) {
         ),
     );
 
-    let lines = nginx.logged("access.log", tag);
+    let lines = logged(nginx, "access.log", tag);
     assert_eq!(
         lines.len(),
         23,
@@ -286,30 +238,24 @@ fn proxy_checks(lab: &Lab, nginx: &Nginx, v6: bool, tag: &str) {
 
 fn proxy_v2(flow_cache: bool) {
     let (mut lab, dir) = lab(flow_cache);
-    let nginx = Nginx::start(&lab.backends[0], &dir);
+    let nginx = start_nginx(&lab.backends[0], &dir);
     lab.write_config(&config(&lab, "proxy-v2", PROXY_PORT))
         .expect("config");
-    let log = lab
-        .start_appliance(Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("start");
+    let log = lab.start_appliance(lab::sluice!().path()).expect("start");
     for v6 in [false, true] {
         let vip = SocketAddr::new(LabMode::FullNat.vip(v6), 80);
         let up = lab.wait_vip(vip, Duration::from_secs(20)).expect("client");
         assert!(
             up,
             "{vip} never answered:\n{}\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default(),
+            file_text(&log),
             nginx.file("error.log")
         );
         let tag = format!("{}{}", if v6 { "v6" } else { "v4" }, u8::from(flow_cache));
         proxy_checks(&lab, &nginx, v6, &tag);
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let status = rt
-        .block_on(Client::new(Endpoint::Unix(lab.api_socket_at(0))).status())
+    let status = Api::unix(&lab.api_socket_at(0))
+        .call(|c| c.status())
         .expect("status");
     match (&status.flow_cache, flow_cache) {
         // The downloads' ACKs and the uploads' data are shifted in the kernel.
@@ -379,7 +325,7 @@ fn toa_options(pcap: &[u8]) -> Vec<(bool, u16, Vec<u8>)> {
 #[test]
 fn toa_carries_the_client_address_and_port_to_the_backend() {
     let (mut lab, dir) = lab(true);
-    let nginx = Nginx::start(&lab.backends[0], &dir);
+    let nginx = start_nginx(&lab.backends[0], &dir);
     lab.write_config(&config(&lab, "toa", PLAIN_PORT))
         .expect("config");
     let pcap = dir.join("toa.pcap");
@@ -396,17 +342,9 @@ fn toa_carries_the_client_address_and_port_to_the_backend() {
             &format!("tcp port {PLAIN_PORT}"),
         ],
     );
-    let log = lab
-        .start_appliance(Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("start");
-    for (v6, port) in [(false, 41001u16), (true, 41002)] {
-        let vip = SocketAddr::new(LabMode::FullNat.vip(v6), 80);
-        let up = lab.wait_vip(vip, Duration::from_secs(20)).expect("client");
-        assert!(
-            up,
-            "{vip} never answered:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+    let vips = [false, true].map(|v6| SocketAddr::new(LabMode::FullNat.vip(v6), 80));
+    lab.start_serving(lab::sluice!().path(), &vips);
+    for (vip, port) in vips.into_iter().zip([41001u16, 41002]) {
         let body = client_sh(
             &lab,
             &format!(

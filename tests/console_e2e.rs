@@ -5,16 +5,12 @@
 //! (the console must say it reconnected), and quits with `q` (the terminal must be given
 //! back: no alternate screen, exit status 0). Needs root and tmux.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabMode, LabOptions, http_get};
-
-fn sluice() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
-}
+use lab::testing::{Whoami, wait_for};
+use lab::{LabMode, LabOptions};
 
 /// A tmux server of our own (its own socket), killed on drop even when the test fails.
 struct Tmux {
@@ -138,33 +134,14 @@ impl Drop for Tmux {
     }
 }
 
-/// New connections to the VIP, one request each: which backend answered, how often.
-fn spread(lab: &Lab, vip: std::net::SocketAddr, requests: usize) -> BTreeMap<String, usize> {
-    lab.from_client(move || {
-        let mut seen = BTreeMap::new();
-        for _ in 0..requests {
-            let name = match http_get(vip, "/whoami", Duration::from_secs(3)) {
-                Ok((200, body)) => String::from_utf8_lossy(&body).into_owned(),
-                Ok((status, _)) => format!("status {status}"),
-                Err(e) => format!("error {e}"),
-            };
-            *seen.entry(name).or_insert(0) += 1;
-        }
-        seen
-    })
-    .expect("client traffic")
-}
-
+/// Waits (30 s) until the appliance has created its API socket.
 fn wait_socket(socket: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the appliance never created its API socket {}",
-            socket.display()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(
+        &format!("the appliance's API socket {}", socket.display()),
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || socket.exists().then_some(()),
+    );
 }
 
 /// SGR parameters of every escape sequence in `screen` (`ESC [ p;p;... m`).
@@ -194,18 +171,19 @@ fn is_colour(p: u32) -> bool {
 fn console_drains_a_backend_with_keystrokes() {
     lab::netns::require_root();
     lab::netns::require_program("tmux", "tmux");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
-    lab.start_appliance(&sluice()).expect("start the appliance");
+    });
+    lab.start_appliance(lab::sluice!().path())
+        .expect("start the appliance");
     let socket = lab.api_socket_at(0);
     wait_socket(&socket);
     let vip = std::net::SocketAddr::new(LabMode::Nat.vip(false), 80);
+    let whoami = Whoami::new(&lab, vip, Duration::from_secs(3));
 
     // Before: be1 takes its share of new flows (so the check after the drain can fail).
-    let before = spread(&lab, vip, 60);
+    let before = whoami.spread(60);
     assert!(
         before.get("be1").copied().unwrap_or(0) > 0 && before.len() == 3,
         "every backend should answer before the drain: {before:?}"
@@ -215,7 +193,7 @@ fn console_drains_a_backend_with_keystrokes() {
         "drain",
         &format!(
             "{} console --socket {} --refresh 500ms",
-            sluice().display(),
+            lab::sluice!().path().display(),
             socket.display()
         ),
         120,
@@ -271,7 +249,7 @@ fn console_drains_a_backend_with_keystrokes() {
     assert!(row.contains("drain*") && row.contains("0.0/0.0%"), "{row}");
 
     // After: be1 gets no new flows; the others take them all.
-    let after = spread(&lab, vip, 60);
+    let after = whoami.spread(60);
     eprintln!("new flows per backend: before the drain {before:?}, after {after:?}");
     assert_eq!(after.get("be1"), None, "be1 still got new flows: {after:?}");
     assert_eq!(
@@ -294,7 +272,7 @@ fn console_drains_a_backend_with_keystrokes() {
         "the last data stays on screen:\n{s}"
     );
     // It comes back: the console reconnects by itself.
-    lab.start_appliance(&sluice())
+    lab.start_appliance(lab::sluice!().path())
         .expect("restart the appliance");
     wait_socket(&socket);
     tmux.wait_for(
@@ -325,7 +303,7 @@ fn console_drains_a_backend_with_keystrokes() {
         "colour",
         &format!(
             "{} console --socket {}",
-            sluice().display(),
+            lab::sluice!().path().display(),
             socket.display()
         ),
         80,
@@ -339,7 +317,7 @@ fn console_drains_a_backend_with_keystrokes() {
         "nocolour",
         &format!(
             "env NO_COLOR=1 {} console --socket {}",
-            sluice().display(),
+            lab::sluice!().path().display(),
             socket.display()
         ),
         80,

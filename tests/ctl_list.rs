@@ -3,19 +3,15 @@
 //! (held open: ActiveConn; closed: InActConn until the closing timeout). Needs root.
 
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lab::{Lab, LabMode, LabOptions};
+use lab::testing::wait_for;
+use lab::{LabMode, LabOptions};
 
 /// Connections the client holds open through the NAT VIP.
 const HELD: usize = 6;
-
-fn ctl(socket: &Path, args: &[&str]) -> String {
-    let (code, out, err) = lab::sluice_ctl(Path::new(env!("CARGO_BIN_EXE_sluice")), socket, args);
-    assert!(code == 0, "sluice ctl {args:?}: {err}");
-    out
-}
+/// How often a wait asks `sluice ctl list` again.
+const POLL: Duration = Duration::from_millis(200);
 
 /// One `  -> address:port Forward Weight ActiveConn InActConn` line.
 #[derive(Debug)]
@@ -82,34 +78,17 @@ fn service(list: &str, head: &str) -> (String, Vec<Real>) {
     found.unwrap_or_else(|| panic!("no service line {head:?} in:\n{list}"))
 }
 
-fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let until = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 #[test]
 fn list_follows_real_connections() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat, LabMode::Dr],
         prefix: "ia",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
-    lab.start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("start");
+    });
+    let sluice = lab::sluice!();
     let socket = lab.api_socket_at(0);
     let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
-    assert!(
-        lab.wait_vip(vip, Duration::from_secs(20)).expect("client"),
-        "VIP answers"
-    );
+    lab.start_serving(sluice.path(), &[vip]);
     let head = format!("TCP  {vip} ");
 
     let held: Vec<TcpStream> = lab
@@ -128,8 +107,9 @@ fn list_follows_real_connections() {
     let (line, reals) = wait_for(
         "the held connections as ActiveConn",
         Duration::from_secs(10),
+        POLL,
         || {
-            let (line, reals) = service(&ctl(&socket, &["list"]), &head);
+            let (line, reals) = service(&sluice.ctl_ok(&socket, &["list"]), &head);
             let active: u64 = reals.iter().map(|r| r.active).sum();
             (active == HELD as u64).then_some((line, reals))
         },
@@ -146,7 +126,7 @@ fn list_follows_real_connections() {
         assert!(r.weight > 0, "healthy backends take new flows: {r:?}");
     }
     let dr = service(
-        &ctl(&socket, &["list"]),
+        &sluice.ctl_ok(&socket, &["list"]),
         &format!("TCP  {} ", SocketAddr::new(LabMode::Dr.vip(false), 80)),
     );
     assert!(
@@ -160,15 +140,16 @@ fn list_follows_real_connections() {
     wait_for(
         "the closed connections to leave ActiveConn",
         Duration::from_secs(10),
+        POLL,
         || {
-            let (_, reals) = service(&ctl(&socket, &["list"]), &head);
+            let (_, reals) = service(&sluice.ctl_ok(&socket, &["list"]), &head);
             let active: u64 = reals.iter().map(|r| r.active).sum();
             let inactive: u64 = reals.iter().map(|r| r.inactive).sum();
             (active == 0 && inactive >= 1).then_some(())
         },
     );
 
-    let stats = ctl(&socket, &["list", "--stats"]);
+    let stats = sluice.ctl_ok(&socket, &["list", "--stats"]);
     let row = stats
         .lines()
         .find(|l| l.starts_with(&head.trim_end().to_string()))
@@ -216,7 +197,7 @@ fn list_follows_real_connections() {
         ],
         "{stats}"
     );
-    let rate = ctl(&socket, &["list", "--rate"]);
+    let rate = sluice.ctl_ok(&socket, &["list", "--rate"]);
     assert_eq!(
         words(&rate),
         [

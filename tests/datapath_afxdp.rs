@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use lab::netns::{Netns, require_program, require_root, veth};
+use lab::netns::{Netns, enter, require_program, require_root, veth};
 use sluice::config::model::{Mode, Protocol, XdpMode};
 use sluice::datapath::neigh::Resolver;
 use sluice::datapath::{
@@ -34,14 +34,6 @@ const APP_S6: Ipv6Addr = Ipv6Addr::new(0xfd71, 2, 0, 0, 0, 0, 0, 1);
 const SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd71, 2, 0, 0, 0, 0, 0, 2);
 const TCP_PORT: u16 = 8080;
 const UDP_PORT: u16 = 9000;
-
-/// Moves the calling thread into a named network namespace.
-fn enter(ns: &str) {
-    let f = std::fs::File::open(format!("/run/netns/{ns}"))
-        .unwrap_or_else(|e| panic!("open /run/netns/{ns}: {e}"));
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
-        .unwrap_or_else(|e| panic!("setns {ns}: {e}"));
-}
 
 /// One static route of the forwarder: frames to `dst` leave by `ifindex` with these MACs.
 #[derive(Clone, Copy, Debug)]
@@ -759,15 +751,7 @@ fn pktgen_flood_is_forwarded_or_counted() {
     require_program("ip", "iproute2");
     let l = lab();
     let (cmd, h) = run_datapath(l.app.name.clone(), two_arm());
-    let a0_mac = {
-        let out = l.app.run(&["cat", "/sys/class/net/a0/address"]);
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let v: Vec<u8> = text
-            .split(':')
-            .map(|h| u8::from_str_radix(h, 16).expect("hex"))
-            .collect();
-        <[u8; 6]>::try_from(v).expect("mac")
-    };
+    let a0_mac = l.app.mac("a0");
     let before = stats(&cmd);
     // SLUICE_PKTGEN_COUNT raises the offer for a longer (bench) run.
     let count: u32 = std::env::var("SLUICE_PKTGEN_COUNT")

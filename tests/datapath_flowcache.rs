@@ -9,9 +9,14 @@
 //! kernel. Fixtures that open a TCP flow (SYN) are also replayed as their established
 //! continuation (flags ACK), so every mode and family is compared on an established frame.
 
+#[path = "datapath_common/mod.rs"]
+mod datapath_common;
+
 use std::thread;
 
-use lab::netns::{Netns, require_root};
+use datapath_common::golden_cache;
+use lab::netns::{enter, require_root};
+use lab::testing::golden_netns;
 use sluice::datapath::flowcache::{self, FlowCache, Hairpin};
 use sluice::datapath::steer::Steer;
 use sluice::lb::BackendId;
@@ -24,39 +29,6 @@ const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
 /// A test run without a context arrives on the namespace's loopback device.
 const LOOPBACK: u32 = 1;
-
-/// Moves the calling thread into a named network namespace.
-fn enter(ns: &str) {
-    let f = std::fs::File::open(format!("/run/netns/{ns}"))
-        .unwrap_or_else(|e| panic!("open /run/netns/{ns}: {e}"));
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
-        .unwrap_or_else(|e| panic!("setns {ns}: {e}"));
-}
-
-/// A namespace holding the golden tables' egress interfaces: lo is index 1
-/// (golden::UPLINK) and a veth is made index 2 (golden::BACKENDS). The cache only installs
-/// entries toward interfaces it can send on, and its egress map only takes ones that exist.
-fn golden_netns(tag: &str) -> Netns {
-    let ns = Netns::new(tag);
-    ns.run(&[
-        "ip", "link", "add", "hxd2", "index", "2", "type", "veth", "peer", "name", "hxd3", "index",
-        "3",
-    ]);
-    ns.run(&["ip", "link", "set", "hxd2", "up"]);
-    ns
-}
-
-/// A flow cache sending on both golden interfaces (call it inside [`golden_netns`]).
-fn golden_cache() -> FlowCache {
-    let cache = FlowCache::create(1024).expect("flow cache maps (root?)");
-    cache
-        .add_egress(0, golden::UPLINK, Hairpin::XdpTx)
-        .expect("egress lo");
-    cache
-        .add_egress(1, golden::BACKENDS, Hairpin::XdpTx)
-        .expect("egress hxd2");
-    cache
-}
 
 fn hex(b: &[u8]) -> String {
     b.iter()
@@ -152,6 +124,24 @@ fn udp_embryonic(ct: &sluice::lb::ConnTable) -> bool {
 
 /// What establishes the embryonic UDP flow a fixture opened: the backend's answer for NAT
 /// and FullNAT, the client's second datagram for DR.
+/// A TCP segment with `flags` and sequence number `seq` from the backend of the table's
+/// (only) TCP flow, toward its client (NAT) or SNAT address (FullNAT).
+fn backend_segment(ct: &sluice::lb::ConnTable, flags: u8, seq: u32) -> Option<Vec<u8>> {
+    use sluice::lb::hash::u128_to_addr;
+    let f = ct.ids().map(|id| *ct.flow(id)).find(|f| f.key.proto == 6)?;
+    let rk = f.rev_key()?;
+    let v6 = f.key.v6;
+    Some(
+        golden::Pkt::new(
+            &u128_to_addr(rk.backend, v6).to_string(),
+            &u128_to_addr(rk.local, v6).to_string(),
+            6,
+            golden::tcp(rk.backend_port, rk.local_port, flags, seq, b""),
+        )
+        .build(),
+    )
+}
+
 fn establish_udp(
     t: &sluice::lb::Tables,
     ct: &mut sluice::lb::ConnTable,
@@ -305,7 +295,7 @@ fn run_one(
 #[test]
 fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
     require_root();
-    let ns = golden_netns("hx-p");
+    let ns = golden_netns("hx-p", "hxd");
     let name = ns.name.clone();
     let tallies = thread::spawn(move || {
         enter(&name);
@@ -445,7 +435,7 @@ fn install_golden(cache: &FlowCache, t: &sluice::lb::Tables) -> usize {
 #[test]
 fn a_commit_evicts_exactly_the_flows_the_engine_would_move() {
     require_root();
-    let ns = golden_netns("hx-c");
+    let ns = golden_netns("hx-c", "hxd");
     let name = ns.name.clone();
     let tally = thread::spawn(move || {
         enter(&name);
@@ -604,20 +594,6 @@ port = {PORT}
         Config::from_toml_str(&text).unwrap_or_else(|e| panic!("test config: {e}"))
     }
 
-    fn sys(ns: &Netns, ifname: &str, what: &str) -> String {
-        let out = ns.run(&["cat", &format!("/sys/class/net/{ifname}/{what}")]);
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn mac(ns: &Netns, ifname: &str) -> [u8; 6] {
-        let text = sys(ns, ifname, "address");
-        let mut m = [0u8; 6];
-        for (i, p) in text.split(':').enumerate().take(6) {
-            m[i] = u8::from_str_radix(p, 16).expect("mac");
-        }
-        m
-    }
-
     struct Lab {
         client: Netns,
         app: Netns,
@@ -679,13 +655,13 @@ port = {PORT}
         }
         let app_if = |n: &str| -> (u32, [u8; 6]) {
             (
-                sys(&app, n, "ifindex").parse().expect("ifindex"),
-                mac(&app, n),
+                app.sysfs(n, "ifindex").parse().expect("ifindex"),
+                app.mac(n),
             )
         };
         let app_ifs = [app_if("a0"), app_if("a1"), app_if("a2")];
-        let client_mac = mac(&client, "c0");
-        let server_macs = [mac(&servers[0], "s0"), mac(&servers[1], "s0")];
+        let client_mac = client.mac("c0");
+        let server_macs = [servers[0].mac("s0"), servers[1].mac("s0")];
         Lab {
             client,
             app,
@@ -1149,7 +1125,7 @@ fn engine(
 #[test]
 fn workers_install_refresh_age_and_close_their_entries() {
     require_root();
-    let ns = golden_netns("hx-w");
+    let ns = golden_netns("hx-w", "hxd");
     let name = ns.name.clone();
     thread::spawn(move || {
         enter(&name);
@@ -1249,6 +1225,14 @@ fn workers_install_refresh_age_and_close(cache: FlowCache) {
     let fin = with_tcp_flags(&syn.input, 0x11).expect("fin");
     engine(&mut wc, &t, &mut ct, &mut st, &fin, syn.ifindex, now).expect("fin");
     assert!(cache.get(&d.key).is_none(), "closing flow evicted");
+    // The backend's FIN closes it (NAT sees both ways: a flow closes at its second FIN).
+    let bfin = backend_segment(&ct, 0x11, golden::PEER_ISN + 1).expect("the flow's backend");
+    engine_only(&t, &mut ct, &mut st, &bfin, syn.ifindex);
+    assert!(
+        ct.ids()
+            .all(|id| ct.flow(id).state == sluice::lb::FlowState::TcpClosing),
+        "closed at the second FIN"
+    );
 
     // The backend closes first (HTTP with `Connection: close`): its FIN takes the return
     // entry only; the client's entry stays until the client's own FIN, so that FIN still
@@ -1316,7 +1300,7 @@ fn workers_install_refresh_age_and_close(cache: FlowCache) {
 #[test]
 fn an_expired_fullnat_flows_entries_go_before_its_port_is_reused() {
     require_root();
-    let ns = golden_netns("hx-m");
+    let ns = golden_netns("hx-m", "hxd");
     let name = ns.name.clone();
     thread::spawn(move || {
         enter(&name);
@@ -1426,7 +1410,7 @@ fn expired_fullnat_port_is_not_misdirected(cache: FlowCache) {
 #[test]
 fn the_front_table_never_serves_a_replaced_or_evicted_entry() {
     require_root();
-    let ns = golden_netns("hx-f");
+    let ns = golden_netns("hx-f", "hxd");
     let name = ns.name.clone();
     thread::spawn(move || {
         enter(&name);

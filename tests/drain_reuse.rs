@@ -15,7 +15,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api::{BackendAction, Client, Endpoint};
+use api::BackendAction;
+use lab::testing::Api;
 use lab::{Lab, LabMode, LabOptions};
 use serde::Deserialize;
 
@@ -100,21 +101,18 @@ impl Round {
 struct Rig {
     lab: Lab,
     helper: std::path::PathBuf,
-    rt: tokio::runtime::Runtime,
-    api: Client,
+    api: Api,
 }
 
 impl Rig {
     fn start(flow_cache: bool, prefix: &'static str) -> Rig {
-        lab::netns::require_root();
         lab::netns::require_program("python3", "python3");
-        let mut lab = Lab::build(LabOptions {
+        let mut lab = lab::testing::build(LabOptions {
             modes: vec![LabMode::Nat, LabMode::FullNat, LabMode::Dr],
             flow_cache: Some(flow_cache),
             prefix,
             ..LabOptions::default()
-        })
-        .unwrap_or_else(|e| panic!("lab: {e}"));
+        });
         let base = lab.config(&lab.dir.join("api.sock"));
         // Closed connections stay in the table long after their ports come back (the test
         // must be able to fail), and UDP flows expire quickly.
@@ -125,33 +123,11 @@ impl Rig {
         lab.write_config(&cfg).expect("config");
         let helper = lab.dir.join("reuse_client.py");
         std::fs::write(&helper, HELPER).expect("helper");
-        let log = lab
-            .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-            .expect("start");
-        for mode in [LabMode::Nat, LabMode::FullNat, LabMode::Dr] {
-            let probe = std::net::SocketAddr::new(mode.vip(false), 80);
-            let ready = lab
-                .wait_vip(probe, Duration::from_secs(20))
-                .expect("client");
-            assert!(
-                ready,
-                "{} VIP never answered:\n{}",
-                mode.name(),
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let api =
-            Client::new(Endpoint::Unix(lab.api_socket_at(0))).with_timeout(Duration::from_secs(5));
-        Rig {
-            lab,
-            helper,
-            rt,
-            api,
-        }
+        let modes = [LabMode::Nat, LabMode::FullNat, LabMode::Dr];
+        let vips = modes.map(|m| std::net::SocketAddr::new(m.vip(false), 80));
+        lab.start_serving(lab::sluice!().path(), &vips);
+        let api = lab.api_at(0);
+        Rig { lab, helper, api }
     }
 
     fn round(&self, mode: &str, vip: &str, ports: &[u16]) -> Round {
@@ -176,13 +152,13 @@ impl Rig {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.lab.log_path_at(0)).unwrap_or_default()
+        self.lab.log_text(0)
     }
 
     fn drain(&self, vip: &str, backend: &str) {
         let c = self
-            .rt
-            .block_on(self.api.backend_action(vip, backend, BackendAction::Drain))
+            .api
+            .call(|c| c.backend_action(vip, backend, BackendAction::Drain))
             .unwrap_or_else(|e| panic!("drain {backend} of {vip}: {e}\n{}", self.log()));
         assert!(c.synced, "drain of {backend} not on every worker: {c:?}");
     }

@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lab::etcd::EtcdCluster;
-use lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
+use lab::testing::{Api, Said, SteadyReport, slow_downloads, steady_client};
+use lab::{Lab, LabMode, LabOptions, blob};
 
 const MEMBERS: usize = 3;
 const ETCD_PORT: u16 = 23790;
@@ -39,8 +40,13 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
 /// pushes take on an idle machine.
 const DOWNLOAD_PACE: Duration = Duration::from_millis(120);
 
-fn sluice() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_sluice"))
+/// `sluice fleet --config CFG ARGS` in `ns`.
+fn fleetctl(ns: &lab::netns::Netns, cfg: &Path, args: &[&str]) -> Said {
+    let mut all = vec!["fleet", "--config"];
+    let cfg = cfg.to_string_lossy();
+    all.push(&cfg);
+    all.extend_from_slice(args);
+    lab::sluice!().inside(ns).run(&all)
 }
 
 struct Fleet {
@@ -87,14 +93,13 @@ impl Fleet {
         lab::netns::require_program("nft", "nftables");
         lab::netns::require_program("etcd", "etcd-server");
         lab::netns::require_program("etcdctl", "etcd-client");
-        let lab = Lab::build(LabOptions {
+        let lab = lab::testing::build(LabOptions {
             modes: vec![LabMode::Dr],
             appliances: Some(MEMBERS),
             bgp: Some(true),
             prefix: "fl",
             ..LabOptions::default()
-        })
-        .unwrap_or_else(|e| panic!("lab: {e}"));
+        });
         let dir = lab.dir.join("etcd");
         std::fs::create_dir_all(&dir).expect("etcd dir");
         let ip: IpAddr = lab::ROUTER_LAN4.parse().unwrap();
@@ -128,37 +133,15 @@ impl Fleet {
     }
 
     /// `sluice fleet --config CFG ARGS` in appliance `k`'s namespace.
-    fn fleetctl(&self, k: usize, cfg: &Path, args: &[&str]) -> std::process::Output {
-        let mut all = vec![
-            sluice().to_string_lossy().to_string(),
-            "fleet".into(),
-            "--config".into(),
-            cfg.to_string_lossy().to_string(),
-        ];
-        all.extend(args.iter().map(|a| a.to_string()));
-        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-        self.ns(k).output(&refs)
+    fn fleetctl(&self, k: usize, cfg: &Path, args: &[&str]) -> Said {
+        fleetctl(self.ns(k), cfg, args)
     }
 
     /// `sluice ctl ARGS` against appliance `k`; its stdout, after asserting success.
     fn ctl(&self, k: usize, args: &[&str]) -> String {
-        let sock = self.lab.api_socket_at(k);
-        let mut all = vec![
-            sluice().to_string_lossy().to_string(),
-            "ctl".into(),
-            "--socket".into(),
-            sock.to_string_lossy().to_string(),
-        ];
-        all.extend(args.iter().map(|a| a.to_string()));
-        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-        let out = self.ns(k).output(&refs);
-        assert!(
-            out.status.success(),
-            "sluice ctl {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
+        lab::sluice!()
+            .inside(self.ns(k))
+            .ctl_ok(&self.lab.api_socket_at(k), args)
     }
 
     /// `sluice fleet push` (from lb1's namespace) of the doc with `weight` for the last
@@ -178,28 +161,22 @@ impl Fleet {
         std::fs::write(&file, toml::to_string(&doc).unwrap()).expect("write doc");
         let cfg = self.lab.config_path_at(0);
         let out = self.fleetctl(0, &cfg, &["push", &file.to_string_lossy()]);
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "push failed: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text.rsplit(' ')
+        assert!(out.ok(), "push failed: {}{}", out.stdout, out.stderr);
+        out.stdout
+            .rsplit(' ')
             .next()
             .and_then(|r| r.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no revision in {text:?}"))
+            .unwrap_or_else(|| panic!("no revision in {:?}", out.stdout))
     }
 
-    /// `GET /v1/fleet` of appliance `k`.
+    /// `GET /v1/fleet` of appliance `k` (`None` when it does not answer within 2 s).
     fn status(&self, k: usize) -> Option<api::FleetStatus> {
-        let sock = self.lab.api_socket_at(k);
-        let out = std::process::Command::new("curl")
-            .args(["-sf", "--max-time", "2", "--unix-socket"])
-            .arg(&sock)
-            .arg("http://localhost/v1/fleet")
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
+        self.api(k).call(|c| c.fleet()).ok().flatten()
+    }
+
+    /// A client of appliance `k`'s API that gives up on a call after 2 s.
+    fn api(&self, k: usize) -> Api {
+        Api::unix(&self.lab.api_socket_at(k)).with_timeout(Duration::from_secs(2))
     }
 
     /// Waits until `ok` holds for every member's fleet document; returns how long it took.
@@ -290,29 +267,15 @@ impl Fleet {
     }
 
     fn logs(&self) -> String {
-        (0..MEMBERS)
-            .map(|k| {
-                let t = std::fs::read_to_string(self.lab.log_path_at(k)).unwrap_or_default();
-                let tail: Vec<&str> = t.lines().rev().take(25).collect();
-                format!(
-                    "--- lb{} ---\n{}",
-                    k + 1,
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        self.lab.logs_tail(25)
     }
 
     fn events(&self, k: usize) -> String {
-        let out = self.ns(k).output(&[
-            &sluice().to_string_lossy(),
-            "ctl",
-            "--socket",
-            &self.lab.api_socket_at(k).to_string_lossy(),
-            "events",
-        ]);
-        String::from_utf8_lossy(&out.stdout).to_string()
+        let socket = self.lab.api_socket_at(k);
+        lab::sluice!()
+            .inside(self.ns(k))
+            .ctl(&socket, &["events"])
+            .stdout
     }
 
     /// The fleet revisions member `k` switched to, in order (its event log).
@@ -329,13 +292,7 @@ impl Fleet {
 
     /// Backend `backend`'s state on member `k`'s VIP `vip`.
     fn backend_state(&self, k: usize, vip: &str, backend: &str) -> Option<String> {
-        let out = std::process::Command::new("curl")
-            .args(["-sf", "--max-time", "2", "--unix-socket"])
-            .arg(self.lab.api_socket_at(k))
-            .arg(format!("http://localhost/v1/vips/{vip}/backends"))
-            .output()
-            .ok()?;
-        let list: Vec<api::Backend> = serde_json::from_slice(&out.stdout).ok()?;
+        let list = self.api(k).call(|c| c.backends(vip)).ok()?;
         list.into_iter().find(|b| b.id == backend).map(|b| b.state)
     }
 
@@ -343,37 +300,6 @@ impl Fleet {
     fn member_file(&self, k: usize) -> PathBuf {
         self.lab.config_path_at(k)
     }
-}
-
-/// The steady client: a new connection every [`CLIENT_EVERY`] until `stop`, each on its own
-/// thread so a slow one does not delay the next; (attempts, answered, first error). Runs in
-/// the client's namespace.
-fn steady_client(vip: SocketAddr, stop: Arc<AtomicBool>) -> (usize, usize, Option<String>) {
-    let mut handles = Vec::new();
-    let start = Instant::now();
-    let mut n = 0u32;
-    while !stop.load(Ordering::Relaxed) {
-        handles.push(std::thread::spawn(move || {
-            http_get(vip, "/whoami", CLIENT_TIMEOUT)
-        }));
-        n += 1;
-        let next = start + CLIENT_EVERY * n;
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-    }
-    let (mut answered, mut first_error) = (0, None);
-    let attempts = handles.len();
-    for h in handles {
-        match h.join().expect("client connection thread") {
-            Ok((200, _)) => answered += 1,
-            Ok((status, _)) => {
-                first_error.get_or_insert(format!("status {status}"));
-            }
-            Err(e) => {
-                first_error.get_or_insert(e.to_string());
-            }
-        }
-    }
-    (attempts, answered, first_error)
 }
 
 /// A member file whose password is wrong: `sluice fleet status` says what to fix.
@@ -386,8 +312,8 @@ fn wrong_password_is_a_clear_error(f: &Fleet) {
     let cfg = f.lab.dir.join("wrong-password.toml");
     std::fs::write(&cfg, text.replace(&good, &pw.display().to_string())).expect("write");
     let out = f.fleetctl(0, &cfg, &["status"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a wrong password was let in: {err}");
+    let err = &out.stderr;
+    assert!(!out.ok(), "a wrong password was let in: {err}");
     assert!(
         err.contains(&format!("etcd refused user \"{ETCD_USER}\""))
             && err.contains("authentication failed")
@@ -403,26 +329,14 @@ fn wrong_password_is_a_clear_error(f: &Fleet) {
 /// next push waits until every member runs the previous one), so none may be skipped.
 fn pushes_under_load(f: &mut Fleet) {
     let vip = SocketAddr::new(LabMode::Dr.vip(false), 80);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let downloads: Vec<_> = (0..4)
-        .map(|_| {
-            let tx = tx.clone();
-            f.lab
-                .client
-                .in_thread(move || slow_download(vip, DOWNLOAD_PACE, tx))
-                .expect("download thread")
-        })
-        .collect();
-    for _ in 0..4 {
-        rx.recv_timeout(Duration::from_secs(10))
-            .expect("a download never started");
-    }
+    let started = Duration::from_secs(10);
+    let (downloads, _) = slow_downloads(&f.lab.client, vip, DOWNLOAD_PACE, 4, started);
     let stop = Arc::new(AtomicBool::new(false));
     let st = Arc::clone(&stop);
     let client = f
         .lab
         .client
-        .in_thread(move || steady_client(vip, st))
+        .in_thread(move || steady_client(vip, CLIENT_EVERY, CLIENT_TIMEOUT, st))
         .expect("client thread");
     let before: Vec<usize> = (0..MEMBERS).map(|k| f.activated(k).len()).collect();
     let t0 = Instant::now();
@@ -434,7 +348,12 @@ fn pushes_under_load(f: &mut Fleet) {
     }
     let took = t0.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let (attempts, answered, first_error) = client.join().expect("client");
+    let SteadyReport {
+        attempts,
+        answered,
+        first_error,
+        ..
+    } = client.join().expect("client");
     let expected = blob();
     let intact = downloads
         .into_iter()
@@ -481,8 +400,7 @@ fn refused_revisions(f: &mut Fleet, running: u64) {
                     .any(|(m, e)| m == "lab-lb3" && e.contains(&format!("vip \"{vip}\".address")))
         })
     });
-    let out = f.fleetctl(0, &f.member_file(0), &["status"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = f.fleetctl(0, &f.member_file(0), &["status"]).stdout;
     assert!(
         text.contains(&format!("revision {bad} refused by lab-lb3")),
         "sluice fleet status:\n{text}"
@@ -571,7 +489,9 @@ fn a_fleet_of_three_follows_etcd() {
     let mut f = Fleet::start();
     let r1 = f.push(100);
     wrong_password_is_a_clear_error(&f);
-    f.lab.spawn_appliances(sluice()).expect("start");
+    f.lab
+        .spawn_appliances(lab::sluice!().path())
+        .expect("start");
     f.wait_running(r1, Duration::from_secs(40));
     f.wait_next_hops(MEMBERS, Duration::from_secs(40));
     f.wait_all("every backend up", Duration::from_secs(20), |s| {
@@ -647,7 +567,9 @@ fn a_fleet_of_three_follows_etcd() {
     // lb2 restarted while etcd is down: it starts on the last revision it activated, kept
     // on disk, says so, and announces again.
     assert!(f.lab.stop_appliance_at(1), "lb2 did not stop cleanly");
-    f.lab.spawn_appliance_at(1, sluice()).expect("lb2 again");
+    f.lab
+        .spawn_appliance_at(1, lab::sluice!().path())
+        .expect("lb2 again");
     let t0 = Instant::now();
     while !f
         .status(1)
@@ -847,23 +769,13 @@ fn a_fleet_over_tls() {
          [[vip.backend]]\naddress = \"10.0.0.21\"\n",
     )
     .expect("write");
-    let run = |cfg: &Path, args: &[&str]| {
-        let mut all = vec![
-            sluice().display().to_string(),
-            "fleet".into(),
-            "--config".into(),
-            cfg.display().to_string(),
-        ];
-        all.extend(args.iter().map(|a| a.to_string()));
-        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-        ns.output(&refs)
-    };
+    let run = |cfg: &Path, args: &[&str]| fleetctl(&ns, cfg, args);
     let out = run(&good, &["push", &doc.display().to_string()]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let text = &out.stdout;
     assert!(
-        out.status.success() && text.contains("as revision"),
+        out.ok() && text.contains("as revision"),
         "push over TLS: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
     );
     let rev: u64 = text
         .rsplit(' ')
@@ -871,18 +783,18 @@ fn a_fleet_over_tls() {
         .and_then(|r| r.trim().parse().ok())
         .expect("rev");
     let out = run(&good, &["status"]);
-    let status = String::from_utf8_lossy(&out.stdout);
+    let status = &out.stdout;
     assert!(
-        out.status.success() && status.contains(&format!("config revision {rev}")),
+        out.ok() && status.contains(&format!("config revision {rev}")),
         "status over TLS: {status}{}",
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
     );
     let stranger = dir.join("stranger.toml");
     std::fs::write(&stranger, member("other-ca.pem")).expect("write");
     let out = run(&stranger, &["status"]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = &out.stderr;
     assert!(
-        !out.status.success() && err.contains("certificate was refused") && err.contains("tls_ca"),
+        !out.ok() && err.contains("certificate was refused") && err.contains("tls_ca"),
         "a member trusting another CA: {err}"
     );
     println!(

@@ -14,19 +14,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use api::{Client, Endpoint};
-use lab::{Lab, LabMode, LabOptions, http_get};
-
-fn sluice() -> &'static std::path::Path {
-    std::path::Path::new(env!("CARGO_BIN_EXE_sluice"))
-}
+use lab::testing::{Api, Daemon, Whoami, build, wait_until};
+use lab::{Lab, LabMode, LabOptions};
 
 /// A lab of one NAT mode and three backends, no lab health checks, namespaces `prefix...`.
 fn lab(prefix: &'static str, appliances: usize) -> Lab {
-    lab::netns::require_root();
-    Lab::build(LabOptions {
+    build(LabOptions {
         modes: vec![LabMode::Nat],
         health_checks: false,
         appliances: Some(appliances),
@@ -34,7 +29,6 @@ fn lab(prefix: &'static str, appliances: usize) -> Lab {
         prefix,
         ..LabOptions::default()
     })
-    .unwrap_or_else(|e| panic!("lab: {e}"))
 }
 
 /// In a lab without BGP, the router's static route to `vip` through `lb1`.
@@ -60,83 +54,20 @@ fn head(lab: &Lab, k: usize) -> String {
     full[..end].to_string()
 }
 
-struct Api {
-    rt: tokio::runtime::Runtime,
-    client: Client,
+/// Backend `address` of `vip` as the API shows it.
+fn backend(api: &Api, vip: &str, address: &str) -> api::Backend {
+    api.call(|c| c.backends(vip))
+        .unwrap_or_else(|e| panic!("backends of {vip}: {e}"))
+        .into_iter()
+        .find(|b| b.address == address)
+        .unwrap_or_else(|| panic!("no backend {address} in {vip}"))
 }
 
-impl Api {
-    fn of(lab: &Lab, k: usize) -> Api {
-        Api {
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime"),
-            client: Client::new(Endpoint::Unix(lab.api_socket_at(k)))
-                .with_timeout(Duration::from_secs(5)),
-        }
-    }
-
-    fn backends(&self, vip: &str) -> Vec<api::Backend> {
-        self.rt
-            .block_on(self.client.backends(vip))
-            .unwrap_or_else(|e| panic!("backends of {vip}: {e}"))
-    }
-
-    fn vip(&self, vip: &str) -> api::Vip {
-        self.rt
-            .block_on(self.client.vip(vip))
-            .unwrap_or_else(|e| panic!("vip {vip}: {e}"))
-    }
-
-    fn backend(&self, vip: &str, address: &str) -> api::Backend {
-        self.backends(vip)
-            .into_iter()
-            .find(|b| b.address == address)
-            .unwrap_or_else(|| panic!("no backend {address} in {vip}"))
-    }
-}
-
-/// Who answered `n` requests to `vip` from the client.
-fn spread(lab: &Lab, vip: SocketAddr, n: usize) -> BTreeMap<String, usize> {
-    lab.from_client(move || {
-        let mut c = BTreeMap::new();
-        for _ in 0..n {
-            let key = match http_get(vip, "/whoami", Duration::from_secs(2)) {
-                Ok((200, body)) => String::from_utf8_lossy(&body).into_owned(),
-                Ok((s, _)) => format!("status {s}"),
-                Err(e) => format!("error {}", e.kind()),
-            };
-            *c.entry(key).or_insert(0) += 1;
-        }
-        c
-    })
-    .expect("client")
-}
-
-/// Polls `f` every 200 ms until it holds or `limit` passes; how long it took.
-fn wait(
-    what: &str,
-    limit: Duration,
-    log: &dyn Fn() -> String,
-    mut f: impl FnMut() -> bool,
-) -> Duration {
-    let t0 = Instant::now();
-    loop {
-        if f() {
-            return t0.elapsed();
-        }
-        assert!(
-            t0.elapsed() < limit,
-            "{what}: not within {limit:?}\n{}",
-            log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn log_of(lab: &Lab, k: usize) -> String {
-    std::fs::read_to_string(lab.log_path_at(k)).unwrap_or_default()
+/// `vip`'s quorum as the API shows it.
+fn quorum(api: &Api, vip: &str) -> String {
+    api.call(|c| c.vip(vip))
+        .unwrap_or_else(|e| panic!("vip {vip}: {e}"))
+        .quorum
 }
 
 /// A tiny agent in backend `i`'s namespace: answers each connection on port 9777 with the
@@ -167,7 +98,7 @@ fn an_agent_s_answers_move_its_backend_s_share_and_new_flows() {
     let mut lab = lab("hpag", 1);
     let answer = lab.dir.join("agent-answer");
     std::fs::write(&answer, "50%\n").expect("answer");
-    let mut agent = start_agent(&lab, 0, &answer);
+    let _agent = Daemon(start_agent(&lab, 0, &answer));
     let cfg = head(&lab, 0)
         + "[[health_check]]\nname = \"agent\"\nkind = \"agent\"\nport = 9777\n\
            interval = \"300ms\"\ntimeout = \"200ms\"\nrise = 1\nfall = 1\ninitial = \"up\"\n\n\
@@ -178,24 +109,25 @@ fn an_agent_s_answers_move_its_backend_s_share_and_new_flows() {
            [[vip.backend]]\naddress = \"10.0.0.23\"\nport = 8080\n";
     lab.write_config(&cfg).expect("config");
     route(&lab, "192.0.2.30");
-    lab.start_appliance(sluice()).expect("start");
-    let log = || log_of(&lab, 0);
-    let api = Api::of(&lab, 0);
     let vip = SocketAddr::new("192.0.2.30".parse().unwrap(), 80);
-    assert!(
-        lab.wait_vip(vip, Duration::from_secs(20)).expect("client"),
-        "{}",
-        log()
-    );
+    lab.start_serving(lab::sluice!().path(), &[vip]);
+    let log = || lab.log_text(0);
+    let api = lab.api_at(0);
+    let client = Whoami::new(&lab, vip, Duration::from_secs(2));
     let share = |want: f64| move |b: &api::Backend| (b.ring_share - want).abs() <= 0.01;
 
     // 50%: weight 50 of 250 in all, a fifth of the ring.
-    let took = wait("the agent's 50%", Duration::from_secs(10), &log, || {
-        let b = api.backend("web", "10.0.0.21");
-        b.agent.as_deref() == Some("ready 50%") && share(0.2)(&b)
-    });
-    let b = api.backend("web", "10.0.0.21");
-    let half = spread(&lab, vip, 100);
+    let took = wait_until(
+        "the agent's 50%",
+        Duration::from_secs(10),
+        || {
+            let b = backend(&api, "web", "10.0.0.21");
+            b.agent.as_deref() == Some("ready 50%") && share(0.2)(&b)
+        },
+        log,
+    );
+    let b = backend(&api, "web", "10.0.0.21");
+    let half = client.spread(100);
     println!(
         "MEASURE agent 50%: ring share {:.4} (ideal 0.2000), weight {} after {took:?}; 100 \
          requests {half:?}",
@@ -205,13 +137,18 @@ fn an_agent_s_answers_move_its_backend_s_share_and_new_flows() {
 
     // drain: no new flow reaches it; the others serve every request.
     std::fs::write(&answer, "drain\n").expect("answer");
-    wait("the agent's drain", Duration::from_secs(10), &log, || {
-        let b = api.backend("web", "10.0.0.21");
-        b.agent.as_deref() == Some("drain") && !b.eligible && b.ring_share == 0.0
-    });
-    let before = api.backend("web", "10.0.0.21").new_flows;
-    let got = spread(&lab, vip, 60);
-    let after = api.backend("web", "10.0.0.21").new_flows;
+    wait_until(
+        "the agent's drain",
+        Duration::from_secs(10),
+        || {
+            let b = backend(&api, "web", "10.0.0.21");
+            b.agent.as_deref() == Some("drain") && !b.eligible && b.ring_share == 0.0
+        },
+        log,
+    );
+    let before = backend(&api, "web", "10.0.0.21").new_flows;
+    let got = client.spread(60);
+    let after = backend(&api, "web", "10.0.0.21").new_flows;
     println!("MEASURE agent drain: 60 requests {got:?}, be1's new flows {before} -> {after}");
     assert!(before > 0, "be1 took flows at 50%");
     assert_eq!(
@@ -229,18 +166,21 @@ fn an_agent_s_answers_move_its_backend_s_share_and_new_flows() {
 
     // up: the full weight, a third of the ring, and new flows again.
     std::fs::write(&answer, "up\n").expect("answer");
-    wait("the agent's up", Duration::from_secs(10), &log, || {
-        let b = api.backend("web", "10.0.0.21");
-        b.agent.as_deref() == Some("ready") && b.eligible && share(1.0 / 3.0)(&b)
-    });
-    let got = spread(&lab, vip, 60);
+    wait_until(
+        "the agent's up",
+        Duration::from_secs(10),
+        || {
+            let b = backend(&api, "web", "10.0.0.21");
+            b.agent.as_deref() == Some("ready") && b.eligible && share(1.0 / 3.0)(&b)
+        },
+        log,
+    );
+    let got = client.spread(60);
     println!(
         "MEASURE agent up: ring share {:.4} (ideal 0.3333); 60 requests {got:?}",
-        api.backend("web", "10.0.0.21").ring_share
+        backend(&api, "web", "10.0.0.21").ring_share
     );
     assert!(got.get("be1").copied().unwrap_or(0) > 0, "{got:?}");
-    let _ = agent.kill();
-    let _ = agent.wait();
 }
 
 /// All primaries down: the sorry backend serves; one primary back: it alone serves again.
@@ -258,47 +198,49 @@ fn a_vip_without_its_primaries_serves_from_its_sorry_backend_and_back() {
            health_check = []\n";
     lab.write_config(&cfg).expect("config");
     route(&lab, "192.0.2.31");
-    lab.start_appliance(sluice()).expect("start");
-    let api = Api::of(&lab, 0);
+    lab.start_appliance(lab::sluice!().path()).expect("start");
+    let api = lab.api_at(0);
     let vip = SocketAddr::new("192.0.2.31".parse().unwrap(), 80);
+    let client = Whoami::new(&lab, vip, Duration::from_secs(2));
     let primaries_only = |g: &BTreeMap<String, usize>| {
         g.keys().all(|k| k == "be1" || k == "be2") && g.values().sum::<usize>() == 20
     };
-    wait(
+    wait_until(
         "the primaries up",
         Duration::from_secs(20),
-        &|| log_of(&lab, 0),
-        || primaries_only(&spread(&lab, vip, 20)),
+        || primaries_only(&client.spread(20)),
+        || lab.log_text(0),
     );
-    assert_eq!(api.vip("web").quorum, "up");
+    assert_eq!(quorum(&api, "web"), "up");
 
     lab.stop_backend(0);
     lab.stop_backend(1);
-    let t = wait(
+    let t = wait_until(
         "the sorry backend alone",
         Duration::from_secs(10),
-        &|| log_of(&lab, 0),
-        || spread(&lab, vip, 10) == BTreeMap::from([("be3".to_string(), 10)]),
+        || client.spread(10) == BTreeMap::from([("be3".to_string(), 10)]),
+        || lab.log_text(0),
     );
     println!(
         "MEASURE sorry: every request on the sorry backend {t:?} after both primaries stopped"
     );
-    assert_eq!(api.vip("web").quorum, "sorry");
+    assert_eq!(quorum(&api, "web"), "sorry");
     assert!(
-        log_of(&lab, 0).contains("vip web: quorum lost: the sorry backends take the new flows"),
+        lab.log_text(0)
+            .contains("vip web: quorum lost: the sorry backends take the new flows"),
         "{}",
-        log_of(&lab, 0)
+        lab.log_text(0)
     );
 
     lab.start_backend(0).expect("restart be1");
-    let t = wait(
+    let t = wait_until(
         "be1 alone again",
         Duration::from_secs(10),
-        &|| log_of(&lab, 0),
-        || spread(&lab, vip, 10) == BTreeMap::from([("be1".to_string(), 10)]),
+        || client.spread(10) == BTreeMap::from([("be1".to_string(), 10)]),
+        || lab.log_text(0),
     );
     println!("MEASURE sorry: back on the primary {t:?} after it restarted");
-    assert_eq!(api.vip("web").quorum, "up");
+    assert_eq!(quorum(&api, "web"), "up");
 }
 
 /// The standby appliance carries the NAT VIP only once the active one is gone.
@@ -317,23 +259,24 @@ fn a_standby_nat_vip_moves_to_the_standby_when_the_active_appliance_dies() {
         lab.write_config_at(k, &(head(&lab, k) + &vip_text(role)))
             .expect("config");
     }
-    lab.start_appliances(sluice()).expect("start");
+    lab.start_appliances(lab::sluice!().path()).expect("start");
     let vip_ip: std::net::IpAddr = "192.0.2.32".parse().unwrap();
     let vip = SocketAddr::new(vip_ip, 80);
+    let client = Whoami::new(&lab, vip, Duration::from_secs(2));
     let lb1: std::net::IpAddr = lab::appliance_addr(0, false);
     let lb2: std::net::IpAddr = lab::appliance_addr(1, false);
-    let logs = |lab: &Lab| format!("{}\n---- lb2\n{}", log_of(lab, 0), log_of(lab, 1));
+    let logs = |lab: &Lab| lab.logs_tail(60);
     // BIRD has both paths, the standby's worse; the kernel has the active one only.
-    wait(
+    wait_until(
         "both paths in BIRD",
         Duration::from_secs(30),
-        &|| logs(&lab),
         || {
             let all = lab
                 .birdc(&["show", "route", "all", "192.0.2.32/32"])
                 .unwrap_or_default();
             all.contains(&lb1.to_string()) && all.contains(&lb2.to_string())
         },
+        || logs(&lab),
     );
     let all = lab
         .birdc(&["show", "route", "all", "192.0.2.32/32"])
@@ -348,7 +291,7 @@ fn a_standby_nat_vip_moves_to_the_standby_when_the_active_appliance_dies() {
         assert!(all.contains(want), "{want:?} not in:\n{all}");
     }
     assert_eq!(lab.next_hops(vip_ip).expect("route"), vec![lb1]);
-    let got = spread(&lab, vip, 10);
+    let got = client.spread(10);
     assert_eq!(got.values().sum::<usize>(), 10, "{got:?}");
     assert!(got.keys().all(|k| k.starts_with("be")), "{got:?}");
 
@@ -367,13 +310,13 @@ fn a_standby_nat_vip_moves_to_the_standby_when_the_active_appliance_dies() {
             "100",
         ]);
     }
-    let t = wait(
+    let t = wait_until(
         "the route through the standby",
         Duration::from_secs(15),
-        &|| logs(&lab),
         || lab.next_hops(vip_ip).unwrap_or_default() == vec![lb2],
+        || logs(&lab),
     );
-    let got = spread(&lab, vip, 10);
+    let got = client.spread(10);
     println!(
         "MEASURE standby: the router moved the VIP to lb2 {t:?} after lb1 was killed; {got:?}"
     );

@@ -6,7 +6,6 @@
 //! transitions (which probe number flipped the state, and why) and timing bounds counted
 //! in rounds of the check interval, never tight wall-clock thresholds.
 
-use std::fs::File;
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -18,8 +17,8 @@ use health::{
     CheckKind, Failure, Health, HealthCheck, HttpCheck, HttpMethod, InitialHealth, Prober, Reason,
     Status, Target, Transition,
 };
-use lab::netns::{Netns, require_program, require_root, veth};
-use nix::sched::{CloneFlags, setns};
+use lab::netns::{Netns, enter, require_program, require_root, veth};
+use lab::testing::async_in;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 
@@ -57,12 +56,6 @@ fn lab_named(prb: &str, srv: &str) -> Lab {
     // Unreachables for the UDP test must not be rate limited away.
     srv.run(&["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"]);
     Lab { prb, srv }
-}
-
-fn enter(ns: &str) {
-    let f =
-        File::open(format!("/run/netns/{ns}")).unwrap_or_else(|e| panic!("open netns {ns}: {e}"));
-    setns(f, CloneFlags::CLONE_NEWNET).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
 }
 
 /// Servers running on a thread inside a namespace; stopped and joined on drop.
@@ -188,38 +181,30 @@ fn probe<D>(ns: &Netns, targets: Vec<Target>, max: Duration, settle: Duration, d
 where
     D: Fn(&[Transition]) -> bool + Send + 'static,
 {
-    let name = ns.name.clone();
-    std::thread::spawn(move || {
-        enter(&name);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let (prober, mut rx) = Prober::spawn();
-            let started = Instant::now();
-            prober.set_targets(targets);
-            let mut transitions = Vec::new();
-            let mut end = started + max;
-            let mut settling = false;
-            loop {
-                let left = end.saturating_duration_since(Instant::now());
-                match tokio::time::timeout(left, rx.recv()).await {
-                    Ok(Some(t)) => transitions.push(t),
-                    Ok(None) => panic!("prober stopped"),
-                    Err(_) => break,
-                }
-                if !settling && done(&transitions) {
-                    settling = true;
-                    end = Instant::now() + settle;
-                }
+    async_in(ns, move || async move {
+        let (prober, mut rx) = Prober::spawn();
+        let started = Instant::now();
+        prober.set_targets(targets);
+        let mut transitions = Vec::new();
+        let mut end = started + max;
+        let mut settling = false;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, rx.recv()).await {
+                Ok(Some(t)) => transitions.push(t),
+                Ok(None) => panic!("prober stopped"),
+                Err(_) => break,
             }
-            Run {
-                started,
-                transitions,
-                status: prober.status(),
+            if !settling && done(&transitions) {
+                settling = true;
+                end = Instant::now() + settle;
             }
-        })
+        }
+        Run {
+            started,
+            transitions,
+            status: prober.status(),
+        }
     })
     .join()
     .expect("prober thread panicked")
@@ -685,64 +670,56 @@ fn reload_keeps_running_probes_and_stops_removed_ones() {
         InitialHealth::Down,
     );
     let (a, b) = (target(SERVER, 7001, &c), target(SERVER, 7002, &c));
-    let name = lab.prb.name.clone();
-    std::thread::spawn(move || {
-        enter(&name);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let (prober, mut rx) = Prober::spawn();
-            let first = prober.set_targets([a.clone()]);
-            assert_eq!((first.added.len(), first.kept), (1, 0));
-            let up_a = tokio::time::timeout(INTERVAL * 4, rx.recv())
-                .await
-                .expect("a up")
-                .expect("channel");
-            assert_eq!(
-                (up_a.key.clone(), up_a.to, up_a.probe),
-                (a.key(), Health::Up, 2)
-            );
-            let before = prober.status_of(&a).expect("a probed");
+    async_in(&lab.prb, move || async move {
+        let (prober, mut rx) = Prober::spawn();
+        let first = prober.set_targets([a.clone()]);
+        assert_eq!((first.added.len(), first.kept), (1, 0));
+        let up_a = tokio::time::timeout(INTERVAL * 4, rx.recv())
+            .await
+            .expect("a up")
+            .expect("channel");
+        assert_eq!(
+            (up_a.key.clone(), up_a.to, up_a.probe),
+            (a.key(), Health::Up, 2)
+        );
+        let before = prober.status_of(&a).expect("a probed");
 
-            // Same check for a (an equal copy, as a reload builds), plus b.
-            let copy = Target {
-                check: Arc::new((*a.check).clone()),
-                ..a.clone()
-            };
-            let reload = prober.set_targets([copy, b.clone()]);
-            assert_eq!(
-                (reload.added, reload.removed.len(), reload.kept),
-                (vec![b.key()], 0, 1)
-            );
-            let up_b = tokio::time::timeout(INTERVAL * 4, rx.recv())
-                .await
-                .expect("b up")
-                .expect("channel");
-            assert_eq!(
-                (up_b.key.clone(), up_b.to, up_b.probe),
-                (b.key(), Health::Up, 2)
-            );
-            let after = prober.status_of(&a).expect("a still probed");
-            assert_eq!(after.state, Health::Up);
-            assert_eq!(after.last_change, before.last_change, "a's state was reset");
-            assert!(after.passed > before.passed, "a stopped being probed");
+        // Same check for a (an equal copy, as a reload builds), plus b.
+        let copy = Target {
+            check: Arc::new((*a.check).clone()),
+            ..a.clone()
+        };
+        let reload = prober.set_targets([copy, b.clone()]);
+        assert_eq!(
+            (reload.added, reload.removed.len(), reload.kept),
+            (vec![b.key()], 0, 1)
+        );
+        let up_b = tokio::time::timeout(INTERVAL * 4, rx.recv())
+            .await
+            .expect("b up")
+            .expect("channel");
+        assert_eq!(
+            (up_b.key.clone(), up_b.to, up_b.probe),
+            (b.key(), Health::Up, 2)
+        );
+        let after = prober.status_of(&a).expect("a still probed");
+        assert_eq!(after.state, Health::Up);
+        assert_eq!(after.last_change, before.last_change, "a's state was reset");
+        assert!(after.passed > before.passed, "a stopped being probed");
 
-            let gone = prober.set_targets([b.clone()]);
-            assert_eq!(gone.removed, vec![a.key()]);
-            assert!(prober.status_of(&a).is_none());
-            let probes_b = prober.status_of(&b).expect("b").started;
-            tokio::time::sleep(INTERVAL * 3).await;
-            let st = prober.status();
-            assert_eq!(st.len(), 1);
-            assert!(
-                st[0].started >= probes_b + 2,
-                "b kept its rhythm: {}",
-                st[0].started
-            );
-            assert!(rx.try_recv().is_err(), "no transition from a reload");
-        });
+        let gone = prober.set_targets([b.clone()]);
+        assert_eq!(gone.removed, vec![a.key()]);
+        assert!(prober.status_of(&a).is_none());
+        let probes_b = prober.status_of(&b).expect("b").started;
+        tokio::time::sleep(INTERVAL * 3).await;
+        let st = prober.status();
+        assert_eq!(st.len(), 1);
+        assert!(
+            st[0].started >= probes_b + 2,
+            "b kept its rhythm: {}",
+            st[0].started
+        );
+        assert!(rx.try_recv().is_err(), "no transition from a reload");
     })
     .join()
     .expect("prober thread");

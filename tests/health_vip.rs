@@ -3,10 +3,10 @@
 //! client traffic does and gets no answer), new flows avoid it, and it rejoins once the VIP
 //! is back. IPv4 and IPv6, TCP and UDP VIPs. Needs root.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use lab::testing::{Whoami, file_text};
 use lab::{Lab, LabMode, LabOptions, http_get};
 
 /// The lab's check: interval 500 ms, timeout 300 ms, rise 2, fall 2.
@@ -17,39 +17,9 @@ const RISE: u32 = 2;
 /// What a loaded two-core machine may add to a bound (scheduling, log writes, polling).
 const SLACK: Duration = Duration::from_millis(1500);
 
-/// `n` requests to `vip`: how many each backend served, and the failures.
-fn spread(lab: &Lab, vip: SocketAddr, n: usize) -> BTreeMap<String, usize> {
-    lab.from_client(move || {
-        let mut c = BTreeMap::new();
-        for _ in 0..n {
-            let key = match http_get(vip, "/whoami", Duration::from_secs(1)) {
-                Ok((200, body)) => String::from_utf8_lossy(&body).into_owned(),
-                Ok((s, _)) => format!("status {s}"),
-                Err(e) => format!("error {}", e.kind()),
-            };
-            *c.entry(key).or_insert(0) += 1;
-        }
-        c
-    })
-    .expect("client")
-}
-
-/// Waits (at most 15 s) until 30 round-robin requests split exactly as `want`.
+/// Waits (at most 15 s) until 30 round-robin requests (1 s each) split exactly as `want`.
 fn settle_to(lab: &Lab, vip: SocketAddr, want: &[(&str, usize)], log: &dyn Fn() -> String) {
-    let want: BTreeMap<String, usize> = want.iter().map(|(b, n)| (b.to_string(), *n)).collect();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let got = spread(lab, vip, 30);
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{vip}: spread {got:?}, expected {want:?}\n{}",
-            log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    Whoami::new(lab, vip, Duration::from_secs(1)).settle_to(want, Duration::from_secs(15), log);
 }
 
 /// The probe key of backend `be` (0-based) for `vip` as the appliance logs it, minus the
@@ -177,17 +147,13 @@ fn vip_loss_and_return(lab: &Lab, mode: LabMode, v6: bool, log: &dyn Fn() -> Str
 
 #[test]
 fn backend_without_the_vip_is_marked_down_and_rejoins() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Dr, LabMode::Vxlan],
         scheduler: "rr".into(),
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
-    let log_path = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("start");
-    let log = move || std::fs::read_to_string(&log_path).unwrap_or_default();
+    });
+    let log_path = lab.start_appliance(lab::sluice!().path()).expect("start");
+    let log = move || file_text(&log_path);
     assert!(
         lab.wait_healthy(0, Duration::from_secs(30)).is_some(),
         "every backend passes its check and its VIP probe\n{}",

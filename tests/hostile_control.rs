@@ -12,36 +12,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bgp::codec::{self, AsSegment, AsSegmentKind, Capability, Message, Open, Origin, PathAttr};
+use lab::bird::Config;
+use lab::testing::{Said, file_text, sample, steady_client};
 use lab::{LB_LAN4, Lab, LabMode, LabOptions, ROUTER_LAN4, http_get};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use serde_json::Value;
-
-fn sluice() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
-}
 
 fn nat_vip() -> SocketAddr {
     SocketAddr::new(LabMode::Nat.vip(false), 80)
 }
 
-/// `sluice ctl --json ARGS` over `socket`: its exit status, stdout and stderr.
-fn ctl(socket: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(sluice())
-        .args(["ctl", "--json", "--socket", &socket.to_string_lossy()])
-        .args(args)
-        .output()
-        .expect("run sluice ctl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
+/// `sluice ctl --json ARGS` over `socket`, read as JSON.
 fn ctl_json(socket: &Path, args: &[&str]) -> Value {
-    let (ok, out, err) = ctl(socket, args);
-    assert!(ok, "sluice ctl {args:?}: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ctl {args:?} JSON: {e}: {out}"))
+    lab::sluice!().ctl_json(socket, args)
 }
 
 fn version(socket: &Path) -> u64 {
@@ -70,10 +53,8 @@ fn health_events(socket: &Path, since: u64) -> Vec<String> {
 }
 
 /// One sample of the Prometheus text, 0 when absent.
-fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0.0)
+fn metric(text: &str, name: &str) -> f64 {
+    sample(text, name).unwrap_or(0.0)
 }
 
 /// The resident memory of `pid`, in kB.
@@ -88,73 +69,32 @@ fn vm_rss_kb(pid: u32) -> u64 {
 /// A script that starts sluice under a soft descriptor limit of 1,024, as systemd and a
 /// login shell leave it.
 fn soft_limited_sluice(dir: &Path) -> PathBuf {
-    let p = dir.join("sluice-nofile-1024");
-    std::fs::write(
-        &p,
-        format!(
-            "#!/bin/sh\nulimit -S -n 1024 || exit 1\nexec {} \"$@\"\n",
-            sluice().display()
-        ),
-    )
-    .expect("wrapper");
-    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    p
+    lab::sluice!().wrapper(dir, "sluice-nofile-1024", "ulimit -S -n 1024 || exit 1")
 }
 
-/// A client in the lab that sends a request through the NAT VIP every 100 ms until `stop`;
+/// A [`steady_client`] in the lab through the NAT VIP, a request every 100 ms until `stop`;
 /// returns (requests, failures).
-fn steady_client(lab: &Lab, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
+fn nat_client(lab: &Lab, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(usize, usize)> {
     lab.client
         .in_thread(move || {
-            let (mut n, mut failed) = (0, 0);
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                match http_get(nat_vip(), "/whoami", Duration::from_secs(3)) {
-                    Ok((200, _)) => {}
-                    _ => failed += 1,
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            (n, failed)
+            let every = Duration::from_millis(100);
+            let r = steady_client(nat_vip(), every, Duration::from_secs(3), stop);
+            (r.attempts, r.attempts - r.answered)
         })
         .expect("client thread")
 }
 
 #[test]
 fn hd_idle_connections_to_metrics_and_tcp_api_change_no_health_and_ctl_answers() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let socket = lab.api_socket_at(0);
-    let token_file = lab.dir.join("token");
-    std::fs::write(&token_file, "hd-0123456789abcdef-token\n").expect("token");
-    std::fs::set_permissions(
-        &token_file,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .expect("chmod");
-    let cfg = lab.config(&socket).replace(
-        "metrics = \"\"\n",
-        &format!(
-            "metrics = \"127.0.0.1:9300\"\nlisten = \"127.0.0.1:9400\"\ntoken_file = \"{}\"\n",
-            token_file.display()
-        ),
-    );
+    let (cfg, _) = lab.config_with_listeners("hd-0123456789abcdef-token", "plain_tcp = true\n");
     lab.write_config(&cfg).expect("config");
-    let log = lab
-        .start_appliance(&soft_limited_sluice(&lab.dir))
-        .expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        lab.wait_vip(nat_vip(), Duration::from_secs(20))
-            .expect("client"),
-        "VIP never answered:\n{}",
-        log_text()
-    );
+    let log = lab.start_serving(&soft_limited_sluice(&lab.dir), &[nat_vip()]);
+    let log_text = || file_text(&log);
     // Let the probes settle, then note where the events are.
     std::thread::sleep(Duration::from_secs(2));
     let since = last_event(&socket);
@@ -188,20 +128,25 @@ fn hd_idle_connections_to_metrics_and_tcp_api_change_no_health_and_ctl_answers()
             })
             .expect("holder thread")
     };
-    let client = steady_client(&lab, Arc::clone(&stop));
+    let client = nat_client(&lab, Arc::clone(&stop));
     let started = Instant::now();
     let mut slowest = Duration::ZERO;
     let mut answers = 0;
     while started.elapsed() < Duration::from_secs(15) {
         let t = Instant::now();
-        let (ok, _, err) = ctl(&socket, &["status"]);
+        let said = lab::sluice!().ctl(&socket, &["--json", "status"]);
         let took = t.elapsed();
-        assert!(ok, "ctl status failed under load: {err}\n{}", log_text());
+        assert!(
+            said.ok(),
+            "ctl status failed under load: {}\n{}",
+            said.stderr,
+            log_text()
+        );
         slowest = slowest.max(took);
         answers += 1;
         std::thread::sleep(Duration::from_millis(250));
     }
-    let (_, metrics, _) = ctl(&socket, &["metrics"]);
+    let metrics = lab::sluice!().ctl(&socket, &["--json", "metrics"]).stdout;
     stop.store(true, Ordering::Relaxed);
     let held = holder.join().expect("holder");
     let (requests, failed) = client.join().expect("client");
@@ -211,19 +156,19 @@ fn hd_idle_connections_to_metrics_and_tcp_api_change_no_health_and_ctl_answers()
          slowest {slowest:?}; VIP {requests} requests, {failed} failed; refused: metrics {} \
          tcp {}; timed out: metrics {} tcp {}",
         opened.load(Ordering::Relaxed),
-        sample(
+        metric(
             &metrics,
             "sluice_api_connections_refused_total{listener=\"metrics\"}"
         ),
-        sample(
+        metric(
             &metrics,
             "sluice_api_connections_refused_total{listener=\"tcp\"}"
         ),
-        sample(
+        metric(
             &metrics,
             "sluice_api_connection_timeouts_total{listener=\"metrics\"}"
         ),
-        sample(
+        metric(
             &metrics,
             "sluice_api_connection_timeouts_total{listener=\"tcp\"}"
         ),
@@ -239,14 +184,14 @@ fn hd_idle_connections_to_metrics_and_tcp_api_change_no_health_and_ctl_answers()
     assert!(health.is_empty(), "backends changed health: {health:?}");
     assert_eq!(failed, 0, "{failed} of {requests} VIP requests failed");
     assert!(
-        sample(
+        metric(
             &metrics,
             "sluice_api_connections_refused_total{listener=\"metrics\"}"
         ) > 0.0,
         "the metrics listener's cap never refused:\n{metrics}"
     );
     assert!(
-        sample(&metrics, "sluice_api_connections{listener=\"metrics\"}") <= 256.0,
+        metric(&metrics, "sluice_api_connections{listener=\"metrics\"}") <= 256.0,
         "more connections open than the cap"
     );
     assert!(
@@ -256,28 +201,6 @@ fn hd_idle_connections_to_metrics_and_tcp_api_change_no_health_and_ctl_answers()
     );
     assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
     assert!(!socket.exists(), "the socket is removed at exit");
-}
-
-/// The steering map of the appliance process `pid`, found through its descriptors.
-fn steering_map(pid: u32) -> MapHandle {
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("fdinfo") {
-        let Ok(text) = std::fs::read_to_string(fd.expect("entry").path()) else {
-            continue;
-        };
-        let Some(id) = text
-            .lines()
-            .find_map(|l| l.strip_prefix("map_id:"))
-            .and_then(|v| v.trim().parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if let Ok(m) = MapHandle::from_map_id(id)
-            && m.name() == "steer_keys"
-        {
-            return m;
-        }
-    }
-    panic!("appliance {pid} holds no steer_keys map");
 }
 
 /// Fills `map` with keys of a kind the program never looks up (0xEE); returns them.
@@ -301,26 +224,18 @@ fn fill(map: &MapHandle) -> Vec<Vec<u8>> {
 
 #[test]
 fn hd_a_reload_whose_steering_update_fails_is_rejected_whole() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         health_checks: false,
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let socket = lab.api_socket_at(0);
     let cfg = lab.config(&socket);
     lab.write_config(&cfg).expect("config");
-    let log = lab.start_appliance(&sluice()).expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        lab.wait_vip(nat_vip(), Duration::from_secs(20))
-            .expect("client"),
-        "VIP never answered:\n{}",
-        log_text()
-    );
+    let log = lab.start_serving(lab::sluice!().path(), &[nat_vip()]);
+    let log_text = || file_text(&log);
     let before = version(&socket);
-    let map = steering_map(lab.appliance_pid(0).expect("pid"));
+    let map = map_named(lab.appliance_pid(0).expect("pid"), "steer_keys");
     let junk = fill(&map);
 
     // A new VIP needs steering keys the full map cannot take.
@@ -329,7 +244,12 @@ fn hd_a_reload_whose_steering_update_fails_is_rejected_whole() {
          mode = \"nat\"\n[[vip.backend]]\naddress = \"10.0.0.21\"\nport = 8080\n"
     );
     lab.write_config(&extra).expect("config");
-    let (ok, out, err) = ctl(&socket, &["reload"]);
+    let Said {
+        code,
+        stdout: out,
+        stderr: err,
+    } = lab::sluice!().ctl(&socket, &["--json", "reload"]);
+    let ok = code == 0;
     println!("hd reload with a full steering map: ok={ok} {out}{err}");
     assert!(!ok, "the reload was reported applied: {out}");
     assert!(
@@ -350,8 +270,8 @@ fn hd_a_reload_whose_steering_update_fails_is_rejected_whole() {
         assert_eq!(status, 200);
     }
     let rejected = {
-        let (_, m, _) = ctl(&socket, &["metrics"]);
-        sample(&m, "sluice_config_reloads_rejected_total")
+        let m = lab::sluice!().ctl(&socket, &["--json", "metrics"]).stdout;
+        metric(&m, "sluice_config_reloads_rejected_total")
     };
     assert!(rejected >= 1.0, "rejection counted");
 
@@ -359,9 +279,14 @@ fn hd_a_reload_whose_steering_update_fails_is_rejected_whole() {
     for k in &junk {
         map.delete(k).expect("remove a filler key");
     }
-    let (ok, out, err) = ctl(&socket, &["reload"]);
-    assert!(ok, "reload with room: {err}\n{}", log_text());
-    assert!(version(&socket) > before, "{out}");
+    let said = lab::sluice!().ctl(&socket, &["--json", "reload"]);
+    assert!(
+        said.ok(),
+        "reload with room: {}\n{}",
+        said.stderr,
+        log_text()
+    );
+    assert!(version(&socket) > before, "{}", said.stdout);
     assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
 }
 
@@ -470,33 +395,22 @@ fn bgp_config(cfg: &str, max_prefixes: Option<u32>) -> String {
 
 #[test]
 fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         health_checks: false,
         bgp: Some(false),
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let socket = lab.api_socket_at(0);
     let base = lab.config(&socket);
     // The router's side of the session: this test.
     let listener = lab
         .router
-        .in_thread(|| TcpListener::bind((ROUTER_LAN4, 179)).expect("bind 179 on the router"))
-        .expect("thread")
-        .join()
-        .expect("listener");
+        .call(|| TcpListener::bind((ROUTER_LAN4, 179)).expect("bind 179 on the router"));
     lab.write_config(&bgp_config(&base, Some(1000)))
         .expect("config");
-    let log = lab.start_appliance(&sluice()).expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        lab.wait_vip(nat_vip(), Duration::from_secs(20))
-            .expect("client"),
-        "VIP never answered:\n{}",
-        log_text()
-    );
+    let log = lab.start_serving(lab::sluice!().path(), &[nat_vip()]);
+    let log_text = || file_text(&log);
 
     // With max_prefixes = 1000: a million prefixes end the session with Cease subcode 1
     // (the writes fail once the appliance closed it), and the VIP serves throughout.
@@ -506,7 +420,7 @@ fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without()
         "session up"
     );
     let stop = Arc::new(AtomicBool::new(false));
-    let client = steady_client(&lab, Arc::clone(&stop));
+    let client = nat_client(&lab, Arc::clone(&stop));
     let all_sent = peer.announce(1_000_000);
     let notification = loop {
         match peer.read() {
@@ -539,8 +453,8 @@ fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without()
     // Without a limit (a reload restarts the speaker): a million prefixes, the process
     // grows by less than 24 MB and the VIP keeps answering.
     lab.write_config(&bgp_config(&base, None)).expect("config");
-    let (ok, _, err) = ctl(&socket, &["reload"]);
-    assert!(ok, "reload: {err}");
+    let said = lab::sluice!().ctl(&socket, &["--json", "reload"]);
+    assert!(said.ok(), "reload: {}", said.stderr);
     // The old speaker may have reconnected after its Cease before the reload stopped it:
     // that connection is in the backlog, and closed.
     let mut peer = (0..5)
@@ -552,7 +466,7 @@ fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without()
     let pid = lab.appliance_pid(0).expect("pid");
     let rss_before = vm_rss_kb(pid);
     let stop = Arc::new(AtomicBool::new(false));
-    let client = steady_client(&lab, Arc::clone(&stop));
+    let client = nat_client(&lab, Arc::clone(&stop));
     let t = Instant::now();
     assert!(
         peer.announce(1_000_000),
@@ -599,32 +513,21 @@ fn hd_a_million_prefixes_end_the_session_with_a_limit_and_stay_bounded_without()
 /// A script that starts sluice with the control-plane stall hook armed (`SIGUSR2` blocks
 /// every worker of its runtime for `ms`).
 fn stallable_sluice(dir: &Path, ms: u64) -> PathBuf {
-    let p = dir.join("sluice-stallable");
-    std::fs::write(
-        &p,
-        format!(
-            "#!/bin/sh\nexport SLUICE_TEST_STALL_MS={ms}\nexec {} \"$@\"\n",
-            sluice().display()
-        ),
+    lab::sluice!().wrapper(
+        dir,
+        "sluice-stallable",
+        &format!("export SLUICE_TEST_STALL_MS={ms}"),
     )
-    .expect("wrapper");
-    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    p
 }
 
 /// BIRD on the lab router with one BFD-protected session to the appliance: BFD at 100 ms x 3
 /// (300 ms detection), hold time 3 s.
 fn bird_with_bfd() -> String {
-    format!(
-        "router id {ROUTER_LAN4};\n\
-         protocol device {{ scan time 1; }}\n\
-         protocol bfd {{ interface \"*\" {{ min rx interval 100 ms; min tx interval 100 ms; \
-         multiplier 3; }}; }}\n\
-         protocol bgp cr1 {{\n  local as 65000;\n  neighbor {LB_LAN4} as 65001;\n  hold time 3;\n\
-         \x20 keepalive time 1;\n  connect delay time 1;\n  connect retry time 1;\n\
-         \x20 error wait time 1, 2;\n  bfd on;\n  ipv4 {{ import all; export none; }};\n}}\n"
-    )
+    Config::new(ROUTER_LAN4, 65000)
+        .bfd(Duration::from_millis(100), 3)
+        .quick_retry()
+        .peer("cr1", LB_LAN4, 65001)
+        .render()
 }
 
 /// `birdc show protocols cr1`'s line for the session (name, proto, table, state, since,
@@ -651,14 +554,13 @@ fn bird_view(lab: &Lab, bird: &lab::bird::Bird) -> (String, String) {
 fn hd_bgp_and_bfd_stay_up_while_the_control_plane_is_stalled() {
     lab::netns::require_root();
     const STALL: Duration = Duration::from_secs(6);
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         health_checks: false,
         bgp: Some(false),
         prefix: "cr",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let bird_dir = lab.dir.join("cr-bird");
     std::fs::create_dir_all(&bird_dir).expect("bird dir");
     let bird = lab::bird::Bird::start(&lab.router, &bird_dir, &bird_with_bfd())
@@ -674,7 +576,7 @@ fn hd_bgp_and_bfd_stay_up_while_the_control_plane_is_stalled() {
     lab.write_config(&cfg).expect("config");
     let wrapper = stallable_sluice(&lab.dir, STALL.as_millis() as u64);
     let log = lab.start_appliance(&wrapper).expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let log_text = || file_text(&log);
     let deadline = Instant::now() + Duration::from_secs(30);
     let (proto, bfd) = loop {
         let (p, b) = bird_view(&lab, &bird);
@@ -733,8 +635,13 @@ fn hd_bgp_and_bfd_stay_up_while_the_control_plane_is_stalled() {
         "the hook did not hold both control-runtime workers ({stalled}):\n{}",
         log_text()
     );
-    let (ok, out, err) = ctl(&socket, &["bgp"]);
-    assert!(ok && out.contains("Established"), "{out}{err}");
+    let said = lab::sluice!().ctl(&socket, &["--json", "bgp"]);
+    assert!(
+        said.ok() && said.stdout.contains("Established"),
+        "{}{}",
+        said.stdout,
+        said.stderr
+    );
     assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
 }
 
@@ -753,7 +660,7 @@ fn since_ms(line: &str) -> u64 {
     ((n(0..2) * 60 + n(3..5)) * 60 + n(6..8)) * 1000 + n(9..12)
 }
 
-/// The flow-cache map of the appliance process `pid` named `name`.
+/// The BPF map named `name` of the appliance process `pid`, found through its descriptors.
 fn map_named(pid: u32, name: &str) -> MapHandle {
     for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("fdinfo") {
         let Ok(text) = std::fs::read_to_string(fd.expect("entry").path()) else {
@@ -806,32 +713,30 @@ fn fill_cache(map: &MapHandle, v6: bool) -> usize {
 /// How long `sluice ctl ARGS` took, and whether it succeeded.
 fn timed_ctl(socket: &Path, args: &[&str]) -> (Duration, bool, String) {
     let t = Instant::now();
-    let (ok, out, err) = ctl(socket, args);
-    (t.elapsed(), ok, format!("{out}{err}"))
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let said = lab::sluice!().ctl(socket, &all);
+    (
+        t.elapsed(),
+        said.ok(),
+        format!("{}{}", said.stdout, said.stderr),
+    )
 }
 
 #[test]
 fn hd_ctl_and_the_control_loop_answer_while_a_full_flow_cache_is_walked() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         health_checks: false,
         flow_cache: Some(true),
         prefix: "cr",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let socket = lab.api_socket_at(0);
     let cfg = lab.config(&socket);
     lab.write_config(&cfg).expect("config");
-    let log = lab.start_appliance(&sluice()).expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        lab.wait_vip(nat_vip(), Duration::from_secs(20))
-            .expect("client"),
-        "VIP never answered:\n{}",
-        log_text()
-    );
+    let log = lab.start_serving(lab::sluice!().path(), &[nat_vip()]);
+    let log_text = || file_text(&log);
     let pid = lab.appliance_pid(0).expect("pid");
     let t = Instant::now();
     let filled = fill_cache(&map_named(pid, "flow_cache4"), false)
@@ -899,36 +804,30 @@ fn hd_ctl_and_the_control_loop_answer_while_a_full_flow_cache_is_walked() {
 
 #[test]
 fn hd_a_reload_whose_new_speaker_cannot_start_is_rejected_whole() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         health_checks: false,
         bgp: Some(false),
         prefix: "cr",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let socket = lab.api_socket_at(0);
     let base = lab.config(&socket);
     lab.write_config(&base).expect("config");
-    let log = lab.start_appliance(&sluice()).expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        lab.wait_vip(nat_vip(), Duration::from_secs(20))
-            .expect("client"),
-        "VIP never answered:\n{}",
-        log_text()
-    );
+    let log = lab.start_serving(lab::sluice!().path(), &[nat_vip()]);
+    let log_text = || file_text(&log);
     let before = version(&socket);
     // Another process of the appliance's namespace holds the BGP port.
     let holder = lab
         .appliance_ns(0)
-        .in_thread(|| TcpListener::bind("[::]:179").expect("hold port 179"))
-        .expect("thread")
-        .join()
-        .expect("holder");
+        .call(|| TcpListener::bind("[::]:179").expect("hold port 179"));
     lab.write_config(&bgp_config(&base, None)).expect("config");
-    let (ok, out, err) = ctl(&socket, &["reload"]);
+    let Said {
+        code,
+        stdout: out,
+        stderr: err,
+    } = lab::sluice!().ctl(&socket, &["--json", "reload"]);
+    let ok = code == 0;
     println!("cr reload with port 179 taken: ok={ok} {out}{err}");
     assert!(!ok, "the reload was reported applied: {out}");
     assert!(
@@ -948,14 +847,19 @@ fn hd_a_reload_whose_new_speaker_cannot_start_is_rejected_whole() {
             .expect("old VIP serves");
         assert_eq!(status, 200);
     }
-    let (_, m, _) = ctl(&socket, &["metrics"]);
-    assert!(sample(&m, "sluice_config_reloads_rejected_total") >= 1.0);
+    let m = lab::sluice!().ctl(&socket, &["--json", "metrics"]).stdout;
+    assert!(metric(&m, "sluice_config_reloads_rejected_total") >= 1.0);
 
     // With the port free again the same file applies and the speaker listens.
     drop(holder);
-    let (ok, out, err) = ctl(&socket, &["reload"]);
-    assert!(ok, "reload with the port free: {err}\n{}", log_text());
-    assert!(version(&socket) > before, "{out}");
+    let said = lab::sluice!().ctl(&socket, &["--json", "reload"]);
+    assert!(
+        said.ok(),
+        "reload with the port free: {}\n{}",
+        said.stderr,
+        log_text()
+    );
+    assert!(version(&socket) > before, "{}", said.stdout);
     assert_eq!(ctl_json(&socket, &["bgp"])["enabled"], true);
     assert!(lab.stop_appliance(), "clean exit:\n{}", log_text());
 }

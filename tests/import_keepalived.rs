@@ -3,32 +3,7 @@
 //! name, then filled in the way an operator would and the file accepted by `sluice check`.
 //! Bad input fails with its line number and no panic.
 
-use std::path::PathBuf;
-use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// (exit code, stdout, stderr).
-fn sluice(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("run sluice");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ia-import-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir.join(name)
-}
+use lab::testing::{Said, TempDir, repo};
 
 /// Every placeholder replaced as the operator of a lab appliance would.
 fn fill(toml: &str) -> String {
@@ -64,10 +39,16 @@ const EXAMPLES: [(&str, usize, &[usize]); 3] = [
 
 #[test]
 fn examples_import_and_pass_check_once_filled_in() {
+    let dir = TempDir::new("ia-import");
+    let tmp = |name: &str| dir.dir().join(name);
     for (name, vips, lines) in EXAMPLES {
         let conf = repo().join(format!("examples/keepalived/{name}.conf"));
         let out = tmp(&format!("{name}.toml"));
-        let (code, stdout, stderr) = sluice(&[
+        let Said {
+            code,
+            stdout,
+            stderr,
+        } = lab::sluice!().run(&[
             "import",
             "keepalived",
             conf.to_str().expect("path"),
@@ -89,7 +70,11 @@ fn examples_import_and_pass_check_once_filled_in() {
         let text = std::fs::read_to_string(&out).expect("output written");
 
         // As written, `sluice check` refuses it and says what to fill in, key by key.
-        let (code, _, errors) = sluice(&["check", "--config", out.to_str().expect("path")]);
+        let Said {
+            code,
+            stderr: errors,
+            ..
+        } = lab::sluice!().run(&["check", "--config", out.to_str().expect("path")]);
         assert_eq!(code, 1, "{name}: placeholders must be refused");
         for key in [
             "appliance.name",
@@ -111,23 +96,30 @@ fn examples_import_and_pass_check_once_filled_in() {
 
         let filled = tmp(&format!("{name}-filled.toml"));
         std::fs::write(&filled, fill(&text)).expect("write");
-        let (code, summary, errors) =
-            sluice(&["check", "--config", filled.to_str().expect("path")]);
+        let Said {
+            code,
+            stdout: summary,
+            stderr: errors,
+        } = lab::sluice!().run(&["check", "--config", filled.to_str().expect("path")]);
         assert_eq!(code, 0, "{name}: filled-in import refused:\n{errors}");
         assert!(
             summary.contains(&format!("{vips} vip(s)")),
             "{name}: {summary}"
         );
     }
-    let _ = std::fs::remove_dir_all(tmp("x").parent().expect("dir"));
 }
 
 #[track_caller]
 fn assert_refused(bytes: &[u8], needle: &str) {
-    let path = tmp(&format!("bad-{}.conf", needle.len()));
+    let dir = TempDir::new("ia-import");
+    let path = dir.dir().join(format!("bad-{}.conf", needle.len()));
     std::fs::write(&path, bytes).expect("write");
-    let (code, stdout, stderr) = sluice(&["import", "keepalived", path.to_str().expect("path")]);
-    let _ = std::fs::remove_file(&path);
+    let Said {
+        code,
+        stdout,
+        stderr,
+    } = lab::sluice!().run(&["import", "keepalived", path.to_str().expect("path")]);
+    drop(dir);
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(stdout.is_empty(), "nothing written on failure: {stdout}");
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -149,7 +141,8 @@ fn bad_input_fails_with_its_line() {
         b"\x7fELF\x02\x01\x01\0\0\0",
         "line 1: byte 0x7f is not text",
     );
-    let (code, _, stderr) = sluice(&["import", "keepalived", "/nonexistent/keepalived.conf"]);
+    let Said { code, stderr, .. } =
+        lab::sluice!().run(&["import", "keepalived", "/nonexistent/keepalived.conf"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("/nonexistent/keepalived.conf"), "{stderr}");
 }
@@ -158,7 +151,8 @@ fn bad_input_fails_with_its_line() {
 /// resident set in KiB).
 fn import_bounded(path: &str) -> (i32, String, u64) {
     use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let mut child = lab::sluice!()
+        .command()
         .args(["import", "keepalived", path])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -199,6 +193,8 @@ fn import_bounded(path: &str) -> (i32, String, u64) {
 /// never repeated back.
 #[test]
 fn hostile_files_are_refused_within_bounds() {
+    let dir = TempDir::new("hp-import");
+    let tmp = |name: &str| dir.dir().join(name);
     let (code, stderr, peak) = import_bounded("/dev/zero");
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("line 1: byte 0x00 is not text"), "{stderr}");
@@ -239,5 +235,4 @@ fn hostile_files_are_refused_within_bounds() {
         !stderr.contains("root") && !stderr.contains("sluiceadmin"),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(tmp("x").parent().expect("dir"));
 }

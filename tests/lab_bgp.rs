@@ -5,81 +5,27 @@
 //! convergence times. Needs root, bird2, nftables and python3.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabMode, LabOptions, appliance_addr, blob, slow_download, wait_for_routes};
-
-/// Two-appliance labs are heavy for a 2-core machine: run this file's tests one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn sluice() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_sluice"))
-}
+use lab::testing::poll;
+use lab::{Lab, LabMode, LabOptions, appliance_addr, blob, slow_download};
 
 /// Builds a two-appliance BGP lab, starts both appliances and waits until the router has
 /// every VIP through every appliance serving it; returns the lab and how long that took.
 fn start(modes: Vec<LabMode>) -> (Lab, Duration) {
-    lab::netns::require_root();
     lab::netns::require_program("python3", "python3");
     lab::netns::require_program("bird", "bird2");
     lab::netns::require_program("birdc", "bird2");
     lab::netns::require_program("nft", "nftables");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes,
         appliances: Some(2),
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     assert!(lab.bgp(), "two appliances must default to BGP routing");
-    let t0 = Instant::now();
-    lab.spawn_appliances(sluice())
-        .unwrap_or_else(|e| panic!("start appliances: {e}"));
-    let up = wait_for_routes(&lab, Duration::from_secs(30));
-    let Some(_) = up else {
-        panic!(
-            "the router did not learn every VIP within 30 s\n{}",
-            diagnose(&lab)
-        );
-    };
-    let routed = t0.elapsed();
-    for k in 0..lab.appliance_count() {
-        if lab.wait_healthy(k, Duration::from_secs(20)).is_none() {
-            panic!(
-                "lb{} did not see every backend up within 20 s\n{}",
-                k + 1,
-                diagnose(&lab)
-            );
-        }
-    }
+    let routed = lab.start_routed(lab::sluice!().path());
     (lab, routed)
-}
-
-/// What the router and the appliances say, for failure messages.
-fn diagnose(lab: &Lab) -> String {
-    let mut s = String::new();
-    s += &lab
-        .birdc(&["show", "protocols", "all"])
-        .unwrap_or_else(|e| e.to_string());
-    s += &lab
-        .birdc(&["show", "route", "all"])
-        .unwrap_or_else(|e| e.to_string());
-    for k in 0..lab.appliance_count() {
-        let log = std::fs::read_to_string(lab.log_path_at(k)).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        s += &format!("\n--- lb{} log (last lines) ---\n", k + 1);
-        for l in tail.into_iter().rev() {
-            s += l;
-            s.push('\n');
-        }
-    }
-    s
 }
 
 fn hops(lab: &Lab, vip: IpAddr) -> Vec<IpAddr> {
@@ -91,17 +37,8 @@ fn both(v6: bool) -> Vec<IpAddr> {
     vec![appliance_addr(0, v6), appliance_addr(1, v6)]
 }
 
-/// Polls `cond` every 50 ms for up to `limit`; returns the time it took to hold.
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if cond() {
-            return Some(t0.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
+/// How often the waits for the router ask again.
+const POLL: Duration = Duration::from_millis(50);
 
 const DR_VIPS: [(LabMode, bool); 4] = [
     (LabMode::Dr, false),
@@ -116,7 +53,7 @@ const DR_VIPS: [(LabMode, bool); 4] = [
 /// completes with identical bytes through the survivor.
 #[test]
 fn ecmp_routes_and_appliance_loss_with_live_flows() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let (lab, up) = start(LabMode::ALL.to_vec());
     println!(
         "MEASURE lab_bgp: sluice run start (2 appliances) -> every VIP route in the router's kernel: {up:?}"
@@ -168,7 +105,7 @@ enum Loss {
 /// appliances; the router drops its next hop and every download completes intact.
 #[test]
 fn silent_appliance_loss_waits_for_hold_time() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let (lab, _) = start(vec![LabMode::Dr, LabMode::Vxlan]);
     appliance_loss(lab, Loss::Silent);
 }
@@ -200,7 +137,7 @@ fn appliance_loss(mut lab: Lab, loss: Loss) {
     for _ in 0..downloads.len() {
         match rx.recv_timeout(Duration::from_secs(10)) {
             Ok(b) => backends.push(b),
-            Err(_) => panic!("a download got no headers within 10 s\n{}", diagnose(&lab)),
+            Err(_) => panic!("a download got no headers within 10 s\n{}", lab.bgp_view()),
         }
     }
     std::thread::sleep(Duration::from_millis(1500));
@@ -248,7 +185,7 @@ fn appliance_loss(mut lab: Lab, loss: Loss) {
             "has no"
         }
     );
-    let dropped = wait_until(Duration::from_secs(15), || {
+    let dropped = poll(Duration::from_secs(15), POLL, || {
         DR_VIPS.iter().all(|(m, v6)| {
             lab.next_hops(m.vip(*v6))
                 .is_ok_and(|h| h == vec![appliance_addr(0, *v6)])
@@ -257,7 +194,7 @@ fn appliance_loss(mut lab: Lab, loss: Loss) {
     if dropped.is_none() {
         panic!(
             "the router kept lb2's next hop 15 s after losing it ({loss:?})\n{}",
-            diagnose(&lab)
+            lab.bgp_view()
         );
     }
     // From the loss itself, not from when the polling began.
@@ -297,14 +234,15 @@ fn appliance_loss(mut lab: Lab, loss: Loss) {
     assert!(
         failures.is_empty(),
         "downloads broken by the loss of lb2: {failures:?}\n{}",
-        diagnose(&lab)
+        lab.bgp_view()
     );
     if loss == Loss::Kill {
         // The killed process leaves its XDP program attached (netlink attachment, no link
         // fd to close): a restart must take the interface over and announce again.
         let t0 = Instant::now();
-        lab.spawn_appliance_at(1, sluice()).expect("restart lb2");
-        let back = wait_until(Duration::from_secs(30), || {
+        lab.spawn_appliance_at(1, lab::sluice!().path())
+            .expect("restart lb2");
+        let back = poll(Duration::from_secs(30), POLL, || {
             DR_VIPS
                 .iter()
                 .all(|(m, v6)| lab.next_hops(m.vip(*v6)).is_ok_and(|h| h == both(*v6)))
@@ -312,7 +250,7 @@ fn appliance_loss(mut lab: Lab, loss: Loss) {
         let Some(back) = back else {
             panic!(
                 "lb2 restarted after SIGKILL but its routes did not return\n{}",
-                diagnose(&lab)
+                lab.bgp_view()
             );
         };
         println!(
@@ -331,13 +269,13 @@ fn appliance_loss(mut lab: Lab, loss: Loss) {
 /// leave the router; backends back: the routes return through both appliances.
 #[test]
 fn withdraw_when_unhealthy_and_announce_again() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let (mut lab, up) = start(vec![LabMode::Dr, LabMode::Vxlan]);
     println!("MEASURE lab_bgp: start -> routes (DR+VXLAN lab): {up:?}");
     for i in 0..lab.backends.len() {
         lab.stop_backend(i);
     }
-    let gone = wait_until(Duration::from_secs(20), || {
+    let gone = poll(Duration::from_secs(20), POLL, || {
         DR_VIPS
             .iter()
             .all(|(m, v6)| lab.next_hops(m.vip(*v6)).is_ok_and(|h| h.is_empty()))
@@ -345,7 +283,7 @@ fn withdraw_when_unhealthy_and_announce_again() {
     let Some(gone) = gone else {
         panic!(
             "VIP routes stayed 20 s after every backend stopped\n{}",
-            diagnose(&lab)
+            lab.bgp_view()
         );
     };
     println!(
@@ -363,7 +301,7 @@ fn withdraw_when_unhealthy_and_announce_again() {
     for i in 0..lab.backends.len() {
         lab.start_backend(i).expect("restart backend");
     }
-    let back = wait_until(Duration::from_secs(20), || {
+    let back = poll(Duration::from_secs(20), POLL, || {
         DR_VIPS
             .iter()
             .all(|(m, v6)| lab.next_hops(m.vip(*v6)).is_ok_and(|h| h == both(*v6)))
@@ -371,7 +309,7 @@ fn withdraw_when_unhealthy_and_announce_again() {
     let Some(back) = back else {
         panic!(
             "VIP routes did not return within 20 s of the backends\n{}",
-            diagnose(&lab)
+            lab.bgp_view()
         );
     };
     println!(
@@ -389,7 +327,7 @@ fn withdraw_when_unhealthy_and_announce_again() {
 /// (65535:0), then the withdraw; the VIP routes lose that next hop and it exits 0.
 #[test]
 fn graceful_shutdown_on_sigterm() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let (mut lab, _) = start(vec![LabMode::Dr, LabMode::Vxlan]);
     let vip = LabMode::Dr.vip(false);
     let lb2 = appliance_addr(1, false).to_string();
@@ -441,13 +379,13 @@ fn graceful_shutdown_on_sigterm() {
     let (gone, path_then) = gone.unwrap_or_else(|| {
         panic!(
             "lb2's next hop stayed 20 s after SIGTERM\n{}",
-            diagnose(&lab)
+            lab.bgp_view()
         )
     });
     assert!(
         gshut.is_some(),
         "BIRD never saw lb2's paths with GRACEFUL_SHUTDOWN\n{}",
-        diagnose(&lab)
+        lab.bgp_view()
     );
     // The router's RFC 8326 policy drains lb2 on GRACEFUL_SHUTDOWN: its path is still in
     // BIRD, tagged, when the kernel route has already dropped it, well before the withdraw
@@ -464,7 +402,7 @@ fn graceful_shutdown_on_sigterm() {
     assert!(
         exited,
         "lb2 did not exit 0 after SIGTERM\n{}",
-        diagnose(&lab)
+        lab.bgp_view()
     );
     for (m, v6) in DR_VIPS {
         assert_eq!(

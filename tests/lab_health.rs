@@ -1,11 +1,11 @@
 //! Health checks wired into the pools: a backend whose server stops leaves the VIP's pool
 //! within `fall * interval + timeout`, and comes back after `rise` successes. Needs root.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabMode, LabOptions, http_get};
+use lab::testing::{Whoami, file_text};
+use lab::{LabMode, LabOptions};
 
 /// The lab's check: interval 500 ms, timeout 300 ms, rise 2, fall 2.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -13,60 +13,28 @@ const TIMEOUT: Duration = Duration::from_millis(300);
 const FALL: u32 = 2;
 const RISE: u32 = 2;
 
-fn spread(lab: &Lab, vip: SocketAddr, n: usize) -> BTreeMap<String, usize> {
-    lab.from_client(move || {
-        let mut c = BTreeMap::new();
-        for _ in 0..n {
-            let key = match http_get(vip, "/whoami", Duration::from_secs(2)) {
-                Ok((200, body)) => String::from_utf8_lossy(&body).into_owned(),
-                Ok((s, _)) => format!("status {s}"),
-                Err(e) => format!("error {}", e.kind()),
-            };
-            *c.entry(key).or_insert(0) += 1;
-        }
-        c
-    })
-    .expect("client")
-}
-
-/// Waits (at most 10 s: a loaded machine serves 30 requests slowly, and the other checks
-/// of a returning backend commit their own versions one by one) until 30 requests split
-/// exactly as `want` with round robin: the tables are stable and hold exactly these backends.
-fn settle_to(lab: &Lab, vip: SocketAddr, want: &[(&str, usize)]) {
-    let want: BTreeMap<String, usize> = want.iter().map(|(b, n)| (b.to_string(), *n)).collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = spread(lab, vip, 30);
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "spread {got:?}, expected {want:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
+/// Each request of the test's spreads may take this long.
+const REQUEST: Duration = Duration::from_secs(2);
+/// How long the tables may take to settle (a loaded machine serves 30 requests slowly, and
+/// the other checks of a returning backend commit their own versions one by one).
+const SETTLE: Duration = Duration::from_secs(10);
 
 #[test]
 fn stopped_backend_leaves_and_rejoins_the_pool() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         scheduler: "rr".into(),
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    });
+    let log = lab.start_appliance(lab::sluice!().path()).expect("start");
+    let log_text = || file_text(&log);
     let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
+    let whoami = Whoami::new(&lab, vip, REQUEST);
 
     // Backends start down until `rise` checks pass: wait for all three.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let c = spread(&lab, vip, 30);
+        let c = whoami.spread(30);
         if ["be1", "be2", "be3"].iter().all(|b| c.contains_key(*b)) {
             break;
         }
@@ -84,7 +52,7 @@ fn stopped_backend_leaves_and_rejoins_the_pool() {
     // without an error and without be2 means it left the pool.
     let bound = INTERVAL * FALL + TIMEOUT;
     let left = loop {
-        let c = spread(&lab, vip, 6);
+        let c = whoami.spread(6);
         if !c.keys().any(|k| k != "be1" && k != "be3") {
             break stopped.elapsed();
         }
@@ -96,7 +64,7 @@ fn stopped_backend_leaves_and_rejoins_the_pool() {
     };
     // be2's other checks (IPv6, UDP) go down moments later, and each new table version
     // restarts round robin; once the tables are stable, 30 requests split exactly 15/15.
-    settle_to(&lab, vip, &[("be1", 15), ("be3", 15)]);
+    whoami.settle_to(&[("be1", 15), ("be3", 15)], SETTLE, &log_text);
     // Checks run every interval with jitter 0; the down decision needs `fall` failed probes,
     // each failing within `timeout`, plus one interval of phase: allow one more interval.
     println!(
@@ -118,7 +86,7 @@ fn stopped_backend_leaves_and_rejoins_the_pool() {
     lab.start_backend(1).expect("restart be2");
     let started = Instant::now();
     let back = loop {
-        let c = spread(&lab, vip, 6);
+        let c = whoami.spread(6);
         if c.contains_key("be2") {
             break started.elapsed();
         }
@@ -130,6 +98,6 @@ fn stopped_backend_leaves_and_rejoins_the_pool() {
     };
     println!("be2 rejoined {back:?} after its server started");
     assert!(back <= INTERVAL * (RISE + 2), "rejoined after {back:?}");
-    settle_to(&lab, vip, &[("be1", 10), ("be2", 10), ("be3", 10)]);
+    whoami.settle_to(&[("be1", 10), ("be2", 10), ("be3", 10)], SETTLE, &log_text);
     assert!(lab.stop_appliance());
 }

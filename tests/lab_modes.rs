@@ -6,32 +6,22 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use api::{Client, Endpoint};
-use lab::{Lab, LabMode, LabOptions, exercise_vip, format_reports, http_get};
+use std::net::SocketAddr;
+
+use lab::testing::{Api, file_text};
+use lab::{Lab, LabMode, LabOptions, exercise_vip, format_reports};
 
 fn start(scheduler: &str, flow_cache: Option<bool>, queues: u32) -> Lab {
-    lab::netns::require_root();
     lab::netns::require_program("python3", "python3");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         scheduler: scheduler.into(),
         flow_cache,
         queues,
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .unwrap_or_else(|e| panic!("start appliance: {e}"));
-    let ready = lab
-        .wait_vip(
-            std::net::SocketAddr::new(LabMode::Nat.vip(false), 80),
-            Duration::from_secs(20),
-        )
-        .expect("client thread");
-    assert!(
-        ready,
-        "the NAT VIP never answered; appliance log:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+    });
+    lab.start_serving(
+        lab::sluice!().path(),
+        &[SocketAddr::new(LabMode::Nat.vip(false), 80)],
     );
     lab
 }
@@ -111,15 +101,11 @@ fn every_mode_and_family(flow_cache: Option<bool>, queues: u32) {
             );
         }
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = Client::new(Endpoint::Unix(lab.api_socket_at(0)));
+    let api = Api::unix(&lab.api_socket_at(0));
     let status = if queues > 1 {
-        workers_shared_the_flows(&rt, &client, queues)
+        workers_shared_the_flows(&api, queues)
     } else {
-        rt.block_on(client.status()).expect("status")
+        api.call(|c| c.status()).expect("status")
     };
     match (&status.flow_cache, flow_cache) {
         (Some(c), None) => {
@@ -127,7 +113,7 @@ fn every_mode_and_family(flow_cache: Option<bool>, queues: u32) {
             assert!(
                 c.hits > 0,
                 "the kernel forwarded nothing: {c:?}; status: {status:?}\nappliance log:\n{}",
-                std::fs::read_to_string(lab.log_path_at(0)).unwrap_or_default()
+                file_text(&lab.log_path_at(0))
             );
             println!("MEASURE lab_modes flow cache: {c:?}");
         }
@@ -153,15 +139,11 @@ fn every_mode_and_family(flow_cache: Option<bool>, queues: u32) {
 /// least 3 of the `queues` workers (so the senders spread over the queues), FullNAT return
 /// traffic was handed over between them and nothing was lost on the way. Returns the status
 /// the assertions held on.
-fn workers_shared_the_flows(
-    rt: &tokio::runtime::Runtime,
-    client: &Client,
-    queues: u32,
-) -> api::Status {
+fn workers_shared_the_flows(api: &Api, queues: u32) -> api::Status {
     // The datapath's ring counters reach the API once a second.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let status = rt.block_on(client.status()).expect("status");
+        let status = api.call(|c| c.status()).expect("status");
         let w = &status.workers;
         let with_flows = w.iter().filter(|w| w.new_flows > 0).count();
         let receiving = w.iter().filter(|w| w.rx_packets > 0).count();
@@ -239,26 +221,13 @@ fn maglev_spreads_and_icmp_echo_is_answered() {
         "sluice run did not exit cleanly on SIGTERM"
     );
     // A second start on the same interfaces works right after.
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("restart");
+    let log = lab.start_appliance(lab::sluice!().path()).expect("restart");
     let ok = lab
-        .from_client(|| {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let addr = std::net::SocketAddr::new(LabMode::Dr.vip(true), 80);
-            while Instant::now() < deadline {
-                if let Ok((200, _)) = http_get(addr, "/whoami", Duration::from_millis(500)) {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            false
-        })
+        .wait_vip(
+            SocketAddr::new(LabMode::Dr.vip(true), 80),
+            Duration::from_secs(20),
+        )
         .expect("client");
-    assert!(
-        ok,
-        "no traffic after restart:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    assert!(ok, "no traffic after restart:\n{}", file_text(&log));
     assert!(lab.stop_appliance());
 }

@@ -3,10 +3,13 @@
 //! broken config leaves the running version in place. Needs root.
 
 use std::net::SocketAddr;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
+use lab::testing::{file_text, slow_downloads};
+use lab::{LabMode, LabOptions, blob, http_get};
+
+/// How long the download may take to get its headers.
+const HEADERS: Duration = Duration::from_secs(5);
 
 /// The NAT IPv4 TCP VIP's block of the generated config, with its backends' `lines`.
 fn with_nat4_backends(config: &str, backends: &[(&str, &str)]) -> String {
@@ -31,36 +34,25 @@ fn backend_ip(name: &str) -> String {
 
 #[test]
 fn long_transfer_survives_drain_add_and_reloads() {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let full = lab.config(&lab.dir.join("api.sock"));
     // Start with be1 and be2 only.
     let two = with_nat4_backends(&full, &[("10.0.0.21", "active"), ("10.0.0.22", "active")]);
     lab.write_config(&two).expect("config");
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("start");
     let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
-    let ready = lab.wait_vip(vip, Duration::from_secs(20)).expect("client");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(ready, "VIP never answered:\n{}", log_text());
+    let log = lab.start_serving(lab::sluice!().path(), &[vip]);
+    let log_text = || file_text(&log);
 
     // Receive buffer small enough that the 1 MB download lasts seconds.
     lab.client
         .try_sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
         .expect("sysctl");
-    let (tx, rx) = mpsc::channel();
-    let download = lab
-        .client
-        .in_thread(move || slow_download(vip, Duration::from_millis(40), tx))
-        .expect("thread");
-    let serving = rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("download headers");
+    let pace = Duration::from_millis(40);
+    let (mut downloads, serving) = slow_downloads(&lab.client, vip, pace, 1, HEADERS);
+    let (download, serving) = (downloads.remove(0), serving[0].clone());
     assert!(serving == "be1" || serving == "be2", "served by {serving}");
     let other = if serving == "be1" { "be2" } else { "be1" };
 

@@ -7,29 +7,24 @@
 //! and bird2.
 
 use std::net::IpAddr;
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use lab::testing::{file_text, poll, wait_for};
 use lab::{Lab, LabMode, LabOptions};
-
-fn sluice() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_sluice"))
-}
 
 fn lab(graceful_restart: bool) -> Lab {
     lab::netns::require_root();
     lab::netns::require_program("bird", "bird2");
     lab::netns::require_program("birdc", "bird2");
-    let lab = Lab::build(LabOptions {
+    let lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         appliances: Some(1),
         bgp: Some(true),
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let mut cfg = lab.config(&lab.api_socket_at(0));
     if graceful_restart {
         cfg = cfg.replace(
@@ -51,15 +46,10 @@ fn routed(router_ns: &str, vip: IpAddr) -> bool {
         .unwrap_or(false)
 }
 
+/// Waits (polling every 50 ms) up to `timeout` until the router has a route to `vip`.
 fn wait_routed(lab: &Lab, vip: IpAddr, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if routed(&lab.router.name, vip) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
+    let router = lab.router.name.clone();
+    poll(timeout, Duration::from_millis(50), || routed(&router, vip)).is_some()
 }
 
 /// Restarts the appliance (SIGTERM, wait, start) while a thread polls the router every
@@ -87,7 +77,7 @@ fn restart_watching(lab: &mut Lab, vip: IpAddr) -> (u32, u32, Duration) {
         lab.wait_appliance_at(0, Duration::from_secs(15)),
         "clean exit on SIGTERM"
     );
-    lab.start_appliance(sluice()).expect("restart");
+    lab.start_appliance(lab::sluice!().path()).expect("restart");
     // The new process announces once its checks settle; give the router time to take it.
     let back = wait_routed(lab, vip, Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(2));
@@ -105,12 +95,12 @@ fn restart_watching(lab: &mut Lab, vip: IpAddr) -> (u32, u32, Duration) {
 #[test]
 fn route_stays_through_a_restart_with_graceful_restart() {
     let mut lab = lab(true);
-    let log = lab.start_appliance(sluice()).expect("start");
+    let log = lab.start_appliance(lab::sluice!().path()).expect("start");
     let vip = LabMode::Nat.vip(false);
     assert!(
         wait_routed(&lab, vip, Duration::from_secs(30)),
         "router never learned {vip}:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+        file_text(&log)
     );
     let (polls, misses, took) = restart_watching(&mut lab, vip);
     println!("MEASURE graceful_restart: {polls} polls over {took:?}, {misses} without the route");
@@ -119,7 +109,7 @@ fn route_stays_through_a_restart_with_graceful_restart() {
         misses,
         0,
         "the route left the router during a graceful restart:\n{}",
-        std::fs::read_to_string(lab.log_path_at(0)).unwrap_or_default()
+        lab.log_text(0)
     );
     assert!(lab.stop_appliance(), "clean exit");
 }
@@ -127,7 +117,7 @@ fn route_stays_through_a_restart_with_graceful_restart() {
 #[test]
 fn route_goes_on_sigterm_without_graceful_restart() {
     let mut lab = lab(false);
-    lab.start_appliance(sluice()).expect("start");
+    lab.start_appliance(lab::sluice!().path()).expect("start");
     let vip = LabMode::Nat.vip(false);
     assert!(
         wait_routed(&lab, vip, Duration::from_secs(30)),
@@ -144,23 +134,20 @@ fn route_goes_on_sigterm_without_graceful_restart() {
     assert!(lab.stop_appliance(), "clean exit");
 }
 
-/// `sluice ctl` against appliance 0's API socket; (exit code, stdout, stderr).
-fn ctl(lab: &Lab, args: &[&str]) -> (i32, String, String) {
-    lab::sluice_ctl(sluice(), &lab.api_socket_at(0), args)
-}
-
 /// The VIP's backends as `sluice ctl --json backends` reports them, polled until the API
 /// answers (a process just started may not listen yet).
 fn backends(lab: &Lab, vip: &str) -> Vec<api::Backend> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (code, out, err) = ctl(lab, &["--json", "backends", vip]);
-        if code == 0 {
-            return serde_json::from_str(&out).expect("--json parses");
-        }
-        assert!(Instant::now() < deadline, "no answer from the API: {err}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let socket = lab.api_socket_at(0);
+    wait_for(
+        "an answer from the API",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            lab::sluice!()
+                .try_ctl_json(&socket, &["backends", vip])
+                .ok()
+        },
+    )
 }
 
 fn backend<'a>(list: &'a [api::Backend], id: &str) -> &'a api::Backend {
@@ -170,12 +157,10 @@ fn backend<'a>(list: &'a [api::Backend], id: &str) -> &'a api::Backend {
 }
 
 fn withdrawn_by_operator(lab: &Lab, vip: &str) -> bool {
-    let (code, out, err) = ctl(lab, &["--json", "vips"]);
-    assert_eq!(code, 0, "{err}");
-    let vips: Vec<api::Vip> = serde_json::from_str(&out).expect("--json parses");
+    let vips: Vec<api::Vip> = lab::sluice!().ctl_json(&lab.api_socket_at(0), &["vips"]);
     vips.iter()
         .find(|v| v.name == vip)
-        .unwrap_or_else(|| panic!("no VIP {vip}: {out}"))
+        .unwrap_or_else(|| panic!("no VIP {vip}: {vips:?}"))
         .withdrawn_by_operator
 }
 
@@ -185,10 +170,10 @@ fn restart(lab: &mut Lab) -> String {
         lab.wait_appliance_at(0, Duration::from_secs(15)),
         "clean exit on SIGTERM"
     );
-    let log = lab.start_appliance(sluice()).expect("restart");
+    let log = lab.start_appliance(lab::sluice!().path()).expect("restart");
     // The log is complete up to the start once the API answers.
     backends(lab, "nat4-tcp");
-    std::fs::read_to_string(log).unwrap_or_default()
+    file_text(&log)
 }
 
 #[test]
@@ -203,7 +188,7 @@ fn operator_overrides_survive_a_restart_and_a_corrupt_file_is_ignored() {
     );
     assert!(cfg.contains("state_dir"), "config edit");
     lab.write_config(&cfg).expect("write");
-    lab.start_appliance(sluice()).expect("start");
+    lab.start_appliance(lab::sluice!().path()).expect("start");
     let vip = LabMode::Nat.vip(false);
     assert!(
         wait_routed(&lab, vip, Duration::from_secs(30)),
@@ -214,8 +199,7 @@ fn operator_overrides_survive_a_restart_and_a_corrupt_file_is_ignored() {
         &["weight", "nat4-tcp", "10.0.0.22:8080", "7"],
         &["withdraw", "nat4-tcp"],
     ] {
-        let (code, _, err) = ctl(&lab, args);
-        assert_eq!(code, 0, "{args:?}: {err}");
+        lab::sluice!().ctl_ok(&lab.api_socket_at(0), args);
     }
     let file = state.join("overrides.json");
     let text = std::fs::read_to_string(&file).expect("overrides.json written");
@@ -240,8 +224,8 @@ fn operator_overrides_survive_a_restart_and_a_corrupt_file_is_ignored() {
     assert!(withdrawn_by_operator(&lab, "nat4-tcp"), "withdrawal lost");
 
     // An undo is kept too: undrain, restart, the backend is active from the file.
-    let (code, _, err) = ctl(&lab, &["undrain", "nat4-tcp", "10.0.0.21:8080"]);
-    assert_eq!(code, 0, "{err}");
+    let undrain = ["undrain", "nat4-tcp", "10.0.0.21:8080"];
+    lab::sluice!().ctl_ok(&lab.api_socket_at(0), &undrain);
     restart(&mut lab);
     let list = backends(&lab, "nat4-tcp");
     assert_eq!(backend(&list, "10.0.0.21:8080").state, "active");

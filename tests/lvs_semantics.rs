@@ -21,7 +21,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use api::{BackendAction, Client, Endpoint};
+use api::BackendAction;
+use lab::testing::Api;
 use lab::{Lab, LabMode, LabOptions};
 
 /// VIP addresses of this test (routed to the appliance as one /28).
@@ -114,8 +115,7 @@ type PerSource = BTreeMap<String, BTreeMap<String, u32>>;
 struct Rig {
     lab: Lab,
     helper: std::path::PathBuf,
-    rt: tokio::runtime::Runtime,
-    api: Client,
+    api: Api,
     base: String,
 }
 
@@ -158,19 +158,19 @@ impl Rig {
     /// The status document, after the workers' idle ticks have published their counters.
     fn status(&self) -> api::Status {
         std::thread::sleep(Duration::from_millis(300));
-        self.rt.block_on(self.api.status()).expect("status")
+        self.api.call(|c| c.status()).expect("status")
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.lab.log_path_at(0)).unwrap_or_default()
+        self.lab.log_text(0)
     }
 
     fn reload_with(&self, extra: &str) {
         self.lab
             .write_config(&format!("{}{extra}", self.base))
             .expect("config");
-        self.rt
-            .block_on(self.api.reload())
+        self.api
+            .call(|c| c.reload())
             .unwrap_or_else(|e| panic!("reload: {e}\n{}", self.log()));
     }
 }
@@ -233,14 +233,12 @@ fn lvs_vips(persist_backends: &[&str], persist_weight: &str) -> String {
 }
 
 fn start() -> Rig {
-    lab::netns::require_root();
     lab::netns::require_program("python3", "python3");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         prefix: "lv4",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let base = lab.config(&lab.dir.join("api.sock"));
     let helper = lab.dir.join("lvs_client.py");
     std::fs::write(&helper, HELPER).expect("helper");
@@ -265,28 +263,12 @@ fn start() -> Rig {
             ])
             .expect("client address");
     }
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("start");
     let probe = std::net::SocketAddr::new(SH.parse().expect("literal"), 80);
-    let ready = lab
-        .wait_vip(probe, Duration::from_secs(20))
-        .expect("client");
-    assert!(
-        ready,
-        "VIP never answered:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let api =
-        Client::new(Endpoint::Unix(lab.api_socket_at(0))).with_timeout(Duration::from_secs(5));
+    lab.start_serving(lab::sluice!().path(), &[probe]);
+    let api = lab.api_at(0);
     Rig {
         lab,
         helper,
-        rt,
         api,
         base,
     }
@@ -364,11 +346,8 @@ fn persistence(rig: &Rig) {
         .parse()
         .expect("backend name");
     let id = format!("{}:8080", BACKENDS[n - 1]);
-    rig.rt
-        .block_on(
-            rig.api
-                .backend_action("persist", &id, BackendAction::Disable),
-        )
+    rig.api
+        .call(|c| c.backend_action("persist", &id, BackendAction::Disable))
         .expect("disable");
     let t = Rig::totals(&rig.http(PERSIST, 30, &me));
     println!("MEASURE lvs persistence after disabling {first}: {t:?}");
@@ -410,10 +389,7 @@ fn limits(rig: &Rig) {
     let stdout = child.stdout.take().expect("stdout");
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("line");
     let held: BTreeMap<String, u32> = serde_json::from_str(&line).expect("hold output");
-    let backends = rig
-        .rt
-        .block_on(rig.api.backends("limit"))
-        .expect("backends");
+    let backends = rig.api.call(|c| c.backends("limit")).expect("backends");
     let counts: Vec<(String, u64, bool)> = backends
         .iter()
         .map(|b| (b.id.clone(), b.active_flows, b.full))
@@ -454,7 +430,7 @@ fn one_packet(rig: &Rig) {
 
 /// The VIP `slow`'s backend `be3` as the API shows it: (weight, effective weight, ramping).
 fn be3_weights(rig: &Rig) -> (u32, u32, bool) {
-    let bs = rig.rt.block_on(rig.api.backends("slow")).expect("backends");
+    let bs = rig.api.call(|c| c.backends("slow")).expect("backends");
     let b = bs.iter().find(|b| b.address == BACKENDS[2]).expect("be3");
     (b.weight, b.effective_weight, b.ramping_until_ms.is_some())
 }
@@ -462,8 +438,8 @@ fn be3_weights(rig: &Rig) -> (u32, u32, bool) {
 fn slow_start(rig: &Rig) {
     let id = format!("{}:8080", BACKENDS[2]);
     let act = |a| {
-        rig.rt
-            .block_on(rig.api.backend_action("slow", &id, a))
+        rig.api
+            .call(|c| c.backend_action("slow", &id, a))
             .unwrap_or_else(|e| panic!("{a:?}: {e}"))
     };
     assert_eq!(

@@ -9,37 +9,20 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use api::{Client, Endpoint};
+use lab::testing::sample;
 use lab::{Lab, LabMode, LabOptions};
 
 fn start(prefix: &'static str, queues: u32) -> Lab {
-    lab::netns::require_root();
     lab::netns::require_program("python3", "python3");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat, LabMode::FullNat],
         backends: 2,
         queues,
         prefix,
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .unwrap_or_else(|e| panic!("start appliance: {e}"));
-    for mode in [LabMode::Nat, LabMode::FullNat] {
-        let ready = lab
-            .wait_vip(
-                SocketAddr::new(mode.vip(false), 80),
-                Duration::from_secs(20),
-            )
-            .expect("client thread");
-        assert!(
-            ready,
-            "the {} VIP never answered; appliance log:\n{}",
-            mode.name(),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-    }
+    });
+    let vips = [LabMode::Nat, LabMode::FullNat].map(|m| SocketAddr::new(m.vip(false), 80));
+    lab.start_serving(lab::sluice!().path(), &vips);
     lab
 }
 
@@ -75,13 +58,7 @@ fn datagram(len: usize, seed: u8) -> Vec<u8> {
 
 /// The appliance's metrics: the fragment-table lines and the `fragment_*` drops.
 fn fragment_metrics(lab: &Lab) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client =
-        Client::new(Endpoint::Unix(lab.api_socket_at(0))).with_timeout(Duration::from_secs(5));
-    let metrics = rt.block_on(client.metrics()).expect("metrics");
+    let metrics = lab.api_at(0).call(|c| c.metrics()).expect("metrics");
     metrics
         .lines()
         .filter(|l| !l.starts_with('#') && l.contains("fragment"))
@@ -90,10 +67,7 @@ fn fragment_metrics(lab: &Lab) -> Vec<String> {
 }
 
 fn metric(lines: &[String], name: &str) -> u64 {
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+    sample(&lines.join("\n"), name).unwrap_or_else(|| panic!("no {name} in {lines:?}")) as u64
 }
 
 /// 4 KB and 9 KB datagrams through NAT and FullNAT, both families: each arrives whole at a
@@ -177,16 +151,14 @@ fn large_udp_datagrams_cross_nat_and_fullnat_in_fragments_both_ways() {
 /// underlay MTU of 1400 while the client's link stays at 1500: the VXLAN VIP's frames grow by
 /// 50 (IPv4 outer) or 70 (IPv6 outer) bytes on the way to the backends.
 fn start_small_underlay() -> Lab {
-    lab::netns::require_root();
     lab::netns::require_program("python3", "python3");
     lab::netns::require_program("tcpdump", "tcpdump");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Vxlan],
         backends: 1,
         prefix: "mv",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let mtu = |ns: &lab::netns::Netns, dev: &str| {
         ns.try_run(&["ip", "link", "set", "dev", dev, "mtu", "1400"])
             .unwrap_or_else(|e| panic!("mtu of {dev}: {e}"));
@@ -196,22 +168,8 @@ fn start_small_underlay() -> Lab {
     for dev in ["lb1", "be1", "lan"] {
         mtu(&lab.router, dev);
     }
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .unwrap_or_else(|e| panic!("start appliance: {e}"));
-    for v6 in [false, true] {
-        let ready = lab
-            .wait_vip(
-                SocketAddr::new(LabMode::Vxlan.vip(v6), 80),
-                Duration::from_secs(20),
-            )
-            .expect("client thread");
-        assert!(
-            ready,
-            "the VXLAN VIP never answered; appliance log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-    }
+    let vips = [false, true].map(|v6| SocketAddr::new(LabMode::Vxlan.vip(v6), 80));
+    lab.start_serving(lab::sluice!().path(), &vips);
     lab
 }
 
@@ -333,15 +291,7 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
             "{vip}: the client's route cache after the too-big frame: {cached}"
         );
     }
-    let metrics = {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let client =
-            Client::new(Endpoint::Unix(lab.api_socket_at(0))).with_timeout(Duration::from_secs(5));
-        rt.block_on(client.metrics()).expect("metrics")
-    };
+    let metrics = lab.api_at(0).call(|c| c.metrics()).expect("metrics");
     let lines: Vec<&str> = metrics
         .lines()
         .filter(|l| l.starts_with("sluice_mss_clamped") || l.starts_with("sluice_icmp_too_big"))

@@ -14,17 +14,19 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use api::{Client, Endpoint};
+#[path = "datapath_common/mod.rs"]
+mod datapath_common;
+
+use datapath_common::golden_cache;
 use lab::netns::Netns;
-use lab::{Lab, LabMode, LabOptions, wait_for_routes};
+use lab::testing::{golden_netns, sample, wait_for};
+use lab::{Lab, LabMode, LabOptions};
 use libbpf_rs::libbpf_sys::{XDP_PASS, XDP_REDIRECT};
 use sluice::control::outbound;
-use sluice::datapath::flowcache::{FlowCache, Hairpin};
 use sluice::datapath::steer::Steer;
 use sluice::lb::Verdict;
 use testkit::golden;
@@ -32,24 +34,12 @@ use testkit::golden;
 #[test]
 fn the_xdp_program_forwards_outbound_answers_as_the_engine_does() {
     lab::netns::require_root();
-    let ns = Netns::new("ob-x");
     // The golden next hops leave by index 2 (golden::BACKENDS); lo is index 1 (UPLINK).
-    ns.run(&[
-        "ip", "link", "add", "obx2", "index", "2", "type", "veth", "peer", "name", "obx3", "index",
-        "3",
-    ]);
-    ns.run(&["ip", "link", "set", "obx2", "up"]);
+    let ns = golden_netns("ob-x", "obx");
     let name = ns.name.clone();
     let report = std::thread::spawn(move || {
-        let f = std::fs::File::open(format!("/run/netns/{name}")).expect("netns");
-        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        let cache = FlowCache::create(1024).expect("flow cache maps");
-        cache
-            .add_egress(0, golden::UPLINK, Hairpin::XdpTx)
-            .expect("egress lo");
-        cache
-            .add_egress(1, golden::BACKENDS, Hairpin::XdpTx)
-            .expect("egress obx2");
+        lab::netns::enter(&name);
+        let cache = golden_cache();
         let mut steer = Steer::load_with_cache(Some(&cache)).expect("load the steering program");
         let config = golden::config();
         let t = golden::tables();
@@ -111,9 +101,6 @@ fn the_xdp_program_forwards_outbound_answers_as_the_engine_does() {
     assert_eq!(forwarded, 6, "the program's outbound counter");
 }
 
-/// One lab at a time (see [`start`]).
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// The server outside: 203.0.113.9 and 2001:db8:e::9 behind the router.
 const OUTSIDE4: &str = "203.0.113.9";
 const OUTSIDE6: &str = "2001:db8:e::9";
@@ -122,6 +109,8 @@ const SERVER_PORT: u16 = 9000;
 const RANGE4: &str = "40000-40999";
 const RANGE6: &str = "50000-50999";
 const DRAIN: Duration = Duration::from_secs(20);
+/// How often the waits for the appliances' documents ask again.
+const POLL: Duration = Duration::from_millis(200);
 
 /// `cfg` (a lab config) with outbound ranges on the DR TCP VIPs, and the IPv4 one's pool cut
 /// to its first `backends` backends.
@@ -267,53 +256,36 @@ fn ask(s: &mut TcpStream) -> Result<SocketAddr, String> {
 /// `n` connections from backend `i` to `server`, each opened, asked once and closed; the
 /// server's view of each, or why it failed.
 fn open_from(lab: &Lab, i: usize, server: SocketAddr, n: usize) -> Vec<Result<SocketAddr, String>> {
-    lab.backends[i]
-        .in_thread(move || {
-            (0..n)
-                .map(|_| {
-                    let mut s = connect(server).map_err(|e| e.to_string())?;
-                    ask(&mut s)
-                })
-                .collect()
-        })
-        .expect("backend thread")
-        .join()
-        .expect("backend connections")
+    lab.backends[i].call(move || {
+        (0..n)
+            .map(|_| {
+                let mut s = connect(server).map_err(|e| e.to_string())?;
+                ask(&mut s)
+            })
+            .collect()
+    })
 }
 
 /// `n` connections from backend `i`, asked once and kept open, with the port each has on
 /// the VIP (the backend's SNAT picks it from its share).
 fn hold_from(lab: &Lab, i: usize, server: SocketAddr, n: usize) -> Vec<(TcpStream, u16)> {
-    lab.backends[i]
-        .in_thread(move || {
-            (0..n)
-                .map(|k| {
-                    let mut s = connect(server).unwrap_or_else(|e| panic!("connect {k}: {e}"));
-                    let seen = ask(&mut s).unwrap_or_else(|e| panic!("ask {k}: {e}"));
-                    (s, seen.port())
-                })
-                .collect()
-        })
-        .expect("backend thread")
-        .join()
-        .expect("held connections")
-}
-
-fn api_at(lab: &Lab, k: usize) -> (tokio::runtime::Runtime, Client) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let c = Client::new(Endpoint::Unix(lab.api_socket_at(k))).with_timeout(Duration::from_secs(5));
-    (rt, c)
+    lab.backends[i].call(move || {
+        (0..n)
+            .map(|k| {
+                let mut s = connect(server).unwrap_or_else(|e| panic!("connect {k}: {e}"));
+                let seen = ask(&mut s).unwrap_or_else(|e| panic!("ask {k}: {e}"));
+                (s, seen.port())
+            })
+            .collect()
+    })
 }
 
 /// VIP `vip`'s outbound document on every appliance.
 fn docs(lab: &Lab, vip: &str) -> Vec<api::Outbound> {
     (0..lab.appliance_count())
         .map(|k| {
-            let (rt, c) = api_at(lab, k);
-            rt.block_on(c.outbound(vip))
+            lab.api_at(k)
+                .call(|c| c.outbound(vip))
                 .unwrap_or_else(|e| panic!("lb{}: outbound {vip}: {e}", k + 1))
         })
         .collect()
@@ -393,8 +365,7 @@ fn all_from(what: &str, got: &[Result<SocketAddr, String>], vip: IpAddr, share: 
 
 /// Whether appliance `k` committed the version a drain's end asks for (its event).
 fn drain_ended(lab: &Lab, k: usize) -> bool {
-    let (rt, c) = api_at(lab, k);
-    let events = rt.block_on(c.events(0)).expect("events");
+    let events = lab.api_at(k).call(|c| c.events(0)).expect("events");
     events
         .iter()
         .any(|e| e.kind == "commit" && e.message.ends_with("outbound: a drain ended"))
@@ -402,27 +373,16 @@ fn drain_ended(lab: &Lab, k: usize) -> bool {
 
 /// `sluice_outbound_answers_total` on appliance `k`, engine and XDP together.
 fn answers_at(lab: &Lab, k: usize) -> (u64, u64) {
-    let (rt, c) = api_at(lab, k);
-    let text = rt.block_on(c.metrics()).expect("metrics");
+    let text = lab.api_at(k).call(|c| c.metrics()).expect("metrics");
     let get = |by: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("sluice_outbound_answers_total{{by=\"{by}\"}} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no outbound answers ({by}) in lb{}'s metrics", k + 1))
+        sample(
+            &text,
+            &format!("sluice_outbound_answers_total{{by=\"{by}\"}}"),
+        )
+        .map(|v| v as u64)
+        .unwrap_or_else(|| panic!("no outbound answers ({by}) in lb{}'s metrics", k + 1))
     };
     (get("engine"), get("xdp"))
-}
-
-/// Polls `f` every 200 ms for up to `limit` until it gives something.
-fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(x) = f() {
-            return x;
-        }
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn share_is(doc: &api::Outbound, i: usize, want: Option<&str>) {
@@ -440,35 +400,22 @@ fn share_is(doc: &api::Outbound, i: usize, want: Option<&str>) {
 fn start(flow_cache: Option<bool>) -> (MutexGuard<'static, ()>, Lab, Outside) {
     lab::netns::require_root();
     // Every connection must complete: one two-appliance lab at a time on two cores.
-    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let serial = lab::testing::serial();
     lab::netns::require_program("python3", "python3");
     lab::netns::require_program("bird", "bird2");
     lab::netns::require_program("nft", "nftables");
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Dr],
         appliances: Some(2),
         prefix: "ob",
         flow_cache,
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     for k in 0..2 {
         let cfg = with_outbound(&lab.config_for(k, &lab.api_socket_at(k)), 2);
         lab.write_config_at(k, &cfg).expect("write config");
     }
-    lab.spawn_appliances(Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .unwrap_or_else(|e| panic!("start appliances: {e}"));
-    assert!(
-        wait_for_routes(&lab, Duration::from_secs(30)).is_some(),
-        "the router did not learn the VIPs through both appliances"
-    );
-    for k in 0..2 {
-        assert!(
-            lab.wait_healthy(k, Duration::from_secs(20)).is_some(),
-            "lb{}: backends not up",
-            k + 1
-        );
-    }
+    lab.start_routed(lab::sluice!().path());
     let outside = Outside::start(&lab);
     (serial, lab, outside)
 }
@@ -493,12 +440,7 @@ fn connections_from_the_vip(lab: &Lab, outside: &Outside) -> Vec<(u64, u64)> {
     share_is(&d6, 0, Some("50000-50333"));
     share_is(&d6, 2, Some("50667-50999"));
     // What an operator runs: `sluice ctl outbound VIP` prints each backend's lines.
-    let (code, out, err) = lab::sluice_ctl(
-        Path::new(env!("CARGO_BIN_EXE_sluice")),
-        &lab.api_socket_at(1),
-        &["outbound", "dr4-tcp"],
-    );
-    assert_eq!(code, 0, "sluice ctl outbound: {err}");
+    let out = lab::sluice!().ctl_ok(&lab.api_socket_at(1), &["outbound", "dr4-tcp"]);
     for line in d4.backends.iter().flat_map(|b| &b.snat) {
         assert!(out.contains(line.as_str()), "ctl lacks {line:?}:\n{out}");
     }
@@ -588,6 +530,7 @@ fn backends_open_outbound_connections_through_two_appliances() {
     wait_for(
         "both appliances run three backends",
         Duration::from_secs(10),
+        POLL,
         || {
             let all = docs(&lab, "dr4-tcp").iter().all(|d| d.backends.len() == 3);
             all.then_some(())
@@ -619,11 +562,16 @@ fn backends_open_outbound_connections_through_two_appliances() {
 
     // When the drain ends the new shares hold, on both appliances, once each has committed
     // the version that gives the XDP program the moved ports' new owners.
-    let settled = wait_for("the drain ends", DRAIN + Duration::from_secs(15), || {
-        let d = shares(&lab, "dr4-tcp");
-        let committed = (0..2).all(|k| drain_ended(&lab, k));
-        (d.drain_ends_in_seconds.is_none() && committed).then_some(d)
-    });
+    let settled = wait_for(
+        "the drain ends",
+        DRAIN + Duration::from_secs(15),
+        POLL,
+        || {
+            let d = shares(&lab, "dr4-tcp");
+            let committed = (0..2).all(|k| drain_ended(&lab, k));
+            (d.drain_ends_in_seconds.is_none() && committed).then_some(d)
+        },
+    );
     share_is(&settled, 0, Some("40000-40333"));
     share_is(&settled, 1, Some("40334-40666"));
     share_is(&settled, 2, Some("40667-40999"));

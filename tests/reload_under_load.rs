@@ -6,11 +6,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::Duration;
 
-use api::{Client, Endpoint};
-use lab::{Lab, LabMode, LabOptions, blob, http_get, slow_download};
+use lab::testing::{Api, file_text, slow_downloads};
+use lab::{LabMode, LabOptions, blob, http_get};
 
 /// Rewrites the `[[vip.backend]]` blocks of VIP `name` with `weights` (one per backend,
 /// `None` leaves that backend out).
@@ -50,46 +49,32 @@ fn twenty_reloads_under_traffic_lose_nothing_with_the_flow_cache_off() {
 }
 
 fn twenty_reloads(flow_cache: bool) {
-    lab::netns::require_root();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Nat],
         flow_cache: Some(flow_cache),
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     let cfg = lab.config(&lab.api_socket_at(0));
     assert!(
         cfg.contains(&format!("flow_cache = {flow_cache}")),
         "lab config:\n{cfg}"
     );
     lab.write_config(&cfg).expect("write");
-    let log = lab
-        .start_appliance(std::path::Path::new(env!("CARGO_BIN_EXE_sluice")))
-        .expect("start");
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    let base = std::fs::read_to_string(lab.config_path()).expect("config");
     let vip = SocketAddr::new(LabMode::Nat.vip(false), 80);
-    let ready = lab.wait_vip(vip, Duration::from_secs(20)).expect("client");
-    assert!(ready, "VIP never answered:\n{}", log_text());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = Client::new(Endpoint::Unix(lab.api_socket_at(0)));
-    let first = rt.block_on(client.status()).expect("status").config_version;
+    let log = lab.start_serving(lab::sluice!().path(), &[vip]);
+    let log_text = || file_text(&log);
+    let base = std::fs::read_to_string(lab.config_path()).expect("config");
+    let api = Api::unix(&lab.api_socket_at(0));
+    let first = api.call(|c| c.status()).expect("status").config_version;
 
     // The long transfer: a slow reader makes the 1 MB download last across the reloads.
     lab.client
         .try_sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
         .expect("sysctl");
-    let (tx, rx) = mpsc::channel();
-    let download = lab
-        .client
-        .in_thread(move || slow_download(vip, Duration::from_millis(50), tx))
-        .expect("thread");
-    let serving = rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("download headers");
+    let pace = Duration::from_millis(50);
+    let limit = Duration::from_secs(5);
+    let (mut downloads, serving) = slow_downloads(&lab.client, vip, pace, 1, limit);
+    let (download, serving) = (downloads.remove(0), serving[0].clone());
 
     // Steady traffic: one request after another, every failure kept.
     let stop = Arc::new(AtomicBool::new(false));
@@ -123,8 +108,8 @@ fn twenty_reloads(flow_cache: bool) {
         cfg = set_pool(&cfg, "nat4-udp", &[Some(100 + i), third, Some(100)]);
         lab.write_config(&cfg).expect("write");
         if i % 2 == 0 {
-            let c = rt
-                .block_on(client.reload())
+            let c = api
+                .call(|c| c.reload())
                 .unwrap_or_else(|e| panic!("reload {i}: {e}\n{}", log_text()));
             assert!(c.synced, "reload {i}: not every worker ran it: {c:?}");
         } else {
@@ -158,13 +143,13 @@ fn twenty_reloads(flow_cache: bool) {
     // Requests run one after another for the whole ~7 s of reloads: hundreds of them, with
     // the cache or without (each well under 10 ms when nothing stalls them).
     assert!(ok >= 100, "only {ok} requests in 20 reloads");
-    let status = rt.block_on(client.status()).expect("status");
+    let status = api.call(|c| c.status()).expect("status");
     assert!(
         status.config_version >= first + 20,
         "20 reloads, versions {first} -> {}",
         status.config_version
     );
-    let backends = rt.block_on(client.backends("nat4-tcp")).expect("backends");
+    let backends = api.call(|c| c.backends("nat4-tcp")).expect("backends");
     assert_eq!(backends[1].weight, 290, "the last weights run");
     match (&status.flow_cache, flow_cache) {
         (Some(c), true) => {

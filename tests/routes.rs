@@ -16,18 +16,12 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Child;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use api::{Client, Endpoint};
+use lab::Appliance;
 use lab::netns::{Netns, bridge, veth};
-use lab::{http_get, udp_ask};
-
-/// One appliance at a time: the machine has two cores.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+use lab::testing::{Api, Sluice, file_text, poll};
+use lab::{http_get, udp_ask, wait_answer};
 
 const BLOB: usize = 4 << 20;
 
@@ -36,11 +30,20 @@ const SERVER_PY: &str = r#"
 import socket, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 NAME = sys.argv[1]
-BLOB = bytes((i * 7 + i // 251) % 256 for i in range(4 << 20))
+# Built at the first /blob, not at start: four million Python steps take seconds on a loaded
+# machine, and the server must listen at once.
+BLOB = None
+BLOB_LOCK = threading.Lock()
+def blob():
+    global BLOB
+    with BLOB_LOCK:
+        if BLOB is None:
+            BLOB = bytes((i * 7 + i // 251) % 256 for i in range(4 << 20))
+    return BLOB
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
-        body = NAME.encode() if self.path == "/whoami" else BLOB if self.path == "/blob" else None
+        body = NAME.encode() if self.path == "/whoami" else blob() if self.path == "/blob" else None
         if body is None:
             self.send_error(404); return
         self.send_response(200)
@@ -70,7 +73,7 @@ S(("::", 8080), H).serve_forever()
 /// The lab: namespaces (removed on drop) and the appliance process.
 struct Rt {
     dir: PathBuf,
-    sluice: Option<Child>,
+    appliance: Option<Appliance>,
     lb: Netns,
     client: Netns,
     c2: Netns,
@@ -297,27 +300,22 @@ impl Rt {
         }
         for (i, be) in backends.iter().enumerate() {
             let me = vip(&format!("10.1.0.1{}", i + 1), 8080);
-            let up = be
-                .in_thread(move || {
-                    let deadline = Instant::now() + Duration::from_secs(20);
-                    while Instant::now() < deadline {
-                        if std::net::TcpStream::connect_timeout(&me, Duration::from_millis(200))
-                            .is_ok()
-                        {
-                            return true;
-                        }
-                        std::thread::sleep(Duration::from_millis(100));
+            let up = be.call(move || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while Instant::now() < deadline {
+                    if std::net::TcpStream::connect_timeout(&me, Duration::from_millis(200)).is_ok()
+                    {
+                        return true;
                     }
-                    false
-                })
-                .expect("thread")
-                .join()
-                .expect("join");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                false
+            });
             assert!(up, "backend {me} never listened");
         }
         Rt {
             dir,
-            sluice: None,
+            appliance: None,
             lb,
             client,
             c2,
@@ -368,67 +366,82 @@ impl Rt {
         s
     }
 
+    /// The endpoints' (clients' and backends') counters of segments and datagrams their
+    /// kernel dropped for a bad checksum, where not zero: (host counter, value).
+    fn checksum_errors(&self) -> Vec<(String, u64)> {
+        let hosts = [
+            ("client", &self.client),
+            ("c2", &self.c2),
+            ("far", &self.far),
+        ];
+        let backends = self._backends.iter().enumerate();
+        let mut out = Vec::new();
+        let named: Vec<(String, &Netns)> = hosts
+            .iter()
+            .map(|(n, ns)| (n.to_string(), *ns))
+            .chain(backends.map(|(i, ns)| (format!("be{}", i + 1), ns)))
+            .collect();
+        for (host, ns) in named {
+            let text = String::from_utf8_lossy(&ns.sh("cat /proc/net/snmp6").stdout).into_owned();
+            for line in text.lines() {
+                let mut w = line.split_whitespace();
+                if let (Some(name), Some(v)) = (w.next(), w.next())
+                    && name.ends_with("InCsumErrors")
+                    && v != "0"
+                {
+                    out.push((format!("{host} {name}"), v.parse().unwrap_or(0)));
+                }
+            }
+            let snmp = String::from_utf8_lossy(&ns.sh("cat /proc/net/snmp").stdout).into_owned();
+            let lines: Vec<&str> = snmp.lines().collect();
+            for pair in lines.chunks(2) {
+                let [head, values] = pair else { continue };
+                let proto = head.split(':').next().unwrap_or("");
+                let names = head.split_whitespace().skip(1);
+                let vals = values.split_whitespace().skip(1);
+                for (n, v) in names.zip(vals) {
+                    if n == "InCsumErrors" && v != "0" {
+                        out.push((format!("{host} {proto}{n}"), v.parse().unwrap_or(0)));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn socket(&self) -> PathBuf {
         self.dir.join("api.sock")
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("sluice.log")).unwrap_or_default()
+        file_text(&self.dir.join("sluice.log"))
     }
 
-    /// Starts `sluice` (the binary under test unless `bin` says otherwise) with `config`.
-    fn start(&mut self, bin: &Path, config: &str) {
-        let path = self.dir.join("sluice.toml");
-        std::fs::write(&path, config).expect("config");
-        let log = std::fs::File::create(self.dir.join("sluice.log")).expect("log");
-        let child = self
-            .lb
-            .try_spawn(
-                &[
-                    &bin.to_string_lossy(),
-                    "run",
-                    "--config",
-                    &path.to_string_lossy(),
-                ],
-                Some(log),
-            )
-            .expect("sluice run");
-        self.sluice = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.socket().exists() {
-            assert!(Instant::now() < deadline, "no API socket:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    /// Starts `sluice` (the binary under test unless `bin` says otherwise) with `config` and
+    /// waits (20 s) for its API socket.
+    fn start(&mut self, bin: &Sluice, config: &str) {
+        let appliance =
+            Appliance::start(&self.lb, bin.path(), &self.dir, config).expect("sluice run");
+        self.appliance = Some(appliance);
+        let socket = self.socket();
+        let up = poll(Duration::from_secs(20), Duration::from_millis(100), || {
+            socket.exists()
+        });
+        assert!(up.is_some(), "no API socket:\n{}", self.log());
     }
 
     fn status(&self) -> api::model::Status {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(Client::new(Endpoint::Unix(self.socket())).status())
+        Api::unix(&self.socket())
+            .call(|c| c.status())
             .expect("status")
     }
 
     /// SIGTERM; whether it exited 0 within `within`, and how long it took.
     fn stop(&mut self, within: Duration) -> (bool, Duration) {
-        let Some(mut c) = self.sluice.take() else {
-            return (false, Duration::ZERO);
-        };
-        let t0 = Instant::now();
-        // `ip netns exec` execs, so the child's pid is sluice's.
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        while t0.elapsed() < within {
-            if let Ok(Some(s)) = c.try_wait() {
-                return (s.success(), t0.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        match self.appliance.take() {
+            Some(mut a) => a.stop(within),
+            None => (false, Duration::ZERO),
         }
-        let _ = c.kill();
-        let _ = c.wait();
-        (false, t0.elapsed())
     }
 
     /// Packets router `k` forwarded from the VIPs to far, (IPv4, IPv6).
@@ -452,10 +465,7 @@ impl Rt {
 
 impl Drop for Rt {
     fn drop(&mut self) {
-        if let Some(mut c) = self.sluice.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.appliance = None;
         for c in &mut self.servers {
             let _ = c.kill();
             let _ = c.wait();
@@ -466,10 +476,8 @@ impl Drop for Rt {
 
 /// The binary under test; `RT_SLUICE` points elsewhere (to show a test fails on an older
 /// build).
-fn sluice() -> PathBuf {
-    std::env::var_os("RT_SLUICE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sluice")))
+fn sluice() -> Sluice {
+    std::env::var_os("RT_SLUICE").map_or_else(|| lab::sluice!(), Sluice::at)
 }
 
 fn vip(addr: &str, port: u16) -> SocketAddr {
@@ -511,7 +519,7 @@ fn exercise(tcp: SocketAddr, udp: SocketAddr, n: usize) -> Seen {
 
 /// Every VIP from `from`, `n` times each: (vip name, what was seen).
 fn every_vip(from: &Netns, n: usize) -> Vec<(String, Seen)> {
-    from.in_thread(move || {
+    from.call(move || {
         let mut out = Vec::new();
         for (name, a4, a6) in [
             ("nat", "192.0.2.10", "2001:db8:f::10"),
@@ -523,27 +531,13 @@ fn every_vip(from: &Netns, n: usize) -> Vec<(String, Seen)> {
         }
         out
     })
-    .expect("thread")
-    .join()
-    .expect("client thread")
 }
 
-/// Waits until an HTTP request through the NAT VIP from `from` succeeds.
+/// Waits (20 s) until an HTTP request through the NAT VIP from `from` is answered.
 fn wait_ready(rt: &Rt, from: &Netns) {
-    let ok = from
-        .in_thread(|| {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if http_get(vip("192.0.2.10", 80), "/whoami", Duration::from_millis(500)).is_ok() {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            false
-        })
-        .expect("thread")
-        .join()
-        .expect("join");
+    let nat = vip("192.0.2.10", 80);
+    let ok =
+        from.call(move || wait_answer(nat, Duration::from_millis(500), Duration::from_secs(20)));
     assert!(ok, "the NAT VIP never answered:\n{}", rt.log());
 }
 
@@ -564,7 +558,7 @@ fn drops(st: &api::model::Status) -> String {
 }
 
 fn two_arm(flow_cache: bool) {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let mut rt = Rt::build();
     let cfg = rt.config(flow_cache, "");
     rt.start(&sluice(), &cfg);
@@ -604,23 +598,19 @@ fn two_arm(flow_cache: bool) {
         "via",
         "2001:db8:a::10",
     ]);
-    let firsts = fresh
-        .in_thread(|| {
-            [
-                "192.0.2.10",
-                "2001:db8:f::10",
-                "192.0.2.20",
-                "2001:db8:f::20",
-            ]
-            .map(|a| {
-                let t0 = Instant::now();
-                let r = http_get(vip(a, 80), "/whoami", Duration::from_secs(5));
-                (a, r.is_ok(), t0.elapsed())
-            })
+    let firsts = fresh.call(|| {
+        [
+            "192.0.2.10",
+            "2001:db8:f::10",
+            "192.0.2.20",
+            "2001:db8:f::20",
+        ]
+        .map(|a| {
+            let t0 = Instant::now();
+            let r = http_get(vip(a, 80), "/whoami", Duration::from_secs(5));
+            (a, r.is_ok(), t0.elapsed())
         })
-        .expect("thread")
-        .join()
-        .expect("join");
+    });
     let after = no_neighbor(&rt.status());
     println!(
         "MEASURE routes first connection of a new client (flow_cache={flow_cache}): {firsts:?}; \
@@ -681,7 +671,7 @@ fn digest(b: &[u8]) -> u64 {
 /// (counted on the routers), each flow by one.
 #[test]
 fn rt_multipath_default_spreads_flows_over_both_routers() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let mut rt = Rt::build();
     for (fam, far, a, b) in [
         ("-4", "10.9.0.1/32", "10.0.0.2", "10.0.0.3"),
@@ -699,13 +689,19 @@ fn rt_multipath_default_spreads_flows_over_both_routers() {
     for (name, seen) in every_vip(&rt.far, 30) {
         assert!(
             seen.failed.is_empty(),
-            "far -> {name}: {} failed, first {:?}; drops {}\n{}",
+            "far -> {name}: {} failed, first {:?}; checksum errors at the endpoints {:?}; \
+             drops {}\n{}",
             seen.failed.len(),
             seen.failed.first(),
+            rt.checksum_errors(),
             drops(&rt.status()),
             rt.log()
         );
     }
+    // A frame the appliance rewrote with a wrong checksum is lost at the endpoint, which
+    // counts it; nothing else does (an IPv6 UDP checksum that summed to zero once went out
+    // as 0, which receivers discard: one datagram in 65,536).
+    assert_eq!(rt.checksum_errors(), Vec::<(String, u64)>::new());
     let after = [rt.router_count(0), rt.router_count(1)];
     let d = |k: usize| (after[k].0 - before[k].0, after[k].1 - before[k].1);
     let (r1, r2) = (d(0), d(1));
@@ -726,7 +722,7 @@ fn rt_multipath_default_spreads_flows_over_both_routers() {
 /// NAT VIP: the download arrives intact and the frames after the change leave by r2.
 #[test]
 fn rt_route_change_mid_download_keeps_the_bytes_and_moves_the_path() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     let mut rt = Rt::build();
     let cfg = rt.config(true, "");
     rt.start(&sluice(), &cfg);
@@ -782,16 +778,9 @@ fn rt_route_change_mid_download_keeps_the_bytes_and_moves_the_path() {
 }
 
 /// `sluice ctl status` over the socket; how long it took and whether it answered.
-fn ctl_status(bin: &Path, socket: &Path) -> (bool, Duration) {
+fn ctl_status(bin: &Sluice, socket: &Path) -> (bool, Duration) {
     let t0 = Instant::now();
-    let ok = std::process::Command::new(bin)
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .arg("status")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+    let ok = bin.ctl(socket, &["status"]).ok();
     (ok, t0.elapsed())
 }
 
@@ -801,7 +790,7 @@ fn ctl_status(bin: &Path, socket: &Path) -> (bool, Duration) {
 /// BGP shutdown that BIRD, the peer on r1, sees.
 #[test]
 fn rt_unreachable_backends_never_stall_the_control_loop() {
-    let _serial = serial();
+    let _serial = lab::testing::serial();
     lab::netns::require_program("bird", "bird2");
     let mut rt = Rt::build();
     let lb_addr: IpAddr = "10.0.0.10".parse().expect("literal");
@@ -862,9 +851,8 @@ fn rt_unreachable_backends_never_stall_the_control_loop() {
         "",
     );
     std::fs::write(&path, &fewer).expect("config");
-    let pid = rt.sluice.as_ref().expect("running").id().to_string();
     let hup = Instant::now();
-    run_kill("-HUP", &pid);
+    rt.appliance.as_ref().expect("running").signal("-HUP");
     let applied = loop {
         let (ok, took) = ctl_status(&bin, &socket);
         worst = worst.max(took);
@@ -935,6 +923,89 @@ fn rt_unreachable_backends_never_stall_the_control_loop() {
     );
 }
 
-fn run_kill(sig: &str, pid: &str) {
-    let _ = std::process::Command::new("kill").args([sig, pid]).status();
+/// The UDP payload, of `prefix` and two bytes, whose datagram from `src:sport` to
+/// `dst:dport`, once the backend named `name` echoes it as `name:payload`, carries a UDP
+/// checksum that sums to zero: one datagram in 65,536 does.
+fn zero_sum_payload(
+    src: std::net::Ipv6Addr,
+    dst: std::net::Ipv6Addr,
+    (sport, dport): (u16, u16),
+    name: &str,
+) -> Vec<u8> {
+    use wire::checksum::{finish, pseudo_header_v6, sum};
+    (0..=u16::MAX)
+        .map(|w| {
+            let mut p = b"z".to_vec();
+            p.extend_from_slice(&w.to_be_bytes());
+            p
+        })
+        .find(|p| {
+            let mut dgram = Vec::new();
+            let body = [name.as_bytes(), b":", p].concat();
+            let len = 8 + body.len() as u16;
+            for x in [sport, dport, len, 0] {
+                dgram.extend_from_slice(&x.to_be_bytes());
+            }
+            dgram.extend_from_slice(&body);
+            let ph = pseudo_header_v6(src, dst, 17, u32::from(len));
+            finish(sum(&dgram, ph)) == 0
+        })
+        .expect("one payload in 65,536 sums to zero")
+}
+
+/// An IPv6 UDP answer that the NAT and FullNAT rewrites leave with a checksum summing to
+/// zero arrives (sent as 0xffff: a zero UDP checksum over IPv6 means none, and receivers
+/// discard it, RFC 8200 8.1). Before, such a datagram went out with 0 and far's kernel
+/// dropped it, counted only there (Udp6InCsumErrors): the multipath test's rare lost query.
+#[test]
+fn rt_ipv6_udp_answers_whose_checksum_sums_to_zero_arrive() {
+    let _serial = lab::testing::serial();
+    let mut rt = Rt::build();
+    let cfg = rt.config(true, "");
+    rt.start(&sluice(), &cfg);
+    wait_ready(&rt, &rt.client);
+    let far: std::net::Ipv6Addr = "2001:db8:9::1".parse().expect("literal");
+    let mut asked = Vec::new();
+    for (vip, sport) in [("2001:db8:f::10", 33301u16), ("2001:db8:f::20", 33302)] {
+        let v: std::net::Ipv6Addr = vip.parse().expect("literal");
+        // Whichever backend the flow lands on, one of the two queries is the edge.
+        for (i, name) in ["be1", "be2"].into_iter().enumerate() {
+            let payload = zero_sum_payload(v, far, (53, sport + 10 * i as u16), name);
+            asked.push((vip.to_string(), sport + 10 * i as u16, payload));
+        }
+    }
+    let answers = rt
+        .far
+        .in_thread(move || {
+            asked
+                .into_iter()
+                .map(|(vip, sport, payload)| {
+                    let s = std::net::UdpSocket::bind(("::", sport)).expect("bind");
+                    s.set_read_timeout(Some(Duration::from_secs(2)))
+                        .expect("timeout");
+                    s.connect((vip.as_str(), 53)).expect("connect");
+                    s.send(&payload).expect("send");
+                    let mut buf = [0u8; 256];
+                    let got = s.recv(&mut buf).map(|n| buf[..n].to_vec());
+                    (vip, sport, got.map_err(|e| e.to_string()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .expect("thread")
+        .join()
+        .expect("far");
+    let lost: Vec<_> = answers.iter().filter(|a| a.2.is_err()).collect();
+    println!(
+        "MEASURE routes zero-sum IPv6 UDP answers: {} of {} arrived; endpoint checksum errors {:?}",
+        answers.len() - lost.len(),
+        answers.len(),
+        rt.checksum_errors()
+    );
+    assert!(
+        lost.is_empty(),
+        "answers lost: {lost:?}; endpoint checksum errors {:?}; drops {}",
+        rt.checksum_errors(),
+        drops(&rt.status())
+    );
+    assert_eq!(rt.checksum_errors(), Vec::<(String, u64)>::new());
 }

@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use lab::testing::TempDir;
+
 fn write_config(dir: &std::path::Path, interfaces: &str) -> std::path::PathBuf {
     let path = dir.join("sluice.toml");
     std::fs::write(
@@ -18,66 +20,52 @@ fn write_config(dir: &std::path::Path, interfaces: &str) -> std::path::PathBuf {
     path
 }
 
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-{tag}-{}", lab::netns::unique("r")));
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
 #[test]
 fn missing_interface_is_named() {
     lab::netns::require_root();
     let ns = lab::netns::Netns::new("rerr");
-    let dir = temp_dir("noif");
-    let cfg = write_config(&dir, "\"nosuch0\"");
-    let out = ns
-        .command(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .output()
-        .expect("run sluice");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "must fail: {stderr}");
+    let dir = TempDir::new("sluice-noif");
+    let cfg = write_config(dir.dir(), "\"nosuch0\"");
+    let out = lab::sluice!()
+        .inside(&ns)
+        .run(&["run", "--config", &cfg.to_string_lossy()]);
+    assert!(!out.ok(), "must fail: {}", out.stderr);
+    let stderr = out.stderr;
     assert!(
         stderr.contains("interface nosuch0 does not exist"),
         "names the interface: {stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn invalid_config_is_refused_before_touching_anything() {
-    let dir = temp_dir("badcfg");
-    let cfg = write_config(&dir, "");
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .output()
-        .expect("run sluice");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "must fail: {stderr}");
+    let dir = TempDir::new("sluice-badcfg");
+    let cfg = write_config(dir.dir(), "");
+    let out = lab::sluice!().run(&["run", "--config", &cfg.to_string_lossy()]);
+    assert!(!out.ok(), "must fail: {}", out.stderr);
+    let stderr = out.stderr;
     assert!(
         stderr.contains("appliance.interfaces"),
         "names the key: {stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn not_root_is_said_plainly() {
     lab::netns::require_root();
     lab::netns::require_program("setpriv", "util-linux");
-    let dir = temp_dir("noroot");
-    let cfg = write_config(&dir, "\"lo\"");
+    let tmp = TempDir::new("sluice-noroot");
+    let dir = tmp.dir();
+    let cfg = write_config(dir, "\"lo\"");
     // nobody (65534) cannot attach XDP or open AF_XDP sockets.
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
     std::fs::set_permissions(&cfg, std::os::unix::fs::PermissionsExt::from_mode(0o644))
         .expect("chmod");
     // A copy the unprivileged user can reach whatever the checkout's permissions are.
     let bin = dir.join("sluice");
-    std::fs::copy(env!("CARGO_BIN_EXE_sluice"), &bin).expect("copy binary");
+    std::fs::copy(lab::sluice!().path(), &bin).expect("copy binary");
     std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
     let out = Command::new("setpriv")
@@ -90,5 +78,4 @@ fn not_root_is_said_plainly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "must fail: {stderr}");
     assert!(stderr.contains("needs root"), "says why: {stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,7 +10,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabMode, LabOptions, bird, http_get};
+use lab::testing::{file_text, sample, tail};
+use lab::{LabMode, LabOptions, bird, http_get};
 use serde_json::Value;
 
 const VIPS: usize = 1000;
@@ -18,10 +19,6 @@ const VIPS: usize = 1000;
 const PER_NS: usize = 200;
 /// Backend addresses taken away at once.
 const DOWN: usize = 300;
-
-fn sluice() -> &'static str {
-    env!("CARGO_BIN_EXE_sluice")
-}
 
 fn vip(k: usize) -> String {
     format!("198.18.{}.{}", k / 250, k % 250 + 1)
@@ -80,27 +77,12 @@ fn ip_batch(ns: &lab::netns::Netns, dir: &Path, name: &str, lines: &str) {
     ns.run(&["ip", "-batch", &path.to_string_lossy()]);
 }
 
-/// `sluice ctl --json ARGS` as JSON; the error when it fails (on a loaded machine a call
-/// may time out, and the caller asks again).
-fn ctl(socket: &Path, args: &[&str]) -> Result<Value, String> {
-    let out = std::process::Command::new(sluice())
-        .args(["ctl", "--json", "--socket", &socket.to_string_lossy()])
-        .args(args)
-        .output()
-        .map_err(|e| format!("run sluice ctl: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "sluice ctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("ctl {args:?}: {e}"))
-}
-
 /// (config version, every worker on it, healthy backends over all VIPs).
 fn state(socket: &Path) -> Result<(u64, bool, u64), String> {
-    let s = ctl(socket, &["status"])?;
-    let vips = ctl(socket, &["vips"])?;
+    // On a loaded machine a call may time out: the caller asks again.
+    let sluice = lab::sluice!();
+    let s: Value = sluice.try_ctl_json(socket, &["status"])?;
+    let vips: Value = sluice.try_ctl_json(socket, &["vips"])?;
     let healthy = vips
         .as_array()
         .map(|a| {
@@ -130,42 +112,33 @@ fn wait_for(socket: &Path, healthy: u64, limit: Duration, log: &Path) -> (Instan
         assert!(
             Instant::now() < deadline,
             "{last}, expected {healthy} healthy; log:\n{}",
-            tail(log)
+            log_tail(log)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+/// The last 40 lines of the appliance's log.
+fn log_tail(log: &Path) -> String {
+    tail(&file_text(log), 40)
 }
 
 /// One sample from the metrics: `name value`.
 fn metric(socket: &Path, name: &str) -> Option<f64> {
-    let out = std::process::Command::new(sluice())
-        .args(["ctl", "--socket", &socket.to_string_lossy(), "metrics"])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+    sample(&lab::sluice!().ctl(socket, &["metrics"]).stdout, name)
 }
 
 #[test]
 fn a_thousand_vips_announce_forward_and_absorb_a_storm() {
     lab::netns::require_root();
     let started = Instant::now();
-    let mut lab = Lab::build(LabOptions {
+    let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Dr],
         bgp: Some(true),
         health_checks: false,
         prefix: "sc",
         ..LabOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("lab: {e}"));
+    });
     // Backend addresses on the backends' LAN links, every VIP on their lo.
     let mut vips_on_lo = String::new();
     for k in 0..VIPS {
@@ -185,7 +158,7 @@ fn a_thousand_vips_announce_forward_and_absorb_a_storm() {
     let api = lab.api_socket_at(0);
     lab.write_config(&config(&api)).expect("config");
     let log: PathBuf = lab
-        .start_appliance(Path::new(sluice()))
+        .start_appliance(lab::sluice!().path())
         .expect("start the appliance");
 
     // Every backend healthy, and every VIP announced to BIRD.
@@ -204,7 +177,7 @@ fn a_thousand_vips_announce_forward_and_absorb_a_storm() {
         assert!(
             Instant::now() < routes_deadline,
             "BIRD has learned {n} of {VIPS} VIPs\n{}",
-            tail(&log)
+            log_tail(&log)
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -220,7 +193,7 @@ fn a_thousand_vips_announce_forward_and_absorb_a_storm() {
             lab.wait_vip(*addr, Duration::from_secs(10))
                 .expect("client"),
             "VIP {addr} does not answer\n{}",
-            tail(&log)
+            log_tail(&log)
         );
     }
     let answers = lab
@@ -267,7 +240,7 @@ fn a_thousand_vips_announce_forward_and_absorb_a_storm() {
     assert!(
         versions >= 1 && versions < (DOWN / 3) as u64,
         "{versions} versions for {DOWN} transitions\n{}",
-        tail(&log)
+        log_tail(&log)
     );
     // Still forwarding: every VIP kept a backend in the third namespace.
     let answers = lab

@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use api::{Client, Endpoint};
-use lab::http_get;
 use lab::netns::{Netns, bridge, require_program, require_root, stop_capture, veth};
+use lab::testing::{Nginx, file_text, poll, tail};
+use lab::{Appliance, http_get, wait_answer};
 
 /// New connections per tenant and family.
 const REQUESTS: usize = 300;
@@ -120,9 +120,9 @@ fn family(v6: bool) -> &'static str {
 /// The test bed. Drop kills the appliance and removes the directory; the namespaces drop
 /// after it (fields), killing nginx and anything else left in them.
 struct Bed {
-    appliance: Option<Child>,
+    appliance: Option<Appliance>,
     /// The backends' nginx processes.
-    servers: Vec<Child>,
+    servers: Vec<Nginx>,
     dir: PathBuf,
     switch: Netns,
     lb: Netns,
@@ -134,10 +134,8 @@ struct Bed {
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        for c in self.appliance.iter_mut().chain(self.servers.iter_mut()) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.appliance = None;
+        self.servers.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -274,7 +272,7 @@ impl Bed {
 
     /// Backend `j` of tenant `i`: its underlay address (the VTEP), vxlan devices with eth0's
     /// MAC, its tenant addresses, the VIP on lo and the way back to its tenant's client.
-    fn wire_backend(&self, i: usize, t: Tenant, j: usize) -> Child {
+    fn wire_backend(&self, i: usize, t: Tenant, j: usize) -> Nginx {
         let be = &self.backends[i][j];
         let host = t.be_host(j);
         to_underlay(&self.switch, &format!("p-b{}{}", i + 1, j + 1), be, host);
@@ -282,8 +280,7 @@ impl Bed {
             "sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 \
              net.ipv4.conf.lo.arp_ignore=1",
         );
-        let mac_out = be.run(&["cat", "/sys/class/net/eth0/address"]);
-        let mac = String::from_utf8_lossy(&mac_out.stdout).trim().to_string();
+        let mac = be.sysfs("eth0", "address");
         vxlan(be, "vx4", t.vni, &underlay(host, false), None, &mac);
         if t.v6_underlay {
             vxlan(be, "vx6", t.vni, &underlay(host, true), None, &mac);
@@ -327,52 +324,16 @@ fn answer(t: Tenant, j: usize) -> String {
 
 /// Starts nginx in `ns` (files in `dir`) answering every request with `body`, and waits
 /// until it listens on port 80 in both families.
-fn start_nginx(ns: &Netns, dir: &Path, body: &str) -> Child {
-    std::fs::create_dir_all(dir).expect("nginx directory");
-    let d = dir.display();
-    let conf = format!(
-        "user root;\nworker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\n\
-         error_log {d}/error.log info;\nevents {{ worker_connections 512; }}\n\
-         http {{\n\
-           client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
-           fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-           access_log off;\n\
+fn start_nginx(ns: &Netns, dir: &Path, body: &str) -> Nginx {
+    let http = format!(
+        "  access_log off;\n\
            server {{\n\
              listen 80;\n\
              listen [::]:80 ipv6only=on;\n\
              location / {{ default_type text/plain; return 200 \"{body}\\n\"; }}\n\
-           }}\n\
-         }}\n"
+           }}\n"
     );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).expect("nginx.conf");
-    let log = std::fs::File::create(dir.join("stderr.log")).ok();
-    let (p, c, e) = (
-        d.to_string(),
-        path.display().to_string(),
-        format!("{d}/error.log"),
-    );
-    let args = ["nginx", "-p", &p, "-c", &c, "-e", &e];
-    let child = ns
-        .try_spawn(&args, log)
-        .unwrap_or_else(|e| panic!("nginx in {}: {e}", ns.name));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        let ss = ns.sh("ss -ltnH 'sport = :80'");
-        let text = String::from_utf8_lossy(&ss.stdout).into_owned();
-        if text.contains("0.0.0.0:80") && text.contains("[::]:80") {
-            return child;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut child = child;
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!(
-        "nginx in {} did not listen:\n{}",
-        ns.name,
-        std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-    );
+    Nginx::start(ns, dir, 512, &http, 80)
 }
 
 /// The appliance's config: one tenant VIP per tenant and family, no health checks.
@@ -407,25 +368,12 @@ fn config(socket: &Path) -> String {
 }
 
 /// The appliance's local API.
-struct Api {
-    rt: tokio::runtime::Runtime,
-    client: Client,
-}
+struct Api(lab::testing::Api);
 
 impl Api {
-    fn new(socket: &Path) -> Api {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let client =
-            Client::new(Endpoint::Unix(socket.to_path_buf())).with_timeout(Duration::from_secs(5));
-        Api { rt, client }
-    }
-
     /// (packets, new flows) of every VIP, by name.
     fn vip_counters(&self) -> BTreeMap<String, (u64, u64)> {
-        let vips = self.rt.block_on(self.client.vips()).expect("GET /v1/vips");
+        let vips = self.0.call(|c| c.vips()).expect("GET /v1/vips");
         vips.into_iter()
             .map(|v| (v.name, (v.packets, v.new_flows)))
             .collect()
@@ -433,7 +381,7 @@ impl Api {
 
     /// (address, vtep, packets, new flows) of every backend of the VIP `name`.
     fn backend_counters(&self, name: &str) -> Vec<(String, Option<String>, u64, u64)> {
-        let bs = self.rt.block_on(self.client.backends(name));
+        let bs = self.0.call(|c| c.backends(name));
         let bs = bs.unwrap_or_else(|e| panic!("GET /v1/vips/{name}/backends: {e}"));
         bs.into_iter()
             .map(|b| (b.address, b.vtep, b.packets, b.new_flows))
@@ -442,7 +390,7 @@ impl Api {
 
     /// The metrics lines about the tenant VIPs, and the drops that are not zero.
     fn tenant_metrics(&self) -> Vec<String> {
-        let text = self.rt.block_on(self.client.metrics());
+        let text = self.0.call(|c| c.metrics());
         let text = text.expect("GET /metrics");
         text.lines()
             .filter(|l| !l.starts_with('#'))
@@ -462,37 +410,30 @@ impl Bed {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        file_text(&self.log_path())
     }
 
     /// Writes the config, starts `sluice run` in the appliance's namespace and waits (20 s)
     /// until its API answers; panics with its log when it exits or never answers.
     fn start_appliance(&mut self) -> Api {
         let socket = self.dir.join("api.sock");
-        let cfg = self.dir.join("sluice.toml");
-        std::fs::write(&cfg, config(&socket)).expect("config");
-        let log = std::fs::File::create(self.log_path()).ok();
-        let sluice = Path::new(env!("CARGO_BIN_EXE_sluice"));
-        let child = lab::spawn_sluice_run(&self.lb, sluice, &cfg, log)
-            .unwrap_or_else(|e| panic!("start sluice: {e}"));
-        self.appliance = Some(child);
-        let api = Api::new(&socket);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if socket.exists() && api.rt.block_on(api.client.status()).is_ok() {
-                return api;
-            }
-            let child = self.appliance.as_mut().expect("appliance");
-            let exited = child.try_wait().ok().flatten();
-            assert!(
-                exited.is_none() && Instant::now() < deadline,
-                "the appliance {} (config {}):\n{}",
-                exited.map_or("never answered its API".into(), |s| format!("exited: {s}")),
-                cfg.display(),
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let appliance =
+            Appliance::start(&self.lb, lab::sluice!().path(), &self.dir, &config(&socket))
+                .unwrap_or_else(|e| panic!("start sluice: {e}"));
+        let appliance = self.appliance.insert(appliance);
+        let api = Api(lab::testing::Api::unix(&socket).with_timeout(Duration::from_secs(5)));
+        let answered = poll(Duration::from_secs(20), Duration::from_millis(200), || {
+            appliance.exited().is_some() || (socket.exists() && api.0.call(|c| c.status()).is_ok())
+        });
+        let exited = appliance.exited();
+        let config = appliance.config_path().display().to_string();
+        assert!(
+            answered.is_some() && exited.is_none(),
+            "the appliance {} (config {config}):\n{}",
+            exited.map_or("never answered its API".into(), |s| format!("exited: {s}")),
+            self.log()
+        );
+        api
     }
 }
 
@@ -527,26 +468,6 @@ fn requests(vip: SocketAddr, n: usize) -> Tally {
         }
     }
     t
-}
-
-/// Runs `f` on a thread inside `ns` and returns its result.
-fn in_ns<T: Send + 'static>(ns: &Netns, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let h = ns.in_thread(f).expect("thread in a namespace");
-    h.join().expect("thread in a namespace")
-}
-
-/// Asks `vip` from `client` every 200 ms until it answers 200 or `timeout` passes.
-fn wait_answer(client: &Netns, vip: SocketAddr, timeout: Duration) -> bool {
-    in_ns(client, move || {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if matches!(http_get(vip, "/", Duration::from_millis(700)), Ok((200, _))) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        false
-    })
 }
 
 /// Output of a capture started by `Netns::capture`, after stopping it.
@@ -586,7 +507,7 @@ fn trace_path(bed: &Bed, i: usize, v6: bool) -> String {
     let target = vip(v6);
     let get = move || http_get(target, "/", Duration::from_secs(1)).map(|r| r.0);
     let tried: Vec<String> = (0..3)
-        .map(|_| format!("{:?}", in_ns(&bed.clients[i], get)))
+        .map(|_| format!("{:?}", bed.clients[i].call(get)))
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     let neigh = bed.lb.output(&["ip", "neigh", "show", "dev", "eth0"]);
@@ -648,7 +569,9 @@ fn exercise(bed: &Bed, v6: bool) -> Vec<String> {
     let mut ready = Vec::new();
     for (i, t) in TENANTS.iter().enumerate() {
         let start = Instant::now();
-        if wait_answer(&bed.clients[i], vip(v6), READY) {
+        let target = vip(v6);
+        let try_timeout = Duration::from_millis(700);
+        if bed.clients[i].call(move || wait_answer(target, try_timeout, READY)) {
             println!("{}: first answer after {:?}", t.label(v6), start.elapsed());
             ready.push(i);
         } else {
@@ -775,20 +698,11 @@ fn two_tenants_share_a_vip_address_and_reach_only_their_own_backends() {
         wrong.join("\n"),
         tail(&bed.log(), 60)
     );
-    let mut child = bed.appliance.take().expect("appliance");
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let status = child.wait().expect("wait for the appliance");
+    let mut appliance = bed.appliance.take().expect("appliance");
+    let (clean, took) = appliance.stop(Duration::from_secs(60));
     assert!(
-        status.success(),
-        "the appliance stops cleanly: {status}\n{}",
+        clean,
+        "the appliance stops cleanly (after {took:?})\n{}",
         tail(&bed.log(), 40)
     );
-}
-
-/// The last `n` lines of `text`.
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }

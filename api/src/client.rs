@@ -1,6 +1,7 @@
 //! A small HTTP/1.1 client for the local API, over the unix socket or a TCP address with a
-//! bearer token. One connection per request: the API is local and requests are rare (a
-//! console refresh a second), so pooling would only add states to get wrong.
+//! bearer token, over TLS (rustls) unless the appliance serves plain TCP. One connection
+//! per request: the API is local and requests are rare (a console refresh a second), so
+//! pooling would only add states to get wrong.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,15 +28,23 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 pub enum Endpoint {
     /// The unix socket (`[api] socket`).
     Unix(PathBuf),
-    /// A TCP address (`[api] listen`) and the bearer token it wants.
-    Tcp { addr: String, token: String },
+    /// A TCP address (`[api] listen`), the bearer token it wants, and how its TLS
+    /// certificate is checked (`None`: plain TCP, `[api] plain_tcp = true`).
+    Tcp {
+        addr: String,
+        token: String,
+        tls: Option<crate::tls::Tls>,
+    },
 }
 
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Endpoint::Unix(p) => write!(f, "{}", p.display()),
-            Endpoint::Tcp { addr, .. } => write!(f, "http://{addr}"),
+            Endpoint::Tcp {
+                addr, tls: None, ..
+            } => write!(f, "http://{addr}"),
+            Endpoint::Tcp { addr, .. } => write!(f, "https://{addr}"),
         }
     }
 }
@@ -70,6 +79,9 @@ pub enum ClientError {
     /// No reply within the timeout.
     #[error("API request timed out after {0:?}")]
     Timeout(Duration),
+    /// The TLS handshake failed, or its settings could not be used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A client of one appliance's API.
@@ -134,12 +146,15 @@ impl Client {
                     .map_err(connect_err)?;
                 handshake(s).await?
             }
-            Endpoint::Tcp { addr, token } => {
+            Endpoint::Tcp { addr, token, tls } => {
                 req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
                 let s = tokio::net::TcpStream::connect(addr.as_str())
                     .await
                     .map_err(connect_err)?;
-                handshake(s).await?
+                match tls {
+                    None => handshake(s).await?,
+                    Some(tls) => handshake(tls.connect(s).await?).await?,
+                }
             }
         };
         let req = req

@@ -13,9 +13,11 @@ pub mod fleet;
 pub mod fmt;
 pub mod model;
 pub mod page;
+pub mod tls;
 
 pub use client::{Client, ClientError, Endpoint};
 pub use command::Command;
 pub use fleet::{Disagreement, FleetMember, FleetStatus, Refusal};
 pub use model::*;
 pub use page::{Page, PageError};
+pub use tls::{Tls, Trust};

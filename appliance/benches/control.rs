@@ -49,7 +49,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice::config::{Config, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND, default_table_size};
-use sluice::control::prepare::{HealthSource, Inputs, NextHops, prepare, prepare_health};
+use sluice::control::cores::Cores;
+use sluice::control::prepare::{
+    HealthInputs, HealthSource, Inputs, NextHops, prepare, prepare_health,
+};
 use sluice::lb::BackendId;
 use sluice::lb::Tables;
 use sluice::lb::egress::{Link, NetState, Route, RouteHop};
@@ -147,14 +150,17 @@ impl Loop {
         let fast = match (&self.running, self.commit) {
             (Some(r), Commit::Health) => Some(
                 prepare_health(
-                    r,
-                    &self.config,
-                    &self.health,
-                    // No slow start in the bench config: nothing ever ramps.
-                    &Default::default(),
+                    HealthInputs {
+                        running: r,
+                        config: &self.config,
+                        health: &self.health,
+                        // No slow start in the bench config: nothing ever ramps.
+                        ramps: &Default::default(),
+                        host_addresses: &[],
+                        version: self.version,
+                        exec: &Cores,
+                    },
                     changed,
-                    &[],
-                    self.version,
                 )
                 .expect("the running tables came from this config")
                 .expect("the bench config builds")
@@ -175,9 +181,11 @@ impl Loop {
                 host_addresses: &[],
                 version: self.version,
                 now: Instant::now(),
+                now_ns: sluice::datapath::monotonic_ns(),
                 resettle: false,
                 ramps: &Default::default(),
                 agents: &Default::default(),
+                exec: &Cores,
             })
             .expect("the bench config builds");
             self.config = p.config;

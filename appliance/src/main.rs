@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod api_args;
 mod bench_cmd;
+use api_args::ApiArgs;
 use sluice::config::{self, Config, LoadError};
 
 #[derive(Parser)]
@@ -128,18 +130,32 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ImageCmd {
-    /// Write BUNDLE (the sluice-update-*.tar image/build.sh writes: a file, a block device,
-    /// or an http:// or https:// URL, streamed) into the other slot; the next boot tries it
-    /// and falls back by itself.
+    /// Write BUNDLE (the signed sluice-update-*.tar image/build.sh writes: a file, a block
+    /// device, or an http:// or https:// URL, streamed) into the other slot; the next boot
+    /// tries it and falls back by itself.
     Update {
         bundle: String,
-        /// The bundle's sha256 as published next to it: a file's is checked before anything
-        /// is written, a download's before its boot entry is.
+        /// The bundle's sha256 as published next to it, checked before the boot entry is
+        /// written.
         #[arg(long)]
         sha256: Option<String>,
         /// Boots the new slot gets to reach sluice ready before systemd-boot gives up on it.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=9))]
         tries: u32,
+        /// Install a bundle that no key in /usr/lib/sluice/update-keys signed (labs only:
+        /// anyone who can change the bundle on its way then chooses what boots).
+        #[arg(long)]
+        allow_unsigned: bool,
+        /// The CA certificates (PEM) an https mirror's certificate must chain to, instead of
+        /// the system's.
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
+        /// A download fails when no byte arrives for this long.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        idle_timeout: std::time::Duration,
+        /// A download fails when its body takes longer than this.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        download_timeout: std::time::Duration,
         /// Reboot into it once written.
         #[arg(long)]
         reboot: bool,
@@ -163,49 +179,6 @@ enum ImportFrom {
         #[arg(long, value_name = "DIR")]
         allow_include: Vec<PathBuf>,
     },
-}
-
-/// Where the appliance's API is.
-#[derive(clap::Args, Clone)]
-struct ApiArgs {
-    /// The API's unix socket.
-    #[arg(long, global = true, default_value = config::DEFAULT_SOCKET)]
-    socket: PathBuf,
-    /// The API's TCP address (`[api] listen`) instead of the socket; needs --token-file.
-    #[arg(long, global = true, requires = "token_file")]
-    url: Option<String>,
-    /// File holding the bearer token for --url.
-    #[arg(long, global = true)]
-    token_file: Option<PathBuf>,
-}
-
-/// The bearer token for `--url` could not be read.
-#[derive(Debug, thiserror::Error)]
-#[error("--token-file {}: {source}", .path.display())]
-struct TokenFileError {
-    path: PathBuf,
-    source: std::io::Error,
-}
-
-impl ApiArgs {
-    fn endpoint(&self) -> Result<api::Endpoint, TokenFileError> {
-        match &self.url {
-            None => Ok(api::Endpoint::Unix(self.socket.clone())),
-            Some(url) => {
-                let path = self.token_file.clone().unwrap_or_default();
-                let token = std::fs::read_to_string(&path)
-                    .map_err(|source| TokenFileError { path, source })?;
-                let addr = url
-                    .trim_start_matches("http://")
-                    .trim_end_matches('/')
-                    .to_string();
-                Ok(api::Endpoint::Tcp {
-                    addr,
-                    token: token.trim().to_string(),
-                })
-            }
-        }
-    }
 }
 
 /// `sluice ctl vips`: which page of the VIPs.
@@ -358,10 +331,24 @@ fn image(command: ImageCmd) -> ExitCode {
             bundle,
             sha256,
             tries,
+            allow_unsigned,
+            ca_file,
+            idle_timeout,
+            download_timeout,
             reboot,
         } => image::update(
             &image::Source::parse(&bundle),
-            &image::Update { sha256, tries },
+            &image::Update {
+                sha256,
+                tries,
+                allow_unsigned,
+                download: image::Download {
+                    ca: ca_file,
+                    idle: idle_timeout,
+                    body: download_timeout,
+                    ..Default::default()
+                },
+            },
             &paths,
         )
         .map(|said| {

@@ -3,15 +3,18 @@
 //! what the flow cache is measured against. Run CL (`--flows`) adds one lookup per frame in
 //! an LRU hash of the flow cache's own geometry, filled with the generator's flows.
 
+use std::mem::offset_of;
 use std::sync::mpsc;
 
+use crate::abi::ceiling::{cache_key4, ceiling_cfg, rodata};
+use crate::abi::put;
 use crate::generator::FlowSpace;
 use crate::topology::Macs;
 use crate::{BACKEND, PORT, VIP, ifindex};
 
-/// Bytes of the cache's IPv4 key (steer.bpf.c `struct cache_key4`), the only key run CL
-/// fills.
-pub(crate) const KEY_LEN: usize = 16;
+/// Bytes of the cache's IPv4 key (the appliance's bpf/structs.h `struct cache_key4`, which
+/// bpf/ceiling.bpf.c includes), the only key run CL fills.
+pub(crate) const KEY_LEN: usize = size_of::<cache_key4>();
 
 /// Run CL's map: the appliance's IPv4 flow-cache map's value size and capacity (read from
 /// the kernel in the same round's run A2; its key is [`KEY_LEN`] bytes), and the flows to
@@ -23,16 +26,16 @@ pub(crate) struct Lookup {
     pub(crate) space: FlowSpace,
 }
 
-/// The cache's IPv4 key of flow `i` of `space` (steer.bpf.c `struct cache_key4`: addresses
-/// and ports in network order, the protocol, three bytes of padding).
+/// The cache's IPv4 key of flow `i` of `space` (`struct cache_key4`: addresses and ports
+/// in network order, the protocol, padding zero).
 fn flow_key(space: &FlowSpace, i: u64) -> [u8; KEY_LEN] {
     let (src, sport) = space.flow(i);
     let mut k = [0u8; KEY_LEN];
-    k[0..4].copy_from_slice(&src.octets());
-    k[4..8].copy_from_slice(&VIP.octets());
-    k[8..10].copy_from_slice(&sport.to_be_bytes());
-    k[10..12].copy_from_slice(&PORT.to_be_bytes());
-    k[12] = 17;
+    put(&mut k, offset_of!(cache_key4, src), &src.octets());
+    put(&mut k, offset_of!(cache_key4, dst), &VIP.octets());
+    put(&mut k, offset_of!(cache_key4, sport), &sport.to_be_bytes());
+    put(&mut k, offset_of!(cache_key4, dport), &PORT.to_be_bytes());
+    put(&mut k, offset_of!(cache_key4, proto), &[17]);
     k
 }
 
@@ -54,17 +57,18 @@ pub(crate) fn ceiling(
     let mut open = libbpf_rs::ObjectBuilder::default()
         .open_memory(CEILING_OBJ)
         .map_err(|e| format!("opening the ceiling program: {e}"))?;
+    let mut configured = false;
     for mut m in open.maps_mut() {
         if m.name().to_string_lossy().ends_with(".rodata")
             && let Some(v) = m.initial_value_mut()
-            && v.len() >= 24
         {
-            // struct ceiling_cfg: dst_mac, src_mac, vip, backend, lookup.
-            v[0..6].copy_from_slice(&macs.sink);
-            v[6..12].copy_from_slice(&macs.down);
-            v[12..16].copy_from_slice(&VIP.octets());
-            v[16..20].copy_from_slice(&BACKEND.octets());
-            v[20..24].copy_from_slice(&u32::from(lookup.is_some()).to_ne_bytes());
+            let at = offset_of!(rodata, cfg);
+            let lookup_on = u32::from(lookup.is_some()).to_ne_bytes();
+            configured = put(v, at + offset_of!(ceiling_cfg, dst_mac), &macs.sink)
+                && put(v, at + offset_of!(ceiling_cfg, src_mac), &macs.down)
+                && put(v, at + offset_of!(ceiling_cfg, vip), &VIP.octets())
+                && put(v, at + offset_of!(ceiling_cfg, backend), &BACKEND.octets())
+                && put(v, at + offset_of!(ceiling_cfg, lookup), &lookup_on);
         }
         if let Some(l) = &lookup
             && m.name() == std::ffi::OsStr::new("flows")
@@ -74,6 +78,9 @@ pub(crate) fn ceiling(
                 .and_then(|()| m.set_max_entries(l.entries));
             geometry.map_err(|e| format!("sizing the ceiling's flow map: {e}"))?;
         }
+    }
+    if !configured {
+        return Err("the ceiling program's .rodata holds no ceiling_cfg".into());
     }
     let obj = open
         .load()

@@ -15,10 +15,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use std::mem::offset_of;
 use std::net::Ipv4Addr;
 
 use lab::netns::Netns;
 
+use crate::abi::generator::{gen_cfg, rodata};
+use crate::abi::{put, xdp_ctx};
 use crate::{BenchError, FRAME_LEN, GEN_ADDR, GEN_SPORT, PORT, VIP};
 
 /// Source ports per source address in a flow space: many clients with a few hundred
@@ -93,10 +96,14 @@ const CALL_TARGET: Duration = Duration::from_millis(500);
 static GENERATOR_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/generator.bpf.o"));
 /// Name of the program inside it.
 const GEN_PROG: &str = "sluice_bench_gen";
-/// The longest template: bpf/generator.bpf.c's `GEN_WORDS_MAX` words of 8 bytes.
-const TEMPLATE_MAX: usize = 256;
-/// Bytes of bpf/generator.bpf.c's `struct gen_cfg`.
-const CFG_LEN: usize = 8 + TEMPLATE_MAX + 16;
+/// The longest template: `struct gen_cfg`'s `template` (bpf/generator.bpf.c's
+/// `GEN_WORDS_MAX` words of 8 bytes).
+const TEMPLATE_MAX: usize = field_size(|c: &gen_cfg| &c.template);
+
+/// Bytes of a struct's field, named by a function that borrows it.
+const fn field_size<T, F>(_field: fn(&T) -> &F) -> usize {
+    size_of::<F>()
+}
 /// `BPF_F_TEST_XDP_LIVE_FRAMES` from <linux/bpf.h>.
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 
@@ -123,30 +130,30 @@ impl GenProgram {
         for mut m in open.maps_mut() {
             if m.name().to_string_lossy().ends_with(".rodata")
                 && let Some(v) = m.initial_value_mut()
-                && v.len() >= CFG_LEN
             {
-                // struct gen_cfg: words (u32), pad (u32), the template as 8-byte words,
-                // then flows, ports, addr0 (host order) and port0, all u32.
+                // struct gen_cfg: the template's length in 8-byte words, the template, the
+                // flow space (its first address in host order).
+                let at = offset_of!(rodata, cfg);
                 let words = (template.len() / 8) as u32;
-                v[0..4].copy_from_slice(&words.to_ne_bytes());
-                v[8..8 + template.len()].copy_from_slice(template);
-                let tail = [
-                    space.flows,
-                    space.ports,
-                    u32::from(FIRST_ADDR),
-                    u32::from(FIRST_PORT),
+                let fields: [(usize, &[u8]); 6] = [
+                    (offset_of!(gen_cfg, words), &words.to_ne_bytes()),
+                    (offset_of!(gen_cfg, template), template),
+                    (offset_of!(gen_cfg, flows), &space.flows.to_ne_bytes()),
+                    (offset_of!(gen_cfg, ports), &space.ports.to_ne_bytes()),
+                    (
+                        offset_of!(gen_cfg, addr0),
+                        &u32::from(FIRST_ADDR).to_ne_bytes(),
+                    ),
+                    (
+                        offset_of!(gen_cfg, port0),
+                        &u32::from(FIRST_PORT).to_ne_bytes(),
+                    ),
                 ];
-                for (k, x) in tail.iter().enumerate() {
-                    let at = 8 + TEMPLATE_MAX + 4 * k;
-                    v[at..at + 4].copy_from_slice(&x.to_ne_bytes());
-                }
-                configured = true;
+                configured = fields.iter().all(|(o, b)| put(v, at + o, b));
             }
         }
         if !configured {
-            return Err(format!(
-                "the generator program has no {CFG_LEN}-byte .rodata for its gen_cfg"
-            ));
+            return Err("the generator program's .rodata holds no gen_cfg".into());
         }
         let obj = open
             .load()
@@ -163,11 +170,7 @@ impl GenProgram {
 
     /// Transmits `count` frames out of `ifindex` (in the calling thread's namespace).
     fn send(&mut self, ifindex: u32, frame: &[u8], count: u32) -> Result<(), String> {
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
-        // egress_ifindex (all u32): the frame starts at 0 and arrives on queue 0.
-        let mut ctx = [0u8; 24];
-        ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-        ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        let mut ctx = xdp_ctx(frame.len() as u32, ifindex);
         let input = libbpf_rs::ProgramInput {
             context_in: Some(&mut ctx),
             data_in: Some(frame),

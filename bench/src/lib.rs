@@ -32,6 +32,7 @@
 //! The bench knows the appliance only as the `sluice` binary it starts and the API it asks.
 #![forbid(unsafe_code)]
 
+mod abi;
 mod appliance;
 mod ceiling;
 pub mod client;

@@ -81,11 +81,7 @@ impl Pktgen {
         let mut left = count;
         while left > 0 {
             let n = left.min(MAX_PER_RUN);
-            // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
-            // egress_ifindex (all u32): the frame starts at 0 and arrives on queue 0.
-            let mut ctx = [0u8; 24];
-            ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-            ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+            let mut ctx = crate::abi::xdp_ctx(frame.len() as u32, ifindex);
             let input = ProgramInput {
                 context_in: Some(&mut ctx),
                 data_in: Some(frame),

@@ -4,6 +4,10 @@
 
 use std::net::Ipv4Addr;
 
+use std::mem::offset_of;
+
+use crate::abi::put;
+use crate::abi::sink::{rodata, sink_cfg, sink_counter};
 use crate::counters::sum_percpu;
 use crate::ifindex;
 
@@ -11,10 +15,6 @@ use crate::ifindex;
 static SINK_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sink.bpf.o"));
 const SINK_PROG: &str = "sluice_sink";
 const SINK_MAP: &str = "sink_counters";
-/// Counter slots of bpf/sink.bpf.c: IPv4 UDP to the backend's address and port.
-const SINK_DELIVERED: u32 = 0;
-/// Counter slots of bpf/sink.bpf.c: any other IPv4 UDP (not rewritten by the forwarder).
-const SINK_STRAY: u32 = 1;
 
 /// What the sink has counted since it was attached, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,16 +44,15 @@ impl SinkProgram {
         for mut m in open.maps_mut() {
             if m.name().to_string_lossy().ends_with(".rodata")
                 && let Some(v) = m.initial_value_mut()
-                && v.len() >= 8
             {
-                // struct sink_cfg: backend, port (both in network order), pad.
-                v[0..4].copy_from_slice(&backend.octets());
-                v[4..6].copy_from_slice(&port.to_be_bytes());
-                configured = true;
+                // struct sink_cfg: backend and port, both in network order.
+                let at = offset_of!(rodata, cfg);
+                configured = put(v, at + offset_of!(sink_cfg, backend), &backend.octets())
+                    && put(v, at + offset_of!(sink_cfg, port), &port.to_be_bytes());
             }
         }
         if !configured {
-            return Err("the sink program has no 8-byte .rodata for its sink_cfg".into());
+            return Err("the sink program's .rodata holds no sink_cfg".into());
         }
         let obj = open
             .load()
@@ -128,8 +127,8 @@ impl SinkProgram {
             sum_percpu(&per_cpu).ok_or_else(|| format!("{SINK_MAP}[{i}] is not a u64"))
         };
         Ok(SinkCounts {
-            delivered: slot(SINK_DELIVERED)?,
-            stray: slot(SINK_STRAY)?,
+            delivered: slot(sink_counter::SINK_DELIVERED.0)?,
+            stray: slot(sink_counter::SINK_STRAY.0)?,
         })
     }
 }

@@ -11,6 +11,7 @@ pub mod model;
 mod policy;
 mod range;
 mod reader;
+mod tree;
 mod validate;
 mod zone;
 
@@ -155,13 +156,6 @@ fn load_str(
     if text.trim().is_empty() {
         return Err(LoadError::Empty { path: path_buf() });
     }
-    // Parse with `toml` first for a precise, one-line syntax error with line and column.
-    if let Err(e) = text.parse::<toml::Table>() {
-        return Err(LoadError::Syntax {
-            path: path_buf(),
-            message: syntax_message(text, &e),
-        });
-    }
     let overrides: config::Map<String, String> = env
         .into_iter()
         .filter(|(k, _)| {
@@ -170,25 +164,30 @@ fn load_str(
                 .is_some_and(|rest| rest.contains("__"))
         })
         .collect();
-    let built = config::Config::builder()
-        .add_source(config::File::from_str(text, config::FileFormat::Toml))
-        .add_source(
-            config::Environment::with_prefix(ENV_PREFIX)
-                .prefix_separator("_")
-                .separator("__")
-                .try_parsing(true)
-                .source(Some(overrides)),
-        )
-        .build()
-        .map_err(|e| LoadError::Environment(e.to_string()))?;
-    let root: config::Value = built
-        .try_deserialize()
-        .map_err(|e| LoadError::Environment(e.to_string()))?;
-    let config::ValueKind::Table(map) = root.kind else {
-        return Err(LoadError::Syntax {
-            path: path_buf(),
-            message: "the top level is not a table".into(),
-        });
+    let direct = if overrides.is_empty() {
+        tree::direct(text)
+    } else {
+        None
+    };
+    let map = match direct {
+        Some(map) => map,
+        None => {
+            // Parse with `toml` first for a precise, one-line syntax error with line and
+            // column.
+            if let Err(e) = text.parse::<toml::Table>() {
+                return Err(LoadError::Syntax {
+                    path: path_buf(),
+                    message: syntax_message(text, &e),
+                });
+            }
+            tree::through_config(text, overrides).map_err(|e| match e {
+                tree::Error::Config(e) => LoadError::Environment(e),
+                tree::Error::NotATable => LoadError::Syntax {
+                    path: path_buf(),
+                    message: "the top level is not a table".into(),
+                },
+            })?
+        }
     };
     let validated = validate::validate(&map);
     // The parsed documents are dead now: at 10,000 VIPs they are well over a hundred

@@ -56,6 +56,8 @@ pub struct Appliance {
     pub ring_size: u32,
     /// Connection-table entries per worker.
     pub conntrack_capacity: u32,
+    /// Embryonic entries one client address may hold in a worker's table (0: no budget).
+    pub embryonic_per_source: u16,
     /// Maglev ring size (a prime) of every VIP that does not set its own; `None`: each
     /// such VIP's is the default for its pool's size (`config::default_table_size`).
     pub maglev_table_size: Option<u32>,
@@ -174,6 +176,16 @@ pub struct Api {
     /// Optional TCP listener for the API, guarded by `token_file`.
     pub listen: Option<SocketAddr>,
     pub token_file: Option<PathBuf>,
+    /// The TCP listener's certificate and key; `None` with `listen` set means the file said
+    /// `plain_tcp = true` (the token then crosses the network in clear text).
+    pub tls: Option<ApiTls>,
+}
+
+/// `[api] tls_cert` and `tls_key`: the TCP API's certificate chain and private key (PEM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// `[bgp]`: the embedded speaker.

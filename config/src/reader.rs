@@ -4,7 +4,6 @@
 //! serde's derive stops at the first error and cannot say "unknown key" together with
 //! "wrong type" elsewhere; walking the tree by hand gives full, exact reports.
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -34,7 +33,8 @@ pub fn describe(v: &Value) -> String {
 pub struct Table<'a> {
     pub path: String,
     map: &'a Map<String, Value>,
-    used: HashSet<&'a str>,
+    /// Which of the map's keys (by position) were read.
+    used: Vec<bool>,
 }
 
 impl<'a> Table<'a> {
@@ -42,7 +42,7 @@ impl<'a> Table<'a> {
         Self {
             path: path.into(),
             map,
-            used: HashSet::new(),
+            used: vec![false; map.len()],
         }
     }
 
@@ -62,15 +62,15 @@ impl<'a> Table<'a> {
 
     /// The raw value of `key`, marking it as known.
     pub fn raw(&mut self, key: &str) -> Option<&'a Value> {
-        let (k, v) = self.map.get_key_value(key)?;
-        self.used.insert(k.as_str());
+        let (i, _, v) = self.map.get_full(key)?;
+        self.used[i] = true;
         Some(v)
     }
 
     /// Reports every key that was never read as unknown.
     pub fn finish(self, errs: &mut ConfigErrors) {
-        for k in self.map.keys() {
-            if !self.used.contains(k.as_str()) {
+        for (k, used) in self.map.keys().zip(&self.used) {
+            if !used {
                 errs.push(self.key(k), "unknown key");
             }
         }

@@ -413,8 +413,52 @@ fn maglev_table_size_must_be_prime() {
 
 #[test]
 fn api_listen_needs_token() {
-    let text = format!("{BASE}\n[api]\nlisten = \"127.0.0.1:9400\"\n");
+    let text = format!("{BASE}\n[api]\nlisten = \"127.0.0.1:9400\"\nplain_tcp = true\n");
     assert_error(&text, "api.token_file", "bearer token");
+}
+
+#[test]
+fn api_listen_serves_tls_unless_plain_tcp_is_asked_for() {
+    let api = |keys: &str| format!("{BASE}\n[api]\ntoken_file = \"/etc/sluice/token\"\n{keys}\n");
+    let listen = "listen = \"127.0.0.1:9400\"\n";
+    assert_error(&api(listen), "api.tls_cert", "plain_tcp = true");
+    let c = Config::from_toml_str(&api(&format!(
+        "{listen}tls_cert = \"/etc/sluice/api.pem\"\ntls_key = \"/etc/sluice/api.key\""
+    )))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let tls = c.api.tls.expect("tls");
+    assert_eq!(tls.cert, std::path::PathBuf::from("/etc/sluice/api.pem"));
+    assert_eq!(tls.key, std::path::PathBuf::from("/etc/sluice/api.key"));
+    let c = Config::from_toml_str(&api(&format!("{listen}plain_tcp = true")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((c.api.listen.is_some(), c.api.tls), (true, None));
+    assert_error(
+        &api(&format!("{listen}tls_cert = \"/c.pem\"")),
+        "api.tls_key",
+        "private key",
+    );
+    assert_error(
+        &api(&format!("{listen}tls_key = \"/k.pem\"")),
+        "api.tls_cert",
+        "certificate chain",
+    );
+    assert_error(
+        &api(&format!(
+            "{listen}tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\nplain_tcp = true"
+        )),
+        "api.plain_tcp",
+        "not both",
+    );
+    assert_error(
+        &api("tls_cert = \"/c.pem\""),
+        "api.tls_cert",
+        "without api.listen",
+    );
+    assert_error(
+        &api("plain_tcp = true"),
+        "api.plain_tcp",
+        "without api.listen",
+    );
 }
 
 #[test]

@@ -1,16 +1,151 @@
-//! The lab's appliances: `sluice run` processes (the binary the caller names) in their
-//! namespaces, started with the config the lab wrote, signalled (reload, graceful stop) and
-//! reaped.
+//! `sluice run` processes (the binary the caller names) in their namespaces: the one way the
+//! lab, its appliances and the tests that build their own topology start one on a config
+//! file, signal it (reload, graceful stop), wait for its exit and reap it.
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
-use crate::netns::{Netns, Result};
+use crate::netns::{LabError, Netns, Result};
 use crate::{Lab, STARTUP_HEALTH_WAIT};
 
+/// How often a wait for an appliance's exit looks (a test times how long SIGTERM takes).
+const EXIT_POLL: Duration = Duration::from_millis(20);
+
+/// A running `sluice run`: its config and log files and its process, killed (SIGKILL) and
+/// reaped on drop.
+#[derive(Debug)]
+pub struct Appliance {
+    child: Child,
+    config: PathBuf,
+    log: PathBuf,
+    /// The exit status, once reaped.
+    exit: Option<ExitStatus>,
+}
+
+impl Drop for Appliance {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Appliance {
+    /// Starts `sluice run --config CONFIG` in `ns`, its output (stdout and stderr) into
+    /// `log`.
+    pub fn spawn(ns: &Netns, sluice: &Path, config: &Path, log: &Path) -> Result<Appliance> {
+        let file = std::fs::File::create(log).map_err(|e| LabError {
+            command: format!("create {}", log.display()),
+            detail: e.to_string(),
+        })?;
+        let child = spawn_sluice_run(ns, sluice, config, Some(file))?;
+        Ok(Appliance {
+            child,
+            config: config.to_path_buf(),
+            log: log.to_path_buf(),
+            exit: None,
+        })
+    }
+
+    /// Writes `config` to `dir`/sluice.toml and starts `sluice run` with it in `ns`, its
+    /// output into `dir`/sluice.log.
+    pub fn start(ns: &Netns, sluice: &Path, dir: &Path, config: &str) -> Result<Appliance> {
+        let path = dir.join("sluice.toml");
+        std::fs::write(&path, config).map_err(|e| LabError {
+            command: format!("write {}", path.display()),
+            detail: e.to_string(),
+        })?;
+        Appliance::spawn(ns, sluice, &path, &dir.join("sluice.log"))
+    }
+
+    /// Its process id (`ip netns exec` execs, so it is sluice's own).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The config file it runs on.
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
+    /// The file its output goes to.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// What it has logged so far (empty when the log cannot be read).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `signal` (as `kill` names it: `-HUP`, `-TERM`, `-USR2`); whether it was sent.
+    pub fn signal(&self, signal: &str) -> bool {
+        self.exit.is_none()
+            && std::process::Command::new("kill")
+                .args([signal, &self.pid().to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+    }
+
+    /// Whether the process runs (exists and is not a zombie awaiting reaping).
+    pub fn alive(&self) -> bool {
+        self.exit.is_none()
+            && std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
+                .ok()
+                .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+                .unwrap_or(false)
+    }
+
+    /// Its exit status, when it has exited (reaping it).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().ok().flatten();
+        }
+        self.exit
+    }
+
+    /// Waits up to `timeout` for it to exit and reaps it; whether it exited with status 0,
+    /// and how long the wait took. Kills it (and says false) when it outlives `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> (bool, Duration) {
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                return (status.success(), t0.elapsed());
+            }
+            if t0.elapsed() >= timeout {
+                let _ = self.child.kill();
+                self.exit = self.child.wait().ok();
+                return (false, t0.elapsed());
+            }
+            std::thread::sleep(EXIT_POLL);
+        }
+    }
+
+    /// SIGTERM (it shuts down gracefully: BGP GRACEFUL_SHUTDOWN, withdraw, detach XDP) and
+    /// [`Appliance::wait`] up to `timeout`: whether it exited cleanly, and how long it took.
+    pub fn stop(&mut self, timeout: Duration) -> (bool, Duration) {
+        if !self.signal("-TERM") {
+            return (self.exited().is_some_and(|s| s.success()), Duration::ZERO);
+        }
+        self.wait(timeout)
+    }
+
+    /// SIGKILL (no graceful shutdown, no withdraw, no cleanup) and reap; whether it ran.
+    pub fn kill(&mut self) -> bool {
+        if self.exit.is_some() {
+            return false;
+        }
+        let killed = self.child.kill().is_ok();
+        self.exit = self.child.wait().ok();
+        killed
+    }
+}
+
 impl Lab {
-    /// was written already); its output goes to `sluice.log` in the lab directory.
+    /// Starts `sluice run` for the first appliance ([`Lab::start_appliance_at`]); returns its
+    /// log's path.
     pub fn start_appliance(&mut self, sluice: &Path) -> Result<PathBuf> {
         self.start_appliance_at(0, sluice)
     }
@@ -50,26 +185,24 @@ impl Lab {
         if !cfg.exists() {
             self.write_config_at(k, &self.config_for(k, &self.api_socket_at(k)))?;
         }
-        let log_path = self.log_path_at(k);
-        let log = std::fs::File::create(&log_path).ok();
-        let child = spawn_sluice_run(self.appliance_ns(k), sluice, &cfg, log)?;
-        self.appliances[k] = Some(child);
-        Ok(log_path)
+        let log = self.log_path_at(k);
+        let appliance = Appliance::spawn(self.appliance_ns(k), sluice, &cfg, &log)?;
+        self.appliances[k] = Some(appliance);
+        Ok(log)
+    }
+
+    /// Appliance `k`'s `sluice run`, while the lab runs it.
+    pub fn appliance(&self, k: usize) -> Option<&Appliance> {
+        self.appliances.get(k)?.as_ref()
     }
 
     /// The process id of appliance `k`'s `sluice run`, while the lab runs it.
     pub fn appliance_pid(&self, k: usize) -> Option<u32> {
-        self.appliances.get(k)?.as_ref().map(Child::id)
+        self.appliance(k).map(Appliance::pid)
     }
 
     fn signal_appliance(&self, k: usize, signal: &str) -> bool {
-        let Some(pid) = self.appliance_pid(k) else {
-            return false;
-        };
-        std::process::Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success())
+        self.appliance(k).is_some_and(|a| a.signal(signal))
     }
 
     /// Asks the appliance to reload its config file (SIGHUP).
@@ -103,45 +236,24 @@ impl Lab {
     /// Waits up to `timeout` for appliance `k` to exit and reaps it; returns whether it
     /// exited with status 0. Kills it (and returns false) when it outlives `timeout`.
     pub fn wait_appliance_at(&mut self, k: usize, timeout: Duration) -> bool {
-        let Some(mut child) = self.appliances.get_mut(k).and_then(Option::take) else {
+        let Some(mut appliance) = self.appliances.get_mut(k).and_then(Option::take) else {
             return false;
         };
-        let deadline = Instant::now() + timeout;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => return status.success(),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return false;
-                }
-            }
-        }
+        appliance.wait(timeout).0
     }
 
     /// Kills appliance `k` hard (SIGKILL: no graceful shutdown, no withdraw, no cleanup)
     /// and reaps it; returns whether there was one to kill.
     pub fn kill_appliance_at(&mut self, k: usize) -> bool {
-        let Some(mut child) = self.appliances.get_mut(k).and_then(Option::take) else {
+        let Some(mut appliance) = self.appliances.get_mut(k).and_then(Option::take) else {
             return false;
         };
-        let killed = child.kill().is_ok();
-        let _ = child.wait();
-        killed
+        appliance.kill()
     }
 
     /// Whether appliance `k`'s process runs (exists and is not a zombie awaiting reaping).
     pub(crate) fn appliance_alive(&self, k: usize) -> bool {
-        let Some(pid) = self.appliance_pid(k) else {
-            return false;
-        };
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-            .unwrap_or(false)
+        self.appliance(k).is_some_and(Appliance::alive)
     }
 }
 
@@ -160,21 +272,5 @@ pub fn spawn_sluice_run(
             &cfg.to_string_lossy(),
         ],
         log,
-    )
-}
-
-/// `sluice ctl --socket SOCKET ARGS...`: (exit code, stdout, stderr).
-pub fn sluice_ctl(sluice: &Path, socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(sluice)
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("run sluice ctl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }

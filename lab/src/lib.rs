@@ -33,6 +33,8 @@ mod console;
 pub mod etcd;
 pub mod netns;
 mod run;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod topology;
 mod traffic;
 mod wait;
@@ -45,10 +47,11 @@ use std::time::Duration;
 
 use netns::{LabError, Netns, Result};
 
-pub use appliances::{sluice_ctl, spawn_sluice_run};
+pub use appliances::{Appliance, spawn_sluice_run};
 pub use run::run_lab;
 pub use traffic::{
     BLOB_SIZE, VipReport, blob, exercise_vip, format_reports, http_get, slow_download, udp_ask,
+    wait_answer,
 };
 pub use wait::wait_for_routes;
 
@@ -203,18 +206,14 @@ pub struct Lab {
     /// Backend servers by backend index.
     servers: Vec<Option<Child>>,
     /// `sluice run` processes by appliance index.
-    appliances: Vec<Option<Child>>,
+    appliances: Vec<Option<Appliance>>,
     bird: Option<bird::Bird>,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        for c in self
-            .appliances
-            .iter_mut()
-            .chain(self.servers.iter_mut())
-            .flatten()
-        {
+        self.appliances.clear();
+        for c in self.servers.iter_mut().flatten() {
             let _ = c.kill();
             let _ = c.wait();
         }

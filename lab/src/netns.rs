@@ -182,6 +182,47 @@ impl Netns {
         cap
     }
 
+    /// Runs `f` on a thread inside this namespace ([`Netns::in_thread`]) and returns what it
+    /// returns, panicking when the thread cannot start or `f` panics (tests).
+    pub fn call<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let thread = self.in_thread(f).unwrap_or_else(|e| panic!("{e}"));
+        thread
+            .join()
+            .unwrap_or_else(|_| panic!("the thread in namespace {} panicked", self.name))
+    }
+
+    /// Attribute `attr` of interface `dev` in this namespace as sysfs shows it
+    /// (`/sys/class/net/DEV/ATTR`: `address`, `ifindex`, `statistics/rx_packets`), trimmed.
+    pub fn try_sysfs(&self, dev: &str, attr: &str) -> Result<String> {
+        let out = self.try_run(&["cat", &format!("/sys/class/net/{dev}/{attr}")])?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// [`Netns::try_sysfs`], panicking when it fails (tests).
+    pub fn sysfs(&self, dev: &str, attr: &str) -> String {
+        self.try_sysfs(dev, attr).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The MAC address of interface `dev` in this namespace.
+    pub fn try_mac(&self, dev: &str) -> Result<[u8; 6]> {
+        let text = self.try_sysfs(dev, "address")?;
+        let bytes: Option<Vec<u8>> = text
+            .split(':')
+            .map(|h| u8::from_str_radix(h, 16).ok())
+            .collect();
+        bytes
+            .and_then(|b| <[u8; 6]>::try_from(b).ok())
+            .ok_or_else(|| LabError {
+                command: format!("cat /sys/class/net/{dev}/address in {}", self.name),
+                detail: format!("not a MAC address: {text:?}"),
+            })
+    }
+
+    /// [`Netns::try_mac`], panicking when it fails (tests).
+    pub fn mac(&self, dev: &str) -> [u8; 6] {
+        self.try_mac(dev).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Runs `f` on a new thread that has entered this namespace, so every socket it opens
     /// lives here (the lab's traffic generator uses it instead of forking a client per request).
     pub fn in_thread<T: Send + 'static>(
@@ -255,6 +296,31 @@ pub fn try_veth_mq(a: &Netns, a_if: &str, b: &Netns, b_if: &str, queues: u32) ->
         let _ = ns.try_run(&["ethtool", "-K", ifname, "tx", "off"]);
     }
     Ok(())
+}
+
+/// Moves the calling thread into the namespace `name` (every socket it opens from now on
+/// lives there), panicking when it cannot (tests, and threads a test spawns for it).
+pub fn enter(name: &str) {
+    let path = format!("/run/netns/{name}");
+    let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .unwrap_or_else(|e| panic!("setns into {path}: {e}"));
+}
+
+/// Links `a` and `b` with a veth pair (`a_if` / `b_if`) on the subnet `net`: three octets
+/// of a /24 (`"10.71.1"`: `a` holds `10.71.1.1`, `b` `10.71.1.2`) or the first half of a
+/// /64 (`"fd00:77::"`: `fd00:77::1` and `fd00:77::2`, usable at once: no DAD). Panics when
+/// it fails (tests).
+pub fn link(a: &Netns, a_if: &str, b: &Netns, b_if: &str, net: &str) {
+    veth(a, a_if, b, b_if);
+    for (ns, dev, host) in [(a, a_if, 1), (b, b_if, 2)] {
+        if net.contains(':') {
+            let addr = format!("{net}{host}/64");
+            ns.run(&["ip", "-6", "addr", "add", &addr, "dev", dev, "nodad"]);
+        } else {
+            ns.run(&["ip", "addr", "add", &format!("{net}.{host}/24"), "dev", dev]);
+        }
+    }
 }
 
 /// [`try_veth_mq`] with one queue each way.

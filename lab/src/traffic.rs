@@ -49,6 +49,19 @@ pub fn http_get(
     Ok((status, buf[split + 4..].to_vec()))
 }
 
+/// Asks `addr` for `/whoami` every 200 ms, each try given `try_timeout`, until an HTTP
+/// answer comes or `limit` passes; whether one came. Run it in the client's namespace.
+pub fn wait_answer(addr: SocketAddr, try_timeout: Duration, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if http_get(addr, "/whoami", try_timeout).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
 /// GET /blob, reading `pace` apart in 8 KB steps so that the transfer lasts seconds; sends
 /// the serving backend's name once the headers arrive and returns the body.
 pub fn slow_download(

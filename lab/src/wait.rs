@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::netns::{LabError, Result};
-use crate::{Lab, appliance_addr, bird, config, http_get};
+use crate::{Lab, appliance_addr, bird, config, wait_answer};
 
 impl Lab {
     /// Waits until appliance `k` reports every backend it health-checks up (from its log:
@@ -98,16 +98,7 @@ impl Lab {
     /// Asks `addr` for `/whoami` from the client every 200 ms until it answers or `timeout`
     /// passes; returns whether it answered.
     pub fn wait_vip(&self, addr: SocketAddr, timeout: Duration) -> Result<bool> {
-        self.from_client(move || {
-            let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline {
-                if http_get(addr, "/whoami", Duration::from_millis(500)).is_ok() {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            false
-        })
+        self.from_client(move || wait_answer(addr, Duration::from_millis(500), timeout))
     }
 }
 

@@ -52,6 +52,17 @@ impl Default for PersistTable {
     }
 }
 
+/// The persistence salt of a VIP: its address, port, protocol and, for a tenant's, its
+/// zone (tenants reuse addresses: one tenant's clients must not pin or probe another's).
+pub fn salt(address: u128, port: u16, proto: u8, zone: u32) -> u64 {
+    let salt = mix64(address as u64 ^ ((address >> 64) as u64).rotate_left(21))
+        ^ mix64(u64::from(port) << 8 | u64::from(proto));
+    match zone {
+        0 => salt,
+        z => salt ^ mix64(u64::from(z).rotate_left(40) | 0x5a5a),
+    }
+}
+
 /// The key of a client of a VIP: `salt` names the VIP, `addr` is the client's address
 /// (IPv4-mapped for IPv4) and `prefix` the netmask's length within its family.
 pub fn client_key(salt: u64, addr: u128, v6: bool, prefix: u8) -> u64 {

@@ -367,6 +367,8 @@ pub struct Core {
     pub timeouts: Timeouts,
     /// Limits on the ICMP messages the engine originates.
     pub icmp_limits: config::IcmpLimits,
+    /// Embryonic entries one client address may hold in a worker's table (0: no budget).
+    pub embryonic_per_source: u16,
     /// Rings built for this version (the others are shared with the version before).
     pub rings_built: u32,
     /// The shared connection counts of this version's limited backends.
@@ -396,6 +398,12 @@ fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEn
     let id_hash = id.chunks(8).fold(0u64, |h, c| {
         mix64(h ^ c.iter().fold(0u64, |a, x| a << 8 | u64::from(*x)))
     });
+    // Tenants reuse addresses: a tenant backend's token is its zone's too, so one tenant's
+    // remembered backend never names another's.
+    let id_hash = match v.zone() {
+        0 => id_hash,
+        z => mix64(id_hash ^ u64::from(z) << 32),
+    };
     BackendEntry {
         limit: b.max_connections.map(|max| Limit {
             max,
@@ -416,12 +424,11 @@ fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEn
 }
 
 /// A VIP's persistence settings, when on; the salt names the VIP in the shared table.
-fn persistence(v: &Vip, address: u128, proto: u8) -> Option<Persistence> {
+fn persistence(v: &Vip, address: u128, proto: u8, zone: u32) -> Option<Persistence> {
     v.persistence.map(|d| Persistence {
         timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
         netmask: v.persistence_netmask,
-        salt: mix64(address as u64 ^ ((address >> 64) as u64).rotate_left(21))
-            ^ mix64(u64::from(v.port) << 8 | u64::from(proto)),
+        salt: crate::persist::salt(address, v.port, proto, zone),
     })
 }
 
@@ -471,6 +478,7 @@ impl Tables {
             tunnel_source: TunnelSource::default(),
             timeouts: config.appliance.timeouts,
             icmp_limits: config.appliance.icmp_limits,
+            embryonic_per_source: config.appliance.embryonic_per_source,
             rings_built: 0,
             limits: Arc::new(LimitBoard::new(0)),
             limited: Vec::new(),
@@ -640,7 +648,7 @@ impl Core {
             hash_ports: v.hashes_port(),
             client_address: v.client_address,
             one_packet: v.udp_one_packet,
-            persistence: persistence(v, address, proto),
+            persistence: persistence(v, address, proto, zone),
             overflow: v.overflow,
             has_limits: pool_has_limits,
             quorum,
@@ -884,6 +892,7 @@ pub(crate) mod tests {
                 umem_frames: 4096,
                 ring_size: 2048,
                 conntrack_capacity: 1024,
+                embryonic_per_source: 1024,
                 maglev_table_size: Some(65537),
                 health_batch: config::DEFAULT_HEALTH_BATCH,
                 health_batch_delay: config::DEFAULT_HEALTH_BATCH_DELAY,
@@ -896,6 +905,7 @@ pub(crate) mod tests {
                 metrics: None,
                 listen: None,
                 token_file: None,
+                tls: None,
             },
             bgp: None,
             health_checks: Vec::new(),

@@ -23,6 +23,19 @@ impl Core {
         !self.tenant_index.is_empty()
     }
 
+    /// The tenant zones of these tables' VIPs, in order, once each.
+    pub fn tenant_zones(&self) -> Vec<u32> {
+        let mut z: Vec<u32> = self
+            .vips
+            .iter()
+            .map(|v| v.zone)
+            .filter(|z| *z != 0)
+            .collect();
+        z.sort_unstable();
+        z.dedup();
+        z
+    }
+
     /// The VIP serving `addr:port` over `proto` in `zone`: a tenant's, or the underlay's.
     #[inline]
     pub fn vip_in(&self, zone: u32, addr: u128, port: u16, proto: u8) -> Option<u32> {

@@ -92,3 +92,39 @@ fn the_fingerprint_tells_the_tenants_apart() {
     let t2 = Tables::build(&c2, &|_, _| true, 1).expect("tables");
     assert_ne!(t.fingerprint(), t2.fingerprint());
 }
+
+/// Issue 42: tenants reuse addresses, so the zone is part of every persistence key and
+/// backend token: two tenants' VIPs on one address and port, with backends at one tenant
+/// address, share neither a persistence salt nor a token (one tenant's clients could
+/// otherwise pin or probe the other's).
+#[test]
+fn tenants_share_no_persistence_salt_or_token() {
+    let text = CONFIG
+        .replace("port = 0\ntenant_vni = 200", "port = 80\ntenant_vni = 200")
+        .replace(
+            "tenant_vni = 100\n",
+            "tenant_vni = 100\npersistence = \"60s\"\n",
+        )
+        .replace(
+            "tenant_vni = 200\n",
+            "tenant_vni = 200\npersistence = \"60s\"\n",
+        );
+    let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let t = Tables::build(&c, &|_, _| true, 1).expect("tables");
+    let (p100, p200) = (
+        t.vips[1].persistence.expect("t100 persistent"),
+        t.vips[2].persistence.expect("t200 persistent"),
+    );
+    assert_ne!(p100.salt, p200.salt, "the zone is part of the salt");
+    let client = a("198.51.100.7");
+    assert_ne!(
+        crate::persist::client_key(p100.salt, client, false, 32),
+        crate::persist::client_key(p200.salt, client, false, 32),
+        "one client address is two clients in two tenants"
+    );
+    let (b100, b200) = (
+        &t.backends[t.vips[1].backends.start as usize],
+        &t.backends[t.vips[2].backends.start as usize],
+    );
+    assert_ne!(b100.token, b200.token, "the zone is part of the token");
+}

@@ -1,11 +1,10 @@
-//! BGP test helpers shared by the router tests: a speaker living in a namespace, BIRD
-//! instances with their own config and control socket, and bounded waits.
+//! What the BGP router tests share that needs the bgp crate (everything else, routers and
+//! waits included, is in `lab::testing`): a speaker living in a namespace, on a thread of
+//! this process or in a process of its own.
 #![allow(dead_code)]
 
-use bgp::{IpNet, PeerStatus, RouteAttrs, Speaker, SpeakerConfig};
-use lab::netns::{Netns, require_program};
-use std::os::fd::AsFd;
-use std::path::PathBuf;
+use bgp::{IpNet, PeerConfig, PeerStatus, RouteAttrs, Speaker, SpeakerConfig};
+use lab::netns::Netns;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -29,19 +28,9 @@ impl NsSpeaker {
     pub fn start(ns: &Netns, cfg: SpeakerConfig) -> NsSpeaker {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Cmd>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-        let path = format!("/run/netns/{}", ns.name);
+        let name = ns.name.clone();
         let thread = std::thread::spawn(move || {
-            let f = match std::fs::File::open(&path) {
-                Ok(f) => f,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(format!("open {path}: {e}")));
-                    return;
-                }
-            };
-            if let Err(e) = nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET) {
-                let _ = ready_tx.send(Err(format!("setns {path}: {e}")));
-                return;
-            }
+            lab::netns::enter(&name);
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -122,141 +111,14 @@ impl Drop for NsSpeaker {
     }
 }
 
-/// Polls `f` every 100 ms until it returns true or `limit` passes; on timeout fails with
-/// `what` and the router's view from `context`.
-pub fn wait_for(
-    what: &str,
-    limit: Duration,
-    mut f: impl FnMut() -> bool,
-    context: impl Fn() -> String,
-) -> Duration {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return start.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- router view ---\n{}",
-        context()
-    );
-}
-
-pub fn stdout(o: std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// A scratch directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("{}-{}", tag, lab::netns::unique("d")));
-        std::fs::create_dir_all(&p).expect("temp dir");
-        TempDir(p)
-    }
-
-    pub fn path(&self, name: &str) -> String {
-        self.0.join(name).to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process killed on drop (before its namespace goes).
-pub struct Daemon(pub Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A BIRD 2 instance in `ns` with its own config and control socket.
-pub struct Bird<'a> {
-    ns: &'a Netns,
-    sock: String,
-    daemon: Daemon,
-    _dir: TempDir,
-}
-
-impl<'a> Bird<'a> {
-    pub fn start(ns: &'a Netns, config: &str) -> Bird<'a> {
-        require_program("bird", "bird2");
-        require_program("birdc", "bird2");
-        let dir = TempDir::new("bird");
-        let conf = dir.path("bird.conf");
-        let sock = dir.path("bird.ctl");
-        std::fs::write(&conf, config).expect("write bird.conf");
-        let pid = dir.path("bird.pid");
-        let daemon = Daemon(ns.spawn(&["bird", "-f", "-c", &conf, "-s", &sock, "-P", &pid]));
-        let b = Bird {
-            ns,
-            sock,
-            daemon,
-            _dir: dir,
-        };
-        wait_for(
-            "bird control socket",
-            Duration::from_secs(10),
-            || {
-                b.ns.output(&["birdc", "-s", &b.sock, "show", "status"])
-                    .status
-                    .success()
-            },
-            || "bird did not start (config error?)".to_string(),
-        );
-        b
-    }
-
-    /// The control socket path (for `birdc -s` from another thread).
-    pub fn sock(&self) -> &str {
-        &self.sock
-    }
-
-    /// SIGSTOP (`stop = true`) or SIGCONT the daemon: a router that hangs.
-    pub fn freeze(&self, stop: bool) {
-        let pid = nix::unistd::Pid::from_raw(self.daemon.0.id() as i32);
-        let sig = if stop {
-            nix::sys::signal::Signal::SIGSTOP
-        } else {
-            nix::sys::signal::Signal::SIGCONT
-        };
-        nix::sys::signal::kill(pid, sig).expect("signal bird");
-    }
-
-    pub fn cmd(&self, args: &[&str]) -> String {
-        let mut full = vec!["birdc", "-s", &self.sock];
-        full.extend_from_slice(args);
-        stdout(self.ns.output(&full))
-    }
-
-    /// BIRD's word for the session state ("Established", "Active", "Connect") of `proto`.
-    pub fn bgp_state(&self, proto: &str) -> String {
-        let out = self.cmd(&["show", "protocols", "all", proto]);
-        out.lines()
-            .find_map(|l| l.trim().strip_prefix("BGP state:"))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|| format!("no BGP state in:\n{out}"))
-    }
-
-    pub fn view(&self) -> String {
-        format!(
-            "{}\n{}",
-            self.cmd(&["show", "protocols", "all"]),
-            self.cmd(&["show", "route", "all"])
-        )
-    }
+/// A peer at `addr` in `asn`, reached from `local`, with the timers every router test uses:
+/// hold time 3 s, connect retry 1 s.
+pub fn peer(addr: &str, asn: u32, local: &str) -> PeerConfig {
+    let mut p = PeerConfig::new(addr.parse().expect("peer address"), asn);
+    p.local_address = Some(local.parse().expect("local address"));
+    p.hold_time = Duration::from_secs(3);
+    p.connect_retry = Duration::from_secs(1);
+    p
 }
 
 /// A speaker in its own process (the `sluice-bgp-speaker` binary of the bgp crate) inside
@@ -296,6 +158,26 @@ impl SpeakerProc {
             child: Some(child),
             lines,
         }
+    }
+
+    /// Starts `bin` in `s` as the speaker of the /24 `net` (AS 65001 at `net`.2) peering with
+    /// the router (AS 65000 at `net`.1), proposing `hold`, announcing `vip`, with `extra`
+    /// arguments (BFD, graceful restart).
+    pub fn start_on(
+        s: &Netns,
+        bin: &str,
+        net: &str,
+        hold: Duration,
+        vip: &str,
+        extra: &[&str],
+    ) -> SpeakerProc {
+        let (me, router) = (format!("{net}.2"), format!("{net}.1"));
+        let hold = hold.as_secs().to_string();
+        let mut args = vec!["--asn", "65001", "--router-id", &me, "--peer", &router];
+        args.extend(["--peer-asn", "65000", "--local", &me, "--hold", &hold]);
+        args.extend(["--announce", vip]);
+        args.extend_from_slice(extra);
+        SpeakerProc::start(s, bin, &args)
     }
 
     /// The first status line after `since` that satisfies `f`, with its arrival time.
@@ -356,102 +238,5 @@ impl Drop for SpeakerProc {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
         }
         self.kill();
-    }
-}
-
-/// Polls `f` every 20 ms (fine enough to time failover) until it returns true or `limit`
-/// passes; returns the time it took, or `None` on timeout.
-pub fn poll_until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    loop {
-        if f() {
-            return Some(start.elapsed());
-        }
-        if start.elapsed() >= limit {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// `ip route show PREFIX` in `ns` (the kernel's forwarding view).
-pub fn kernel_route(ns: &Netns, prefix: &str) -> String {
-    let fam = if prefix.contains(':') { "-6" } else { "-4" };
-    stdout(ns.output(&["ip", fam, "route", "show", prefix]))
-}
-
-/// FRR in `ns`: zebra, bfdd and bgpd with private sockets in a scratch directory.
-pub struct Frr<'a> {
-    ns: &'a Netns,
-    vty: String,
-    _daemons: Vec<Daemon>,
-    _dir: TempDir,
-}
-
-impl<'a> Frr<'a> {
-    /// Starts the daemons; `bgpd_conf` and `bfdd_conf` are whole config files.
-    pub fn start(ns: &'a Netns, bgpd_conf: &str, bfdd_conf: &str) -> Frr<'a> {
-        use std::os::unix::fs::PermissionsExt;
-        require_program("vtysh", "frr");
-        for d in ["zebra", "bfdd", "bgpd"] {
-            let p = format!("/usr/lib/frr/{d}");
-            assert!(
-                std::path::Path::new(&p).exists(),
-                "{p} is missing: install the Debian package frr"
-            );
-        }
-        let dir = TempDir::new("frr");
-        // The daemons drop privileges to the frr user, which must create its sockets here.
-        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777))
-            .expect("chmod frr dir");
-        let vty = dir.path("");
-        let zsock = dir.path("zserv.api");
-        std::fs::write(dir.path("zebra.conf"), "hostname r\n").expect("zebra.conf");
-        std::fs::write(dir.path("bfdd.conf"), bfdd_conf).expect("bfdd.conf");
-        std::fs::write(dir.path("bgpd.conf"), bgpd_conf).expect("bgpd.conf");
-        let mut daemons = Vec::new();
-        for d in ["zebra", "bfdd", "bgpd"] {
-            let mut args = vec![
-                format!("/usr/lib/frr/{d}"),
-                "-f".into(),
-                dir.path(&format!("{d}.conf")),
-                "-i".into(),
-                dir.path(&format!("{d}.pid")),
-                "-z".into(),
-                zsock.clone(),
-                "--vty_socket".into(),
-                vty.clone(),
-                "-P".into(),
-                "0".into(),
-            ];
-            if d == "bfdd" {
-                args.push("--bfdctl".into());
-                args.push(dir.path("bfdd.sock"));
-            }
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            daemons.push(Daemon(ns.spawn(&args)));
-            if d == "zebra" {
-                wait_for(
-                    "zebra socket",
-                    Duration::from_secs(10),
-                    || std::path::Path::new(&zsock).exists(),
-                    || "zebra did not start".to_string(),
-                );
-            }
-        }
-        Frr {
-            ns,
-            vty,
-            _daemons: daemons,
-            _dir: dir,
-        }
-    }
-
-    /// One vtysh command's output.
-    pub fn show(&self, cmd: &str) -> String {
-        stdout(
-            self.ns
-                .output(&["vtysh", "--vty_socket", &self.vty, "-c", cmd]),
-        )
     }
 }

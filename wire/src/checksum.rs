@@ -228,22 +228,44 @@ pub fn apply_delta(csum: u16, delta: u64) -> u16 {
     !fold64(u64::from(!csum) + delta)
 }
 
-/// A TCP or UDP checksum field at byte offset `off` of a frame. UDP over IPv4 may carry no
-/// checksum (0), which must stay 0 through a rewrite, and a UDP result of 0 is sent as 0xffff.
+/// A TCP or UDP checksum field at byte offset `off` of a frame. A UDP result of 0 is sent
+/// as 0xffff in either family (RFC 768; over IPv6 a zero field means none, which RFC 8200
+/// 8.1 has receivers discard); UDP over IPv4 may carry no checksum (0), which must stay 0
+/// through a rewrite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct L4Csum {
     /// Offset of the 16-bit checksum field in the frame.
     pub off: usize,
-    /// The UDP-over-IPv4 rules apply (a zero field means "no checksum").
+    /// UDP: a result of zero goes out as 0xffff.
     pub udp: bool,
+    /// UDP over IPv4: a zero field means "no checksum" and stays zero.
+    pub optional: bool,
 }
 
 impl L4Csum {
+    /// The checksum field of TCP at `off`.
+    pub fn tcp(off: usize) -> L4Csum {
+        L4Csum {
+            off,
+            udp: false,
+            optional: false,
+        }
+    }
+
+    /// The checksum field of UDP at `off`, over IPv6 (`v6`) or IPv4.
+    pub fn udp(off: usize, v6: bool) -> L4Csum {
+        L4Csum {
+            off,
+            udp: true,
+            optional: !v6,
+        }
+    }
+
     /// Replaces the field with `f(old)`, keeping the UDP rules.
     #[inline(always)]
     pub fn patch(&self, b: &mut [u8], f: impl FnOnce(u16) -> u16) {
         let old = read_u16(b, self.off);
-        if self.udp && old == 0 {
+        if self.optional && old == 0 {
             return;
         }
         let mut new = f(old);
@@ -259,7 +281,7 @@ impl L4Csum {
     #[inline(always)]
     pub fn patch_delta(&self, b: &mut [u8], delta: u64) {
         let old = read_u16(b, self.off);
-        if self.udp && old == 0 {
+        if self.optional && old == 0 {
             return;
         }
         let mut new = apply_delta(old, delta);
@@ -509,16 +531,28 @@ mod tests {
 
     #[test]
     fn l4_csum_keeps_an_absent_udp_checksum_and_never_sends_zero() {
-        let udp = L4Csum { off: 0, udp: true };
+        let udp = L4Csum::udp(0, false);
         let mut b = [0u8, 0];
         udp.patch(&mut b, |_| 0x1234);
         assert_eq!(b, [0, 0], "absent stays absent");
         let mut b = [0x00u8, 0x01];
         udp.patch_delta(&mut b, delta16(0, 1));
         assert_eq!(b, [0xff, 0xff], "zero goes out as 0xffff");
-        let tcp = L4Csum { off: 0, udp: false };
+        // IPv6: the checksum is never absent, and zero goes out as 0xffff too.
+        let udp6 = L4Csum::udp(0, true);
+        let mut b = [0x00u8, 0x01];
+        udp6.patch_delta(&mut b, delta16(0, 1));
+        assert_eq!(
+            b,
+            [0xff, 0xff],
+            "an IPv6 UDP checksum is never sent as zero"
+        );
+        let tcp = L4Csum::tcp(0);
         let mut b = [0u8, 0];
         tcp.patch(&mut b, |_| 0x1234);
         assert_eq!(b, [0x12, 0x34]);
+        let mut b = [0x00u8, 0x01];
+        tcp.patch_delta(&mut b, delta16(0, 1));
+        assert_eq!(b, [0, 0], "zero is a TCP checksum like any other");
     }
 }

@@ -109,21 +109,23 @@ fn attrs(
     a
 }
 
-/// An address that may be announced, with its communities. `settled` is false while the
-/// health checks of some VIP on it have not decided yet: such an address is not announced
-/// for the first time (flows that arrive while the pool is still filling would be pinned to
-/// the few backends up so far, and another appliance with the full pool would send them
-/// elsewhere after an ECMP change), but one already announced stays announced.
+/// An address that may be announced, with the route's attributes. `settled` is false while
+/// the health checks of some VIP on it have not decided yet: such an address is not
+/// announced for the first time (flows that arrive while the pool is still filling would be
+/// pinned to the few backends up so far, and another appliance with the full pool would send
+/// them elsewhere after an ECMP change), but one already announced stays announced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wanted {
-    pub communities: Vec<Community>,
+    /// The global and the VIPs' communities, and the announcement policy (validation keeps
+    /// it equal for every VIP of an address), made worse by `[bgp.standby]` for a standby.
+    pub attrs: RouteAttrs,
     pub settled: bool,
-    /// The announcement policy (validation keeps it equal for every VIP of an address).
-    pub policy: Announce,
+    pub role: Role,
 }
 
-/// Which VIP addresses should be announced now: an address is announced when any VIP on it
-/// has a backend that can take new flows. `settled(vip)` says whether that VIP's health
+/// Which VIP addresses should be announced now, and with what: an address is announced
+/// when any VIP on it has a backend that can take new flows (and did not lose its quorum
+/// with `on_quorum_lost = "withdraw"`). `settled(vip)` says whether that VIP's health
 /// checks have all decided.
 pub fn wanted(
     config: &Config,
@@ -135,7 +137,7 @@ pub fn wanted(
         .as_ref()
         .map(|b| b.communities.clone())
         .unwrap_or_default();
-    let mut out: BTreeMap<IpAddr, Wanted> = BTreeMap::new();
+    let mut found: BTreeMap<IpAddr, (Vec<Community>, bool, &Announce)> = BTreeMap::new();
     for (slot, v) in tables.vips.iter().enumerate() {
         let healthy = v.backends.clone().any(|b| tables.eligible[b as usize]);
         if !healthy || v.quorum.withdraw {
@@ -149,19 +151,28 @@ pub fn wanted(
         if cv.tenant_vni.is_some() {
             continue;
         }
-        let e = out.entry(cv.address).or_insert_with(|| Wanted {
-            communities: global.clone(),
-            settled: true,
-            policy: cv.announce.clone(),
-        });
-        e.communities.extend(cv.communities.iter().copied());
-        e.settled &= settled(cv);
+        let e = found
+            .entry(cv.address)
+            .or_insert_with(|| (global.clone(), true, &cv.announce));
+        e.0.extend(cv.communities.iter().copied());
+        e.1 &= settled(cv);
     }
-    for w in out.values_mut() {
-        w.communities.sort_unstable_by_key(|c| c.to_string());
-        w.communities.dedup();
-    }
-    out
+    let standby = config.bgp.as_ref().map(|b| &b.standby);
+    found
+        .into_iter()
+        .map(|(ip, (communities, settled, policy))| {
+            let attrs = attrs(communities, policy, standby);
+            let role = policy.role;
+            (
+                ip,
+                Wanted {
+                    attrs,
+                    settled,
+                    role,
+                },
+            )
+        })
+        .collect()
 }
 
 /// Keeps the speaker's announcements equal to [`wanted`].
@@ -169,8 +180,6 @@ pub struct Announcer {
     speaker: Speaker,
     /// What the speaker announces now, with the attributes it was given.
     announced: BTreeMap<IpAddr, RouteAttrs>,
-    /// `[bgp.standby]`: how a standby VIP's path is made worse.
-    standby: config::Standby,
     /// RFC 4724 graceful restart is configured.
     graceful_restart: bool,
     /// End-of-RIB has been released (every VIP settled once).
@@ -182,7 +191,6 @@ impl Announcer {
         Ok(Announcer {
             speaker: Speaker::start(speaker_config(b)).await?,
             announced: BTreeMap::new(),
-            standby: b.standby.clone(),
             graceful_restart: b.graceful_restart.is_some(),
             initial_done: false,
         })
@@ -221,23 +229,18 @@ impl Announcer {
     /// Announces and withdraws so that what is announced follows `wanted` (see [`Wanted`]).
     pub fn sync(&mut self, wanted: &BTreeMap<IpAddr, Wanted>) {
         for (ip, w) in wanted {
-            let a = attrs(
-                w.communities.iter().copied(),
-                &w.policy,
-                Some(&self.standby),
-            );
             match self.announced.get(ip) {
-                Some(now) if *now == a => continue,
+                Some(now) if *now == w.attrs => continue,
                 None if !w.settled => continue,
                 _ => {}
             }
             let prefix = IpNet::from(*ip);
-            if let Err(e) = self.speaker.announce(prefix, a.clone()) {
+            if let Err(e) = self.speaker.announce(prefix, w.attrs.clone()) {
                 warn!(vip = %ip, "announce failed: {e}");
                 continue;
             }
-            self.announced.insert(*ip, a);
-            info!(vip = %ip, role = w.policy.role.name(), "bgp: announce");
+            self.announced.insert(*ip, w.attrs.clone());
+            info!(vip = %ip, role = w.role.name(), "bgp: announce");
         }
         self.withdraw_unless(|ip| wanted.contains_key(ip), "no healthy backend");
     }
@@ -356,7 +359,7 @@ address = "10.1.0.11"
         let vip: IpAddr = "192.0.2.10".parse().expect("literal");
         let got = w.get(&vip).expect("the VIP has a healthy backend");
         assert!(got.settled);
-        let a = attrs(got.communities.iter().copied(), &got.policy, None);
+        let a = &got.attrs;
         assert_eq!(a.communities, vec![(65010 << 16) | 80, (65010 << 16) | 100]);
         assert_eq!(a.large_communities, vec![[65010, 1, 2]]);
         // No eligible backend: not wanted (withdrawn).
@@ -415,11 +418,8 @@ address = "10.1.0.11"
         let w = wanted(&cfg, &tables, &|_| true);
         let vip: IpAddr = "192.0.2.10".parse().expect("literal");
         let standby = &cfg.bgp.as_ref().expect("bgp").standby;
-        let a = attrs(
-            w[&vip].communities.iter().copied(),
-            &w[&vip].policy,
-            Some(standby),
-        );
+        assert_eq!(w[&vip].role, Role::Standby);
+        let a = &w[&vip].attrs;
         assert_eq!(a.as_path_prepend, 2);
         assert_eq!(a.med, Some(1000), "the standby MED is the larger");
         assert_eq!(a.local_pref, Some(50));

@@ -1,5 +1,6 @@
 //! The local API: HTTP/1.1 + JSON on the unix socket from `[api] socket` (mode 0600, so
-//! root only), optionally on `[api] listen` behind a bearer token, and the Prometheus
+//! root only), optionally on `[api] listen` over TLS behind a bearer token (see
+//! [`super::gate`]: the token is checked before a connection holds a slot), and the Prometheus
 //! exposition on `[api] metrics`. The documents are the `api` crate's; `docs/api/openapi.json`
 //! describes every route and a test checks it against the real responses.
 //!
@@ -13,6 +14,8 @@
 //! [`Command`]s the loop applies as a new table version, and the reply waits (briefly) until
 //! every worker runs it, so a client that drained a backend knows new flows avoid it.
 
+pub use super::secret::ApiStartError;
+use super::secret::{constant_time_eq, not_private};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,8 +32,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use tokio::sync::oneshot;
 
-use super::change::{Applied, ChangeError};
-use super::shared::{BackendOp, Command, Shared};
+use super::change::{self, BackendOp, Command};
+use super::model::Shared;
 
 /// How long a write waits for every worker to run the new version before it replies.
 const SYNC_WAIT: Duration = Duration::from_secs(2);
@@ -88,7 +91,7 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
         )
         .route("/v1/vips/{vip}/backends/{backend}/weight", put(set_weight))
         .route("/v1/bgp", get(bgp))
-        .route("/v1/fleet", get(super::fleet::api_fleet))
+        .route("/v1/fleet", get(fleet))
         .route("/v1/events", get(events))
         .route("/v1/reload", post(reload))
         .route("/metrics", get(metrics))
@@ -105,6 +108,12 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
     .with_state(shared)
 }
 
+/// The API's routes behind `token`, for the TCP gate's tests.
+#[cfg(test)]
+pub(crate) fn with_token_for_tests(shared: S, token: Arc<String>) -> Router {
+    with_token(shared, Some(token))
+}
+
 /// The metrics listener's routes: `/metrics` only.
 pub fn metrics_router(shared: S) -> Router {
     Router::new()
@@ -117,7 +126,7 @@ pub fn metrics_router(shared: S) -> Router {
 async fn count_errors(State(s): State<S>, req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     if resp.status().is_client_error() {
-        s.api_errors.fetch_add(1, Ordering::Relaxed);
+        s.counters.api_errors.fetch_add(1, Ordering::Relaxed);
     }
     resp
 }
@@ -142,10 +151,6 @@ async fn bearer(State(token): State<Arc<String>>, req: Request, next: Next) -> R
     r.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     r
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn not_found() -> Error {
@@ -273,14 +278,26 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-/// Sends a command to the control loop and turns its answer into a [`api::Commit`].
+/// `GET /v1/fleet`: the fleet document, or 404 on an appliance that runs alone.
+async fn fleet(State(s): State<S>) -> Result<Response, Error> {
+    let doc = s.fleet.lock().ok().and_then(|f| f.clone());
+    doc.map(|d| json(&d)).ok_or_else(|| {
+        Error::new(
+            StatusCode::NOT_FOUND,
+            "this appliance is not a fleet member (no [fleet] section)",
+            None,
+        )
+    })
+}
+
+/// Sends a request to the control loop and turns its answer into a [`api::Commit`].
 async fn command(
     s: &Shared,
-    make: impl FnOnce(oneshot::Sender<Result<Applied, ChangeError>>) -> Command,
+    request: change::Request,
     status_on_error: StatusCode,
 ) -> Result<Response, Error> {
-    let (tx, rx) = oneshot::channel();
-    if s.commands.send(make(tx)).await.is_err() {
+    let (reply, rx) = oneshot::channel();
+    if s.commands.send(Command { request, reply }).await.is_err() {
         return Err(Error::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the appliance is shutting down",
@@ -332,11 +349,10 @@ async fn backend_action(
     };
     command(
         &s,
-        |reply| Command::Backend {
+        change::Request::Backend {
             vip,
             backend,
             op: BackendOp::Action(a),
-            reply,
         },
         StatusCode::BAD_REQUEST,
     )
@@ -377,11 +393,10 @@ async fn set_weight(
     let weight = parse_weight(&body)?;
     command(
         &s,
-        |reply| Command::Backend {
+        change::Request::Backend {
             vip,
             backend,
             op: BackendOp::Weight(weight),
-            reply,
         },
         StatusCode::BAD_REQUEST,
     )
@@ -391,10 +406,9 @@ async fn set_weight(
 async fn withdraw(State(s): State<S>, UrlPath(vip): UrlPath<String>) -> Result<Response, Error> {
     command(
         &s,
-        |reply| Command::Announce {
+        change::Request::Announce {
             vip,
             announce: false,
-            reply,
         },
         StatusCode::CONFLICT,
     )
@@ -404,10 +418,9 @@ async fn withdraw(State(s): State<S>, UrlPath(vip): UrlPath<String>) -> Result<R
 async fn announce(State(s): State<S>, UrlPath(vip): UrlPath<String>) -> Result<Response, Error> {
     command(
         &s,
-        |reply| Command::Announce {
+        change::Request::Announce {
             vip,
             announce: true,
-            reply,
         },
         StatusCode::CONFLICT,
     )
@@ -417,42 +430,10 @@ async fn announce(State(s): State<S>, UrlPath(vip): UrlPath<String>) -> Result<R
 async fn reload(State(s): State<S>) -> Result<Response, Error> {
     command(
         &s,
-        |reply| Command::Reload { reply },
+        change::Request::Reload,
         StatusCode::UNPROCESSABLE_ENTITY,
     )
     .await
-}
-
-/// Why an API listener could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiStartError {
-    #[error("api.socket {path}: {source}")]
-    Socket {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error(
-        "api.socket {path}: its directory {dir} is {why}; the socket is root's only while \
-         nobody else can replace it (use a directory owned by root with mode 0700 or 0755, \
-         or one that does not exist yet: it is created 0700)"
-    )]
-    UnsafeDir {
-        path: String,
-        dir: String,
-        why: String,
-    },
-    #[error("api.listen {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("api.token_file {path}: {reason}")]
-    Token { path: String, reason: String },
-    #[error("api.metrics {addr}: {source}")]
-    Metrics {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
 }
 
 /// Checks that only root can create or remove entries in `dir` (the socket's directory),
@@ -534,24 +515,12 @@ pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ApiStartError>
 
 /// Reads the TCP API's bearer token; refuses a file anyone but root can read or write.
 fn read_token(path: &Path) -> Result<String, ApiStartError> {
-    use std::os::unix::fs::MetadataExt;
     let bad = |reason: String| ApiStartError::Token {
         path: path.display().to_string(),
         reason,
     };
-    let m = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if m.uid() != me {
-        return Err(bad(format!(
-            "owned by uid {}; it must be owned by root (uid {me})",
-            m.uid()
-        )));
-    }
-    if m.mode() & 0o077 != 0 {
-        return Err(bad(format!(
-            "mode {:04o} lets others read or change the token; chmod 600 it",
-            m.mode() & 0o7777
-        )));
+    if let Some(why) = not_private(path) {
+        return Err(bad(why));
     }
     let token = std::fs::read_to_string(path)
         .map_err(|e| bad(e.to_string()))?
@@ -587,12 +556,15 @@ impl Listeners {
 /// Starts every configured listener.
 pub async fn start(shared: S, cfg: &crate::config::Api) -> Result<Listeners, ApiStartError> {
     use super::serve::{Limits, Which, serve};
-    let stats = Arc::clone(&shared.listeners);
+    let stats = Arc::clone(&shared.counters.listeners);
     let mut tasks = Vec::new();
     // Everything that can fail is checked before the socket exists, so a failed start
     // leaves no socket behind.
-    let token = match cfg.listen {
-        Some(_) => Some(read_token(&cfg.token_file.clone().unwrap_or_default())?),
+    let gate = match cfg.listen {
+        Some(_) => Some(super::gate::Gate {
+            token: Arc::new(read_token(&cfg.token_file.clone().unwrap_or_default())?),
+            tls: cfg.tls.as_ref().map(super::gate::acceptor).transpose()?,
+        }),
         None => None,
     };
     let tcp = match cfg.listen {
@@ -621,10 +593,16 @@ pub async fn start(shared: S, cfg: &crate::config::Api) -> Result<Listeners, Api
         s,
         Which::Socket,
     )));
-    if let Some(l) = tcp {
-        let app = with_token(Arc::clone(&shared), token.map(Arc::new));
-        let s = Arc::clone(&stats);
-        tasks.push(tokio::spawn(serve(l, app, Limits::DEFAULT, s, Which::Tcp)));
+    if let (Some(l), Some(gate)) = (tcp, gate) {
+        let app = with_token(Arc::clone(&shared), Some(Arc::clone(&gate.token)));
+        tasks.push(tokio::spawn(super::gate::serve(
+            l,
+            app,
+            gate,
+            Limits::DEFAULT,
+            super::gate::PreAuth::DEFAULT,
+            Arc::clone(&shared),
+        )));
     }
     if let Some(l) = metrics {
         let app = metrics_router(Arc::clone(&shared));
@@ -742,13 +720,13 @@ mod tests {
     async fn hd_a_401_counts_as_an_api_error() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let shared = Arc::new(crate::control::metrics::tests::shared());
-        shared.api_errors.store(0, Ordering::Relaxed);
+        shared.counters.api_errors.store(0, Ordering::Relaxed);
         let app = with_token(Arc::clone(&shared), Some(Arc::new("t".repeat(20))));
         let l = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = l.local_addr().expect("addr");
-        let stats = Arc::clone(&shared.listeners);
+        let stats = Arc::clone(&shared.counters.listeners);
         let task = tokio::spawn(super::super::serve::serve(
             l,
             app,
@@ -763,7 +741,11 @@ mod tests {
         let mut reply = String::new();
         c.read_to_string(&mut reply).await.expect("read");
         assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
-        assert_eq!(shared.api_errors.load(Ordering::Relaxed), 1, "401 counted");
+        assert_eq!(
+            shared.counters.api_errors.load(Ordering::Relaxed),
+            1,
+            "401 counted"
+        );
         task.abort();
     }
 
@@ -780,7 +762,7 @@ mod tests {
             max_connections: 2,
             ..Limits::DEFAULT
         };
-        let stats = Arc::clone(&shared.listeners);
+        let stats = Arc::clone(&shared.counters.listeners);
         let task = tokio::spawn(serve(
             l,
             metrics_router(Arc::clone(&shared)),
@@ -792,7 +774,7 @@ mod tests {
         for _ in 0..2 {
             held.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
         }
-        let c = shared.listeners.of(Which::Metrics);
+        let c = shared.counters.listeners.of(Which::Metrics);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while c.open.load(Ordering::Relaxed) < 2 && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -116,6 +116,14 @@ impl HealthBatch {
 }
 
 impl Taken {
+    /// The event log's words for the version it makes.
+    pub fn why(&self) -> String {
+        match self.transitions {
+            1 => "health change".to_string(),
+            n => format!("health: {n} transitions"),
+        }
+    }
+
     /// Applies the verdicts to `health`; whether any of them changed it (a batch whose
     /// pairs flapped back needs no new version).
     pub fn apply(&self, health: &mut HashMap<BackendId, bool>) -> bool {
@@ -125,18 +133,6 @@ impl Taken {
         }
         changed
     }
-}
-
-/// Health commit counters for metrics: every transition, the versions they made, and the
-/// sync lag of the last health version.
-#[derive(Debug, Default)]
-pub struct HealthStats {
-    /// Transitions received from the prober.
-    pub transitions: std::sync::atomic::AtomicU64,
-    /// Versions committed for health batches.
-    pub commits: std::sync::atomic::AtomicU64,
-    /// From the first transition of the last health version to every worker running it.
-    pub lag: std::sync::Mutex<Option<Duration>>,
 }
 
 #[cfg(test)]

@@ -1,14 +1,124 @@
-//! What an operator's change (API or SIGHUP) comes back with: [`Applied`] as data when it
-//! runs, [`ChangeError`] when it does not. The API renders both into its documents at the
-//! edge (`control/api.rs`); the sentences are their `Display`.
+//! The control plane's vocabulary for changes, shared by everyone and importing nothing of
+//! the control plane: what the API asks for ([`Command`], [`Request`]), the operator's
+//! layer over the file ([`Override`]), what a change comes back with ([`Applied`] as data
+//! when it runs, [`ChangeError`] when it does not) and why a version was not built or put
+//! in place ([`PrepareError`], [`CommitError`]). The API renders them into its documents at
+//! the edge (`control/api.rs`); the sentences are their `Display`.
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::commit::{CommitFailed, UpdateError};
-use super::prepare::PrepareError;
-use super::shared::BackendOp;
-use crate::config::{self, Backend, Config};
-use crate::lb::BackendId;
+use tokio::sync::oneshot;
+
+use crate::config::{self, Backend, BackendState, Config};
+use crate::datapath::DatapathError;
+use crate::lb::{BackendId, TableError};
+
+/// A change the API asks the control loop for, with where its answer goes.
+#[derive(Debug)]
+pub struct Command {
+    pub request: Request,
+    pub reply: oneshot::Sender<Result<Applied, ChangeError>>,
+}
+
+/// What an operator asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// A change to one backend of a VIP (`backend`: `address:port`, or the address alone).
+    Backend {
+        vip: String,
+        backend: String,
+        op: BackendOp,
+    },
+    /// Announce a VIP again, or withdraw it from BGP.
+    Announce { vip: String, announce: bool },
+    /// Read the config file again.
+    Reload,
+}
+
+/// What an operator does to a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendOp {
+    Action(api::BackendAction),
+    Weight(u32),
+}
+
+/// An operator's change to a backend, layered over the config file until the backend
+/// leaves the file or the operator sets it back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Override {
+    pub state: Option<BackendState>,
+    pub weight: Option<u32>,
+}
+
+impl Override {
+    /// The override with `op` applied.
+    pub fn with(mut self, op: BackendOp) -> Override {
+        use api::BackendAction as A;
+        match op {
+            BackendOp::Action(A::Drain) => self.state = Some(BackendState::Drain),
+            BackendOp::Action(A::Undrain | A::Enable) => self.state = Some(BackendState::Active),
+            BackendOp::Action(A::Disable) => self.state = Some(BackendState::Disabled),
+            BackendOp::Weight(w) => self.weight = Some(w),
+        }
+        self
+    }
+}
+
+/// Why the next table version could not be prepared; the running version stays.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The config is valid, but its tables cannot be built (the error names the VIP).
+    #[error(transparent)]
+    Tables(#[from] TableError),
+}
+
+/// Why a prepared version could not become the running one. Each is returned to the
+/// operator; the running version (tables, steering maps, speaker) stays.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("steering maps: {0}; the XDP program keeps steering the running version's keys")]
+    Steering(#[source] DatapathError),
+    #[error("[bgp]: {0}")]
+    SpeakerConfig(#[source] bgp::SpeakerConfigError),
+    #[error("[bgp]: the new speaker did not start: {0}")]
+    Speaker(#[source] bgp::SpeakerError),
+    #[error(
+        "[bgp]: the running speaker did not start again either ({0}): no announcements until the next successful reload"
+    )]
+    SpeakerRestore(#[source] bgp::SpeakerError),
+}
+
+/// Every error of a version that was not committed.
+#[derive(Debug)]
+pub struct CommitFailed(pub Vec<CommitError>);
+
+impl std::fmt::Display for CommitFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let all: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        write!(f, "not applied, running version kept: {}", all.join("; "))
+    }
+}
+
+impl std::error::Error for CommitFailed {}
+
+/// Why a change kept the running version: it was not built, or not put in place.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    #[error(transparent)]
+    Commit(#[from] CommitFailed),
+}
+
+impl UpdateError {
+    /// One line per error.
+    pub fn errors(&self) -> Vec<String> {
+        match self {
+            UpdateError::Prepare(e) => vec![e.to_string()],
+            UpdateError::Commit(c) => c.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
 
 /// A change that is running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +204,18 @@ pub fn resized(running: &Config, next: &Config) -> Vec<Resized> {
             })
         })
         .collect()
+}
+
+/// The sections of `next` that differ from `running` but only apply at the next start.
+pub fn deferred(running: &Config, next: &Config) -> Vec<Deferred> {
+    let mut out = Vec::new();
+    if running.appliance.flow_cache != next.appliance.flow_cache {
+        out.push(Deferred::FlowCache);
+    }
+    if running.api != next.api {
+        out.push(Deferred::Api);
+    }
+    out
 }
 
 /// ` ([appliance] flow_cache takes effect at the next start)` for each deferred section.

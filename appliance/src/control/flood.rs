@@ -1,69 +1,21 @@
 //! Flood mode's control side: `[flood]` goes into the XDP program at start and with every
-//! commit, and every tick turns the program's state into events when the mode switches on
-//! or off. The shedding itself is the XDP program's (datapath/bpf/steer.bpf.c): it alone
-//! sees every frame before the AF_XDP rings, which a flood would fill.
+//! commit (an effect), and every tick turns the program's state into events when the mode
+//! switches on or off ([`transition`]). The shedding itself is the XDP program's
+//! (datapath/bpf/steer.bpf.c): it alone sees every frame before the AF_XDP rings, which a
+//! flood would fill.
 
-use tracing::{debug, error, warn};
-
-use super::events::Kind;
-use super::run::Control;
-use super::view::event;
-use crate::datapath::{DatapathStats, FloodCounters};
+use crate::datapath::FloodCounters;
 
 /// What the last tick saw of flood mode.
 #[derive(Debug, Default)]
-pub(super) struct Watch {
+pub struct Watch {
     /// The counters when the mode last switched on (while it is on), for the totals of
     /// the episode when it ends.
     since: Option<FloodCounters>,
 }
 
-impl Control {
-    /// Writes the running config's `[flood]` into the XDP program; a failure leaves the
-    /// previous settings there and is logged (the next commit writes them again).
-    pub(super) fn apply_flood(&mut self, why: &str) {
-        if let Err(e) = self.dp.set_flood(&self.st.config.flood) {
-            error!("{why}: flood-mode settings: {e}");
-        }
-    }
-
-    /// Writes the running tables' DR rings and backends' next hops for the XDP program's
-    /// stateless answer, after every publish. On failure the program's answer is switched
-    /// off (it polices instead) until a later version writes them whole.
-    pub(super) fn apply_stateless(&mut self, why: &str) {
-        let tables = self.shared.published.current();
-        match self
-            .dp
-            .set_stateless(&tables, self.shared.flow_cache.as_deref())
-        {
-            Ok(fill) => debug!(
-                version = tables.version,
-                vips = fill.vips,
-                rings_written = fill.rings_written,
-                next_hops = fill.hops,
-                skipped = fill.skipped,
-                "{why}: stateless answer's rings"
-            ),
-            Err(e) => {
-                error!("{why}: the stateless answer's rings (off until the next version): {e}")
-            }
-        }
-    }
-
-    /// An event when flood mode switches on (some CPU is in it) or off (none is).
-    pub(super) fn flood_events(&mut self, stats: Option<&DatapathStats>) {
-        let Some(now) = stats.map(|s| s.steer.flood) else {
-            return;
-        };
-        if let Some(message) = transition(&mut self.flood, now) {
-            warn!("{message}");
-            event(&self.shared, Kind::Flood, message);
-        }
-    }
-}
-
 /// The API's document of the counters.
-pub(super) fn document(f: FloodCounters) -> api::Flood {
+pub fn document(f: FloodCounters) -> api::Flood {
     api::Flood {
         active_cpus: f.active_cpus,
         first_packets: f.first,
@@ -78,7 +30,7 @@ pub(super) fn document(f: FloodCounters) -> api::Flood {
 }
 
 /// The event text when `now` switches the mode relative to `w`, updating `w`.
-fn transition(w: &mut Watch, now: FloodCounters) -> Option<String> {
+pub fn transition(w: &mut Watch, now: FloodCounters) -> Option<String> {
     match (w.since, now.active_cpus) {
         (None, n) if n > 0 => {
             w.since = Some(now);

@@ -12,16 +12,11 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::events::Kind;
-use super::run::Control;
-use super::shared::{Override, Shared};
-use super::state::State;
-use super::view::event;
+use super::change::Override;
 use crate::config::{BackendState, Config};
 use crate::lb::BackendId;
 
@@ -86,15 +81,20 @@ struct Entry {
     weight: Option<u32>,
 }
 
-/// The state directory: `[appliance] state_dir`, else systemd's `$STATE_DIRECTORY` (its
-/// first entry; `StateDirectory=` in the unit sets it); `None` keeps nothing.
-pub fn dir(cfg: &Config) -> Option<PathBuf> {
+/// The state directory: `[appliance] state_dir`, else systemd's (`systemd`: the first entry
+/// of `$STATE_DIRECTORY`, which `StateDirectory=` in the unit sets); `None` keeps nothing.
+pub fn dir(cfg: &Config, systemd: Option<&Path>) -> Option<PathBuf> {
     if cfg.fleet.is_some() {
         return None;
     }
     if let Some(d) = &cfg.appliance.state_dir {
         return Some(d.clone());
     }
+    systemd.map(Path::to_path_buf)
+}
+
+/// The first entry of `$STATE_DIRECTORY`, when it is an absolute path.
+fn systemd_dir() -> Option<PathBuf> {
     let env = std::env::var_os("STATE_DIRECTORY")?;
     let first = env.to_str()?.split(':').next()?;
     let p = PathBuf::from(first);
@@ -191,6 +191,8 @@ pub fn save(dir: &Path, kept: &Kept) -> Result<(), KeptError> {
 /// The control loop's side: what was written last, so only a change writes.
 #[derive(Debug, Default)]
 pub struct Keeper {
+    /// systemd's state directory, read once at start.
+    systemd: Option<PathBuf>,
     written: Kept,
     /// The last write error reported (the same one is logged once, counted every time).
     last_error: Option<String>,
@@ -200,17 +202,13 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// Puts the overrides the state directory keeps into `st` (before its first version).
-    pub(super) fn start(st: &mut State) -> Keeper {
-        let (k, kept) = Keeper::read(&st.file_config);
-        st.overrides = kept.backends;
-        st.withdrawn = kept.withdrawn;
-        k
-    }
-
-    fn read(cfg: &Config) -> (Keeper, Kept) {
-        let mut k = Keeper::default();
-        let Some(dir) = dir(cfg) else {
+    /// Reads the overrides the state directory keeps for `cfg` (before the first version).
+    pub fn read(cfg: &Config) -> (Keeper, Kept) {
+        let mut k = Keeper {
+            systemd: systemd_dir(),
+            ..Keeper::default()
+        };
+        let Some(dir) = k.dir(cfg) else {
             if cfg.fleet.is_none() {
                 info!(
                     "operator overrides are kept in memory only: set [appliance] state_dir \
@@ -249,52 +247,41 @@ impl Keeper {
             }
         }
     }
-}
 
-impl Control {
-    /// Reports what the start found (the event ring, the error counter).
-    pub(super) fn kept_started(&mut self) {
-        if let Some(msg) = self.keeper.restored.take() {
-            event(&self.shared, Kind::Operator, msg);
-        }
-        if let Some(msg) = self.keeper.start_problem.take() {
-            count_error(&self.shared);
-            event(&self.shared, Kind::Operator, msg);
-        }
+    /// Where `cfg` keeps the overrides; `None` keeps nothing.
+    pub fn dir(&self, cfg: &Config) -> Option<PathBuf> {
+        dir(cfg, self.systemd.as_deref())
     }
 
-    /// Writes the running overrides when they changed since the last write.
-    pub(super) fn keep_overrides(&mut self) {
-        let Some(dir) = dir(&self.st.file_config) else {
-            return;
-        };
-        let now = Kept {
-            backends: self.st.overrides.clone(),
-            withdrawn: self.st.withdrawn.clone(),
-        };
-        if now == self.keeper.written {
-            return;
-        }
-        match save(&dir, &now) {
-            Ok(()) => {
-                self.keeper.written = now;
-                self.keeper.last_error = None;
-            }
-            Err(e) => {
-                count_error(&self.shared);
-                let msg = e.to_string();
-                if self.keeper.last_error.as_ref() != Some(&msg) {
-                    warn!("{msg}");
-                    event(&self.shared, Kind::Operator, msg.clone());
-                    self.keeper.last_error = Some(msg);
-                }
-            }
-        }
+    /// Whether these overrides differ from what was written last.
+    pub fn differs(
+        &self,
+        backends: &HashMap<BackendId, Override>,
+        withdrawn: &BTreeSet<String>,
+    ) -> bool {
+        *backends != self.written.backends || *withdrawn != self.written.withdrawn
     }
-}
 
-fn count_error(shared: &Shared) {
-    shared.overrides_file_errors.fetch_add(1, Ordering::Relaxed);
+    /// `kept` is on disk now.
+    pub fn written(&mut self, kept: Kept) {
+        self.written = kept;
+        self.last_error = None;
+    }
+
+    /// A write failed; the message to report when it is not the one reported last.
+    pub fn failed(&mut self, e: &KeptError) -> Option<String> {
+        let msg = e.to_string();
+        if self.last_error.as_ref() == Some(&msg) {
+            return None;
+        }
+        self.last_error = Some(msg.clone());
+        Some(msg)
+    }
+
+    /// What the start found, once: the overrides restored, and a problem with the file.
+    pub fn started(&mut self) -> (Option<String>, Option<String>) {
+        (self.restored.take(), self.start_problem.take())
+    }
 }
 
 #[cfg(test)]

@@ -16,74 +16,20 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+mod builder;
 mod conntrack;
 mod fleet;
 mod lvs;
 mod mtu;
 
-use super::shared::{Aggregate, Shared, View, effective_weight, imbalance, ring_shares};
+use builder::{Builder, Labels, gset, labels, set};
+
+use super::counters::Aggregate;
+use super::model::{Shared, View, effective_weight, imbalance, ring_shares};
 use crate::config::{Backend, Config, PerBackend, Vip};
 use crate::datapath::vipprobe::{FAILURE_LABELS, VipProbeCounters};
 use crate::lb::BackendId;
 use crate::lb::{DropReason, Tables};
-
-type Labels = Vec<(String, String)>;
-
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// Builds families and registers them by name.
-struct Builder {
-    reg: Registry,
-}
-
-impl Builder {
-    fn counter(&mut self, name: &str, help: &str) -> Family<Labels, Counter> {
-        let f = Family::<Labels, Counter>::default();
-        self.reg.register(name, help, f.clone());
-        f
-    }
-
-    fn gauge(&mut self, name: &str, help: &str) -> Family<Labels, Gauge> {
-        let f = Family::<Labels, Gauge>::default();
-        self.reg.register(name, help, f.clone());
-        f
-    }
-
-    fn fgauge(&mut self, name: &str, help: &str) -> Family<Labels, Gauge<f64, AtomicU64>> {
-        let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-        self.reg.register(name, help, f.clone());
-        f
-    }
-}
-
-fn set(f: &Family<Labels, Counter>, l: Labels, v: u64) {
-    f.get_or_create(&l).inc_by(v);
-}
-
-fn gset(f: &Family<Labels, Gauge>, l: Labels, v: i64) {
-    f.get_or_create(&l).set(v);
-}
-
-impl Builder {
-    /// An unlabelled counter with value `v`.
-    fn counter1(&mut self, name: &str, help: &str, v: u64) {
-        let c = Counter::<u64>::default();
-        c.inc_by(v);
-        self.reg.register(name, help, c);
-    }
-
-    /// An unlabelled gauge with value `v`.
-    fn gauge1(&mut self, name: &str, help: &str, v: i64) {
-        let g = Gauge::<i64>::default();
-        g.set(v);
-        self.reg.register(name, help, g);
-    }
-}
 
 /// The exposition text.
 pub fn render(s: &Shared) -> String {
@@ -111,7 +57,7 @@ pub fn render(s: &Shared) -> String {
     if let Some(f) = s.fleet.lock().ok().and_then(|f| f.clone()) {
         fleet::families(&mut b, &f);
     }
-    vip_probes(&mut b, &s.vip_probes);
+    vip_probes(&mut b, &s.counters.vip_probes);
     b.counter1(
         "sluice_events",
         "Events recorded (see /v1/events)",
@@ -120,19 +66,19 @@ pub fn render(s: &Shared) -> String {
     b.counter1(
         "sluice_api_errors",
         "API requests refused with a 4xx status (401 included)",
-        s.api_errors.load(Ordering::Relaxed),
+        s.counters.api_errors.load(Ordering::Relaxed),
     );
     listeners(&mut b, s);
     b.counter1(
         "sluice_overrides_file_errors",
         "Failed reads and writes of the operator overrides file in the state directory \
          (the log says which and why)",
-        s.overrides_file_errors.load(Ordering::Relaxed),
+        s.counters.overrides_file_errors.load(Ordering::Relaxed),
     );
     b.counter1(
         "sluice_health_probes_not_run",
         "Health probes not run for a local shortage (descriptors, buffers, ports); verdicts kept",
-        s.probes_not_run.load(Ordering::Relaxed),
+        s.counters.probes_not_run.load(Ordering::Relaxed),
     );
 
     let mut out = String::new();
@@ -157,12 +103,18 @@ fn listeners(b: &mut Builder, s: &Shared) {
         "sluice_api_connection_timeouts",
         "Connections closed for the header-read or idle timeout",
     );
+    let unauthorized = b.counter(
+        "sluice_api_connections_unauthorized",
+        "TCP API connections closed before taking a slot: no TLS handshake, or a first \
+         request that was not HTTP or had no or a wrong bearer token",
+    );
     for w in Which::ALL {
-        let c = s.listeners.of(w);
+        let c = s.counters.listeners.of(w);
         let l = || labels(&[("listener", w.name())]);
         gset(&open, l(), c.open.load(Ordering::Relaxed) as i64);
         set(&refused, l(), c.refused.load(Ordering::Relaxed));
         set(&timed_out, l(), c.timed_out.load(Ordering::Relaxed));
+        set(&unauthorized, l(), c.unauthorized.load(Ordering::Relaxed));
     }
 }
 
@@ -246,7 +198,7 @@ fn config_sync(b: &mut Builder, s: &Shared, agg: &Aggregate) {
     b.counter1(
         "sluice_config_reloads_rejected",
         "Reloads rejected (validation or table build); the running version stayed",
-        s.reloads_rejected.load(Ordering::Relaxed),
+        s.counters.reloads_rejected.load(Ordering::Relaxed),
     );
 }
 
@@ -255,15 +207,15 @@ fn health_commits(b: &mut Builder, s: &Shared) {
     b.counter1(
         "sluice_health_transitions",
         "Health transitions received from the prober (each also in the event log)",
-        s.health.transitions.load(Ordering::Relaxed),
+        s.counters.health.transitions.load(Ordering::Relaxed),
     );
     b.counter1(
         "sluice_health_commits",
         "Table versions committed for batches of health transitions ([appliance] health_batch)",
-        s.health.commits.load(Ordering::Relaxed),
+        s.counters.health.commits.load(Ordering::Relaxed),
     );
     // Absent until a health version has reached every worker.
-    if let Ok(lag) = s.health.lag.lock()
+    if let Ok(lag) = s.counters.health.lag.lock()
         && let Some(l) = *lag
     {
         let g = Gauge::<f64, AtomicU64>::default();
@@ -317,7 +269,7 @@ fn datapath(b: &mut Builder, view: &View, agg: &Aggregate) {
     );
     b.counter1(
         "sluice_flows_reopened",
-        "SYNs on a closed connection's tuple, or to a backend that takes no new connections, scheduled anew",
+        "SYNs on a closed connection's tuple, or of an unanswered handshake to a backend that takes no new connections, scheduled anew",
         agg.stats.reopened,
     );
 }
@@ -664,8 +616,9 @@ pub(super) mod tests {
 
     use arc_swap::ArcSwap;
 
+    use super::super::counters::{Counters, HealthStats, WorkerView};
     use super::super::events::{EventRing, Kind};
-    use super::super::shared::{HealthView, Shared, Sync, View, WorkerView};
+    use super::super::model::{HealthView, Shared, Sync, View};
     use super::render;
     use crate::config::{Config, PerBackend};
     use crate::datapath::{DatapathStats, FloodCounters, RingStats, SteerCounters};
@@ -782,7 +735,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
         snap.stats.proxy_headers = 3;
         snap.conntrack.promoted = 4;
         snap.conntrack.evicted_embryonic = 6;
-        snap.conntrack_fill = [3, 2, 1, 0, 5];
+        snap.conntrack_fill = [3, 2, 1, 0, 5, 4];
         snap.stats.rechosen = 2;
         snap.stats.reopened = 3;
         snap.retired_backends.insert(
@@ -880,26 +833,28 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
             }),
             sync_changed: tokio::sync::Notify::new(),
             commands: tokio::sync::mpsc::channel(1).0,
-            api_errors: AtomicU64::new(4),
-            probes_not_run: AtomicU64::new(0),
-            listeners: Default::default(),
-            reloads_rejected: AtomicU64::new(1),
-            health: {
-                let h = crate::control::batch::HealthStats::default();
-                h.transitions.store(5, std::sync::atomic::Ordering::Relaxed);
-                h.commits.store(2, std::sync::atomic::Ordering::Relaxed);
-                *h.lag.lock().expect("fresh") = Some(Duration::from_millis(40));
-                h
-            },
             fleet: Default::default(),
-            overrides_file_errors: AtomicU64::new(0),
             flow_cache: None,
-            vip_probes: {
-                let c = crate::datapath::vipprobe::VipProbeCounters::default();
-                c.sent.store(5, std::sync::atomic::Ordering::Relaxed);
-                c.passed.store(3, std::sync::atomic::Ordering::Relaxed);
-                c.failed[0].store(2, std::sync::atomic::Ordering::Relaxed);
-                Arc::new(c)
+            counters: Counters {
+                api_errors: AtomicU64::new(4),
+                probes_not_run: AtomicU64::new(0),
+                listeners: Default::default(),
+                reloads_rejected: AtomicU64::new(1),
+                health: {
+                    let h = HealthStats::default();
+                    h.transitions.store(5, std::sync::atomic::Ordering::Relaxed);
+                    h.commits.store(2, std::sync::atomic::Ordering::Relaxed);
+                    *h.lag.lock().expect("fresh") = Some(Duration::from_millis(40));
+                    h
+                },
+                overrides_file_errors: AtomicU64::new(0),
+                vip_probes: {
+                    let c = crate::datapath::vipprobe::VipProbeCounters::default();
+                    c.sent.store(5, std::sync::atomic::Ordering::Relaxed);
+                    c.passed.store(3, std::sync::atomic::Ordering::Relaxed);
+                    c.failed[0].store(2, std::sync::atomic::Ordering::Relaxed);
+                    Arc::new(c)
+                },
             },
         }
     }
@@ -1097,16 +1052,17 @@ sluice_conntrack_fallbacks_total 1
 # HELP sluice_flows_rechosen Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
 # TYPE sluice_flows_rechosen counter
 sluice_flows_rechosen_total 2
-# HELP sluice_flows_reopened SYNs on a closed connection's tuple, or to a backend that takes no new connections, scheduled anew.
+# HELP sluice_flows_reopened SYNs on a closed connection's tuple, or of an unanswered handshake to a backend that takes no new connections, scheduled anew.
 # TYPE sluice_flows_reopened counter
 sluice_flows_reopened_total 3
-# HELP sluice_conntrack_state_entries Connection-table entries by state (syn and udp_new are embryonic), over all workers.
+# HELP sluice_conntrack_state_entries Connection-table entries by state (syn and udp_new are embryonic; udp_oneway is reclaimed after them), over all workers.
 # TYPE sluice_conntrack_state_entries gauge
 sluice_conntrack_state_entries{state="closing"} 1
 sluice_conntrack_state_entries{state="established"} 2
 sluice_conntrack_state_entries{state="syn"} 3
 sluice_conntrack_state_entries{state="udp"} 0
 sluice_conntrack_state_entries{state="udp_new"} 5
+sluice_conntrack_state_entries{state="udp_oneway"} 4
 # HELP sluice_conntrack_inserted Connection-table entries created (embryonic, but for re-chosen flows).
 # TYPE sluice_conntrack_inserted counter
 sluice_conntrack_inserted_total 0
@@ -1120,6 +1076,18 @@ sluice_conntrack_expired_total 0
 # TYPE sluice_conntrack_evicted counter
 sluice_conntrack_evicted_total{state="closing"} 0
 sluice_conntrack_evicted_total{state="embryonic"} 6
+sluice_conntrack_evicted_total{state="udp_oneway"} 0
+# HELP sluice_teardown_out_of_window FINs and RSTs off their sender's sequence space (RFC 5961): forwarded, they closed nothing, by flag.
+# TYPE sluice_teardown_out_of_window counter
+sluice_teardown_out_of_window_total{flag="fin"} 0
+sluice_teardown_out_of_window_total{flag="rst"} 0
+# HELP sluice_conntrack_budget_refused New entries refused by a budget: embryonic ones of a client address over [appliance] embryonic_per_source, or a tenant zone's over its share, by budget.
+# TYPE sluice_conntrack_budget_refused counter
+sluice_conntrack_budget_refused_total{budget="source"} 0
+sluice_conntrack_budget_refused_total{budget="zone"} 0
+# HELP sluice_snat_ports_reclaimed FullNAT ports taken from an unfinished handshake for a new flow, every candidate port being held.
+# TYPE sluice_snat_ports_reclaimed counter
+sluice_snat_ports_reclaimed_total 0
 # HELP sluice_stateless_answers Packets answered from the Maglev ring without a connection entry, by cause.
 # TYPE sluice_stateless_answers counter
 sluice_stateless_answers_total{cause="no_entry"} 7
@@ -1171,6 +1139,9 @@ sluice_one_packet_datagrams_total 0
 # TYPE sluice_outbound_answers counter
 sluice_outbound_answers_total{by="engine"} 0
 sluice_outbound_answers_total{by="xdp"} 0
+# HELP sluice_xdp_too_many_headers IPv6 frames to a VIP with more extension headers than the parsers walk (8), dropped by the XDP program.
+# TYPE sluice_xdp_too_many_headers counter
+sluice_xdp_too_many_headers_total 0
 # HELP sluice_outbound_unowned Answers to an outbound port no backend owns (dropped as no_backend).
 # TYPE sluice_outbound_unowned counter
 sluice_outbound_unowned_total 0
@@ -1353,6 +1324,11 @@ sluice_api_connections_refused_total{listener="tcp"} 0
 sluice_api_connection_timeouts_total{listener="metrics"} 0
 sluice_api_connection_timeouts_total{listener="socket"} 0
 sluice_api_connection_timeouts_total{listener="tcp"} 0
+# HELP sluice_api_connections_unauthorized TCP API connections closed before taking a slot: no TLS handshake, or a first request that was not HTTP or had no or a wrong bearer token.
+# TYPE sluice_api_connections_unauthorized counter
+sluice_api_connections_unauthorized_total{listener="metrics"} 0
+sluice_api_connections_unauthorized_total{listener="socket"} 0
+sluice_api_connections_unauthorized_total{listener="tcp"} 0
 # HELP sluice_overrides_file_errors Failed reads and writes of the operator overrides file in the state directory (the log says which and why).
 # TYPE sluice_overrides_file_errors counter
 sluice_overrides_file_errors_total 0

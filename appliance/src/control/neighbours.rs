@@ -20,7 +20,6 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 use wire::MacAddr;
 
-use super::prepare::NextHops;
 use crate::config::{BackendState, Config};
 use crate::datapath::neigh::{self, NetChange, Resolver};
 use crate::lb::egress::{Egress, NetState, Unresolved};
@@ -37,6 +36,16 @@ const ROUTE_SETTLE: Duration = Duration::from_millis(20);
 /// A full re-dump this often repairs anything a lost notification left behind.
 const RESYNC_EVERY: Duration = Duration::from_secs(30);
 
+/// Egress input from the kernel (rtnetlink): interfaces, routes and neighbours, and the
+/// queue workers report missed neighbours on (see `lb::egress`).
+#[derive(Debug, Clone, Default)]
+pub struct NextHops {
+    /// The kernel's interfaces, main routing table and neighbour table.
+    pub net: NetState,
+    /// Where workers offer neighbours they lacked; `None` in tests and `sluice trace`.
+    pub misses: Option<MissQueue>,
+}
+
 /// What the task tells the control loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetEvent {
@@ -50,10 +59,9 @@ pub enum NetEvent {
     },
 }
 
-/// The loop's handle on the task: events in, resolution requests out.
+/// The loop's handle on the task: resolution requests out (its events come to `run.rs`).
 #[derive(Debug)]
 pub struct NetTask {
-    pub events: mpsc::Receiver<NetEvent>,
     requests: mpsc::Sender<Vec<Unresolved>>,
 }
 
@@ -83,12 +91,15 @@ pub async fn first(
     ))
 }
 
-/// Starts the task on the current runtime.
-pub fn spawn(resolver: Resolver, misses: Receiver<Unresolved>) -> NetTask {
+/// Starts the task on the current runtime; returns its handle and the events it sends.
+pub fn spawn(
+    resolver: Resolver,
+    misses: Receiver<Unresolved>,
+) -> (NetTask, mpsc::Receiver<NetEvent>) {
     let (ev_tx, events) = mpsc::channel(4096);
     let (requests, req_rx) = mpsc::channel(64);
     tokio::spawn(run(resolver, misses, ev_tx, req_rx));
-    NetTask { events, requests }
+    (NetTask { requests }, events)
 }
 
 /// Per-address rate limit and per-second budget of resolutions.

@@ -11,9 +11,9 @@ use crate::lb::Tables;
 use crate::lb::hash::{addr_to_u128, u128_to_addr};
 use crate::lb::outbound::{PortRange, VipOutbound};
 
-/// Backend slots the XDP program's next-hop array holds (stateless.rs `BACKEND_SLOTS`); an
-/// owner past them has its answers forwarded by the engine.
-const XDP_BACKEND_SLOTS: u32 = 4096;
+/// Backend slots the XDP program's next-hop array holds; an owner past them has its answers
+/// forwarded by the engine.
+const XDP_BACKEND_SLOTS: u32 = crate::datapath::stateless::BACKEND_SLOTS as u32;
 
 /// One steering key per outbound port, each with its owner at `now` (ns) for a DR VIP.
 pub fn keys(tables: &Tables, now: u64) -> Vec<ReturnKey> {
@@ -167,9 +167,11 @@ mod tests {
             host_addresses: &[],
             version: 1,
             now,
+            now_ns: crate::datapath::instant_ns(now),
             resettle: false,
             ramps: &Default::default(),
             agents: &Default::default(),
+            exec: &crate::lb::exec::Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"))
     }

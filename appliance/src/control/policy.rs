@@ -6,14 +6,14 @@
 //! the state it is handed.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use health::{AgentAdmin, AgentState, ProbeKey};
 
 use super::batch::HealthBatch;
-use super::prepare::Targets;
+use super::probes::{self, Targets};
 use crate::config::{self, BackendState, Combine, Config, Vip};
+use crate::lb::fallback::QuorumState;
 use crate::lb::{BackendId, Tables};
 
 /// Each backend's agent's last answer.
@@ -33,6 +33,15 @@ pub struct PolicyState {
 }
 
 impl PolicyState {
+    /// The first version's multi-check backends and agent answers.
+    pub fn of(combined: Combined, agents: Agents) -> PolicyState {
+        PolicyState {
+            combined,
+            agents,
+            ..PolicyState::default()
+        }
+    }
+
     /// Takes a new version's multi-check backends and agent answers; probes no longer run
     /// are forgotten.
     pub fn adopt(&mut self, combined: Combined, agents: Agents, targets: &Targets) {
@@ -49,36 +58,17 @@ pub struct Combined {
     of: HashMap<BackendId, (Combine, Vec<(ProbeKey, bool)>)>,
 }
 
-/// The probe of each check that decides backend `b` of `v`, in the VIP's order of checks.
-pub fn probes_of(
-    checks: &HashMap<&str, Arc<config::HealthCheck>>,
-    v: &Vip,
-    b: &config::Backend,
-) -> Vec<health::Target> {
-    v.checks_of(b)
-        .iter()
-        .filter_map(|name| checks.get(name.as_str()))
-        .map(|check| health::Target {
-            // A tenant backend's own address is the tenant's: probe its host (VTEP).
-            address: b.underlay(),
-            port: b.port,
-            check: Arc::clone(check),
-            via_vip: super::prepare::via_vip(v, b, check),
-        })
-        .collect()
-}
-
 impl Combined {
     /// The multi-check backends of `config`.
     pub fn of(config: &Config) -> Combined {
-        let checks = shared_checks(config);
+        let checks = probes::shared_checks(config);
         let mut of = HashMap::new();
         for v in &config.vips {
             for b in &v.backends {
                 if v.checks_of(b).len() < 2 {
                     continue;
                 }
-                let probes = probes_of(&checks, v, b)
+                let probes = probes::probes_of(&checks, v, b)
                     .into_iter()
                     .map(|t| {
                         let initial = t.check.initial == config::InitialHealth::Up;
@@ -117,15 +107,6 @@ impl Combined {
     }
 }
 
-/// Every check of `config` by name, shared.
-pub fn shared_checks(config: &Config) -> HashMap<&str, Arc<config::HealthCheck>> {
-    config
-        .health_checks
-        .iter()
-        .map(|c| (c.name.as_str(), Arc::new(c.clone())))
-        .collect()
-}
-
 /// Backend `b`'s health before any of its checks has decided: each check's `initial`,
 /// combined as its VIP says; a backend without checks is healthy.
 pub fn initial_up(config: &Config, v: &Vip, b: &config::Backend) -> bool {
@@ -156,8 +137,8 @@ pub fn record(
             p.agents_changed |= p.agents.insert(pair.clone(), a) != Some(a);
         }
         if tr.from == tr.to {
-            // The answer alone changed: no verdict, but a commit to apply it.
-            batch.touch(now);
+            // The answer alone changed: no verdict, but a version to apply it.
+            batch.add_each(std::iter::empty(), now);
             return;
         }
     }
@@ -238,41 +219,57 @@ pub fn agent_word(agents: &Agents, id: &BackendId) -> Option<String> {
     agents.get(id).map(ToString::to_string)
 }
 
-/// Events for the VIPs whose quorum state differs between `old` and `new`.
-pub fn quorum_events(old: &Tables, new: &Tables) -> Vec<String> {
-    let before: HashMap<&str, crate::lb::fallback::QuorumState> = old
-        .vips
-        .iter()
-        .map(|v| (v.name.as_str(), v.quorum))
-        .collect();
+/// Events for the VIPs of `config` (which `new` was built from) that set a quorum or have
+/// sorry backends and whose quorum state differs between `old` and `new`. A VIP without
+/// either has its quorum while a backend is up: its health events say so already.
+pub fn quorum_events(config: &Config, old: &Tables, new: &Tables) -> Vec<String> {
+    let watched = |slot: usize| {
+        config.vips.get(slot).is_some_and(|v| {
+            v.fallback != config::Fallback::default() || v.backends.iter().any(|b| b.sorry)
+        })
+    };
+    // By name only where the VIPs moved (a reload), built at the first such VIP.
+    let mut by_name: Option<HashMap<&str, QuorumState>> = None;
     let mut out = Vec::new();
-    for v in &new.vips {
-        let Some(was) = before.get(v.name.as_str()) else {
-            continue;
-        };
-        if *was == v.quorum {
+    for (slot, v) in new.vips.iter().enumerate() {
+        if !watched(slot) {
             continue;
         }
-        let q = v.quorum;
-        out.push(match (q.up, q.sorry, q.withdraw) {
-            (true, _, _) if was.sorry => format!(
-                "vip {}: quorum regained: the primary backends take new flows again, the sorry \
-                 backends keep their flows",
-                v.name
-            ),
-            (true, _, _) => format!("vip {}: quorum regained", v.name),
-            (false, true, _) => format!(
-                "vip {}: quorum lost: the sorry backends take the new flows",
-                v.name
-            ),
-            (false, false, true) => format!("vip {}: quorum lost: withdrawn from BGP", v.name),
-            (false, false, false) => format!(
-                "vip {}: quorum lost: the primary backends still up go on serving",
-                v.name
-            ),
-        });
+        let was = match old.vips.get(slot) {
+            Some(o) if o.name == v.name => Some(o.quorum),
+            _ => by_name
+                .get_or_insert_with(|| {
+                    old.vips
+                        .iter()
+                        .map(|o| (o.name.as_str(), o.quorum))
+                        .collect()
+                })
+                .get(v.name.as_str())
+                .copied(),
+        };
+        if let Some(was) = was.filter(|w| *w != v.quorum) {
+            out.push(quorum_event(&v.name, was, v.quorum));
+        }
     }
     out
+}
+
+/// What changed with VIP `name`'s quorum, from `was` to `q`.
+fn quorum_event(name: &str, was: QuorumState, q: QuorumState) -> String {
+    match (q.up, q.sorry, q.withdraw) {
+        (true, _, _) if was.sorry => format!(
+            "vip {name}: quorum regained: the primary backends take new flows again, the sorry \
+             backends keep their flows"
+        ),
+        (true, _, _) => format!("vip {name}: quorum regained"),
+        (false, true, _) => {
+            format!("vip {name}: quorum lost: the sorry backends take the new flows")
+        }
+        (false, false, true) => format!("vip {name}: quorum lost: withdrawn from BGP"),
+        (false, false, false) => {
+            format!("vip {name}: quorum lost: the primary backends still up go on serving")
+        }
+    }
 }
 
 /// The VIP's quorum as the API shows it: `up`, `sorry` (its sorry backends serve),
@@ -401,5 +398,52 @@ health_check = "a"
             agent_word(&agents, &id("10.1.0.11")).as_deref(),
             Some("ready 50%")
         );
+    }
+
+    #[test]
+    fn quorum_events_tell_of_vips_with_a_quorum_or_sorry_backends_only() {
+        let text = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+[[vip.backend]]
+address = "10.1.0.11"
+[[vip.backend]]
+address = "10.1.0.12"
+role = "sorry"
+
+[[vip]]
+name = "plain"
+address = "192.0.2.11"
+port = 80
+[[vip.backend]]
+address = "10.1.0.21"
+"#;
+        let c = Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}"));
+        let up = Tables::build(&c, &|_, _| true, 1).expect("tables");
+        let sorry = |_: &Vip, b: &config::Backend| b.sorry;
+        let down = Tables::build_from(&c, &sorry, 2, Some(&up), &crate::lb::Serial).expect("t");
+        assert_eq!(
+            quorum_events(&c, &up, &down),
+            ["vip web: quorum lost: the sorry backends take the new flows"],
+            "the plain VIP lost its only backend: its health events tell"
+        );
+        assert_eq!(quorum_word(&down, 0), "sorry");
+        assert_eq!(quorum_word(&down, 1), "lost");
+        let back =
+            Tables::build_from(&c, &|_, _| true, 3, Some(&down), &crate::lb::Serial).expect("t");
+        assert_eq!(
+            quorum_events(&c, &down, &back),
+            [
+                "vip web: quorum regained: the primary backends take new flows again, the \
+                 sorry backends keep their flows"
+            ]
+        );
+        assert!(quorum_events(&c, &back, &back).is_empty());
     }
 }

@@ -1,41 +1,26 @@
 //! The pure half of a change: config, the operator's overrides, health verdicts and next hops
 //! in, the next table version out (with what the XDP program must steer and what the prober
-//! must probe), or why it cannot be built. Nothing here reads a file, a socket or the clock,
-//! and the running state is not touched: [`super::commit`] applies a [`Prepared`] or drops it.
+//! must probe), or why it cannot be built. Nothing here reads a file, a socket or the clock
+//! (the caller passes `now` on both clocks) or starts a thread (the rings of many VIPs are
+//! built by the [`Executor`] the caller passes), and the running state is not touched: the
+//! commit applies a [`Prepared`] or drops it.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use super::neighbours::NextHops;
+pub use super::probes::{Targets, health_targets};
+
+use super::change::{Override, PrepareError};
 use super::policy::{self, Agents, Combined};
-use super::shared::Override;
 use super::slowstart::{Ramps, Readiness};
 use crate::config::{self, Backend, Config, Mode, Vip};
 use crate::lb::BackendId;
+use crate::lb::Tables;
+use crate::lb::exec::Executor;
 use crate::lb::steering::{ReturnKey, VipKey};
-use crate::lb::{self, TableError, Tables};
-
-/// The prober's targets, with the VIP/backend pairs each one decides.
-pub type Targets = HashMap<health::ProbeKey, Vec<BackendId>>;
-
-/// Why the next table version could not be prepared; the running version stays.
-#[derive(Debug, thiserror::Error)]
-pub enum PrepareError {
-    /// The config is valid, but its tables cannot be built (the error names the VIP).
-    #[error(transparent)]
-    Tables(#[from] TableError),
-}
-
-/// Egress input from the kernel (rtnetlink): interfaces, routes and neighbours, and the
-/// queue workers report missed neighbours on (see `lb::egress`).
-#[derive(Debug, Clone, Default)]
-pub struct NextHops {
-    /// The kernel's interfaces, main routing table and neighbour table.
-    pub net: lb::NetState,
-    /// Where workers offer neighbours they lacked; `None` in tests and `sluice trace`.
-    pub misses: Option<lb::MissQueue>,
-}
 
 /// What the XDP program steers to the workers: VIP keys and return-traffic keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -57,7 +42,7 @@ pub enum HealthSource<'a> {
 }
 
 /// Everything [`prepare`] builds from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Inputs<'a> {
     /// The running version: the new one shares its rings where their inputs are the same
     /// (`None` builds every ring).
@@ -73,6 +58,8 @@ pub struct Inputs<'a> {
     /// The version the tables get.
     pub version: u64,
     pub now: Instant,
+    /// `now` on the workers' clock (CLOCK_MONOTONIC, ns): outbound drains run on it.
+    pub now_ns: u64,
     /// A new config: BGP waits for the health checks to settle again.
     pub resettle: bool,
     /// The slow-start ramps of the running version (`Ramps::default()` for the first).
@@ -80,6 +67,9 @@ pub struct Inputs<'a> {
     /// The agents' last answers (with [`HealthSource::Verdicts`]; a reload reads the
     /// prober's).
     pub agents: &'a Agents,
+    /// Builds many VIPs' rings at once (the control plane's cores; `lb::exec::Serial` in
+    /// tests and tools).
+    pub exec: &'a dyn Executor,
 }
 
 /// The next version, built and not yet running.
@@ -144,18 +134,12 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         Some((c, due)) => (c, *due),
         None => (&*config, None),
     };
-    let mut tables = Tables::build_from(
-        built_from,
-        &healthy,
-        i.version,
-        i.running,
-        &super::cores::Cores,
-    )?;
+    let mut tables = Tables::build_from(built_from, &healthy, i.version, i.running, i.exec)?;
     let egress = super::neighbours::egress(&config, &tables, i.next_hops);
     tables.set_egress(egress);
     tables.set_local_addresses(i.host_addresses);
-    // The outbound drains run on the workers' clock; `now` is converted, not read anew.
-    let now_ns = crate::datapath::instant_ns(i.now);
+    // The outbound drains run on the workers' clock.
+    let now_ns = i.now_ns;
     tables.set_outbound(&config, i.running, now_ns);
     let mut steering = steering(&config);
     steering
@@ -191,22 +175,35 @@ pub struct HealthVersion {
     pub ready: Vec<(BackendId, Readiness)>,
 }
 
+/// What a health batch's version ([`prepare_health`]) is built from.
+#[derive(Clone, Copy)]
+pub struct HealthInputs<'a> {
+    /// The running tables, built from `config`.
+    pub running: &'a Tables,
+    /// The running config, overrides applied.
+    pub config: &'a Config,
+    /// Every verdict, the batch's included.
+    pub health: &'a HashMap<BackendId, bool>,
+    /// The running version's slow-start ramps.
+    pub ramps: &'a Ramps,
+    pub host_addresses: &'a [IpAddr],
+    /// The version the tables get.
+    pub version: u64,
+    pub exec: &'a dyn Executor,
+}
+
 /// The next version when only health verdicts changed since `running` was built from
-/// `config` (the running config, overrides applied): the VIPs of the `changed` pairs get
-/// their verdicts from `health` and new rings, everything else is the running version's
-/// (see [`Tables::with_health`]). `None` when a full [`prepare`] is needed: `running` was
-/// not built from `config`, a backend ramps (`ramps`), or a touched VIP has a backend with
-/// slow start (its recovery may start a ramp).
+/// `config`: the VIPs of the `changed` pairs get their verdicts from `health` and new
+/// rings, everything else is the running version's (see [`Tables::with_health`]). `None`
+/// when a full [`prepare`] is needed: `running` was not built from `config`, a backend
+/// ramps (`ramps`), or a touched VIP has a backend with slow start (its recovery may start
+/// a ramp).
 pub fn prepare_health<'a>(
-    running: &Tables,
-    config: &Config,
-    health: &HashMap<BackendId, bool>,
-    ramps: &Ramps,
+    i: HealthInputs<'_>,
     changed: impl IntoIterator<Item = &'a BackendId>,
-    host_addresses: &[IpAddr],
-    version: u64,
 ) -> Option<Result<HealthVersion, PrepareError>> {
-    if !ramps.is_empty() {
+    let (config, health) = (i.config, i.health);
+    if !i.ramps.is_empty() {
         return None;
     }
     let names: HashSet<&str> = changed.into_iter().map(|id| id.vip.as_str()).collect();
@@ -222,13 +219,15 @@ pub fn prepare_health<'a>(
         return None;
     }
     let healthy = |v: &Vip, b: &Backend| healthy(config, health, v, b);
-    let tables =
-        match running.with_health(config, &healthy, &slots, version, &super::cores::Cores)? {
-            Ok(t) => t,
-            Err(e) => return Some(Err(e.into())),
-        };
+    let tables = match i
+        .running
+        .with_health(config, &healthy, &slots, i.version, i.exec)?
+    {
+        Ok(t) => t,
+        Err(e) => return Some(Err(e.into())),
+    };
     let mut tables = tables;
-    tables.set_local_addresses(host_addresses);
+    tables.set_local_addresses(i.host_addresses);
     let ready = touched()
         .flat_map(|v| v.backends.iter().map(move |b| (v, b)))
         .map(|(v, b)| (BackendId::of(v, b), readiness(config, health, v, b)))
@@ -304,47 +303,6 @@ pub fn steering(config: &Config) -> Steering {
     Steering { vips, returns: ret }
 }
 
-/// Health targets for the prober, with the VIP/backend pairs each one decides (a backend
-/// of several checks is in several).
-pub fn health_targets(config: &Config) -> Targets {
-    let mut out: Targets = HashMap::new();
-    let checks = policy::shared_checks(config);
-    for v in &config.vips {
-        for b in &v.backends {
-            for target in policy::probes_of(&checks, v, b) {
-                out.entry(target.key())
-                    .or_default()
-                    .push(BackendId::of(v, b));
-            }
-        }
-    }
-    out
-}
-
-/// The VIP a DR or tunnel backend must also answer for, on the VIP's port (for a VIP of
-/// every port: the backend's, else the check's port; none when that leaves no port). A
-/// check of another host than the backend proves nothing about the backend's VIP.
-pub(super) fn via_vip(v: &Vip, b: &Backend, check: &config::HealthCheck) -> Option<health::ViaVip> {
-    if !v.health_via_vip || !matches!(v.mode, Mode::Dr | Mode::Tunnel(_)) {
-        return None;
-    }
-    if check.address.is_some() {
-        return None;
-    }
-    let port = [v.port, b.port, check.port.unwrap_or(0)]
-        .into_iter()
-        .find(|p| *p != 0)?;
-    Some(health::ViaVip {
-        vip: std::net::SocketAddr::new(v.address, port),
-        protocol: match v.protocol {
-            config::Protocol::Tcp => health::VipProtocol::Tcp,
-            config::Protocol::Udp => health::VipProtocol::Udp,
-        },
-        backend_port: b.port,
-        tenant_vni: v.tenant_vni,
-    })
-}
-
 /// The pairs BGP still waits for: while `settling`, those whose probes have not decided;
 /// always, those whose decided verdict the tables do not show yet. The prober decides
 /// before the loop has applied the transition (it waits in the channel behind earlier
@@ -417,6 +375,7 @@ pub fn effective(file: &Config, overrides: &mut HashMap<BackendId, Override>) ->
 pub(crate) mod tests {
     use super::*;
     use crate::config::BackendState;
+    use crate::lb::exec::Serial;
 
     pub(crate) const CFG: &str = r#"
 [appliance]
@@ -555,9 +514,11 @@ port = 8081
             host_addresses: &[],
             version,
             now: Instant::now(),
+            now_ns: 0,
             resettle: false,
             ramps: &Ramps::default(),
             agents: &Agents::new(),
+            exec: &Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -590,6 +551,24 @@ port = 8081
         );
     }
 
+    /// A health batch's version 2 of `running`.
+    fn version_2<'a>(
+        running: &'a Tables,
+        config: &'a Config,
+        health: &'a HashMap<BackendId, bool>,
+        ramps: &'a Ramps,
+    ) -> HealthInputs<'a> {
+        HealthInputs {
+            running,
+            config,
+            health,
+            ramps,
+            host_addresses: &[],
+            version: 2,
+            exec: &Serial,
+        }
+    }
+
     #[test]
     fn a_health_version_equals_a_full_build_and_rebuilds_only_its_vip() {
         use crate::control::fleet::fingerprint;
@@ -607,13 +586,8 @@ port = 8081
         let id = key("10.1.0.11", 8080);
         health.insert(id.clone(), false);
         let fast = prepare_health(
-            &running.tables,
-            &running.config,
-            &health,
-            &running.ramps,
+            version_2(&running.tables, &running.config, &health, &running.ramps),
             [&id],
-            &[],
-            2,
         )
         .expect("built from this config")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -638,13 +612,8 @@ port = 8081
         let none = Ramps::default();
         assert!(
             prepare_health(
-                &running.tables,
-                &other.config,
-                &health,
-                &none,
-                [&id],
-                &[],
-                2
+                version_2(&running.tables, &other.config, &health, &none),
+                [&id]
             )
             .is_none(),
             "tables of another config"
@@ -655,7 +624,7 @@ port = 8081
         );
         let slow = first(&slow, &health, 1);
         assert!(
-            prepare_health(&slow.tables, &slow.config, &health, &none, [&id], &[], 2).is_none(),
+            prepare_health(version_2(&slow.tables, &slow.config, &health, &none), [&id]).is_none(),
             "a VIP with slow start prepares in full (a recovery may ramp)"
         );
     }
@@ -681,9 +650,11 @@ port = 8081
             host_addresses: &[],
             version: 7,
             now,
+            now_ns: 0,
             resettle: true,
             ramps: &Ramps::default(),
             agents: &Agents::new(),
+            exec: &Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.tables.version, 7);
@@ -719,9 +690,11 @@ port = 8081
                 host_addresses: &[],
                 version: 1,
                 now,
+                now_ns: 0,
                 resettle: false,
                 ramps,
                 agents: &Agents::new(),
+                exec: &Serial,
             })
             .unwrap_or_else(|e| panic!("{e}"))
         };

@@ -1,81 +1,81 @@
-//! `sluice run`: brings the datapath up with the first version, then waits on events and
-//! hands each to its handler (`handlers.rs`); on SIGTERM or SIGINT it withdraws (or, with
-//! graceful restart, abandons) the routes and detaches the datapath.
+//! `sluice run`: brings the datapath up with the first version, then turns every event it
+//! waits on (signals, API writes, health transitions, routes and neighbours, the fleet's
+//! etcd session, the tick, the state's own deadlines) into an [`Input`] for the executor
+//! (`io.rs`), which has the decision (`decide`) handle it and carries out its effects. On
+//! SIGTERM or SIGINT the effects withdraw (or, with graceful restart, abandon) the routes
+//! and detach the datapath, and the loop ends.
+//!
+//! ```text
+//! signals, API (mpsc Command), prober (transitions), neighbours task (NetEvent),
+//! etcd session (Update), tick, State::due deadlines
+//!        |  run.rs: one Input at a time
+//!        v
+//! io.rs: Now (clocks, prober status, host addresses) -> decide::handle(&mut State, Input, &Now)
+//!        <- Vec<Effect>: datapath, speaker, prober, walker, readers' model, replies, etcd
+//!        '-> an effect's outcome the decision must see comes back as an Input, first
+//! ```
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ::fleet::client::Update;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::info;
 
-use super::announce::Announcer;
-use super::commit::{set_probes, start_speaker};
-use super::events::{EventRing, Kind};
-use super::prepare::{self, HealthSource, Inputs, Targets};
-use super::shared::{Command, Shared, Sync, WorkerView};
-use super::state::State;
-use super::view::{self, event};
-use super::{RunError, api, cache, neighbours};
+use super::change::{Command, PrepareError};
+use super::cores::Cores;
+use super::counters::WorkerView;
+use super::decide;
+use super::events::EventRing;
+use super::fleet::{self, FleetError, Membership, Session};
+use super::input::{Input, Now};
+use super::io::{self, Flow, Io};
+use super::kept::Keeper;
+use super::model::{Shared, Sync};
+use super::neighbours::{self, NetEvent};
+use super::state::{First, State};
+use super::{api, cache, notify, prepare, view};
 use crate::config;
 use crate::datapath::flowcache::{self, FlowCache};
-use crate::datapath::neigh::Resolver;
+use crate::datapath::neigh::{NeighError, Resolver};
 use crate::datapath::vipprobe::VipProbes;
-use crate::datapath::{Datapath, DatapathConfig, DatapathStats, FrameHandler};
+use crate::datapath::{Datapath, DatapathConfig, FrameHandler};
 use crate::engine::{CounterSnapshot, LbHandler, Published};
 
-/// Everything the control loop owns.
-pub(super) struct Control {
-    pub(super) st: State,
-    pub(super) shared: Arc<Shared>,
-    /// The routes-and-neighbours task (see `neighbours.rs`).
-    pub(super) net: neighbours::NetTask,
-    pub(super) dp: Datapath,
-    pub(super) prober: health::Prober,
-    pub(super) targets: Targets,
-    pub(super) announcer: Option<Announcer>,
-    /// Until when BGP waits for the health checks to decide.
-    pub(super) settle_by: Instant,
-    /// Peer states at the last tick, for BGP events.
-    pub(super) peer_states: HashMap<IpAddr, bgp::State>,
-    /// Drops at the last tick, and when the last spike was reported.
-    pub(super) last_drops: u64,
-    pub(super) last_spike: Option<Instant>,
-    /// Flood mode as the last tick saw it.
-    pub(super) flood: super::flood::Watch,
-    /// Probes not run (local shortage) at the last event about them.
-    pub(super) last_not_run: u64,
-    /// Health transitions received and not yet committed.
-    pub(super) health_batch: super::batch::HealthBatch,
-    /// Set while a health batch commits: when its first transition arrived.
-    pub(super) health_since: Option<Instant>,
-    /// The etcd side of `[fleet]`, when the appliance is a fleet member.
-    pub(super) fleet: Option<super::fleet::Link>,
-    /// The flow cache's walks (eviction after commits, the entry count), off the runtime.
-    pub(super) walker: Option<cache::Walker>,
-    /// When the last slow-start step was committed (steps keep `MIN_STEP_GAP` apart).
-    pub(super) last_ramp_step: Option<Instant>,
-    /// The operator overrides on disk (see `kept.rs`).
-    pub(super) keeper: super::kept::Keeper,
+/// Why `sluice run` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Config(#[from] config::LoadError),
+    #[error("sluice run needs root (or CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW and CAP_SYS_ADMIN)")]
+    NotRoot,
+    #[error("cannot build tables: {0}")]
+    Tables(#[from] PrepareError),
+    #[error("datapath: {0}")]
+    Datapath(#[from] crate::datapath::DatapathError),
+    /// Routes and neighbours come from rtnetlink in the appliance's network namespace.
+    #[error("netlink: {0} (sluice run reads routes and neighbours over rtnetlink)")]
+    Netlink(#[source] NeighError),
+    #[error("cannot install signal handlers: {0}")]
+    Signal(#[source] std::io::Error),
+    #[error("{0}")]
+    Api(#[from] api::ApiStartError),
+    #[error("{0}")]
+    Fleet(#[from] FleetError),
+    #[error("cannot start the flow cache's walker thread: {0} (out of threads or memory?)")]
+    Thread(#[source] std::io::Error),
 }
 
-impl Control {
-    /// Republishes the view readers see; `datapath` when fresh counters were read.
-    pub(super) fn view(&self, datapath: Option<DatapathStats>) {
-        view::publish(
-            &self.shared,
-            &self.st,
-            &self.prober.status(),
-            &self.targets,
-            self.announcer.as_ref(),
-            self.walker.as_ref(),
-            datapath,
-        );
-    }
+/// Where the loop's events come from.
+struct Sources {
+    commands: mpsc::Receiver<Command>,
+    transitions: mpsc::UnboundedReceiver<health::Transition>,
+    net: mpsc::Receiver<NetEvent>,
+    fleet: Option<mpsc::Receiver<Update>>,
 }
 
 /// `sluice run`: brings the datapath up with `path`'s config and runs until SIGTERM or
@@ -88,16 +88,23 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     }
     let resolver = Resolver::new().map_err(RunError::Netlink)?;
     // A fleet member starts on the last revision it activated, if one is kept.
-    let start = super::fleet::start_from(path, file);
-    let mut st = State::new(path.to_path_buf(), start.config);
-    let keeper = super::kept::Keeper::start(&mut st);
-    let (hops, misses) = neighbours::first(&resolver)
+    let start = fleet::start_from(path, file);
+    let (keeper, kept) = Keeper::read(&start.config);
+    let (next_hops, misses) = neighbours::first(&resolver)
         .await
         .map_err(RunError::Netlink)?;
-    st.next_hops = hops;
-    let (published, targets) = first_version(&mut st)?;
-    let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(64);
-    let shared = Arc::new(shared(&st, path, &published, cmd_tx)?);
+    let first = First {
+        path: path.to_path_buf(),
+        file: Arc::new(start.config),
+        overrides: kept.backends,
+        withdrawn: kept.withdrawn,
+        keeper,
+        next_hops,
+        exec: &Cores,
+    };
+    let mut st = decide::first(first, &reading(crate::datapath::host_addresses()))?;
+    let (cmd_tx, commands) = mpsc::channel::<Command>(64);
+    let shared = Arc::new(shared(&st, path, cmd_tx)?);
     let walker = match &shared.flow_cache {
         Some(c) => Some(
             cache::Walker::spawn(Arc::clone(c), Arc::clone(&shared.published))
@@ -109,90 +116,67 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     dp.set_vips(&st.steering.vips)?;
     dp.set_return_keys(&st.steering.returns)?;
     dp.set_flood(&st.config.flood)?;
-    dp.set_stateless(&shared.published.current(), shared.flow_cache.as_deref())?;
+    dp.set_stateless(&st.tables, shared.flow_cache.as_deref())?;
     view::restart_sync_clock(&shared, Instant::now());
     let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await
         .map_err(RunError::Api)?;
-    say_running(&st, &published);
+    say_running(&st);
     let sync_task = tokio::spawn(view::watch_sync(Arc::clone(&shared)));
     let (prober, transitions) = health::Prober::spawn_with(probe_context(&shared));
-    set_probes(&prober, &targets);
-    let settle_by = Instant::now() + prepare::settle_time(&st.config);
+    io::set_probes(&prober, &st.targets);
+    st.settle_by = Instant::now() + prepare::settle_time(&st.config);
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
     // checks settle (every tick re-syncs).
-    let announcer = start_speaker(st.config.bgp.as_ref()).await;
-    let fleet = super::fleet::Link::start_for(&st.config, start.restored.as_ref())?;
-    let mut c = Control {
-        st,
-        shared: Arc::clone(&shared),
-        net: neighbours::spawn(resolver, misses),
-        dp,
-        prober,
-        targets,
-        announcer,
-        settle_by,
-        peer_states: HashMap::new(),
-        last_drops: 0,
-        last_spike: None,
-        flood: super::flood::Watch::default(),
-        last_not_run: 0,
-        health_batch: Default::default(),
-        health_since: None,
-        fleet,
-        walker,
-        last_ramp_step: None,
-        keeper,
+    let announcer = io::start_speaker(st.config.bgp.as_ref()).await;
+    let (session, updates) = match &st.config.fleet {
+        Some(f) => {
+            let name = st.config.appliance.name.clone();
+            let (s, updates) = Session::start(f, &name)?;
+            let restored = start.restored.as_ref();
+            st.fleet = Some(Membership::new(f, &name, restored, Instant::now()));
+            (Some(s), Some(updates))
+        }
+        None => (None, None),
     };
-    c.sync_bgp(Instant::now());
-    c.view(c.dp.stats().ok());
-    let started = format!("version {}: started", published.version());
-    event(&shared, Kind::Commit, started);
-    c.fleet_started(start.problem);
-    c.kept_started();
-    c.event_loop(cmd_rx, transitions).await?;
-    listeners.stop();
-    sync_task.abort();
-    c.stop().await
+    let (net, net_events) = neighbours::spawn(resolver, misses);
+    let mut io = Io::new(
+        shared, dp, prober, announcer, net, session, walker, listeners, sync_task,
+    );
+    let started = io.started(start.problem);
+    io.turn(&mut st, started).await?;
+    let sources = Sources {
+        commands,
+        transitions,
+        net: net_events,
+        fleet: updates,
+    };
+    event_loop(&mut st, &mut io, sources).await
+}
+
+/// The clocks now and `host_addresses`, for the first version (nothing probes yet).
+fn reading(host_addresses: Vec<IpAddr>) -> Now {
+    let mut now = Now::at(Instant::now());
+    now.ns = crate::datapath::instant_ns(now.at);
+    now.host_addresses = host_addresses;
+    now
 }
 
 /// The datapath forwards and the API answers: the log says so, and so does systemd's
 /// readiness protocol (`Type=notify`).
-fn say_running(st: &State, published: &Published) {
+fn say_running(st: &State) {
+    let version = st.tables.version;
     info!(
-        version = published.version(),
+        version,
         vips = st.config.vips.len(),
         api = %st.config.api.socket.display(),
         "sluice running (appliance {})",
         st.config.appliance.name
     );
-    super::notify::notify(&format!(
-        "READY=1\nSTATUS=version {}, {} VIPs",
-        published.version(),
+    notify::notify(&format!(
+        "READY=1\nSTATUS=version {version}, {} VIPs",
         st.config.vips.len()
     ));
-}
-
-/// The first version: tables prepared from the file and the kernel's routes and neighbours
-/// alone; the state takes it and the workers will start on it.
-fn first_version(st: &mut State) -> Result<(Arc<Published>, Targets), RunError> {
-    let version = st.next_version();
-    let p = prepare::prepare(Inputs {
-        running: None,
-        file: &st.file_config,
-        overrides: &st.overrides,
-        health: HealthSource::Verdicts(&st.health),
-        next_hops: &st.next_hops,
-        host_addresses: &crate::datapath::host_addresses(),
-        version,
-        now: Instant::now(),
-        resettle: false,
-        ramps: &st.ramps,
-        agents: &st.policy.agents,
-    })?;
-    let rest = st.adopt(p);
-    st.steering = rest.steering;
-    Ok((Arc::new(Published::new(rest.tables)), rest.targets))
 }
 
 /// The prober's context: DR and tunnel backends' VIP probes go out through the datapath's
@@ -201,29 +185,23 @@ fn probe_context(shared: &Arc<Shared>) -> health::ProbeContext {
     let published = Arc::clone(&shared.published);
     let vip = VipProbes::new(
         Arc::new(move || published.current()),
-        Arc::clone(&shared.vip_probes),
+        Arc::clone(&shared.counters.vip_probes),
     );
     health::ProbeContext::new().with_vip_prober(Arc::new(vip))
 }
 
 /// What the loop shares with the API and metrics, before the workers exist.
-fn shared(
-    st: &State,
-    path: &Path,
-    published: &Arc<Published>,
-    commands: mpsc::Sender<Command>,
-) -> Result<Shared, RunError> {
+fn shared(st: &State, path: &Path, commands: mpsc::Sender<Command>) -> Result<Shared, RunError> {
     let flow_cache = if st.config.appliance.flow_cache {
         Some(Arc::new(FlowCache::create(flowcache::CACHE_ENTRIES)?))
     } else {
         None
     };
+    let published = Arc::new(Published::new(Arc::clone(&st.tables)));
     Ok(Shared {
         flow_cache,
-        vip_probes: Default::default(),
         started: Instant::now(),
         config_path: path.to_path_buf(),
-        published: Arc::clone(published),
         workers: Mutex::new(Vec::new()),
         view: Default::default(),
         events: Mutex::new(EventRing::default()),
@@ -233,15 +211,11 @@ fn shared(
             lag: None,
             health_since: None,
         }),
+        published,
         sync_changed: tokio::sync::Notify::new(),
         commands,
-        api_errors: Default::default(),
-        probes_not_run: Default::default(),
-        listeners: Default::default(),
-        reloads_rejected: Default::default(),
-        health: Default::default(),
         fleet: Default::default(),
-        overrides_file_errors: Default::default(),
+        counters: Default::default(),
     })
 }
 
@@ -282,69 +256,75 @@ fn start_datapath(st: &State, shared: &Arc<Shared>) -> Result<Datapath, RunError
     )?)
 }
 
-impl Control {
-    /// Routes each event to its handler until SIGTERM or SIGINT.
-    async fn event_loop(
-        &mut self,
-        mut commands: mpsc::Receiver<Command>,
-        mut transitions: mpsc::UnboundedReceiver<health::Transition>,
-    ) -> Result<(), RunError> {
-        let mut term = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
-        let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
-        let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signal)?;
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let mut ticks: u64 = 0;
-        let mut stall = StallHook::from_env()?;
-        loop {
-            let due = self
-                .health_batch
-                .due(super::batch::Pacing::of(&self.st.config));
-            // A far deadline stands in while no batch waits (the branch is disabled then).
-            let batch_at = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-            let ramp = self.ramp_at();
-            let ramp_at = ramp.unwrap_or(batch_at);
-            tokio::select! {
-                _ = term.recv() => { info!("SIGTERM: stopping"); return Ok(()); }
-                _ = int.recv() => { info!("SIGINT: stopping"); return Ok(()); }
-                _ = hup.recv() => self.on_hangup().await,
-                Some(cmd) = commands.recv() => self.on_command(cmd).await,
-                Some(tr) = transitions.recv() => self.on_transitions(tr, &mut transitions).await,
-                _ = tokio::time::sleep_until(batch_at.into()), if due.is_some() => {
-                    self.commit_health().await;
-                }
-                _ = tokio::time::sleep_until(ramp_at.into()), if ramp.is_some() => {
-                    self.ramp_step().await;
-                }
-                Some(u) = super::fleet::Link::next(&mut self.fleet) => self.on_fleet_update(u).await,
-                Some(ev) = self.net.events.recv() => self.on_net_event(ev),
-                _ = tick.tick() => {
-                    ticks += 1;
-                    self.on_tick(ticks, Instant::now()).await;
-                    self.fleet_tick().await;
-                }
-                for_how_long = stall.next() => stall_runtime(for_how_long).await,
+/// What the loop received.
+enum Got {
+    Input(Input),
+    Command(Command),
+    Tick,
+    Stall(Duration),
+}
+
+/// Hands every event to the executor as an input until a stop ends the loop.
+async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(), RunError> {
+    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
+    let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signal)?;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut stall = StallHook::from_env()?;
+    loop {
+        let due = st.due();
+        // A far deadline stands in while nothing is due (the branch is disabled then).
+        let far = Instant::now() + Duration::from_secs(3600);
+        let got = tokio::select! {
+            _ = term.recv() => Got::Input(Input::Terminate("SIGTERM")),
+            _ = int.recv() => Got::Input(Input::Terminate("SIGINT")),
+            _ = hup.recv() => Got::Input(Input::Hangup),
+            Some(cmd) = src.commands.recv() => Got::Command(cmd),
+            Some(tr) = src.transitions.recv() => {
+                Got::Input(Input::Transitions(queued(tr, || src.transitions.try_recv().ok())))
             }
+            _ = tokio::time::sleep_until(due.health.unwrap_or(far).into()), if due.health.is_some() => {
+                Got::Input(Input::HealthDue)
+            }
+            _ = tokio::time::sleep_until(due.ramp.unwrap_or(far).into()), if due.ramp.is_some() => {
+                Got::Input(Input::RampDue)
+            }
+            Some(u) = next_update(&mut src.fleet) => Got::Input(Input::Fleet(u)),
+            Some(ev) = src.net.recv() => {
+                Got::Input(Input::Net(queued(ev, || src.net.try_recv().ok())))
+            }
+            _ = tick.tick() => Got::Tick,
+            for_how_long = stall.next() => Got::Stall(for_how_long),
+        };
+        let input = match got {
+            Got::Input(i) => i,
+            Got::Command(cmd) => io.command(cmd),
+            Got::Tick => Input::Tick(Box::new(io.tick())),
+            Got::Stall(d) => {
+                stall_runtime(d).await;
+                continue;
+            }
+        };
+        if io.turn(st, input).await? == Flow::Stop {
+            return Ok(());
         }
     }
+}
 
-    /// Leaves BGP, then detaches the datapath.
-    async fn stop(mut self) -> Result<(), RunError> {
-        super::notify::notify("STOPPING=1");
-        self.fleet_leave().await;
-        // Routers move traffic away (GRACEFUL_SHUTDOWN, then withdraw) while we still
-        // forward; with graceful restart configured they keep the routes for the next
-        // process instead.
-        if let Some(a) = self.announcer.take() {
-            if a.graceful_restart() {
-                a.abandon();
-            } else {
-                a.shutdown().await;
-            }
-        }
-        self.dp.stop()?;
-        info!("final stats: {}", view::summary(&self.shared));
-        info!("datapath stopped, XDP detached");
-        Ok(())
+/// `first` and everything already queued behind it.
+fn queued<T>(first: T, mut next: impl FnMut() -> Option<T>) -> Vec<T> {
+    let mut all = vec![first];
+    while let Some(t) = next() {
+        all.push(t);
+    }
+    all
+}
+
+/// The next update from the fleet's session (pending forever without a fleet).
+async fn next_update(updates: &mut Option<mpsc::Receiver<Update>>) -> Option<Update> {
+    match updates {
+        Some(u) => u.recv().await,
+        None => std::future::pending().await,
     }
 }
 

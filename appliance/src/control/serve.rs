@@ -4,7 +4,8 @@
 //! connection must send its request headers within [`Limits::header_read`] (the time between
 //! keep-alive requests included), and one that moves no byte either way for
 //! [`Limits::idle`] is closed. `axum::serve` has none of the three, so each connection is
-//! served by hyper here.
+//! served by hyper here. The TCP API's connections take a slot only once their first
+//! request showed the token (see [`super::gate`]).
 
 use std::io;
 use std::pin::Pin;
@@ -18,7 +19,7 @@ use axum::serve::Listener;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tracing::debug;
 
@@ -53,8 +54,12 @@ pub struct Counters {
     pub accepted: AtomicU64,
     /// Connections closed at once because the listener was at its cap.
     pub refused: AtomicU64,
-    /// Connections closed for a header-read or idle timeout.
+    /// Connections closed for a header-read or idle timeout (the TCP API's: also for not
+    /// completing TLS and a first request within [`super::gate::PreAuth::deadline`]).
     pub timed_out: AtomicU64,
+    /// TCP API connections closed before taking a slot: no TLS handshake, or a first
+    /// request that was not HTTP or had no or a wrong bearer token.
+    pub unauthorized: AtomicU64,
 }
 
 /// The counters of every listener, read by the metrics.
@@ -104,27 +109,40 @@ pub async fn serve<L: Listener>(
             drop(io);
             continue;
         };
-        c.accepted.fetch_add(1, Ordering::Relaxed);
-        c.open.fetch_add(1, Ordering::Relaxed);
         let (app, stats) = (app.clone(), Arc::clone(&stats));
-        tokio::spawn(async move {
-            let io = TokioIo::new(Idle::new(io, limits.idle));
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read)
-                .serve_connection(io, TowerToHyperService::new(app))
-                .await;
-            let c = stats.of(which);
-            if let Err(e) = served {
-                if timed_out(&e) {
-                    c.timed_out.fetch_add(1, Ordering::Relaxed);
-                }
-                debug!(listener = which.name(), "api connection closed: {e}");
-            }
-            c.open.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
-        });
+        tokio::spawn(serve_connection(io, app, limits, stats, which, permit));
     }
+}
+
+/// Serves one connection that holds `permit` (one of its listener's slots) until it
+/// closes or times out; counts it.
+pub(super) async fn serve_connection<I>(
+    io: I,
+    app: Router,
+    limits: Limits,
+    stats: Arc<ListenerStats>,
+    which: Which,
+    permit: OwnedSemaphorePermit,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let c = stats.of(which);
+    c.accepted.fetch_add(1, Ordering::Relaxed);
+    c.open.fetch_add(1, Ordering::Relaxed);
+    let io = TokioIo::new(Idle::new(io, limits.idle));
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read)
+        .serve_connection(io, TowerToHyperService::new(app))
+        .await;
+    if let Err(e) = served {
+        if timed_out(&e) {
+            c.timed_out.fetch_add(1, Ordering::Relaxed);
+        }
+        debug!(listener = which.name(), "api connection closed: {e}");
+    }
+    c.open.fetch_sub(1, Ordering::Relaxed);
+    drop(permit);
 }
 
 /// Whether hyper gave up on a connection for one of the two timeouts.

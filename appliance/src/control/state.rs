@@ -1,28 +1,83 @@
-//! The running state of the control plane: what the running table version was built from,
-//! plus what the control loop learned since (health verdicts, the operator's changes).
-//! Only [`super::commit`] replaces the parts a [`super::prepare::Prepared`] carries.
+//! Everything the control loop's decisions own, in one place: what the running version was
+//! built from and the tables themselves, what the loop learned since (health verdicts and
+//! their reasons, the operator's changes, routes and neighbours), the pacing of health
+//! batches and slow-start steps, what the tick saw last, the fleet membership and a commit
+//! under way. Only `decide` changes it; the executor (`io.rs`) reads it to carry effects
+//! out, and the readers get a view of it (`view.rs`).
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::prepare::{NextHops, Prepared, Steering, Targets};
-use super::shared::Override;
-use super::slowstart::Ramps;
+use super::batch::{HealthBatch, Pacing};
+use super::change::Override;
+use super::fleet::Membership;
+use super::flood;
+use super::kept::Keeper;
+use super::neighbours::NextHops;
+use super::pending::Pending;
+use super::policy::PolicyState;
+use super::prepare::{Prepared, Steering, Targets};
+use super::slowstart::{self, Ramps};
 use crate::config::Config;
-use crate::lb::BackendId;
-use crate::lb::Tables;
+use crate::lb::exec::Executor;
+use crate::lb::{BackendId, Tables};
 
-/// What the control plane knows besides the tables.
+/// Version numbers: one counter, read by anyone, advanced by `decide/commit.rs` alone,
+/// once for every version it builds (or fails to build).
+#[derive(Debug, Default)]
+pub struct Versions {
+    last: u64,
+}
+
+impl Versions {
+    /// The newest number handed out.
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Hands out the next number.
+    pub(super) fn take(&mut self) -> u64 {
+        self.last += 1;
+        self.last
+    }
+}
+
+/// What the tick saw the last time, for its events.
+#[derive(Debug, Default)]
+pub struct LastTick {
+    pub ticks: u64,
+    /// Each BGP peer's state.
+    pub peers: HashMap<IpAddr, bgp::State>,
+    /// Frames dropped, and when the last spike was reported.
+    pub drops: u64,
+    pub spike: Option<Instant>,
+    pub flood: flood::Watch,
+    /// Probes not run (local shortage) at the last event about them.
+    pub not_run: u64,
+}
+
+/// When the loop must wake for the state's own sake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    /// The health batch commits.
+    pub health: Option<Instant>,
+    /// The next slow-start level (or the end of an outbound drain) commits.
+    pub ramp: Option<Instant>,
+}
+
+/// What the control plane knows.
 pub struct State {
     pub path: PathBuf,
     /// The config file as loaded.
     pub file_config: Arc<Config>,
     /// `file_config` with the operator's overrides: what the tables are built from.
     pub config: Arc<Config>,
-    /// The newest version number handed out (a change that failed to prepare used one).
-    pub version: u64,
+    /// The running tables: the version the workers were handed last.
+    pub tables: Arc<Tables>,
+    pub versions: Versions,
     /// Prober verdicts; a backend missing here has no check, or no verdict yet.
     pub health: HashMap<BackendId, bool>,
     /// The reason of each backend's last health transition.
@@ -34,42 +89,80 @@ pub struct State {
     pub next_hops: NextHops,
     /// What the XDP program steers now.
     pub steering: Steering,
+    /// The prober's targets, with the pairs each decides.
+    pub targets: Arc<Targets>,
+    /// Until when BGP waits for the health checks to decide.
+    pub settle_by: Instant,
+    /// A BGP speaker runs.
+    pub speaker: bool,
     /// A fleet member behind its fleet announces nothing until it has caught up.
     pub fleet_hold: bool,
     /// The slow-start ramps the running version was built with.
     pub ramps: Ramps,
-    /// When the next slow-start level is due (the control loop commits it).
+    /// When the next slow-start level is due.
     pub ramp_due: Option<Instant>,
     /// Several checks per backend and the agents' answers (see `policy.rs`).
-    pub policy: super::policy::PolicyState,
+    pub policy: PolicyState,
+    /// When the last slow-start step was committed (steps keep `MIN_STEP_GAP` apart).
+    pub last_ramp_step: Option<Instant>,
+    /// Health transitions received and not yet committed.
+    pub batch: HealthBatch,
+    pub last: LastTick,
+    /// The operator overrides on disk.
+    pub keeper: Keeper,
+    /// The fleet this appliance is a member of (`[fleet]`).
+    pub fleet: Option<Membership>,
+    /// A commit waiting for its staged half.
+    pub pending: Option<Pending>,
+    /// Builds many VIPs' rings at once (the control plane's cores; tests run them in turn).
+    pub exec: &'static dyn Executor,
+}
+
+/// What the state starts from, besides its first version.
+pub struct First {
+    pub path: PathBuf,
+    /// The config file (a fleet member's merged with its last good revision).
+    pub file: Arc<Config>,
+    /// The operator's overrides kept on disk, and their keeper.
+    pub overrides: HashMap<BackendId, Override>,
+    pub withdrawn: BTreeSet<String>,
+    pub keeper: Keeper,
+    pub next_hops: NextHops,
+    pub exec: &'static dyn Executor,
 }
 
 impl State {
-    /// The state before the first version: `file` as loaded, nothing learned yet.
-    pub fn new(path: PathBuf, file: Config) -> State {
-        let file = Arc::new(file);
+    /// The state running `p`, the first version (`versions` handed out its number).
+    pub(super) fn new(f: First, p: Prepared, versions: Versions, now: Instant) -> State {
+        let mut withdrawn = f.withdrawn;
+        withdrawn.retain(|n| p.config.vip(n).is_some());
         State {
-            path,
-            file_config: Arc::clone(&file),
-            config: file,
-            version: 0,
-            health: HashMap::new(),
+            path: f.path,
+            settle_by: now + super::prepare::settle_time(&p.config),
+            file_config: p.file_config,
+            config: p.config,
+            tables: Arc::new(p.tables),
+            versions,
+            health: p.health,
             reasons: HashMap::new(),
-            overrides: HashMap::new(),
-            withdrawn: BTreeSet::new(),
-            next_hops: NextHops::default(),
-            steering: Steering::default(),
+            overrides: p.overrides,
+            withdrawn,
+            next_hops: f.next_hops,
+            steering: p.steering,
+            targets: Arc::new(p.targets),
+            speaker: false,
             fleet_hold: false,
-            ramps: Ramps::default(),
-            ramp_due: None,
-            policy: Default::default(),
+            ramps: p.ramps,
+            ramp_due: p.ramp_due,
+            policy: PolicyState::of(p.combined, p.agents),
+            last_ramp_step: None,
+            batch: HealthBatch::default(),
+            last: LastTick::default(),
+            keeper: f.keeper,
+            fleet: None,
+            pending: None,
+            exec: f.exec,
         }
-    }
-
-    /// Hands out the next version number.
-    pub fn next_version(&mut self) -> u64 {
-        self.version += 1;
-        self.version
     }
 
     /// Takes what `p` was built from as the running state; returns the rest for the commit
@@ -85,18 +178,34 @@ impl State {
         self.policy.adopt(p.combined, p.agents, &p.targets);
         ToApply {
             tables: p.tables,
-            steering: p.steering,
             targets: p.targets,
             settle_by: p.settle_by,
         }
     }
+
+    /// When the loop must wake next for the health batch and slow start.
+    pub fn due(&self) -> Due {
+        Due {
+            health: self.batch.due(Pacing::of(&self.config)),
+            ramp: self.ramp_at(),
+        }
+    }
+
+    /// When the next slow-start step commits: when its level is due, but no sooner than
+    /// `MIN_STEP_GAP` after the last step; `None` while nothing ramps.
+    fn ramp_at(&self) -> Option<Instant> {
+        let due = self.ramp_due?;
+        Some(match self.last_ramp_step {
+            Some(t) => due.max(t + slowstart::MIN_STEP_GAP),
+            None => due,
+        })
+    }
 }
 
 /// The part of a [`Prepared`] version that leaves the control state: for the workers, the
-/// XDP program, the prober and the speaker.
+/// prober and the speaker (the steering keys were staged before: `decide/commit.rs`).
 pub struct ToApply {
     pub tables: Tables,
-    pub steering: Steering,
     pub targets: Targets,
     pub settle_by: Option<Instant>,
 }

@@ -1,6 +1,6 @@
-//! What the control loop republishes for readers after every change (the API and metrics
-//! read [`super::shared::Shared`], never the loop): the [`View`], events, the sync lag, and
-//! the one-line totals for the log.
+//! The readers' side of the executor: what it republishes for readers after every change
+//! (the API and metrics read [`super::model::Shared`], never the loop): the [`View`] of the
+//! state, events, the sync lag, and the one-line totals for the log.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use super::announce::Announcer;
 use super::cache;
 use super::events::Kind;
-use super::prepare::Targets;
-use super::shared::{HealthView, Shared, View};
+use super::model::{HealthView, Shared, View};
 use super::state::State;
 use crate::datapath::DatapathStats;
 use crate::lb::DropReason;
@@ -27,14 +26,13 @@ pub fn publish(
     shared: &Shared,
     st: &State,
     status: &[health::Status],
-    targets: &Targets,
     announcer: Option<&Announcer>,
     walker: Option<&cache::Walker>,
     datapath: Option<DatapathStats>,
 ) {
     let mut health = HashMap::new();
     for s in status {
-        let Some(pairs) = targets.get(&s.key) else {
+        let Some(pairs) = st.targets.get(&s.key) else {
             continue;
         };
         let state = match (s.decided, s.state) {
@@ -149,7 +147,7 @@ pub async fn watch_sync(shared: Arc<Shared>) {
             {
                 cur.lag = Some(lag);
                 if let Some(since) = s.health_since
-                    && let Ok(mut h) = shared.health.lag.lock()
+                    && let Ok(mut h) = shared.counters.health.lag.lock()
                 {
                     *h = Some(since.elapsed());
                 }

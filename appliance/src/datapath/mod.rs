@@ -13,7 +13,7 @@
 //! namespace first). No BPF object is pinned, so bpffs is not needed.
 //!
 //! ```text
-//! NIC/veth rx -> steer.bpf.c --owned--> XSKMAP[slot(ifindex) * 64 + queue] -> Xsk rx ring
+//! NIC/veth rx -> steer.bpf.c --owned--> XSKMAP[slot(ifindex) * MAX_QUEUES + queue] -> Xsk rx ring
 //!                           \--else--> kernel stack
 //! worker w: rx batch -> FrameHandler::handle -> Tx{ifindex} -> tx ring (same socket, or a
 //!           copy into w's socket on the egress interface) | Drop -> free stack -> fill ring

@@ -1,7 +1,7 @@
-//! The maps of the XDP program's stateless answer (steer.bpf.c "stateless answer"): while
-//! flood mode is on, a DR VIP's first packets are forwarded by the program itself from the
-//! VIP's Maglev ring, exactly as the engine's stateless answer would forward them, so a
-//! flood costs the engine nothing and sheds nobody.
+//! The maps of the XDP program's stateless answer (bpf/stateless.h): while flood mode is
+//! on, a DR VIP's first packets are forwarded by the program itself from the VIP's Maglev
+//! ring, exactly as the engine's stateless answer would forward them, so a flood costs the
+//! engine nothing and sheds nobody.
 //!
 //! With every table version the control plane writes each DR VIP's ring (the backend slot of
 //! every ring entry) and every backend's next hop (MACs, egress and how a hairpin leaves).
@@ -17,25 +17,28 @@ use std::collections::HashMap;
 use libbpf_rs::{MapCore, MapFlags};
 
 use super::DatapathError;
-use super::abi::{stateless_hop, stateless_vip};
-use super::flowcache::{FlowCache, Hairpin};
+use super::abi::{hash_fields, maps, stateless_hop, stateless_vip};
+use super::flowcache::FlowCache;
 use super::steer::bpf_err;
 use crate::config::{HashFields, Mode};
 use crate::lb::Tables;
 
-/// DR VIPs with a ring in the program (steer.bpf.c STATELESS_VIPS).
-pub const STATELESS_VIPS: usize = 32;
-/// Entries each VIP's ring may have (steer.bpf.c: the ring map is STATELESS_VIPS times this).
-pub const RING_STRIDE: u32 = 65537;
-/// Backend slots the program has next hops for (steer.bpf.c BACKEND_SLOTS).
-pub const BACKEND_SLOTS: usize = 4096;
+/// DR VIPs with a ring in the program (its `stateless_vips`: bpf/consts.h STATELESS_VIPS).
+pub const STATELESS_VIPS: usize = maps::STATELESS_VIPS.entries as usize;
+/// Entries each VIP's ring may have (its `stateless_rings` holds STATELESS_VIPS times this:
+/// bpf/consts.h RING_STRIDE).
+pub const RING_STRIDE: u32 = maps::STATELESS_RINGS.entries / maps::STATELESS_VIPS.entries;
+const _: () = assert!(maps::STATELESS_RINGS.entries == RING_STRIDE * maps::STATELESS_VIPS.entries);
+/// Backend slots the program has next hops for (its `stateless_hops`: bpf/consts.h
+/// BACKEND_SLOTS).
+pub const BACKEND_SLOTS: usize = maps::STATELESS_HOPS.entries as usize;
 
-/// steer.bpf.c HASH_*: the VIP's hash fields.
-fn hash_code(h: HashFields) -> u8 {
+/// The program's code for the VIP's hash fields (`stateless_vip.hash`).
+fn hash_code(h: HashFields) -> hash_fields {
     match h {
-        HashFields::FiveTuple => 0,
-        HashFields::ThreeTuple => 1,
-        HashFields::TwoTuple => 2,
+        HashFields::FiveTuple => hash_fields::HASH_5,
+        HashFields::ThreeTuple => hash_fields::HASH_3,
+        HashFields::TwoTuple => hash_fields::HASH_2,
     }
 }
 
@@ -188,7 +191,7 @@ fn hop(tables: &Tables, cache: &FlowCache, slot: u32) -> [u8; stateless_hop::LEN
         src_mac: n.src_mac.0,
         ifindex: n.ifindex,
         ok: 1,
-        tx: u8::from(hairpin == Hairpin::Redirect),
+        tx: hairpin.tx(),
         tx_port: port,
         ..Default::default()
     }

@@ -8,6 +8,7 @@
 
 mod keys;
 
+use std::mem::offset_of;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, RawFd};
 
@@ -15,21 +16,29 @@ use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
 use self::keys::{KeySet, SteerKey};
 use super::DatapathError;
-use super::abi::{flood_conf, flood_cpu, steer_val, xdp_md};
-use super::flowcache::{self, FlowCache};
+use super::abi::{
+    MapDef, flood_conf, flood_counter, flood_cpu, maps, rodata, steer_counter, steer_val, xdp_md,
+};
+use super::flowcache::FlowCache;
 use super::stateless::{self, StatelessFill};
 use crate::config::model::{Flood, XdpMode};
 use crate::lb::Tables;
 
-/// The object clang built from bpf/steer.bpf.c (see build.rs).
+/// The object clang built from bpf/steer.bpf.c and its headers (see build.rs).
 static STEER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o"));
 
 /// Name of the program in the object; also how a leftover Sluice program is recognised.
 pub const PROG_NAME: &str = "sluice_steer";
-/// Queues per interface the XSKMAP has slots for (steer.bpf.c MAX_QUEUES).
-pub const MAX_QUEUES: u32 = 64;
-/// Interfaces the XSKMAP has slots for (steer.bpf.c MAX_INTERFACES).
-pub const MAX_INTERFACES: u32 = 16;
+/// Interfaces the program has slots for (its `if_slots` and `tx_ports`: bpf/consts.h
+/// MAX_INTERFACES).
+pub const MAX_INTERFACES: u32 = maps::IF_SLOTS.entries;
+/// Queues per interface the XSKMAP has slots for (bpf/consts.h MAX_QUEUES): its slot of a
+/// frame is interface slot * MAX_QUEUES + queue.
+pub const MAX_QUEUES: u32 = maps::XSKS.entries / MAX_INTERFACES;
+const _: () = assert!(
+    maps::XSKS.entries == MAX_INTERFACES * MAX_QUEUES && maps::TX_PORTS.entries == MAX_INTERFACES,
+    "maps.h: an XSKMAP slot per queue of every interface slot, an egress per interface slot"
+);
 
 pub use lb::steering::{ReturnKey, VipKey};
 
@@ -48,11 +57,14 @@ pub struct SteerCounters {
     pub outbound: u64,
     /// Of the steered frames, VXLAN frames for a tenant VIP.
     pub tenant: u64,
+    /// IPv6 frames to a VIP with more extension headers than either parser walks, dropped
+    /// in the program (the engine drops them as `too_many_headers`).
+    pub deep: u64,
     /// Flood mode.
     pub flood: FloodCounters,
 }
 
-/// Flood mode's counters (steer.bpf.c `flood_counters`), summed over CPUs, and its state.
+/// Flood mode's counters (the program's `flood_counters`), summed over CPUs, and its state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FloodCounters {
     /// VIP frames that may open a flow: the detector's input.
@@ -79,8 +91,13 @@ pub struct FloodCounters {
     pub active_cpus: u32,
 }
 
-/// `flood_counters` slots (steer.bpf.c FL_*), in [`FloodCounters`] order.
-const FL_MAX: usize = 8;
+/// Slots of `counters` (bpf/consts.h `enum steer_counter`).
+const CNT_MAX: usize = steer_counter::CNT_MAX.0 as usize;
+/// Slots of `flood_counters` (bpf/consts.h `enum flood_counter`).
+const FL_MAX: usize = flood_counter::FL_MAX.0 as usize;
+const _: () = assert!(
+    maps::COUNTERS.entries as usize == CNT_MAX && maps::FLOOD_COUNTERS.entries as usize == FL_MAX
+);
 /// How recent a CPU's last first frame must be for its mode to count as on: a CPU the flood
 /// left sees no frame that would switch it off.
 const FLOOD_ACTIVE_NS: u64 = 2_000_000_000;
@@ -163,9 +180,10 @@ impl Steer {
         for mut m in open.maps_mut() {
             let name = m.name().to_string_lossy().into_owned();
             if name.ends_with(".rodata") {
-                // The section holds exactly `const volatile __u32 cache_on`.
+                // The program's read-only data (bpf/maps.h): `cache_on` is its switch.
+                let at = offset_of!(rodata, cache_on);
                 if let (Some(v), Some(_)) = (m.initial_value_mut(), cache)
-                    && let Some(on) = v.get_mut(..4)
+                    && let Some(on) = v.get_mut(at..at + size_of::<u32>())
                 {
                     on.copy_from_slice(&1u32.to_ne_bytes());
                 }
@@ -174,9 +192,9 @@ impl Steer {
                     m.reuse_fd(fd)
                         .map_err(|e| bpf_err("sharing the flow cache maps", e))?;
                 }
-            } else if name == flowcache::MAP_CACHE4
-                || name == flowcache::MAP_CACHE6
-                || name == "stateless_rings"
+            } else if [maps::FLOW_CACHE4, maps::FLOW_CACHE6, maps::STATELESS_RINGS]
+                .iter()
+                .any(|m| m.name == name)
             {
                 m.set_max_entries(1)
                     .map_err(|e| bpf_err("sizing the unused flow cache", e))?;
@@ -194,8 +212,8 @@ impl Steer {
         })
     }
 
-    fn map(&self, name: &'static str) -> Result<libbpf_rs::Map<'_>, DatapathError> {
-        map_in(&self.obj, name)
+    fn map(&self, def: MapDef) -> Result<libbpf_rs::Map<'_>, DatapathError> {
+        map_in(&self.obj, def)
     }
 
     fn prog(&self) -> Result<libbpf_rs::Program<'_>, DatapathError> {
@@ -266,7 +284,7 @@ impl Steer {
 
     /// Gives interface `ifindex` an XSKMAP slot.
     pub fn set_interface_slot(&self, ifindex: u32, slot: u32) -> Result<(), DatapathError> {
-        self.map("if_slots")?
+        self.map(maps::IF_SLOTS)?
             .update(&ifindex.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)
             .map_err(|e| bpf_err("setting an interface slot", e))
     }
@@ -274,7 +292,7 @@ impl Steer {
     /// Directs frames of interface slot `slot`, queue `queue` to the socket `fd`.
     pub fn set_socket(&self, slot: u32, queue: u32, fd: RawFd) -> Result<(), DatapathError> {
         let key = slot * MAX_QUEUES + queue;
-        self.map("xsks")?
+        self.map(maps::XSKS)?
             .update(
                 &key.to_ne_bytes(),
                 &(fd as u32).to_ne_bytes(),
@@ -284,7 +302,7 @@ impl Steer {
     }
 
     fn sync(&mut self, which: Which, want: KeySet) -> Result<(), DatapathError> {
-        let map = self.map("steer_keys")?;
+        let map = self.map(maps::STEER_KEYS)?;
         let current = match which {
             Which::Vips => &self.vips,
             Which::Returns => &self.returns,
@@ -401,22 +419,23 @@ impl Steer {
 
     /// The program's counters summed over CPUs.
     pub fn counters(&self) -> Result<SteerCounters, DatapathError> {
-        let [steered, passed, no_socket, fragments, outbound, tenant] =
-            self.sums::<6>("counters")?;
+        let c = self.sums::<CNT_MAX>(maps::COUNTERS)?;
+        let at = |i: steer_counter| c[i.0 as usize];
         Ok(SteerCounters {
-            steered,
-            passed,
-            no_socket,
-            fragments,
-            outbound,
-            tenant,
+            steered: at(steer_counter::CNT_STEERED),
+            passed: at(steer_counter::CNT_PASSED),
+            no_socket: at(steer_counter::CNT_NO_SOCKET),
+            fragments: at(steer_counter::CNT_FRAGMENTS),
+            outbound: at(steer_counter::CNT_OUTBOUND),
+            tenant: at(steer_counter::CNT_TENANT),
+            deep: at(steer_counter::CNT_DEEP),
             flood: self.flood_counters()?,
         })
     }
 
-    /// Slots `0..N` of the per-CPU counter array `name`, each summed over CPUs.
-    fn sums<const N: usize>(&self, name: &'static str) -> Result<[u64; N], DatapathError> {
-        let map = self.map(name)?;
+    /// Slots `0..N` of the per-CPU counter array `def`, each summed over CPUs.
+    fn sums<const N: usize>(&self, def: MapDef) -> Result<[u64; N], DatapathError> {
+        let map = self.map(def)?;
         let mut sums = [0u64; N];
         for (i, sum) in sums.iter_mut().enumerate() {
             let per_cpu = map
@@ -447,7 +466,7 @@ impl Steer {
             src_rate: u64::from(flood.per_source_rate),
             src_burst: u64::from(flood.per_source_burst),
         };
-        self.map("flood_conf")?
+        self.map(maps::FLOOD_CONF)?
             .update(&0u32.to_ne_bytes(), &conf.to_bytes(), MapFlags::ANY)
             .map_err(|e| bpf_err("writing the flood-mode settings", e))
     }
@@ -464,9 +483,9 @@ impl Steer {
             return Ok(StatelessFill::default());
         };
         let maps = stateless::Maps {
-            vips: map_in(&self.obj, "stateless_vips")?,
-            rings: map_in(&self.obj, "stateless_rings")?,
-            hops: map_in(&self.obj, "stateless_hops")?,
+            vips: map_in(&self.obj, maps::STATELESS_VIPS)?,
+            rings: map_in(&self.obj, maps::STATELESS_RINGS)?,
+            hops: map_in(&self.obj, maps::STATELESS_HOPS)?,
         };
         let filled = stateless::fill(&maps, &mut self.stateless, tables, cache);
         if filled.is_err() {
@@ -477,18 +496,10 @@ impl Steer {
     }
 
     fn flood_counters(&self) -> Result<FloodCounters, DatapathError> {
-        let [
-            first,
-            admitted,
-            shed,
-            switched_on,
-            switched_off,
-            no_room,
-            refunded,
-            stateless,
-        ] = self.sums::<FL_MAX>("flood_counters")?;
+        let c = self.sums::<FL_MAX>(maps::FLOOD_COUNTERS)?;
+        let at = |i: flood_counter| c[i.0 as usize];
         let per_cpu = self
-            .map("flood_cpus")?
+            .map(maps::FLOOD_CPUS)?
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(|e| bpf_err("reading the flood-mode state", e))?
             .unwrap_or_default();
@@ -500,14 +511,14 @@ impl Steer {
             .filter(|c| c.on != 0 && now.saturating_sub(c.last_seen) < FLOOD_ACTIVE_NS)
             .count() as u32;
         Ok(FloodCounters {
-            first,
-            admitted,
-            shed,
-            switched_on,
-            switched_off,
-            no_room,
-            refunded,
-            stateless,
+            first: at(flood_counter::FL_FIRST),
+            admitted: at(flood_counter::FL_ADMITTED),
+            shed: at(flood_counter::FL_SHED),
+            switched_on: at(flood_counter::FL_ON),
+            switched_off: at(flood_counter::FL_OFF),
+            no_room: at(flood_counter::FL_NO_ROOM),
+            refunded: at(flood_counter::FL_REFUNDED),
+            stateless: at(flood_counter::FL_STATELESS),
             active_cpus,
         })
     }
@@ -520,13 +531,13 @@ enum Which {
     Hosts,
 }
 
-/// The map `name` of the loaded object.
-fn map_in<'a>(obj: &'a Object, name: &'static str) -> Result<libbpf_rs::Map<'a>, DatapathError> {
+/// The map `def` of the loaded object.
+fn map_in(obj: &Object, def: MapDef) -> Result<libbpf_rs::Map<'_>, DatapathError> {
     obj.maps()
-        .find(|m| m.name() == std::ffi::OsStr::new(name))
+        .find(|m| m.name() == std::ffi::OsStr::new(def.name))
         .ok_or(DatapathError::MissingMap {
             object: OBJECT,
-            map: name,
+            map: def.name,
         })
 }
 
@@ -604,18 +615,59 @@ fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), Data
 mod tests {
     use super::*;
 
+    /// The generated table of maps (abi.rs `maps`) is the object's: every map it declares,
+    /// with its size, and nothing else.
+    #[test]
+    fn the_map_table_is_the_objects() {
+        let open = ObjectBuilder::default()
+            .open_memory(STEER_OBJ)
+            .expect("the embedded object opens");
+        let declared: Vec<(String, u32)> = open
+            .maps()
+            .map(|m| (m.name().to_string_lossy().into_owned(), m.max_entries()))
+            .filter(|(name, _)| !name.contains('.'))
+            .collect();
+        let table: Vec<(String, u32)> = maps::ALL
+            .iter()
+            .map(|m| (m.name.to_string(), m.entries))
+            .collect();
+        assert_eq!(table, declared);
+    }
+
+    /// What libbpf said while the tests of this module loaded programs.
+    static LIBBPF_SAID: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+    fn keep_libbpf_line(_level: libbpf_rs::PrintLevel, line: String) {
+        LIBBPF_SAID
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_str(&line);
+    }
+
     /// The kernel's verifier takes the program both ways: without the flow cache (its code
     /// pruned) and with it (every path). A change that makes either too complex for the
-    /// verifier fails here, in the unit tests, rather than in every namespace test. Needs
-    /// root (CAP_BPF), as the appliance does.
+    /// verifier fails here, in the unit tests, rather than in every namespace test. And the
+    /// kernel takes the object's BTF for every map (an array map's key typed with an enum,
+    /// for one, is refused, and libbpf then creates the map without its types). Needs root
+    /// (CAP_BPF), as the appliance does.
     #[test]
     fn the_verifier_accepts_the_program_with_and_without_the_cache() {
         assert!(
             nix::unistd::geteuid().is_root(),
             "loading BPF programs needs root (CAP_BPF); run the tests as root"
         );
-        Steer::load().unwrap_or_else(|e| panic!("without the flow cache: {e}"));
+        let before = libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, keep_libbpf_line)));
+        // A refusal shows the verifier's log (libbpf prints it at warning level).
+        let said = || {
+            let s = LIBBPF_SAID.lock().unwrap_or_else(|p| p.into_inner());
+            s[s.len().saturating_sub(6000)..].to_string()
+        };
+        Steer::load().unwrap_or_else(|e| panic!("without the flow cache: {e}\n{}", said()));
         let cache = FlowCache::create(1024).expect("flow cache maps");
-        Steer::load_with_cache(Some(&cache)).unwrap_or_else(|e| panic!("with the flow cache: {e}"));
+        Steer::load_with_cache(Some(&cache))
+            .unwrap_or_else(|e| panic!("with the flow cache: {e}\n{}", said()));
+        libbpf_rs::set_print(before);
+        let said = LIBBPF_SAID.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(!said.contains("without BTF"), "libbpf: {said}");
     }
 }

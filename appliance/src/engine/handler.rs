@@ -188,6 +188,27 @@ impl LbHandler {
     }
 }
 
+/// What the engine records with a flow cache on: the frame's decision (the entries to
+/// install or evict), and, for a FIN or RST about to be judged, where the cache's entries
+/// say the flow's sequence spaces stand (they moved on as the kernel forwarded the flow).
+struct Cached<'a> {
+    decision: Option<lb::process::Decision>,
+    cache: &'a WorkerCache,
+}
+
+impl lb::process::Record for Cached<'_> {
+    const ON: bool = true;
+
+    #[inline(always)]
+    fn decision(&mut self, d: lb::process::Decision) {
+        self.decision = Some(d);
+    }
+
+    fn catch_up(&mut self, flow: &lb::FlowKey, t: &mut lb::conntrack::Track) {
+        self.cache.catch_up(flow, t);
+    }
+}
+
 impl FrameHandler for LbHandler {
     #[inline]
     fn handle(&mut self, frame: &mut Frame<'_>, now_ns: u64) -> Verdict {
@@ -199,7 +220,10 @@ impl FrameHandler for LbHandler {
         match &mut self.flow_cache {
             None => lb::process(frame, &self.tables, &mut self.ct, &mut self.state, now_ns),
             Some(fc) => {
-                let mut rec = None;
+                let mut rec = Cached {
+                    decision: None,
+                    cache: fc,
+                };
                 let v = lb::process::process_recorded(
                     frame,
                     &self.tables,
@@ -208,10 +232,11 @@ impl FrameHandler for LbHandler {
                     now_ns,
                     &mut rec,
                 );
+                let decision = rec.decision;
                 // Before the decision: a removed flow's entries go before a new flow with
                 // the same key queues its own.
                 self.ct.drain_removed(|k| fc.forget(k));
-                if let Some(d) = rec {
+                if let Some(d) = decision {
                     fc.after_decision(&d, &self.tables);
                 }
                 v

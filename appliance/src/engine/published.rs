@@ -26,10 +26,11 @@ pub struct Published {
 
 impl Published {
     /// Starts with `tables` as the running version.
-    pub fn new(tables: Tables) -> Published {
+    pub fn new(tables: impl Into<Arc<Tables>>) -> Published {
+        let tables = tables.into();
         Published {
             version: AtomicU64::new(tables.version),
-            tables: ArcSwap::from_pointee(tables),
+            tables: ArcSwap::new(tables),
             persistence: Arc::new(PersistTable::default()),
             bells: Bells::default(),
         }
@@ -37,9 +38,10 @@ impl Published {
 
     /// Publishes a new table set; workers pick it up on their next frame, and idle ones
     /// when their doorbell rings.
-    pub fn publish(&self, tables: Tables) {
+    pub fn publish(&self, tables: impl Into<Arc<Tables>>) {
+        let tables = tables.into();
         let v = tables.version;
-        self.tables.store(Arc::new(tables));
+        self.tables.store(tables);
         self.version.store(v, Ordering::Release);
         self.bells.ring_all();
     }

@@ -1,9 +1,11 @@
 //! An update bundle: a POSIX tar (ustar) whose first member is `sluice-update.json`, the
 //! manifest (image name, format, version, architecture, kernel command line, and the size
-//! and sha256 of every other member), followed by `vmlinuz`, `initrd` and `root.img` (the
-//! system partition's ext4 filesystem). `image/build.sh` writes it. Reading is streaming: each
-//! member goes straight to where it is installed while its sha256 is computed, so a bundle
-//! needs no scratch space; the caller makes nothing bootable until every member matched.
+//! and sha256 of every other member), then `sluice-update.json.minisig`, the manifest's
+//! minisign signature (see [`super::trust`]; a lab's bundle may have none), followed by
+//! `vmlinuz`, `initrd` and `root.img` (the system partition's ext4 filesystem).
+//! `image/build.sh` writes it (`image/bundle.py`). Reading is streaming: each member goes
+//! straight to where it is installed while its sha256 is computed, so a bundle needs no
+//! scratch space; the caller makes nothing bootable until every member matched.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -15,9 +17,15 @@ use super::ImageError;
 
 /// The manifest's name, the bundle's first member.
 pub const MANIFEST: &str = "sluice-update.json";
-/// The members a bundle carries besides the manifest.
+/// The manifest's signature, the bundle's second member when it is signed.
+pub const SIGNATURE: &str = "sluice-update.json.minisig";
+/// The members a bundle carries besides the manifest and its signature.
 pub const MEMBERS: [&str; 3] = ["vmlinuz", "initrd", "root.img"];
-const FORMAT: u32 = 1;
+/// The formats this sluice reads: 1 (unsigned, before signatures) and 2 (may be signed).
+const FORMATS: std::ops::RangeInclusive<u32> = 1..=2;
+/// The largest manifest and signature this sluice reads.
+const MANIFEST_MAX: u64 = 64 * 1024;
+const SIGNATURE_MAX: u64 = 4 * 1024;
 const BLOCK: usize = 512;
 
 /// What the manifest says.
@@ -35,7 +43,7 @@ pub struct Manifest {
     pub files: BTreeMap<String, FileSum>,
 }
 
-/// One member's size and sha256 (lower-case hex).
+/// One member's size and sha256 (hex; read in either case, kept in lower case).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct FileSum {
@@ -49,20 +57,64 @@ struct Header {
     size: u64,
 }
 
+/// The bundle's first members: the manifest, as parsed and as signed, and its signature.
+#[derive(Debug)]
+pub struct Head {
+    pub manifest: Manifest,
+    /// The manifest member's bytes, which the signature covers.
+    pub text: Vec<u8>,
+    /// The signature member's bytes, when the bundle has one.
+    pub signature: Option<Vec<u8>>,
+}
+
 /// Reads the bundle from `r` member by member.
 pub struct Reader<R> {
     r: R,
     /// Bytes of padding after the current member's data.
     pad: u64,
+    /// A header read ahead (the first payload member of an unsigned bundle).
+    ahead: Option<Header>,
 }
 
 impl<R: Read> Reader<R> {
     pub fn new(r: R) -> Reader<R> {
-        Reader { r, pad: 0 }
+        Reader {
+            r,
+            pad: 0,
+            ahead: None,
+        }
     }
 
-    /// Reads and checks the manifest; an error says why the input is not one of ours.
-    pub fn manifest(&mut self) -> Result<Manifest, ImageError> {
+    /// Reads and checks the manifest and reads its signature, if the bundle has one; an
+    /// error says why the input is not one of ours.
+    pub fn head(&mut self) -> Result<Head, ImageError> {
+        let (manifest, text) = self.manifest()?;
+        let signature = match self.header()? {
+            Some(h) if h.name == SIGNATURE => {
+                if h.size > SIGNATURE_MAX {
+                    return Err(ImageError::NotABundle(format!(
+                        "{SIGNATURE} is {} bytes",
+                        h.size
+                    )));
+                }
+                let mut sig = Vec::new();
+                self.copy_to(h.size, &mut sig)?;
+                Some(sig)
+            }
+            other => {
+                self.ahead = other;
+                None
+            }
+        };
+        Ok(Head {
+            manifest,
+            text,
+            signature,
+        })
+    }
+
+    /// Reads and checks the manifest: the parsed one and its bytes.
+    fn manifest(&mut self) -> Result<(Manifest, Vec<u8>), ImageError> {
         let not_ours = |why: String| ImageError::NotABundle(why);
         let h = self
             .header()?
@@ -73,20 +125,22 @@ impl<R: Read> Reader<R> {
                 h.name
             )));
         }
-        if h.size > 64 * 1024 {
+        if h.size > MANIFEST_MAX {
             return Err(not_ours(format!("{MANIFEST} is {} bytes", h.size)));
         }
         let mut text = Vec::new();
-        self.data(h.size, &mut text)?;
-        let m: Manifest = serde_json::from_slice(&text)
+        self.copy_to(h.size, &mut text)?;
+        let mut m: Manifest = serde_json::from_slice(&text)
             .map_err(|e| not_ours(format!("{MANIFEST} does not parse: {e}")))?;
         if m.image != "sluice" {
             return Err(not_ours(format!("it is an image of {:?}", m.image)));
         }
-        if m.format != FORMAT {
+        if !FORMATS.contains(&m.format) {
             return Err(ImageError::Manifest(format!(
-                "bundle format {}, this sluice reads format {FORMAT}",
-                m.format
+                "bundle format {}, this sluice reads formats {} to {}",
+                m.format,
+                FORMATS.start(),
+                FORMATS.end()
             )));
         }
         if m.arch != std::env::consts::ARCH {
@@ -97,17 +151,18 @@ impl<R: Read> Reader<R> {
             )));
         }
         for name in MEMBERS {
-            let Some(f) = m.files.get(name) else {
+            let Some(f) = m.files.get_mut(name) else {
                 return Err(ImageError::Manifest(format!("no {name} listed")));
             };
             if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(ImageError::Manifest(format!("{name}: bad sha256")));
             }
+            f.sha256.make_ascii_lowercase();
         }
         if let Some(extra) = m.files.keys().find(|k| !MEMBERS.contains(&k.as_str())) {
             return Err(ImageError::Manifest(format!("unknown member {extra:?}")));
         }
-        Ok(m)
+        Ok((m, text))
     }
 
     /// The input, positioned after the archive's end marker (a stream's sum needs its rest).
@@ -117,7 +172,11 @@ impl<R: Read> Reader<R> {
 
     /// The next member's name and size, or `None` at the end of the archive.
     pub fn next_member(&mut self) -> Result<Option<(String, u64)>, ImageError> {
-        Ok(self.header()?.map(|h| (h.name, h.size)))
+        let h = match self.ahead.take() {
+            Some(h) => Some(h),
+            None => self.header()?,
+        };
+        Ok(h.map(|h| (h.name, h.size)))
     }
 
     /// Copies the current member (`size` bytes) into `out`; returns its sha256 in hex.
@@ -134,10 +193,6 @@ impl<R: Read> Reader<R> {
         }
         self.skip_pad()?;
         Ok(hex(&hash.finalize()))
-    }
-
-    fn data(&mut self, size: u64, out: &mut Vec<u8>) -> Result<(), ImageError> {
-        self.copy_to(size, out).map(|_| ())
     }
 
     fn skip_pad(&mut self) -> Result<(), ImageError> {
@@ -252,7 +307,7 @@ pub(crate) mod tests {
     pub(crate) fn manifest_for(kernel: &[u8], initrd: &[u8], root: &[u8]) -> String {
         let f = |b: &[u8]| format!("{{\"size\": {}, \"sha256\": \"{}\"}}", b.len(), sha(b));
         format!(
-            "{{\"image\": \"sluice\", \"format\": 1, \"version\": \"0.2.0\", \"arch\": \"{}\", \
+            "{{\"image\": \"sluice\", \"format\": 2, \"version\": \"0.2.0\", \"arch\": \"{}\", \
              \"cmdline\": \"console=ttyS0 rw\", \"files\": {{\"vmlinuz\": {}, \"initrd\": {}, \
              \"root.img\": {}}}}}",
             std::env::consts::ARCH,
@@ -272,7 +327,10 @@ pub(crate) mod tests {
             ("root.img", b"root"),
         ]);
         let mut r = Reader::new(&t[..]);
-        let got = r.manifest().unwrap();
+        let head = r.head().unwrap();
+        assert_eq!(head.signature, None);
+        assert_eq!(head.text, m.as_bytes());
+        let got = head.manifest;
         assert_eq!(got.version, "0.2.0");
         let mut seen = Vec::new();
         while let Some((name, size)) = r.next_member().unwrap() {
@@ -315,5 +373,44 @@ pub(crate) mod tests {
             .manifest()
             .expect_err("members");
         assert!(e.to_string().contains("no root.img listed"), "{e}");
+    }
+
+    #[test]
+    fn reads_upper_case_sums_and_both_formats_and_no_other() {
+        let m = manifest_for(b"kernel", b"initrd", b"root");
+        let upper = m.replace(&sha(b"root"), &sha(b"root").to_ascii_uppercase());
+        assert_ne!(upper, m);
+        let t = tar(&[(MANIFEST, upper.as_bytes())]);
+        let head = Reader::new(&t[..]).head().expect("upper-case hex is hex");
+        assert_eq!(head.manifest.files["root.img"].sha256, sha(b"root"));
+        let one = m.replace("\"format\": 2", "\"format\": 1");
+        assert!(
+            Reader::new(&tar(&[(MANIFEST, one.as_bytes())])[..])
+                .head()
+                .is_ok()
+        );
+        let three = m.replace("\"format\": 2", "\"format\": 3");
+        let e = Reader::new(&tar(&[(MANIFEST, three.as_bytes())])[..])
+            .head()
+            .expect_err("format 3");
+        assert!(e.to_string().contains("bundle format 3"), "{e}");
+    }
+
+    #[test]
+    fn the_signature_member_is_read_after_the_manifest() {
+        let m = manifest_for(b"k", b"i", b"r");
+        let t = tar(&[
+            (MANIFEST, m.as_bytes()),
+            (SIGNATURE, b"sig"),
+            ("vmlinuz", b"k"),
+        ]);
+        let mut r = Reader::new(&t[..]);
+        let head = r.head().unwrap();
+        assert_eq!(head.signature.as_deref(), Some(&b"sig"[..]));
+        assert_eq!(r.next_member().unwrap(), Some(("vmlinuz".to_string(), 1)));
+        let big = vec![b'x'; 5000];
+        let t = tar(&[(MANIFEST, m.as_bytes()), (SIGNATURE, &big)]);
+        let e = Reader::new(&t[..]).head().expect_err("too big");
+        assert!(e.to_string().contains("5000 bytes"), "{e}");
     }
 }

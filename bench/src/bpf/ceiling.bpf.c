@@ -7,11 +7,11 @@
 // against in `sluice bench`. Everything else goes to the kernel.
 //
 // With `cfg.lookup` set (run CL of `sluice bench --flows`), each frame first looks its
-// 5-tuple up in `flows`, an LRU hash the loader sizes as the appliance's IPv4 flow-cache map
-// (key, value and capacity) and fills with every flow the generator sends, and stamps the
-// entry's first 8 bytes with jiffies as the cache does: the ceiling of any forwarder built
-// on the kernel's LRU hash, the map's walk and its memory reads included. A miss goes to
-// the kernel.
+// 5-tuple up in `flows`, an LRU hash of the flow cache's own key and value that the loader
+// sizes as the appliance's IPv4 flow-cache map and fills with every flow the generator
+// sends, and stamps the entry's last_seen with jiffies as the cache does: the ceiling of any
+// forwarder built on the kernel's LRU hash, the map's walk and its memory reads included. A
+// miss goes to the kernel.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -21,7 +21,11 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-// Set before loading (ceiling.rs `ceiling`): keep the layout in step.
+// The flow cache's IPv4 key and its value, `struct cache_key4` and `struct cache_val`: the
+// appliance's own, so run CL's map has the cache's layout by construction.
+#include "../../../appliance/src/datapath/bpf/structs.h"
+
+// Set before loading (ceiling.rs `ceiling`, at the offsets build.rs generates from the BTF).
 struct ceiling_cfg {
 	__u8 dst_mac[6];
 	__u8 src_mac[6];
@@ -39,22 +43,13 @@ struct {
 	__type(value, __u32);
 } out_port SEC(".maps");
 
-// The flow cache's IPv4 key (steer.bpf.c struct cache_key4).
-struct flow_key {
-	__be32 src;
-	__be32 dst;
-	__be16 sport;
-	__be16 dport;
-	__u8 proto;
-	__u8 pad[3];
-};
-
-// Sizes without BTF types: the loader sets value_size and max_entries before loading.
+// The loader sizes it as the appliance's IPv4 flow-cache map (max_entries, and value_size
+// as the kernel reports it: the same as struct cache_val's when both are built from one tree).
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1);
-	__uint(key_size, sizeof(struct flow_key));
-	__uint(value_size, 8);
+	__type(key, struct cache_key4);
+	__type(value, struct cache_val);
 } flows SEC(".maps");
 
 static __always_inline __u16 csum_replace32(__u16 check, __be32 old, __be32 new)
@@ -84,19 +79,19 @@ int sluice_ceiling(struct xdp_md *ctx)
 	if ((void *)(udp + 1) > end)
 		return XDP_PASS;
 	if (cfg.lookup) {
-		struct flow_key k = {
+		struct cache_key4 k = {
 			.src = ip->saddr,
 			.dst = ip->daddr,
 			.sport = udp->source,
 			.dport = udp->dest,
 			.proto = IPPROTO_UDP,
 		};
-		__u64 *seen = bpf_map_lookup_elem(&flows, &k);
-		if (!seen)
+		struct cache_val *v = bpf_map_lookup_elem(&flows, &k);
+		if (!v)
 			return XDP_PASS;
 		__u64 now = bpf_jiffies64();
-		if (*seen != now)
-			*seen = now;
+		if (v->last_seen != now)
+			v->last_seen = now;
 	}
 	__be32 old = ip->daddr;
 	__be32 new = cfg.backend;

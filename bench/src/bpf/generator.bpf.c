@@ -21,8 +21,9 @@
 // The longest template, in 8-byte words.
 #define GEN_WORDS_MAX 32
 
-// Set before loading (generator.rs `GenProgram`): keep the layout in step. Read-only
-// after load, so the verifier sees `words` as a constant and the stores below as bounded.
+// Set before loading (generator.rs `GenProgram`, at the offsets build.rs generates from the
+// BTF). Read-only after load, so the verifier sees `words` as a constant and the stores
+// below as bounded.
 struct gen_cfg {
 	__u32 words; // template length / 8, 1 to GEN_WORDS_MAX
 	__u32 pad;

@@ -17,7 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-// Set before loading (sink.rs `SinkProgram`): keep the layout in step.
+// Set before loading (sink.rs `SinkProgram`, at the offsets build.rs generates from the BTF).
 struct sink_cfg {
 	__be32 backend;
 	__be16 port;
@@ -26,10 +26,19 @@ struct sink_cfg {
 
 const volatile struct sink_cfg cfg = {};
 
-// Counter slots; keep in step with sink.rs `SINK_DELIVERED` and `SINK_STRAY`.
-#define SINK_DELIVERED 0 // IPv4 UDP to the backend's address and port: what a run delivered
-#define SINK_STRAY 1     // any other IPv4 UDP (not rewritten, or a non-first fragment)
-#define SINK_SLOTS 2
+// The slots of `sink_counters`.
+enum sink_counter : __u32 {
+	SINK_DELIVERED = 0, // IPv4 UDP to the backend's address and port: what a run delivered
+	SINK_STRAY = 1,	    // any other IPv4 UDP (not rewritten, or a non-first fragment)
+	SINK_SLOTS = 2,
+};
+
+// The slots, for the object's BTF (and through it sink.rs): the kernel takes only a plain
+// 32-bit integer as an array map's key type, so the map cannot carry its keys' enum itself.
+// The program never reads this.
+const volatile struct sink_slots {
+	enum sink_counter slots;
+} sink_slots = { SINK_SLOTS };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

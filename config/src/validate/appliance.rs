@@ -44,6 +44,12 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
     let conntrack_capacity = t
         .int("conntrack_capacity", 1024..=1 << 26, errs)
         .unwrap_or(1 << 18) as u32;
+    // Embryonic entries (SYNs and first datagrams not yet answered) one client address may
+    // hold per worker table: enough for a NAT gateway's burst of handshakes, far below what
+    // a spoofed flood from one source would take; 0 turns the budget off.
+    let embryonic_per_source = t
+        .int("embryonic_per_source", 0..=65535, errs)
+        .unwrap_or(1024) as u16;
     let maglev_table_size = maglev_table_size(&mut t, errs);
     let health_batch = super::scale::health_batch(&mut t, errs);
     let health_batch_delay = super::scale::health_batch_delay(&mut t, health_batch, errs);
@@ -67,6 +73,7 @@ pub(super) fn appliance(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<App
         umem_frames,
         ring_size,
         conntrack_capacity,
+        embryonic_per_source,
         maglev_table_size,
         health_batch,
         health_batch_delay,

@@ -14,6 +14,7 @@ mod flood;
 mod health;
 mod lvs;
 mod outbound;
+mod placed;
 mod placeholder;
 mod policy;
 mod scale;

@@ -91,35 +91,31 @@ fn parse(text: &str) -> Option<PortRange> {
     PortRange::new(a.trim().parse().ok()?, b.trim().parse().ok()?)
 }
 
-/// Why `vip` cannot sit beside the VIPs before it on its address and protocol: a port one
-/// serves is in the other's outbound range, or two outbound ranges overlap.
-pub(super) fn clash(before: &[Vip], vip: &Vip) -> Option<String> {
+/// Why `vip` cannot sit beside `o`, a VIP before it on its tenant, address and protocol: a
+/// port one serves is in the other's outbound range, or their outbound ranges overlap
+/// (`placed.rs` finds the earliest such `o`).
+pub(super) fn clash_with(vip: &Vip, o: &Vip) -> Option<String> {
     let serves = |v: &Vip, r: &PortRange| v.port == 0 || r.contains(v.port);
-    for o in before.iter().filter(|o| {
-        o.tenant_vni == vip.tenant_vni && o.address == vip.address && o.protocol == vip.protocol
-    }) {
-        let why = match (vip.outbound, o.outbound) {
-            (Some(a), Some(b)) if a.range.intersect(&b.range).is_some() => {
-                format!(
-                    "outbound {} overlaps vip {:?}'s outbound {}",
-                    a.range, o.name, b.range
-                )
-            }
-            (Some(a), _) if serves(o, &a.range) => {
-                format!(
-                    "outbound {} holds port {} of vip {:?}",
-                    a.range, o.port, o.name
-                )
-            }
-            (_, Some(b)) if serves(vip, &b.range) => {
-                format!(
-                    "port {} is in vip {:?}'s outbound {}",
-                    vip.port, o.name, b.range
-                )
-            }
-            _ => continue,
-        };
-        return Some(format!("{} {}: {why}", vip.protocol.name(), vip.address));
-    }
-    None
+    let why = match (vip.outbound, o.outbound) {
+        (Some(a), Some(b)) if a.range.intersect(&b.range).is_some() => {
+            format!(
+                "outbound {} overlaps vip {:?}'s outbound {}",
+                a.range, o.name, b.range
+            )
+        }
+        (Some(a), _) if serves(o, &a.range) => {
+            format!(
+                "outbound {} holds port {} of vip {:?}",
+                a.range, o.port, o.name
+            )
+        }
+        (_, Some(b)) if serves(vip, &b.range) => {
+            format!(
+                "port {} is in vip {:?}'s outbound {}",
+                vip.port, o.name, b.range
+            )
+        }
+        _ => return None,
+    };
+    Some(format!("{} {}: {why}", vip.protocol.name(), vip.address))
 }

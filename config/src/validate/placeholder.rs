@@ -13,19 +13,33 @@ const PREFIX: &str = "<fill in: ";
 
 /// Replaces the errors at each placeholder's key by one that says what to fill in.
 pub(super) fn placeholders(root: &Map<String, Value>, errs: &mut ConfigErrors) {
-    let mut found = Vec::new();
-    walk("", root, &mut found);
-    if found.is_empty() {
+    // Most files have none: look before building every key path.
+    if !any(root) {
         return;
     }
-    errs.0
-        .retain(|e| !found.iter().any(|(key, _)| *key == e.key));
+    let mut found = Vec::new();
+    walk("", root, &mut found);
+    let keys: std::collections::HashSet<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
+    errs.0.retain(|e| !keys.contains(e.key.as_str()));
     for (key, what) in found {
         errs.push(
             key,
             format!("placeholder left by `sluice import`: fill in {what}"),
         );
     }
+}
+
+/// Whether any string in `map` (at any depth) is a placeholder.
+fn any(map: &Map<String, Value>) -> bool {
+    fn value(v: &Value) -> bool {
+        match &v.kind {
+            ValueKind::String(s) => s.starts_with(PREFIX),
+            ValueKind::Table(t) => any(t),
+            ValueKind::Array(items) => items.iter().any(value),
+            _ => false,
+        }
+    }
+    map.values().any(value)
 }
 
 fn key(prefix: &str, k: &str) -> String {

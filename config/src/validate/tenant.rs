@@ -4,6 +4,7 @@
 //! tenant's), so the appliance never routes a tenant address in the underlay: each backend
 //! names the underlay address of its host (`vtep`), and its `address` is the tenant's own.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::error::ConfigErrors;
@@ -92,16 +93,16 @@ pub(super) fn vtep(b: &mut Table<'_>, tenant: bool, errs: &mut ConfigErrors) -> 
     Some(a)
 }
 
-/// Why backend `b` cannot join `pool`, if another backend of the VIP has its VTEP and port:
-/// the appliance would not know which of the two a flow's frames are for.
-pub(super) fn ambiguous(pool: &[Backend], b: &Backend) -> Option<String> {
+/// Why backend `b` cannot join its VIP's pool, whose backends' VTEPs and ports are `vteps`
+/// (each with the address of the first backend behind it), if another backend of the VIP
+/// has its VTEP and port: the appliance would not know which of the two a flow's frames
+/// are for.
+pub(super) fn ambiguous(vteps: &HashMap<(IpAddr, u16), IpAddr>, b: &Backend) -> Option<String> {
     let vtep = b.vtep?;
-    let o = pool
-        .iter()
-        .find(|o| o.vtep == Some(vtep) && o.port == b.port)?;
+    let o = vteps.get(&(vtep, b.port))?;
     Some(format!(
-        "\"{vtep}\" port {} is already backend {}'s VTEP: two backends of one VIP behind one \
+        "\"{vtep}\" port {} is already backend {o}'s VTEP: two backends of one VIP behind one \
          VTEP are ambiguous (give them different ports or VIPs)",
-        b.port, o.address
+        b.port
     ))
 }

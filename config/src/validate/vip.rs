@@ -2,7 +2,7 @@
 //! with its keys, scheduling, the health check it refers to (and whether DR and tunnel
 //! backends must also answer for the VIP), and the backends.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::bgp::communities;
@@ -26,6 +26,7 @@ pub(super) fn vips(
     }
     let mut out: Vec<Vip> = Vec::new();
     let mut names: HashMap<String, usize> = HashMap::new();
+    let mut placed = super::placed::Placed::default();
     for (i, map) in raw {
         let path = element_path("", "vip", i, map);
         let mut t = Table::new(path.clone(), map);
@@ -36,29 +37,11 @@ pub(super) fn vips(
             errs.push(path, format!("vip name {:?} used twice", vip.name));
             continue;
         }
-        if let Some(why) = super::outbound::clash(&out, &vip) {
+        if let Some(why) = placed.clash(&out, &vip) {
             errs.push(path, why);
             continue;
         }
-        let clash = out.iter().find(|o| {
-            o.tenant_vni == vip.tenant_vni
-                && o.address == vip.address
-                && o.protocol == vip.protocol
-                && (o.port == vip.port || o.port == 0 || vip.port == 0)
-        });
-        if let Some(o) = clash {
-            errs.push(
-                path,
-                format!(
-                    "{} {}:{} overlaps vip {:?}",
-                    vip.protocol.name(),
-                    vip.address,
-                    vip.port,
-                    o.name
-                ),
-            );
-            continue;
-        }
+        placed.add(out.len(), &vip);
         out.push(vip);
     }
     out
@@ -367,13 +350,18 @@ fn backends(
         );
     }
     let mut out: Vec<Backend> = Vec::new();
+    // What the accepted backends hold: their address and port, and their VTEP and port
+    // (with the first backend behind each).
+    let mut seen: HashSet<(IpAddr, u16)> = HashSet::with_capacity(raw.len());
+    let mut vteps: HashMap<(IpAddr, u16), IpAddr> = HashMap::new();
     for (i, map) in raw {
         let mut b = Table::new(format!("{}[{i}]", t.key("backend")), map);
         let backend = backend(&mut b, facts.address, vip_port, facts.mode, errs);
         let vtep = super::tenant::vtep(&mut b, tenant, errs);
         let keys = lvs::backend_keys(&mut b, facts, one_packet, errs);
         let policy = super::policy::backend(&mut b, checks, errs);
-        let at = b.key("vtep");
+        // Only a tenant's backends have a VTEP to be ambiguous about.
+        let at = tenant.then(|| b.key("vtep"));
         b.finish(errs);
         let backend = backend.map(|mut be| {
             be.max_connections = keys.max_connections;
@@ -386,18 +374,21 @@ fn backends(
             be
         });
         let Some(backend) = backend else { continue };
-        if let Some(why) = super::tenant::ambiguous(&out, &backend) {
-            errs.push(at, why);
+        if let Some(why) = super::tenant::ambiguous(&vteps, &backend) {
+            errs.push(at.unwrap_or_default(), why);
             continue;
         }
         let (address, port) = (backend.address, backend.port);
-        if out.iter().any(|o| o.address == address && o.port == port) {
+        if !seen.insert((address, port)) {
             let shown = match address {
                 IpAddr::V4(a) => format!("{a}:{port}"),
                 IpAddr::V6(a) => format!("[{a}]:{port}"),
             };
             errs.push(t.path.clone(), format!("backend {shown} listed twice"));
             continue;
+        }
+        if let Some(v) = backend.vtep {
+            vteps.entry((v, port)).or_insert(address);
         }
         out.push(backend);
     }

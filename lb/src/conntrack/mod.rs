@@ -36,17 +36,26 @@
 //! then the removed FullNAT flows' ports stay taken, so a port never serves a new flow while
 //! the kernel could still rewrite replies to it toward the old client.
 
+pub mod budget;
+pub mod codec;
+mod flow;
 mod index;
+mod record;
 mod snat;
 pub mod state;
 #[cfg(test)]
 mod tests;
+pub mod track;
 
+pub use flow::{Carry, Flow, RevKey};
+pub use record::{FlowRecord, ImportError};
 pub use snat::{SNAT_PORT_MIN, SNAT_PROBES};
 pub use state::{CLASSES, Evidence, FlowState, Seen, first_state, is_syn, tcp_flags};
+pub use track::{Teardown, Track};
 
 use crate::hash::FlowKey;
-use config::{ClientAddress, Timeouts};
+use config::Timeouts;
+use flow::TCP;
 use index::{Index, NONE};
 
 /// A flow moves to the head of its LRU list at most this often (1 ms): relinking touches
@@ -54,90 +63,6 @@ use index::{Index, NONE};
 /// that only matters at millisecond scale. [`ConnTable::expire`] stays exact regardless: it
 /// knows a flow's last packet is at most this much newer than its list position says.
 pub const LRU_GRANULARITY_NS: u64 = 1_000_000;
-
-/// The key return traffic carries: backend → local side (client for NAT, SNAT address and
-/// port for FullNAT).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RevKey {
-    /// IANA protocol number.
-    pub proto: u8,
-    /// Backend address (source of return traffic).
-    pub backend: u128,
-    /// Backend port.
-    pub backend_port: u16,
-    /// Destination of return traffic: the client (NAT) or the SNAT address (FullNAT).
-    pub local: u128,
-    /// Destination port of return traffic.
-    pub local_port: u16,
-}
-
-/// One tracked flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Flow {
-    /// Client → VIP key (the VIP identity is its destination address, port and protocol).
-    pub key: FlowKey,
-    /// VIP slot in the table version `version`.
-    pub vip: u32,
-    /// Backend slot in table version `version`; `u32::MAX` when the backend is gone.
-    pub backend: u32,
-    /// Backend address, so the flow can be re-bound after a table swap.
-    pub backend_addr: u128,
-    /// Backend port.
-    pub backend_port: u16,
-    /// Table version the slots refer to.
-    pub version: u64,
-    /// Connection state.
-    pub state: FlowState,
-    /// Evidence toward established.
-    pub evidence: Evidence,
-    /// Last packet seen, in the caller's nanosecond clock.
-    pub last_seen: u64,
-    /// The flow hash under the VIP's hash fields (tunnel outer source, stateless answers).
-    pub hash: u32,
-    /// FullNAT local address and port.
-    pub snat: Option<(u128, u16)>,
-    /// Whether the reverse index holds this flow (NAT, FullNAT).
-    pub reverse: bool,
-    /// How this flow carries the client's address to the backend (FullNAT TCP VIPs with
-    /// `client_address`), and where it stands.
-    pub carry: Carry,
-}
-
-/// A FullNAT TCP flow that tells the backend the client's address (`client_address`):
-/// what the rewrites of its later segments need to know. `Carry::default()` for every
-/// other flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Carry {
-    /// What the flow adds.
-    pub kind: ClientAddress,
-    /// proxy-v2: the client's first sequence number after its SYN, where the header goes in
-    /// the backend's view. toa: the backend's first sequence number after its SYN-ACK; the
-    /// client's segments that acknowledge exactly it (sent before the backend sent any
-    /// data, the handshake's ACK first) carry the option, as DPVS does.
-    pub base: u32,
-    /// proxy-v2: the header's length, by which the backend's sequence space runs ahead of
-    /// the client's once the header went out.
-    pub delta: u8,
-    /// proxy-v2: the header went out (the shift applies). toa: `base` is known.
-    pub armed: bool,
-}
-
-impl Flow {
-    /// The reverse key of this flow, if return traffic passes the appliance.
-    pub fn rev_key(&self) -> Option<RevKey> {
-        if !self.reverse {
-            return None;
-        }
-        let (local, local_port) = self.snat.unwrap_or((self.key.src, self.key.sport));
-        Some(RevKey {
-            proto: self.key.proto,
-            backend: self.backend_addr,
-            backend_port: self.backend_port,
-            local,
-            local_port,
-        })
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -165,6 +90,10 @@ struct List {
 pub enum InsertError {
     /// Full of established entries: nothing may be evicted.
     Full,
+    /// The client address holds its budget of embryonic entries ([`budget`]).
+    SourceBudget,
+    /// The tenant zone holds its share of the table ([`budget`]).
+    ZoneBudget,
 }
 
 /// Table counters (the worker folds them into its statistics).
@@ -180,8 +109,20 @@ pub struct ConnStats {
     pub evicted_embryonic: u64,
     /// Live closing flows evicted to make room.
     pub evicted_closing: u64,
+    /// Live one-way UDP flows evicted to make room.
+    pub evicted_one_way: u64,
     /// Inserts refused because the table was full of established flows.
     pub full: u64,
+    /// RSTs off their sender's sequence space (RFC 5961): forwarded, they closed nothing.
+    pub rst_out_of_window: u64,
+    /// FINs off their sender's sequence space: forwarded, they closed nothing.
+    pub fin_out_of_window: u64,
+    /// Embryonic entries refused because their client address held its budget.
+    pub source_refused: u64,
+    /// Entries refused because their tenant zone held its share of the table.
+    pub zone_refused: u64,
+    /// FullNAT ports taken from an embryonic flow for a new one (every port was held).
+    pub snat_reclaimed: u64,
 }
 
 /// Removed flows whose kernel flow-cache entries still have to go, and the reverse keys
@@ -209,6 +150,7 @@ pub struct ConnTable {
     journal: Option<Journal>,
     /// Live FullNAT flows (each holds a local port).
     snat_flows: usize,
+    budgets: budget::Budgets,
     /// Counters since creation.
     pub stats: ConnStats,
 }
@@ -257,6 +199,7 @@ impl ConnTable {
                 snat: None,
                 reverse: false,
                 carry: Carry::default(),
+                track: Track::default(),
             },
             used: false,
             counted_backend: NONE,
@@ -276,7 +219,7 @@ impl ConnTable {
                 FlowState::TcpSyn => timeouts.tcp_syn,
                 FlowState::TcpEstablished => timeouts.tcp_established,
                 FlowState::TcpClosing => timeouts.tcp_closing,
-                FlowState::Udp => timeouts.udp,
+                FlowState::Udp | FlowState::UdpOneWay => timeouts.udp,
                 FlowState::UdpNew => timeouts.udp_new,
             });
         }
@@ -294,6 +237,7 @@ impl ConnTable {
             workers,
             journal: None,
             snat_flows: 0,
+            budgets: budget::Budgets::default(),
             stats: ConnStats::default(),
         }
     }
@@ -467,15 +411,46 @@ impl ConnTable {
         self.slots[id as usize].flow.last_seen = now;
     }
 
-    /// Runs a packet of the flow through the state machine ([`state::advance`]) and records
-    /// it ([`ConnTable::touch`]); returns the new state.
+    /// Runs a packet of the flow through the sequence tracker ([`track`]: a FIN or RST off
+    /// its sender's space closes nothing) and the state machine ([`state::advance`]), and
+    /// records it ([`ConnTable::touch`]); returns the new state and what its FIN or RST
+    /// counted for.
     #[inline(always)]
-    pub fn step(&mut self, id: u32, now: u64, flags: u8, seen: Seen) -> FlowState {
+    pub fn step(&mut self, id: u32, now: u64, flags: u8, seen: Seen) -> (FlowState, Teardown) {
         let f = &mut self.slots[id as usize].flow;
+        let mut seen = seen;
+        seen.closes = false;
+        let mut teardown = Teardown::None;
+        if f.key.proto == TCP {
+            let seg = track::Segment {
+                seq: seen.seq,
+                ack: seen.ack,
+                len: seen.len,
+                flags,
+            };
+            teardown = f.track.segment(!seen.reverse, &seg, f.carry.shift());
+            match teardown {
+                track::Teardown::OutOfWindow if flags & tcp_flags::RST != 0 => {
+                    self.stats.rst_out_of_window += 1;
+                }
+                track::Teardown::OutOfWindow => self.stats.fin_out_of_window += 1,
+                track::Teardown::InWindow => {
+                    seen.closes =
+                        flags & tcp_flags::RST != 0 || !seen.both_ways || f.track.closed();
+                }
+                track::Teardown::None => {}
+            }
+        }
         let (st, m) = state::advance(f.state, f.evidence, flags, seen);
         f.evidence = m;
         self.touch(id, now, st);
-        st
+        (st, teardown)
+    }
+
+    /// Records where a flow's sequence spaces stand ([`Track`]), as a flow cache saw them.
+    #[inline]
+    pub fn set_track(&mut self, id: u32, track: Track) {
+        self.slots[id as usize].flow.track = track;
     }
 
     /// Records where a flow's client-address rewrite stands ([`Carry`]).
@@ -502,6 +477,10 @@ impl ConnTable {
         let old = self.slots[id as usize].flow.state;
         if old.is_embryonic() && state.is_established() {
             self.stats.promoted += 1;
+        }
+        if old.is_embryonic() && !state.is_embryonic() {
+            let k = self.slots[id as usize].flow.key;
+            self.budgets.left_embryonic(k.src, k.zone);
         }
         self.unlink(id);
         self.slots[id as usize].flow.state = state;
@@ -531,6 +510,10 @@ impl ConnTable {
         if flow.snat.is_some() {
             self.snat_flows -= 1;
         }
+        if flow.state.is_embryonic() {
+            self.budgets.left_embryonic(flow.key.src, flow.key.zone);
+        }
+        self.budgets.left_zone(flow.key.zone);
         if let Some(j) = &mut self.journal {
             j.removed.push(flow.key);
             if flow.snat.is_some()
@@ -550,7 +533,8 @@ impl ConnTable {
     }
 
     /// Makes one slot free in a full table: an expired list tail, else the oldest embryonic
-    /// flow, else the oldest closing one. False when every entry is established and live.
+    /// flow, else the oldest closing one, else the oldest one-way UDP flow. False when every
+    /// entry is established and live.
     fn make_room(&mut self, now: u64) -> bool {
         for l in self.lists {
             if l.tail != NONE && self.expired(l.tail, now) {
@@ -578,12 +562,30 @@ impl ConnTable {
             self.stats.evicted_closing += 1;
             return true;
         }
+        let one_way = self.lists[FlowState::UdpOneWay.class()].tail;
+        if one_way != NONE {
+            self.remove(one_way);
+            self.stats.evicted_one_way += 1;
+            return true;
+        }
         false
     }
 
     /// Inserts a new flow (the caller has checked it is absent), making room as
     /// [`ConnTable::make_room`] allows when full.
     pub fn insert(&mut self, flow: Flow, now: u64) -> Result<u32, InsertError> {
+        let (src, zone, embryonic) = (flow.key.src, flow.key.zone, flow.state.is_embryonic());
+        match self.budgets.admits(src, zone, embryonic) {
+            Ok(()) => {}
+            Err(budget::Refused::Source) => {
+                self.stats.source_refused += 1;
+                return Err(InsertError::SourceBudget);
+            }
+            Err(budget::Refused::Zone) => {
+                self.stats.zone_refused += 1;
+                return Err(InsertError::ZoneBudget);
+            }
+        }
         if self.free == NONE && !self.make_room(now) {
             self.stats.full += 1;
             return Err(InsertError::Full);
@@ -607,6 +609,7 @@ impl ConnTable {
             self.snat_flows += 1;
         }
         self.count(id, true);
+        self.budgets.add(src, zone, embryonic);
         self.len += 1;
         self.stats.inserted += 1;
         Ok(id)
@@ -708,6 +711,14 @@ impl ConnTable {
             self.slots[id as usize].counted_backend = NONE;
             self.remove(id);
         }
+    }
+
+    /// Sets the table's budgets ([`budget`]): `per_source` embryonic entries a client
+    /// address (0: none), and an equal share of the table for each tenant zone of `zones`
+    /// and the underlay.
+    pub fn set_budgets(&mut self, per_source: u16, zones: &[u32]) {
+        let capacity = self.slots.len();
+        self.budgets.set(per_source, capacity, zones);
     }
 
     /// Turns the removal journal on (for a worker with a flow cache) or off. While on, every

@@ -17,7 +17,8 @@ pub const SNAT_PROBES: usize = 64;
 impl ConnTable {
     /// Allocates a FullNAT local address and port toward `backend:backend_port` over
     /// `proto`, starting at a hash-derived address and port so flows spread. Expired flows
-    /// holding a candidate are reclaimed. `None` when every probe is taken.
+    /// holding a candidate are reclaimed; when every candidate is held, the oldest
+    /// embryonic holder gives its port up. `None` when established flows hold every probe.
     pub fn alloc_snat(
         &mut self,
         proto: u8,
@@ -41,6 +42,10 @@ impl ConnTable {
         let count = (65535 - first) / w + 1;
         let start_addr = (hash as usize) % pool.len();
         let start_port = mix64(u64::from(hash)) as u32 % count;
+        // The oldest embryonic holder among the candidates: a port held by a handshake
+        // nobody finished (a spoofed SYN's, most of the time) serves a new flow before
+        // that flow is refused for want of a port.
+        let mut victim: Option<(u32, u64, u128, u16)> = None;
         for a in 0..pool.len() {
             let local = pool[(start_addr + a) % pool.len()];
             for i in 0..SNAT_PROBES as u32 {
@@ -65,10 +70,23 @@ impl ConnTable {
                         self.remove(holder);
                         self.stats.expired += 1;
                     }
+                    Some(holder) if self.slots[holder as usize].flow.state.is_embryonic() => {
+                        let at = self.slots[holder as usize].lru_at;
+                        if victim.is_none_or(|(_, t, _, _)| at < t) {
+                            victim = Some((holder, at, local, port));
+                        }
+                    }
                     Some(_) => {}
                 }
             }
         }
-        None
+        // The victim's kernel flow-cache entries (its SYN-ACK's return entry, at most) are
+        // evicted when the engine drains the journal, before this frame is sent: the new
+        // flow's replies cannot come back before that.
+        let (holder, _, local, port) = victim?;
+        self.remove(holder);
+        self.stats.evicted_embryonic += 1;
+        self.stats.snat_reclaimed += 1;
+        Some((local, port))
     }
 }

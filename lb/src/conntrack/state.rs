@@ -34,12 +34,17 @@ pub enum FlowState {
     TcpClosing,
     /// Established UDP: an answer came back (NAT, FullNAT) or a second datagram (DR, tunnel).
     Udp,
-    /// Embryonic UDP: one datagram so far.
+    /// Embryonic UDP: one datagram so far (and, where the mode sees both ways, no answer).
     UdpNew,
+    /// One-way UDP (DR, tunnel): the client sent more than one datagram, and nothing proves
+    /// a real client stands behind it (the mode cannot see an answer). Kept as long as an
+    /// established UDP flow, but reclaimed for new flows, after the embryonic and closing
+    /// ones.
+    UdpOneWay,
 }
 
 /// Number of states, which is also the number of timeout classes.
-pub const CLASSES: usize = 5;
+pub const CLASSES: usize = 6;
 
 impl FlowState {
     /// All states, in [`FlowState::class`] order.
@@ -49,6 +54,7 @@ impl FlowState {
         FlowState::TcpClosing,
         FlowState::Udp,
         FlowState::UdpNew,
+        FlowState::UdpOneWay,
     ];
 
     /// The state's name for traces, metrics and the console.
@@ -59,6 +65,7 @@ impl FlowState {
             FlowState::TcpClosing => "closing",
             FlowState::Udp => "udp",
             FlowState::UdpNew => "udp_new",
+            FlowState::UdpOneWay => "udp_oneway",
         }
     }
 
@@ -127,6 +134,13 @@ pub struct Seen {
     pub seq: u32,
     /// TCP: the segment's acknowledgement number (0 for UDP).
     pub ack: u32,
+    /// TCP: payload bytes (0 for UDP).
+    pub len: u32,
+    /// The segment ends the connection: an RST, or the FIN that leaves no side open
+    /// (the second of a mode that sees both ways, the client's in DR and tunnel), each
+    /// where its sender's sequence space says it must be ([`super::track`]). Set by
+    /// [`super::ConnTable::step`].
+    pub closes: bool,
 }
 
 /// How far past the backend's SYN-ACK the handshake's ACK may acknowledge: data a TCP Fast
@@ -160,20 +174,28 @@ pub fn advance(cur: FlowState, m: Evidence, flags: u8, seen: Seen) -> (FlowState
     use FlowState as S;
     match cur {
         S::Udp => (S::Udp, m),
-        // A second datagram of the flow, either way, earns it: the backend's answer where
-        // the mode sees it, or the client's next one. One-way services (syslog, statsd,
-        // NetFlow) never answer and must still be established and cached; a spoofed flood
-        // that moves to a new source port every datagram stays embryonic.
-        S::UdpNew => (S::Udp, m),
-        _ if flags & (tcp_flags::FIN | tcp_flags::RST) != 0 => (S::TcpClosing, m),
-        // A fresh SYN on a closing tuple is a new connection on the same backend.
-        S::TcpClosing if !seen.reverse && is_syn(flags) => (S::TcpSyn, Evidence::default()),
+        // Where the mode sees both ways, only the backend's answer earns a UDP flow: a
+        // spoofer can send a second datagram as easily as a first. Where it sees only the
+        // client's (DR, tunnel), a second datagram makes the flow one-way: kept for the UDP
+        // timeout and cached, but reclaimed before established flows, so a two-datagram
+        // spray cannot fill the table for good.
+        S::UdpNew | S::UdpOneWay if seen.both_ways => {
+            if seen.reverse {
+                (S::Udp, m)
+            } else {
+                (cur, m)
+            }
+        }
+        S::UdpNew | S::UdpOneWay => (S::UdpOneWay, m),
+        _ if seen.closes => (S::TcpClosing, m),
+        // A SYN on a closing tuple is a new connection: the caller removes the entry and
+        // schedules it anew (`lb::process::flow`), so it never reaches this state machine.
         S::TcpClosing | S::TcpEstablished => (cur, m),
         S::TcpSyn => syn_advance(m, flags, seen),
     }
 }
 
-/// [`advance`] for an embryonic TCP flow (no FIN or RST in `flags`).
+/// [`advance`] for an embryonic TCP flow (not closed by this segment).
 fn syn_advance(m: Evidence, flags: u8, seen: Seen) -> (FlowState, Evidence) {
     use FlowState as S;
     const SYN_ACK: u8 = tcp_flags::SYN | tcp_flags::ACK;
@@ -227,6 +249,8 @@ mod tests {
         payload: false,
         seq: 7,
         ack: ISN.wrapping_add(1),
+        len: 0,
+        closes: false,
     };
     /// A backend segment with sequence `ISN` (its SYN-ACK when the flags say so).
     const REV_NAT: Seen = Seen {
@@ -346,29 +370,44 @@ mod tests {
     }
 
     #[test]
-    fn udp_needs_an_answer_or_a_second_datagram() {
+    fn udp_is_earned_by_the_answer_or_stays_one_way() {
         assert_eq!(run(&[], FlowState::UdpNew), FlowState::UdpNew);
-        assert_eq!(run(&[(0, FWD_NAT)], FlowState::UdpNew), FlowState::Udp);
+        // Both ways seen: the client's datagrams prove nothing, the backend's answer does.
+        let spray = [(0, FWD_NAT), (0, FWD_NAT), (0, FWD_NAT)];
+        assert_eq!(run(&spray, FlowState::UdpNew), FlowState::UdpNew);
         assert_eq!(run(&[(0, REV_NAT)], FlowState::UdpNew), FlowState::Udp);
-        assert_eq!(run(&[(0, FWD_DR)], FlowState::UdpNew), FlowState::Udp);
+        assert_eq!(
+            run(&[(0, FWD_NAT), (0, REV_NAT)], FlowState::UdpNew),
+            FlowState::Udp
+        );
+        // One way seen: a second datagram makes the flow one-way, never established.
+        assert_eq!(run(&[(0, FWD_DR)], FlowState::UdpNew), FlowState::UdpOneWay);
+        assert_eq!(
+            run(&[(0, FWD_DR), (0, FWD_DR)], FlowState::UdpNew),
+            FlowState::UdpOneWay
+        );
+        assert!(!FlowState::UdpOneWay.is_established());
     }
 
     #[test]
-    fn fin_rst_close_and_syn_reopens() {
+    fn a_closing_segment_closes_whatever_the_state() {
+        let closing = Seen {
+            closes: true,
+            ..FWD_NAT
+        };
         for s in [FlowState::TcpSyn, FlowState::TcpEstablished] {
-            assert_eq!(run(&[(RST, FWD_NAT)], s), FlowState::TcpClosing);
-            assert_eq!(run(&[(FIN | ACK, REV_NAT)], s), FlowState::TcpClosing);
+            assert_eq!(run(&[(RST, closing)], s), FlowState::TcpClosing);
+            assert_eq!(run(&[(FIN | ACK, closing)], s), FlowState::TcpClosing);
+            // A FIN or RST that does not close (out of window, or the first FIN of two)
+            // leaves an established flow established.
+            if s == FlowState::TcpEstablished {
+                assert_eq!(run(&[(RST, FWD_NAT), (FIN | ACK, REV_NAT)], s), s);
+            }
         }
+        // A closing flow stays closing (a SYN reopens it in the caller, not here).
         assert_eq!(
             run(&[(SYN, FWD_NAT)], FlowState::TcpClosing),
-            FlowState::TcpSyn
+            FlowState::TcpClosing
         );
-        // The reopened flow needs a new handshake: the old REPLY mark is gone.
-        let replied = Evidence {
-            marks: marks::REPLY,
-            syn_ack: ISN.wrapping_add(1),
-        };
-        let (s, m) = advance(FlowState::TcpClosing, replied, SYN, FWD_NAT);
-        assert_eq!(advance(s, m, ACK, FWD_NAT).0, FlowState::TcpSyn);
     }
 }

@@ -34,7 +34,10 @@ fn flow(i: u32, backend: u32, state: FlowState) -> Flow {
     Flow {
         key: key(
             i,
-            if matches!(state, FlowState::Udp | FlowState::UdpNew) {
+            if matches!(
+                state,
+                FlowState::Udp | FlowState::UdpNew | FlowState::UdpOneWay
+            ) {
                 17
             } else {
                 6
@@ -52,6 +55,7 @@ fn flow(i: u32, backend: u32, state: FlowState) -> Flow {
         snat: None,
         reverse: false,
         carry: Default::default(),
+        track: Default::default(),
     }
 }
 
@@ -385,4 +389,39 @@ fn journal_holds_a_removed_fullnat_port_until_drained() {
         ct.alloc_snat(6, backend, 8080, &pool, 7, later),
         Some((l, p))
     );
+}
+
+/// Issue 42: each tenant zone and the underlay are guaranteed an equal share of a table: a
+/// tenant's flood takes its share and no more, and the others still insert.
+#[test]
+fn a_tenant_zone_takes_its_share_and_no_more() {
+    let (z1, z2) = (
+        crate::hash::zone_of(Some(100)),
+        crate::hash::zone_of(Some(200)),
+    );
+    let mut ct = ConnTable::new(30, Timeouts::default(), 4, 0, 1);
+    ct.set_budgets(0, &[z1, z2]);
+    let in_zone = |i: u32, zone: u32| {
+        let mut f = flow(i, 0, FlowState::TcpEstablished);
+        f.key.zone = zone;
+        f
+    };
+    let took = (0..15)
+        .filter(|i| ct.insert(in_zone(*i, z1), S).is_ok())
+        .count();
+    assert_eq!(took, 10, "a third of 30");
+    assert_eq!(ct.stats.zone_refused, 5);
+    assert_eq!(ct.insert(in_zone(100, z1), S), Err(InsertError::ZoneBudget));
+    let other = (200..210)
+        .filter(|i| ct.insert(in_zone(*i, z2), S).is_ok())
+        .count();
+    assert_eq!(other, 10, "the other tenant's share is whole");
+    let under = (300..310)
+        .filter(|i| ct.insert(in_zone(*i, 0), S).is_ok())
+        .count();
+    assert_eq!(under, 10, "so is the underlay's");
+    // A flow that leaves gives its zone room again.
+    let id = ct.lookup(&in_zone(3, z1).key, S).expect("a zone-1 flow");
+    ct.remove(id);
+    assert!(ct.insert(in_zone(101, z1), S).is_ok());
 }

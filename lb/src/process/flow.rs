@@ -17,7 +17,11 @@
 
 use super::admit::admit;
 use super::{DropReason, NONE, WorkerState, fullnat};
-use crate::conntrack::{Carry, ConnTable, Flow, FlowState, InsertError, Seen, first_state, is_syn};
+use crate::conntrack::state::marks;
+use crate::conntrack::track::Segment;
+use crate::conntrack::{
+    Carry, ConnTable, Flow, FlowState, InsertError, Seen, Teardown, Track, first_state, is_syn,
+};
 use crate::hash::FlowKey;
 use crate::sched::{self, PoolView, SchedState};
 use crate::tables::Tables;
@@ -91,6 +95,8 @@ pub(super) struct FlowHit {
     pub(super) snat: Option<(u128, u16)>,
     /// The flow's client-address state (`client_address`), before this packet.
     pub(super) carry: Carry,
+    /// What the packet's FIN or RST counted for (see `conntrack::track`).
+    pub(super) teardown: Teardown,
     /// The packet belongs to a flow the table already held (not one it opened, nor one
     /// answered without an entry).
     pub(super) found: bool,
@@ -104,8 +110,23 @@ pub(super) struct Packet<'a> {
     pub(super) flags: u8,
     /// A TCP segment with payload, or any UDP datagram.
     pub(super) payload: bool,
-    /// TCP: the segment's acknowledgement number (0 for UDP).
+    /// TCP: the segment's sequence and acknowledgement numbers and payload bytes (0 for
+    /// UDP).
+    pub(super) seq: u32,
     pub(super) ack: u32,
+    pub(super) len: u32,
+}
+
+impl Packet<'_> {
+    /// The segment as the sequence tracker reads it.
+    fn segment(&self) -> Segment {
+        Segment {
+            seq: self.seq,
+            ack: self.ack,
+            len: self.len,
+            flags: self.flags,
+        }
+    }
 }
 
 /// Finds or creates the flow for a client → VIP packet.
@@ -122,60 +143,97 @@ pub(super) fn flow_for(
         return one_packet(tables, ct, worker, vip, key, now);
     }
     if let Some(id) = ct.lookup(key, now) {
-        let (backend, state, hash, snat, carry) = {
-            let f = ct.flow(id);
-            (f.backend, f.state, f.hash, f.snat, f.carry)
-        };
-        let entry = (backend != NONE)
-            .then(|| tables.backends.get(backend as usize))
-            .flatten();
-        let syn = key.proto == IpProtocol::TCP && is_syn(p.flags);
-        // A SYN on the tuple of a connection that closed (the client that closed second holds
-        // no TIME_WAIT and may reuse its port at once), or one that its backend would take
-        // as a new connection although the backend takes none now (drained, weight 0), is a
-        // new connection: scheduled anew, as LVS's `conn_reuse_mode` does, never sent to
-        // the old entry's backend by the entry alone (persistence still may).
-        let reopen = syn
-            && (state == FlowState::TcpClosing
-                || !tables
-                    .eligible
-                    .get(backend as usize)
-                    .copied()
-                    .unwrap_or(false));
-        if reopen {
-            worker.stats.reopened += 1;
-            ct.remove(id);
-            return new_flow(tables, ct, worker, vip, key, FlowState::TcpSyn, now);
-        }
-        if entry.is_some_and(|b| b.keeps_flows()) {
-            let seen = Seen {
-                reverse: false,
-                both_ways: matches!(tables.vips[vip as usize].mode, Mode::Nat | Mode::FullNat),
-                payload: p.payload,
-                seq: 0,
-                ack: p.ack,
-            };
-            ct.step(id, now, p.flags, seen);
-            return Ok(FlowHit {
-                backend,
-                hash,
-                snat,
-                carry,
-                found: true,
-            });
-        }
-        worker.stats.rechosen += 1;
-        ct.remove(id);
-        // The flow earned its state with the old backend; it keeps it with the new one.
-        return new_flow(tables, ct, worker, vip, key, state, now);
+        return found(tables, ct, worker, vip, p, id, now);
     }
     match first_state(key.proto == IpProtocol::TCP, p.flags) {
-        Some(st) => new_flow(tables, ct, worker, vip, key, st, now),
+        Some(st) => {
+            let track = if st == FlowState::TcpSyn {
+                Track::opened(&p.segment())
+            } else {
+                Track::default()
+            };
+            new_flow(tables, ct, worker, vip, key, (st, track), now)
+        }
         None => {
             worker.stats.stateless_no_entry += 1;
             stateless(tables, vip, key.hash(tables.vips[vip as usize].hash))
         }
     }
+}
+
+/// Whether a SYN reopens the flow `id`: on the tuple of a connection that closed (the
+/// client that closed second holds no TIME_WAIT and may reuse its port at once), or of a
+/// handshake its backend has not answered while that backend takes no new connections
+/// (drained, weight 0), a SYN is a new connection: scheduled anew, as LVS's
+/// `conn_reuse_mode` does, never sent to the old entry's backend by the entry alone
+/// (persistence still may). An established flow is never reopened by a SYN: the backend
+/// answers it (a challenge ACK, RFC 5961 4), so a spoofed SYN moves nothing.
+fn reopens(tables: &Tables, ct: &ConnTable, id: u32, p: &Packet<'_>) -> bool {
+    if p.key.proto != IpProtocol::TCP || !is_syn(p.flags) {
+        return false;
+    }
+    let f = ct.flow(id);
+    match f.state {
+        FlowState::TcpClosing => true,
+        FlowState::TcpSyn => {
+            f.evidence.marks & marks::REPLY == 0
+                && !tables
+                    .eligible
+                    .get(f.backend as usize)
+                    .copied()
+                    .unwrap_or(false)
+        }
+        _ => false,
+    }
+}
+
+/// [`flow_for`] for a packet of flow `id`, which the table holds.
+fn found(
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    vip: u32,
+    p: Packet<'_>,
+    id: u32,
+    now: u64,
+) -> Result<FlowHit, DropReason> {
+    let key = p.key;
+    if reopens(tables, ct, id, &p) {
+        worker.stats.reopened += 1;
+        ct.remove(id);
+        let fresh = (FlowState::TcpSyn, Track::opened(&p.segment()));
+        return new_flow(tables, ct, worker, vip, key, fresh, now);
+    }
+    let f = *ct.flow(id);
+    let keeps = f.backend != NONE
+        && tables
+            .backends
+            .get(f.backend as usize)
+            .is_some_and(|b| b.keeps_flows());
+    if keeps {
+        let seen = Seen {
+            reverse: false,
+            both_ways: matches!(tables.vips[vip as usize].mode, Mode::Nat | Mode::FullNat),
+            payload: p.payload,
+            seq: p.seq,
+            ack: p.ack,
+            len: p.len,
+            closes: false,
+        };
+        let (_, teardown) = ct.step(id, now, p.flags, seen);
+        return Ok(FlowHit {
+            backend: f.backend,
+            hash: f.hash,
+            snat: f.snat,
+            carry: f.carry,
+            teardown,
+            found: true,
+        });
+    }
+    worker.stats.rechosen += 1;
+    // The flow earned its state with the old backend; it keeps it with the new one.
+    ct.remove(id);
+    new_flow(tables, ct, worker, vip, key, (f.state, f.track), now)
 }
 
 /// A datagram of a `udp_one_packet` VIP: scheduled like a new flow (persistence and limits
@@ -197,6 +255,7 @@ fn one_packet(
         hash,
         snat: None,
         carry: Carry::default(),
+        teardown: Teardown::None,
         found: false,
     })
 }
@@ -214,6 +273,7 @@ fn stateless(tables: &Tables, vip: u32, hash: u32) -> Result<FlowHit, DropReason
         hash,
         snat: None,
         carry: Carry::default(),
+        teardown: Teardown::None,
         found: false,
     })
 }
@@ -228,7 +288,7 @@ fn new_flow(
     worker: &mut WorkerState,
     vip: u32,
     key: &FlowKey,
-    state: FlowState,
+    (state, track): (FlowState, Track),
     now: u64,
 ) -> Result<FlowHit, DropReason> {
     let v = &tables.vips[vip as usize];
@@ -254,6 +314,7 @@ fn new_flow(
         snat,
         reverse: matches!(v.mode, Mode::Nat | Mode::FullNat),
         carry: Default::default(),
+        track,
     };
     match ct.insert(flow, now) {
         Ok(_) => Ok(FlowHit {
@@ -261,11 +322,15 @@ fn new_flow(
             hash,
             snat,
             carry: Carry::default(),
+            teardown: Teardown::None,
             found: false,
         }),
         Err(InsertError::Full) => {
             worker.stats.conntrack_fallback += 1;
             stateless(tables, vip, hash)
         }
+        // Over a budget (the table counts which): the answer of a flow without an entry,
+        // as for a full table; FullNAT cannot give one.
+        Err(InsertError::SourceBudget | InsertError::ZoneBudget) => stateless(tables, vip, hash),
     }
 }

@@ -90,6 +90,12 @@ pub(super) fn carry_forward(
     };
     let c = ct.flow(id).carry;
     if is_syn(l4.flags) {
+        // Only the flow's own SYN (and its retransmissions, before anything went to the
+        // backend) sets where the stream starts: a SYN on a flow past its handshake (a
+        // spoofer's) must not move the shift under a running stream.
+        if ct.flow(id).state != crate::conntrack::FlowState::TcpSyn || c.armed {
+            return Ok(());
+        }
         // The flow's kind is fixed at its SYN: a reload that changes the VIP's
         // client_address leaves running streams as they began.
         let seq = tcpopt::tcp(frame.data(), ip).seq;

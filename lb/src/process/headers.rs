@@ -111,6 +111,8 @@ pub(super) struct L4 {
     /// TCP: the sequence and acknowledgement numbers (the handshake's evidence); 0 for UDP.
     pub(super) seq: u32,
     pub(super) ack: u32,
+    /// TCP: payload bytes (0 for UDP).
+    pub(super) len: u32,
     pub(super) csum: L4Csum,
 }
 
@@ -168,10 +170,8 @@ fn parse_l4_in(d: &[u8], ip: &Ip, fragment: bool) -> Result<L4, DropReason> {
                 payload: avail > doff,
                 seq: t.seq_number(),
                 ack: t.ack_number(),
-                csum: L4Csum {
-                    off: ip.l4 + TCP_CSUM_AT,
-                    udp: false,
-                },
+                len: (avail - doff) as u32,
+                csum: L4Csum::tcp(ip.l4 + TCP_CSUM_AT),
             })
         }
         _ => {
@@ -191,10 +191,8 @@ fn parse_l4_in(d: &[u8], ip: &Ip, fragment: bool) -> Result<L4, DropReason> {
                 payload: true,
                 seq: 0,
                 ack: 0,
-                csum: L4Csum {
-                    off: ip.l4 + UDP_CSUM_AT,
-                    udp: !ip.v6,
-                },
+                len: 0,
+                csum: L4Csum::udp(ip.l4 + UDP_CSUM_AT, ip.v6),
             })
         }
     }

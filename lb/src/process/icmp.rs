@@ -406,10 +406,7 @@ fn nat_error(
     }
     // The quoted UDP checksum is inside the 8 quoted bytes; TCP's is not.
     let ql4 = q.ip.l4;
-    let qcsum = (q.ip.proto == IpProtocol::UDP).then_some(L4Csum {
-        off: ql4 + UDP_CSUM_AT,
-        udp: !ip.v6,
-    });
+    let qcsum = (q.ip.proto == IpProtocol::UDP).then_some(L4Csum::udp(ql4 + UDP_CSUM_AT, ip.v6));
     let set_port = |d: &mut [u8], at: usize, port: u16| match qcsum {
         Some(c) => rewrite_port(d, at, c, port),
         None => d[at..at + 2].copy_from_slice(&port.to_be_bytes()),

@@ -40,9 +40,12 @@
 
 mod admit;
 #[cfg(test)]
+mod budget_tests;
+#[cfg(test)]
 mod ct_tests;
 mod dr;
 mod flow;
+mod forward;
 mod fragment;
 mod fragtable;
 mod fullnat;
@@ -56,6 +59,8 @@ mod outbound;
 mod owner;
 mod proxyhdr;
 mod ratelimit;
+#[cfg(test)]
+mod record_tests;
 mod reset;
 mod tcpopt;
 mod tenant;
@@ -82,7 +87,6 @@ use crate::sched::SchedState;
 use crate::tables::TunnelSource;
 use crate::tables::{NextHop, Tables};
 use config::Mode;
-use flow::{Packet, flow_for};
 use headers::{Ip, L4, parse_ip, parse_l4};
 use std::sync::Arc;
 use wire::{EthernetFrame, IpProtocol, l3_offset};
@@ -264,8 +268,8 @@ pub struct WorkerStats {
     pub stateless_no_entry: u64,
     /// Flows whose backend went away (disabled, unhealthy, removed) and were re-chosen.
     pub rechosen: u64,
-    /// SYNs that found an entry of a closed connection, or of a backend that takes no new
-    /// connections (drained, weight 0), scheduled anew as new connections.
+    /// SYNs that found an entry of a closed connection, or of a handshake its backend has
+    /// not answered while it takes no new connections (drained, weight 0), scheduled anew.
     pub reopened: u64,
     /// NAT return packets rewritten without a connection entry.
     pub stateless_return: u64,
@@ -458,6 +462,7 @@ impl WorkerState {
             .collect();
         self.sched_prints = prints;
         self.icmp = IcmpLimiter::new(tables.icmp_limits, tables.vips.len(), ct.workers());
+        ct.set_budgets(tables.embryonic_per_source, &tables.tenant_zones());
         ct.adopt(tables.version, tables.backends.len(), |f| {
             let vip = tables.vip_of_key(&f.key)?;
             let backend = tables
@@ -560,15 +565,46 @@ pub struct Decision {
     /// must shift sequence numbers as the engine does, and leave the frames that get a
     /// header or an option to the engine.
     pub carry: Carry,
+    /// The frame's FIN or RST counted: it lay where its sender's sequence space says it
+    /// must (a FIN or RST off it is forwarded and changes nothing, the flow cache's
+    /// entries included).
+    pub teardown: bool,
+    /// Where the flow's sequence spaces stand after this frame (TCP): a flow cache starts
+    /// its entries there and moves them on as it forwards.
+    pub track: crate::conntrack::Track,
 }
 
 /// Where [`process_recorded`] puts its [`Decision`]: `()` records nothing and compiles to
-/// exactly [`process`]; `Option<Decision>` keeps the last one.
+/// exactly [`process`]; `Option<Decision>` keeps the last one. A flow cache in front of the
+/// engine also says where the flows it forwarded stand ([`Record::catch_up`]).
 pub trait Record {
     /// Whether anything is recorded (a constant, so the unrecorded build has no branch).
     const ON: bool;
     /// Stores a decision.
     fn decision(&mut self, d: Decision);
+    /// A FIN or RST of `flow` is about to be judged against `t`, where the connection table
+    /// says its sequence spaces stand: a flow cache that forwarded the flow's segments since
+    /// moves `t` on to what it saw.
+    #[inline(always)]
+    fn catch_up(&mut self, _flow: &FlowKey, _t: &mut crate::conntrack::Track) {}
+}
+
+/// Before a FIN or RST of flow `id` is judged: its sequence spaces as `rec` (the flow
+/// cache) last saw them.
+#[inline(never)]
+fn catch_up<R: Record>(ct: &mut ConnTable, id: u32, rec: &mut R) {
+    let f = *ct.flow(id);
+    let mut t = f.track;
+    rec.catch_up(&f.key, &mut t);
+    if t != f.track {
+        ct.set_track(id, t);
+    }
+}
+
+/// Whether `l4` is a TCP segment with FIN or RST (what the sequence tracker judges).
+#[inline(always)]
+fn teardown_flags(ip: &Ip, l4: &L4) -> bool {
+    ip.proto == IpProtocol::TCP && l4.flags & 0x05 != 0
 }
 
 impl Record for () {
@@ -647,19 +683,9 @@ pub fn process_recorded<R: Record>(
     nat::reverse(frame, tables, ct, worker, &ip, &l4, len, now, rec)
 }
 
-/// The packet as [`flow_for`] needs it.
-#[inline(always)]
-fn packet<'a>(key: &'a FlowKey, l4: &L4) -> Packet<'a> {
-    Packet {
-        key,
-        flags: l4.flags,
-        payload: l4.payload,
-        ack: l4.ack,
-    }
-}
-
-/// Client → VIP: the flow's backend, then the rewrite its mode asks for.
+/// Client → VIP: see `forward.rs`.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn forward<R: Record>(
     frame: &mut Frame<'_>,
     tables: &Tables,
@@ -672,70 +698,19 @@ fn forward<R: Record>(
     now: u64,
     rec: &mut R,
 ) -> Verdict {
-    let v = &tables.vips[vip as usize];
-    let key = headers::flow_key(ip, l4);
-    let nat = matches!(v.mode, Mode::Nat | Mode::FullNat);
-    if nat && frame.data()[ip.ttl_at()] <= 1 {
-        worker.drops[DropReason::TtlExceeded.index()] += 1;
-        if !worker.icmp.allow(vip, ip.v6, now) {
-            worker.stats.icmp_rate_limited += 1;
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        return icmp::time_exceeded(frame, tables, worker, ip);
-    }
-    let hit = match flow_for(tables, ct, worker, vip, packet(&key, l4), now) {
-        Ok(x) => x,
-        Err(r) => return reset::refuse(frame, tables, worker, ip, l4, r),
+    let mut cx = forward::Ctx {
+        tables,
+        ct,
+        worker,
+        now,
+        rec,
     };
-    // A flow's first frame (a SYN; a datagram of no flow the table held): the reply will
-    // need this client's MAC. Not on every datagram: the check is two hash lookups and a
-    // route lookup, a quarter of the engine's own time on an established UDP flow.
-    let first = match ip.proto {
-        IpProtocol::UDP => !hit.found,
-        _ => l4.flags & 0x12 == 0x02,
+    let seg = forward::Seg {
+        ip,
+        l4,
+        key: headers::flow_key(ip, l4),
+        vip,
+        len,
     };
-    if nat && first {
-        let mac = EthernetFrame::new_unchecked(frame.data()).src();
-        tables
-            .egress()
-            .learn(&mut worker.learned, frame.ifindex, ip.src, ip.v6, mac, now);
-    }
-    let backend = hit.backend;
-    let n = match tables.backend_egress(backend) {
-        Ok(n) => n,
-        Err(m) => return worker.drop(m.into()),
-    };
-    let b = tables.backends[backend as usize];
-    worker.count_forward(vip, backend, len);
-    if fullnat::carries(v, &hit.carry, ip, &b, hit.snat)
-        && let Err(r) = fullnat::carry_forward(frame, ct, worker, ip, l4, &key, v, now)
-    {
-        return worker.drop(r);
-    }
-    let verdict = if nat {
-        nat::to_backend(frame, worker, ip, l4, v.mode, &n, &b, hit.snat)
-    } else if let Mode::Tunnel(encap) = v.mode
-        && let Some(verdict) = mss::fit(frame, tables, worker, ip, encap, &n, &b, vip, now)
-    {
-        verdict
-    } else {
-        dr::direct_to_backend(frame, tables, worker, ip, v.mode, &n, &b, hit.hash)
-    };
-    if R::ON && matches!(verdict, Verdict::Tx { .. }) {
-        let f = ct.lookup(&key, now).map(|id| *ct.flow(id));
-        rec.decision(Decision {
-            key,
-            reverse: false,
-            mode: v.mode,
-            vip,
-            backend,
-            src: if nat { hit.snat } else { None },
-            dst: nat.then_some((b.address, b.port)),
-            next_hop: n,
-            flow: f.map(|f| (key, f.state)),
-            tcp_flags: l4.flags,
-            carry: f.map_or(Carry::default(), |f| f.carry),
-        });
-    }
-    verdict
+    forward::forward(frame, &mut cx, &seg)
 }

@@ -14,7 +14,7 @@ use wire::checksum::{self, addr_delta_v4, addr_delta_v6, delta16};
 
 use super::headers::{Ip, L4, set_macs};
 use super::{Decision, DropReason, Record, Verdict, WorkerState, fullnat};
-use crate::conntrack::{Carry, ConnTable, RevKey, Seen};
+use crate::conntrack::{Carry, ConnTable, RevKey, Seen, Teardown};
 use crate::frame::Frame;
 use crate::tables::{BackendEntry, NextHop, Tables};
 use config::{ClientAddress, Mode};
@@ -56,6 +56,8 @@ pub(super) struct Return {
     pub(super) backend: u32,
     /// The flow's id and client-address state, for a FullNAT flow that has one.
     pub(super) carry: Option<(u32, Carry)>,
+    /// What the packet's FIN or RST counted for.
+    pub(super) teardown: Teardown,
 }
 
 /// A return packet matched a connection-table flow: refresh it and read what to rewrite.
@@ -67,8 +69,10 @@ pub(super) fn from_flow(ct: &mut ConnTable, id: u32, ip: &Ip, l4: &L4, now: u64)
         payload: l4.payload,
         seq: l4.seq,
         ack: l4.ack,
+        len: l4.len,
+        closes: false,
     };
-    ct.step(id, now, l4.flags, seen);
+    let (_, teardown) = ct.step(id, now, l4.flags, seen);
     let client = if f.snat.is_some() {
         (f.key.src, f.key.sport)
     } else {
@@ -80,6 +84,7 @@ pub(super) fn from_flow(ct: &mut ConnTable, id: u32, ip: &Ip, l4: &L4, now: u64)
         vip: f.vip,
         backend: f.backend,
         carry: (f.carry.kind != ClientAddress::None).then_some((id, f.carry)),
+        teardown,
     }
 }
 
@@ -113,6 +118,7 @@ fn nat_return(
         vip,
         backend: slot,
         carry: None,
+        teardown: Teardown::None,
     })
 }
 
@@ -137,6 +143,12 @@ pub(super) fn reverse<R: Record>(
         local: ip.dst,
         local_port: l4.dport,
     };
+    if R::ON
+        && super::teardown_flags(ip, l4)
+        && let Some(id) = ct.lookup_rev(&rk, now)
+    {
+        super::catch_up(ct, id, rec);
+    }
     let found = if fullnat {
         fullnat::reverse_flow(ct, ip, l4, &rk, now).map_err(|r| worker.drop(r))
     } else {
@@ -215,6 +227,8 @@ fn reverse_decision(
         flow: f.map(|f| (f.key, f.state)),
         tcp_flags: l4.flags,
         carry: f.map_or(Carry::default(), |f| f.carry),
+        teardown: r.teardown == Teardown::InWindow,
+        track: f.map_or(Default::default(), |f| f.track),
     }
 }
 

@@ -183,6 +183,43 @@ pub(super) fn send(
     (v, b)
 }
 
+/// Sends one TCP segment from the backend of the flow of client port `sport` back through
+/// the appliance (to the client for NAT, to the SNAT address for FullNAT), with sequence
+/// number `seq`; returns the verdict.
+pub(super) fn reply(
+    t: &Tables,
+    ct: &mut ConnTable,
+    w: &mut WorkerState,
+    sport: u16,
+    flags: u8,
+    seq: u32,
+    now: u64,
+) -> Verdict {
+    let key = crate::hash::FlowKey {
+        src: crate::hash::addr_to_u128("198.51.100.7".parse().unwrap()),
+        dst: crate::hash::addr_to_u128("192.0.2.100".parse().unwrap()),
+        sport,
+        dport: 80,
+        proto: 6,
+        v6: false,
+        zone: 0,
+    };
+    let id = ct.lookup(&key, now).expect("the flow of the reply");
+    let rk = ct.flow(id).rev_key().expect("a NAT or FullNAT flow");
+    let ip = |a: u128| crate::hash::u128_to_addr(a, false).to_string();
+    let input = Pkt::new(
+        &ip(rk.backend),
+        &ip(rk.local),
+        6,
+        tcp(rk.backend_port, rk.local_port, flags, seq, b""),
+    )
+    .build();
+    let mut buf = vec![0xa5u8; HEADROOM + input.len() + 128];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).unwrap();
+    process(&mut f, t, ct, w, now)
+}
+
 pub(super) fn ct_for(t: &Tables, cap: usize) -> ConnTable {
     ConnTable::new(cap, t.timeouts, t.backends.len(), 0, 1)
 }
@@ -237,10 +274,19 @@ fn a_reused_port_of_a_closed_connection_never_reaches_a_drained_backend() {
             on[usize::from(b.unwrap()) - 1].push(sport);
         }
         assert!(!on[0].is_empty() && !on[1].is_empty(), "{mode:?}");
-        // Half of backend 1's connections closed (FIN), the other half are still opening.
+        // Half of backend 1's connections closed (the backend's FIN, then the client's),
+        // the other half are still opening.
         let (closed, opening) = on[0].split_at(on[0].len() / 2);
+        let both_ways = mode != Mode::Dr;
+        let close = |ct: &mut ConnTable, w: &mut WorkerState, t: &Tables, sport: u16, now: u64| {
+            if both_ways {
+                reply(t, ct, w, sport, 0x12, golden::PEER_ISN, now);
+                reply(t, ct, w, sport, 0x11, golden::PEER_ISN + 1, now);
+            }
+            send(t, ct, w, sport, 0x11, now);
+        };
         for &sport in closed {
-            send(&t1, &mut ct, &mut w, sport, 0x11, SEC);
+            close(&mut ct, &mut w, &t1, sport, SEC);
         }
         // A retransmitted SYN of an opening flow to an active backend stays there.
         for &sport in opening {
@@ -250,7 +296,7 @@ fn a_reused_port_of_a_closed_connection_never_reaches_a_drained_backend() {
         let again = closed[0];
         assert_eq!(send(&t1, &mut ct, &mut w, again, 0x02, SEC).1, Some(1));
         assert_eq!(w.stats.reopened, 1, "{mode:?}");
-        send(&t1, &mut ct, &mut w, again, 0x11, SEC);
+        close(&mut ct, &mut w, &t1, again, SEC);
         c.vips[0].backends[0].state = BackendState::Drain;
         let t2 = tables(&c, 2, &|_| true);
         for &sport in on[0].iter() {
@@ -267,6 +313,37 @@ fn a_reused_port_of_a_closed_connection_never_reaches_a_drained_backend() {
         }
         assert_eq!(w.stats.rechosen, 0, "{mode:?}");
     }
+}
+
+/// A SYN on an established flow (a spoofer's, or a client's that lost its state) never
+/// moves it, even to a drained backend's replacement: the backend answers it.
+#[test]
+fn a_syn_on_an_established_flow_of_a_drained_backend_stays() {
+    let mut c = one_vip(Mode::Dr, Scheduler::Maglev, 2);
+    let t1 = tables(&c, 1, &|_| true);
+    let mut ct = ct_for(&t1, 1024);
+    let mut w = WorkerState::new();
+    let mut on_1 = Vec::new();
+    for sport in 3000..3040 {
+        if send(&t1, &mut ct, &mut w, sport, 0x02, 0).1 == Some(1) {
+            // DR: established by the second segment after the SYN.
+            send(&t1, &mut ct, &mut w, sport, 0x10, 0);
+            send(&t1, &mut ct, &mut w, sport, 0x10, 0);
+            on_1.push(sport);
+        }
+    }
+    assert!(!on_1.is_empty());
+    c.vips[0].backends[0].state = BackendState::Drain;
+    let t2 = tables(&c, 2, &|_| true);
+    for &sport in &on_1 {
+        assert_eq!(send(&t2, &mut ct, &mut w, sport, 0x02, SEC).1, Some(1));
+    }
+    let established = ct
+        .ids()
+        .filter(|&id| ct.flow(id).state == FlowState::TcpEstablished)
+        .count();
+    assert_eq!(established, on_1.len());
+    assert_eq!(w.stats.reopened, 0);
 }
 
 #[test]
@@ -572,7 +649,8 @@ proptest! {
             payload: true,
             seq: 0,
             ack: 0,
-            csum: L4Csum { off: csum_off, udp: udp && !v6 },
+            len: 0,
+            csum: if udp { L4Csum::udp(csum_off, v6) } else { L4Csum::tcp(csum_off) },
         };
         let mut want = d.clone();
         nat_rewrite_reference(&mut want, &ip, &l4, src, dst);

@@ -26,10 +26,13 @@ pub(super) const ROWS: &[super::Row] = &[
     t4_handshake_ack,
     t4_after_backend_data,
     t6_handshake_ack,
+    p4_syn_keeps_the_shift,
+    p4_rst_off,
 ];
 
 const FIN: u8 = 0x01;
 const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
 const PSHACK: u8 = 0x18;
 /// The client's ISN and the backend's.
 const CISN: u32 = 1000;
@@ -409,4 +412,48 @@ fn t6_handshake_ack(t: &Tables) -> Fixture {
     )
     .given(vec![T6.syn(), T6.synack(t)])
     .counting(Counter::ToaOptions)
+}
+
+/// Issue 42: a SYN on the established flow (an off-path spoofer's, any sequence number)
+/// resets neither its state nor where its stream's shift starts: the next data is shifted
+/// by the header's length as before, and no second header goes out.
+fn p4_syn_keeps_the_shift(t: &Tables) -> Fixture {
+    let seq = CISN + 1 + REQUEST.len() as u32;
+    let input = P4.client(PSHACK, seq, BISN + 1, &[], b"more");
+    let out = P4.to_backend(t, PSHACK, seq + hdr(&P4), BISN + 1, &[], b"more");
+    let mut given = P4.requested(t);
+    for spoofed in [77, seq + 5000] {
+        given.push(Given::from_client(&P4.client(
+            SYN,
+            spoofed,
+            0,
+            &mss(1460),
+            b"",
+        )));
+    }
+    Fixture::tx(
+        "fnat4p: a syn on the established flow keeps its shift and its state",
+        input.build(),
+        BACKENDS,
+        out,
+    )
+    .given(given)
+    .leaving(lb::FlowState::TcpEstablished)
+}
+
+/// Issue 42: an RST off the client's sequence space of a PROXY v2 flow is forwarded with
+/// the stream's shift and closes nothing.
+fn p4_rst_off(t: &Tables) -> Fixture {
+    let seq = CISN + 1 + REQUEST.len() as u32 + (1 << 30);
+    let input = P4.client(RST, seq, 0, &[], b"");
+    let out = P4.to_backend(t, RST, seq + hdr(&P4), 0, &[], b"");
+    Fixture::tx(
+        "fnat4p: an rst off the client's sequence space is forwarded shifted and closes nothing",
+        input.build(),
+        BACKENDS,
+        out,
+    )
+    .given(P4.requested(t))
+    .counting(Counter::RstOutOfWindow)
+    .leaving(lb::FlowState::TcpEstablished)
 }

@@ -22,11 +22,13 @@ mod nat;
 mod outbound;
 pub mod setup;
 mod stateless;
+mod teardown;
 mod tenant;
 mod tunnel;
 mod unserved;
 
-use lb::conntrack::ConnTable;
+use lb::FlowState;
+use lb::conntrack::{ConnStats, ConnTable};
 use lb::process::{DropReason, Verdict, WorkerStats, process};
 use lb::{Frame, HEADROOM, Tables, WorkerState};
 
@@ -84,12 +86,19 @@ pub enum Counter {
     /// `too_big_sent`: an ICMP too-big answered for a tunnel frame over the egress MTU (it
     /// also counts the `too_big` drop).
     TooBigSent,
+    /// The connection table's `rst_out_of_window`: an RST off its sender's sequence space,
+    /// forwarded, closing nothing.
+    RstOutOfWindow,
+    /// The connection table's `fin_out_of_window`: the same for a FIN.
+    FinOutOfWindow,
 }
 
 impl Counter {
-    /// The statistic's value in `s`.
-    pub fn read(self, s: &WorkerStats) -> u64 {
+    /// The statistic's value in `s` and the connection table's counters `c`.
+    pub fn read(self, s: &WorkerStats, c: &ConnStats) -> u64 {
         match self {
+            Counter::RstOutOfWindow => c.rst_out_of_window,
+            Counter::FinOutOfWindow => c.fin_out_of_window,
             Counter::TimeExceededSent => s.time_exceeded_sent,
             Counter::StatelessReturn => s.stateless_return,
             Counter::EchoReplies => s.echo_replies,
@@ -119,6 +128,9 @@ pub struct Fixture {
     pub output: Vec<u8>,
     /// A worker statistic that must grow by exactly one.
     pub counter: Option<Counter>,
+    /// The state every flow of the connection table is in after the row (the given frames'
+    /// flows and the input's): what a FIN or RST did to them.
+    pub state_after: Option<FlowState>,
 }
 
 impl Fixture {
@@ -132,6 +144,7 @@ impl Fixture {
             verdict: Verdict::Tx { ifindex: egress },
             output,
             counter: None,
+            state_after: None,
         }
     }
 
@@ -154,6 +167,7 @@ impl Fixture {
             ifindex: UPLINK,
             verdict,
             counter: None,
+            state_after: None,
         }
     }
 
@@ -166,6 +180,12 @@ impl Fixture {
     /// This row after `given` (the frames that create the state it needs).
     pub fn given(mut self, given: Vec<Given>) -> Self {
         self.given = given;
+        self
+    }
+
+    /// This row leaving every flow in `state`.
+    pub fn leaving(mut self, state: FlowState) -> Self {
+        self.state_after = Some(state);
         self
     }
 
@@ -182,7 +202,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 14] = [
+    let groups: [&[Row]; 15] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
@@ -197,6 +217,7 @@ pub fn fixtures() -> Vec<Fixture> {
         stateless::ROWS,
         outbound::ROWS,
         tenant::ROWS,
+        teardown::ROWS,
     ];
     groups
         .iter()
@@ -268,7 +289,7 @@ pub struct Mismatch {
 pub fn run_alone(fx: &Fixture, t: &Tables) -> Result<Vec<u8>, Mismatch> {
     let (mut ct, mut w) = state_for(fx, t);
     let drops_before = w.drops;
-    let counter_before = fx.counter.map(|c| c.read(&w.stats));
+    let counter_before = fx.counter.map(|c| c.read(&w.stats, &ct.stats));
     let (v, out) = run_frame(&fx.input, fx.ifindex, t, &mut ct, &mut w);
     let fail = |what: String| Mismatch {
         description: fx.description,
@@ -309,9 +330,15 @@ pub fn run_alone(fx: &Fixture, t: &Tables) -> Result<Vec<u8>, Mismatch> {
         return Err(fail(format!("drop counter {r:?} did not grow by one")));
     }
     if let (Some(c), Some(before)) = (fx.counter, counter_before)
-        && c.read(&w.stats) != before + 1
+        && c.read(&w.stats, &ct.stats) != before + 1
     {
         return Err(fail(format!("{c:?} did not grow by one")));
+    }
+    if let Some(want) = fx.state_after {
+        let states: Vec<FlowState> = ct.ids().map(|id| ct.flow(id).state).collect();
+        if states.is_empty() || states.iter().any(|s| *s != want) {
+            return Err(fail(format!("flows in {states:?}, want all {want:?}")));
+        }
     }
     Ok(out)
 }

@@ -30,6 +30,8 @@ pub(super) const ROWS: &[super::Row] = &[
     udp6_query,
     udp6_return,
     hop_by_hop,
+    udp6_zero_sum_query,
+    udp6_zero_sum_return,
 ];
 
 /// `p` as NAT forwards it to `vip`'s backend `addr:port`: destination rewritten, TTL - 1.
@@ -272,4 +274,79 @@ fn hop_by_hop(t: &Tables) -> Fixture {
         BACKENDS,
         out,
     )
+}
+
+/// A payload of "z6" and two bytes for which `out(payload)`, the frame as rewritten, has a
+/// UDP checksum whose sum comes to zero: sent as 0xffff, since a zero UDP checksum over
+/// IPv6 means none, which RFC 8200 8.1 has receivers discard (one datagram in 65,536 was
+/// lost to it).
+fn zero_sum_payload(out: impl Fn(&[u8]) -> Pkt) -> Vec<u8> {
+    (0..=u16::MAX)
+        .map(|w| {
+            let mut p = b"z6".to_vec();
+            p.extend_from_slice(&w.to_be_bytes());
+            p
+        })
+        .find(|p| {
+            let o = out(p);
+            let mut l4 = o.l4.clone();
+            l4[6] = 0;
+            l4[7] = 0;
+            super::build::l4_checksum(o.src, o.dst, UDP, &l4) == 0
+        })
+        .expect("one in 65,536 payloads sums to zero")
+}
+
+fn udp6_zero_sum_query(t: &Tables) -> Fixture {
+    let query = |p: &[u8]| Pkt::new(C6, "2001:db8::10", UDP, udp(6001, 53, p));
+    let rewritten = |p: &[u8]| {
+        query(p)
+            .dport(53)
+            .macs(mac_of(t, "nat6u"), OUR_MAC)
+            .dst("2001:db8:a::2")
+            .ttl(63)
+    };
+    let payload = zero_sum_payload(rewritten);
+    let input = query(&payload);
+    let out = dnat(&input, t, "nat6u", "2001:db8:a::2", 53);
+    assert_eq!(
+        &out[out.len() - 6..][..2],
+        &[0xff, 0xff],
+        "the edge this row shows"
+    );
+    Fixture::tx(
+        "nat6u udp: a rewrite whose checksum sums to zero sends 0xffff",
+        input.build(),
+        BACKENDS,
+        out,
+    )
+}
+
+fn udp6_zero_sum_return(t: &Tables) -> Fixture {
+    let reply = |p: &[u8]| {
+        Pkt::new("2001:db8:a::2", C6, UDP, udp(53, 6001, p)).macs(OUR_MAC, mac_of(t, "nat6u"))
+    };
+    let rewritten = |p: &[u8]| {
+        reply(p)
+            .sport(53)
+            .macs(ROUTER_MAC, OUR_MAC)
+            .src("2001:db8::10")
+            .ttl(63)
+    };
+    let payload = zero_sum_payload(rewritten);
+    let input = reply(&payload);
+    let out = snat(&input, "2001:db8::10", 53);
+    Fixture::tx(
+        "nat6u udp return: a rewrite whose checksum sums to zero sends 0xffff",
+        input.build(),
+        UPLINK,
+        out,
+    )
+    .arriving_on(BACKENDS)
+    .given(vec![Given::from_client(&Pkt::new(
+        C6,
+        "2001:db8::10",
+        UDP,
+        udp(6001, 53, b"q6"),
+    ))])
 }

@@ -5,9 +5,17 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::lb::Tables;
 use ::api::{Disagreement, FleetMember, FleetStatus, Refusal};
 use ::fleet::quorum::Verdict;
 use ::fleet::{Readiness, View};
+
+/// The table fingerprint members compare and `GET /v1/status` shows: [`Tables::fingerprint`]
+/// (VIPs, backends with weight, state and health, and every ring through its digest) as 16
+/// hex digits. It costs a pass over the VIPs and backends, not over the ring slots.
+pub fn fingerprint(t: &Tables) -> String {
+    format!("{:016x}", t.fingerprint())
+}
 
 /// What the document is made of.
 pub struct Parts<'a> {

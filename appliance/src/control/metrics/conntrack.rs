@@ -3,18 +3,18 @@
 //! refused entries, so an operator sees a flood fill the embryonic classes while the
 //! established ones stay put; and the ICMP messages the rate limits held back.
 
-use super::{Builder, labels, set};
-use crate::control::shared::Aggregate;
+use super::builder::{Builder, labels, set};
+use crate::control::counters::Aggregate;
 use crate::lb::FlowState;
 
 /// Registers the connection-table families with `agg`'s values.
 pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
     let fill = b.gauge(
         "sluice_conntrack_state_entries",
-        "Connection-table entries by state (syn and udp_new are embryonic), over all workers",
+        "Connection-table entries by state (syn and udp_new are embryonic; udp_oneway is reclaimed after them), over all workers",
     );
     for s in FlowState::ALL {
-        super::gset(
+        super::builder::gset(
             &fill,
             labels(&[("state", s.name())]),
             agg.conntrack_fill[s.class()] as i64,
@@ -46,6 +46,34 @@ pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
         c.evicted_embryonic,
     );
     set(&evicted, labels(&[("state", "closing")]), c.evicted_closing);
+    set(
+        &evicted,
+        labels(&[("state", "udp_oneway")]),
+        c.evicted_one_way,
+    );
+    let ignored = b.counter(
+        "sluice_teardown_out_of_window",
+        "FINs and RSTs off their sender's sequence space (RFC 5961): forwarded, they closed nothing, by flag",
+    );
+    set(&ignored, labels(&[("flag", "rst")]), c.rst_out_of_window);
+    set(&ignored, labels(&[("flag", "fin")]), c.fin_out_of_window);
+    let refused = b.counter(
+        "sluice_conntrack_budget_refused",
+        "New entries refused by a budget: embryonic ones of a client address over [appliance] embryonic_per_source, or a tenant zone's over its share, by budget",
+    );
+    set(&refused, labels(&[("budget", "source")]), c.source_refused);
+    set(&refused, labels(&[("budget", "zone")]), c.zone_refused);
+    b.counter1(
+        "sluice_snat_ports_reclaimed",
+        "FullNAT ports taken from an unfinished handshake for a new flow, every candidate port being held",
+        c.snat_reclaimed,
+    );
+    answers(b, agg);
+}
+
+/// The packets answered without an entry, the ICMP the rate limits held back, and the
+/// client-address carry.
+fn answers(b: &mut Builder, agg: &Aggregate) {
     let stateless = b.counter(
         "sluice_stateless_answers",
         "Packets answered from the Maglev ring without a connection entry, by cause",

@@ -3,7 +3,7 @@
 //! activation spread and each member's sync lag, and the health disagreements by backend and
 //! member, so an alert can name the member whose path to a backend is suspect.
 
-use super::{Builder, gset, labels};
+use super::builder::{Builder, gset, labels};
 
 /// Registers the fleet families with `s`'s values.
 pub(super) fn families(b: &mut Builder, s: &api::FleetStatus) {

@@ -3,8 +3,8 @@
 //! `overflow` policy) and one-packet UDP scheduling. An operator watching a limited pool
 //! sees `skips` rise before `overflow`; persistence misses after a backend goes down.
 
-use super::{Builder, labels, set};
-use crate::control::shared::Shared;
+use super::builder::{Builder, labels, set};
+use crate::control::model::Shared;
 
 /// Registers the LVS families from the status document's counters.
 pub(super) fn families(b: &mut Builder, s: &Shared) {
@@ -73,6 +73,12 @@ fn outbound(b: &mut Builder, s: &Shared) {
     );
     set(&answers, labels(&[("by", "engine")]), st.outbound_answers);
     set(&answers, labels(&[("by", "xdp")]), xdp);
+    let deep = s.view.load().datapath.as_ref().map_or(0, |d| d.steer.deep);
+    b.counter1(
+        "sluice_xdp_too_many_headers",
+        "IPv6 frames to a VIP with more extension headers than the parsers walk (8), dropped by the XDP program",
+        deep,
+    );
     b.counter1(
         "sluice_outbound_unowned",
         "Answers to an outbound port no backend owns (dropped as no_backend)",

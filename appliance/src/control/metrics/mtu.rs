@@ -3,8 +3,8 @@
 //! `sluice_dropped_packets_total` reasons `fragment_*`), and the tunnel MTU work (MSS
 //! clamped, ICMP too-big sent).
 
-use super::{Builder, labels, set};
-use crate::control::shared::Aggregate;
+use super::builder::{Builder, labels, set};
+use crate::control::counters::Aggregate;
 
 /// Registers the fragment and MTU families with `agg`'s values.
 pub(super) fn families(b: &mut Builder, agg: &Aggregate) {

@@ -1,27 +1,14 @@
-//! The flow cache's map keys and values as steer.bpf.c lays them out (`struct cache_key4`,
-//! `cache_key6`, `cache_val`, generated from the object's BTF in datapath/abi.rs), and the
-//! codes the program reads from them.
+//! The flow cache's map keys and values as the program lays them out (bpf/structs.h
+//! `struct cache_key4`, `cache_key6`, `cache_val`, generated from the object's BTF in
+//! datapath/abi.rs, with the codes bpf/consts.h gives their fields), and the front table's
+//! slot of a key.
 
 use super::{CacheAction, CacheCarry, CacheEntry};
-use crate::datapath::abi::{cache_key4, cache_key6, cache_val};
+use crate::datapath::abi::{
+    cache_action, cache_carry, cache_key4, cache_key6, cache_set, cache_track, cache_val, defines,
+    maps,
+};
 use crate::lb::hash::FlowKey;
-
-/// `cache_val.action` (steer.bpf.c ACT_NAT): TTL down by one, then the new addresses and
-/// ports `flags` names.
-const ACT_NAT: u8 = 1;
-/// `cache_val.action` (steer.bpf.c ACT_DR): MACs only.
-const ACT_DR: u8 = 2;
-/// `cache_val.flags` (steer.bpf.c SET_SRC): `new_src`/`new_sport` apply.
-const SET_SRC: u8 = 1;
-/// `cache_val.flags` (steer.bpf.c SET_DST): `new_dst`/`new_dport` apply.
-const SET_DST: u8 = 2;
-/// `cache_val.carry` bits (steer.bpf.c CARRY_SEQ, CARRY_ACK, CARRY_TOA).
-const CARRY_SEQ: u8 = 1;
-const CARRY_ACK: u8 = 2;
-const CARRY_TOA: u8 = 4;
-/// `cache_val.tx` (steer.bpf.c TX_REDIRECT): a hit that leaves through the interface it came
-/// in on is sent with a DEVMAP redirect instead of XDP_TX (see [`super::Hairpin`]).
-pub(super) const TX_REDIRECT: u8 = 1;
 
 /// How a [`FlowKey`] holds an IPv4 address: IPv4-mapped (`::ffff:a.b.c.d`).
 const V4_MAPPED: u128 = 0xffff_0000_0000;
@@ -73,20 +60,27 @@ pub(crate) fn key_bytes(k: &FlowKey) -> Vec<u8> {
     }
 }
 
-/// Slots of each family in the program's front table (steer.bpf.c FRONT_BITS).
-pub(crate) const FRONT_BITS: u32 = 11;
-pub(crate) const FRONT_SLOTS: usize = 1 << FRONT_BITS;
-/// The front table's multipliers, one per 8 bytes of key (steer.bpf.c FRONT_M0..4).
+/// Slots of each family in the program's front table (its maps' size: bpf/consts.h
+/// FRONT_SLOTS), and the bits of the hash that pick one.
+pub(crate) const FRONT_SLOTS: usize = maps::CACHE_FRONT4.entries as usize;
+pub(crate) const FRONT_BITS: u32 = FRONT_SLOTS.trailing_zeros();
+const _: () = assert!(
+    FRONT_SLOTS.is_power_of_two()
+        && maps::CACHE_FRONT6.entries as usize == FRONT_SLOTS
+        && maps::FRONT_GEN.entries as usize == 2 * FRONT_SLOTS,
+    "front.h: a power-of-two table per family, and a number per slot of both"
+);
+/// The front table's multipliers, one per 8 bytes of key (bpf/consts.h FRONT_M0..4).
 const FRONT_M: [u64; 5] = [
-    0x9e37_79b9_7f4a_7c15,
-    0xc2b2_ae3d_27d4_eb4f,
-    0x1656_67b1_9e37_79f9,
-    0xd6e8_feb8_6659_fd93,
-    0xff51_afd7_ed55_8ccd,
+    defines::FRONT_M0,
+    defines::FRONT_M1,
+    defines::FRONT_M2,
+    defines::FRONT_M3,
+    defines::FRONT_M4,
 ];
 
 /// The index in `front_gen` of the front-table slot the program copies `key`'s entry to
-/// (steer.bpf.c `cache_find4`, `cache_find6`): the map key's 8-byte words as the program
+/// (bpf/front.h `cache_find4`, `cache_find6`): the map key's 8-byte words as the program
 /// loads them (native order), each times its multiplier, summed, top FRONT_BITS bits; IPv6
 /// slots after the IPv4 ones.
 pub(crate) fn front_index(key: &FlowKey) -> usize {
@@ -144,25 +138,33 @@ impl CacheEntry {
         };
         match self.action {
             CacheAction::Nat { src, dst } => {
-                v.action = ACT_NAT;
+                v.action = cache_action::ACT_NAT;
                 if let Some((a, p)) = src {
                     v.new_src = addr_field(a, self.v6);
                     v.new_sport = p.to_be();
-                    v.flags |= SET_SRC;
+                    v.flags.0 |= cache_set::SET_SRC.0;
                 }
                 if let Some((a, p)) = dst {
                     v.new_dst = addr_field(a, self.v6);
                     v.new_dport = p.to_be();
-                    v.flags |= SET_DST;
+                    v.flags.0 |= cache_set::SET_DST.0;
                 }
             }
-            CacheAction::Dr => v.action = ACT_DR,
+            CacheAction::Dr => v.action = cache_action::ACT_DR,
+        }
+        if let Some(n) = self.seq_next {
+            v.seq_next = n;
+            v.track.0 |= cache_track::TRACK_SEQ.0;
+        }
+        if let Some(a) = self.ack_max {
+            v.ack_max = a;
+            v.track.0 |= cache_track::TRACK_ACK.0;
         }
         (v.carry, v.carry_base, v.carry_delta) = match self.carry {
-            CacheCarry::None => (0, 0, 0),
-            CacheCarry::Seq { base, delta } => (CARRY_SEQ, base, delta),
-            CacheCarry::Ack { base, delta } => (CARRY_ACK, base, delta),
-            CacheCarry::Toa { base } => (CARRY_TOA, base, 0),
+            CacheCarry::None => (cache_carry::CARRY_NONE, 0, 0),
+            CacheCarry::Seq { base, delta } => (cache_carry::CARRY_SEQ, base, delta),
+            CacheCarry::Ack { base, delta } => (cache_carry::CARRY_ACK, base, delta),
+            CacheCarry::Toa { base } => (cache_carry::CARRY_TOA, base, 0),
         };
         v
     }
@@ -170,22 +172,23 @@ impl CacheEntry {
     /// The inverse of [`CacheEntry::value`] (for a key of family `v6`); `None` for an
     /// action the program does not know.
     pub(super) fn from_value(v: &cache_val, v6: bool) -> Option<CacheEntry> {
+        let set = |bit: cache_set| v.flags.0 & bit.0 != 0;
         let action = match v.action {
-            ACT_NAT => CacheAction::Nat {
-                src: (v.flags & SET_SRC != 0)
+            cache_action::ACT_NAT => CacheAction::Nat {
+                src: set(cache_set::SET_SRC)
                     .then(|| (addr_of_field(&v.new_src, v6), u16::from_be(v.new_sport))),
-                dst: (v.flags & SET_DST != 0)
+                dst: set(cache_set::SET_DST)
                     .then(|| (addr_of_field(&v.new_dst, v6), u16::from_be(v.new_dport))),
             },
-            ACT_DR => CacheAction::Dr,
+            cache_action::ACT_DR => CacheAction::Dr,
             _ => return None,
         };
         let (base, delta) = (v.carry_base, v.carry_delta);
         let carry = match v.carry {
-            0 => CacheCarry::None,
-            CARRY_SEQ => CacheCarry::Seq { base, delta },
-            CARRY_ACK => CacheCarry::Ack { base, delta },
-            CARRY_TOA => CacheCarry::Toa { base },
+            cache_carry::CARRY_NONE => CacheCarry::None,
+            cache_carry::CARRY_SEQ => CacheCarry::Seq { base, delta },
+            cache_carry::CARRY_ACK => CacheCarry::Ack { base, delta },
+            cache_carry::CARRY_TOA => CacheCarry::Toa { base },
             _ => return None,
         };
         Some(CacheEntry {
@@ -197,6 +200,8 @@ impl CacheEntry {
             ifindex: v.ifindex,
             stat: v.stat,
             last_seen: v.last_seen,
+            seq_next: (v.track.0 & cache_track::TRACK_SEQ.0 != 0).then_some(v.seq_next),
+            ack_max: (v.track.0 & cache_track::TRACK_ACK.0 != 0).then_some(v.ack_max),
         })
     }
 }
@@ -204,6 +209,7 @@ impl CacheEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::datapath::abi::hairpin_tx;
     use std::mem::offset_of;
 
     fn v4(a: [u8; 4]) -> u128 {
@@ -268,17 +274,34 @@ mod tests {
             ifindex: 2,
             stat: 7,
             last_seen: 0,
+            seq_next: Some(0xffff_fff0),
+            ack_max: None,
         };
         let v = e.value();
+        assert_eq!(v.track.0, cache_track::TRACK_SEQ.0);
+        assert_eq!(v.seq_next, 0xffff_fff0);
         assert_eq!(&v.new_src[..4], &[10, 1, 0, 1]);
         assert_eq!(&v.new_dst[..4], &[10, 0, 0, 1]);
         let b = v.to_bytes();
         assert_eq!(&b[offset_of!(cache_val, new_sport)..][..2], &[4, 1]);
         assert_eq!(&b[offset_of!(cache_val, new_dport)..][..2], &[0x1f, 0x90]);
-        assert_eq!((v.action, v.flags), (ACT_NAT, SET_SRC | SET_DST));
-        assert_eq!(v.tx, 0, "XDP_TX unless the cache says otherwise at install");
+        assert_eq!(v.action, cache_action::ACT_NAT);
+        assert_eq!(v.flags.0, cache_set::SET_SRC.0 | cache_set::SET_DST.0);
+        assert_eq!(
+            v.tx,
+            hairpin_tx::TX_XDP_TX,
+            "XDP_TX unless the cache says otherwise at install"
+        );
         let back = cache_val::from_bytes(&b).expect("whole value");
         assert_eq!(CacheEntry::from_value(&back, false), Some(e));
+        let untracked = CacheEntry {
+            seq_next: None,
+            ..e
+        };
+        assert_eq!(
+            CacheEntry::from_value(&untracked.value(), false),
+            Some(untracked)
+        );
 
         let dr = CacheEntry {
             action: CacheAction::Dr,
@@ -295,13 +318,13 @@ mod tests {
         ] {
             let c = CacheEntry { carry, ..e };
             let v = c.value();
-            assert_eq!(v.carry.count_ones(), 1, "one CARRY_* bit");
+            assert_eq!(v.carry.0.count_ones(), 1, "one CARRY_* bit");
             let back = cache_val::from_bytes(&v.to_bytes()).expect("whole value");
             assert_eq!(CacheEntry::from_value(&back, false), Some(c));
         }
     }
 
-    /// The program's front slots (steer.bpf.c FRONT_BITS) spread one client's ports about
+    /// The program's front slots (bpf/front.h) spread one client's ports about
     /// as a random placement would (a multiply that left ports in unused bits, as the
     /// connection table's first hash did, would put them in a handful of slots), and each
     /// family keeps to its half of front_gen.

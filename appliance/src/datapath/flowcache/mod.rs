@@ -2,7 +2,7 @@
 //!
 //! The AF_XDP engine (`lb::process`) stays the authority. After it forwards a frame of an
 //! established flow it describes what it did ([`Decision`]); [`entry_for`] turns that into
-//! a rewrite the XDP program (bpf/steer.bpf.c, `cache_forward`) repeats for the flow's next
+//! a rewrite the XDP program (bpf/flowcache.h, `cache_forward`) repeats for the flow's next
 //! frames without waking a worker: NAT and FullNAT in both directions (each direction has
 //! its own entry, keyed by the 5-tuple the frame carries) and DR, over IPv4 and IPv6, TCP
 //! and UDP. Tunnel modes are not cached (their frames keep going to the engine).
@@ -12,14 +12,14 @@
 //! the start, whatever order the datapath comes up in.
 //!
 //! ```text
-//! rx -> steer.bpf.c: cache hit? --yes--> rewrite, counters, XDP_TX | redirect(tx_ports)
+//! rx -> XDP program: cache hit? --yes--> rewrite, counters, XDP_TX | redirect(tx_ports)
 //!                             \--no---> steering -> AF_XDP -> lb::process
 //!                                                                  \-> LbHandler installs
 //! control commit -> control::cache::after_commit -> evict what the new tables change
 //! worker tick    -> a last_seen that moved refreshes the connection table (ageing)
 //! ```
 //!
-//! The program looks an entry up in each CPU's front table first (steer.bpf.c, "the cache's
+//! The program looks an entry up in each CPU's front table first (bpf/front.h, "the cache's
 //! front table"): a copy of the entries that CPU hit, valid for the jiffy it was made in,
 //! at a slot of our own hash (`layout::front_index`). Every [`FlowCache::install`] and
 //! [`FlowCache::evict`] writes a new number at the key's slot of `front_gen` (mapped into
@@ -40,7 +40,9 @@ mod worker;
 pub use worker::{SWEEP_NS, WorkerCache};
 
 use super::DatapathError;
-use super::abi::{cache_key4, cache_key6, cache_stat, cache_val};
+use super::abi::{
+    MapDef, cache_counter, cache_key4, cache_key6, cache_stat, cache_val, hairpin_tx, maps,
+};
 use super::steer::bpf_err;
 use crate::config::{ClientAddress, Mode};
 use crate::lb::BackendId;
@@ -48,7 +50,7 @@ use crate::lb::FlowState;
 use crate::lb::conntrack::tcp_flags;
 use crate::lb::hash::FlowKey;
 use crate::lb::process::Decision;
-use layout::{FRONT_SLOTS, TX_REDIRECT, front_index, key_bytes, key_from_bytes};
+use layout::{FRONT_SLOTS, front_index, key_bytes, key_from_bytes};
 use sys::bpfmem::MappedWords;
 
 /// Entries the cache holds per address family (an LRU each: the least recently used entry
@@ -57,23 +59,14 @@ use sys::bpfmem::MappedWords;
 /// 2,048 copies of 112 and 136 bytes.)
 pub const CACHE_ENTRIES: u32 = 131_072;
 
-/// Counter slots per (VIP, backend) (steer.bpf.c STAT_SLOTS); slot 0 is "other".
-pub const STAT_SLOTS: u32 = 4096;
+/// Counter slots per (VIP, backend) (the program's `cache_stats`); slot 0 is "other".
+pub const STAT_SLOTS: u32 = maps::CACHE_STATS.entries;
 
-/// `cache_counters` index of frames steered to the engine while the cache is on (CC_MISS).
-const CC_MISS: u32 = 1;
-/// `cache_counters` index of hits without a `tx_ports` entry (CC_NO_EGRESS).
-const CC_NO_EGRESS: u32 = 2;
-/// Entries of `cache_counters` (CC_MAX).
-const CC_MAX: u32 = 3;
-
-/// Map names the steering program declares and reuses from a [`FlowCache`].
-pub(crate) const MAP_CACHE4: &str = "flow_cache4";
-pub(crate) const MAP_CACHE6: &str = "flow_cache6";
-pub(crate) const MAP_STATS: &str = "cache_stats";
-pub(crate) const MAP_COUNTERS: &str = "cache_counters";
-pub(crate) const MAP_TX_PORTS: &str = "tx_ports";
-pub(crate) const MAP_FRONT_GEN: &str = "front_gen";
+/// `cache_counters` index of frames steered to the engine while the cache is on.
+const CC_MISS: u32 = cache_counter::CC_MISS.0;
+/// `cache_counters` index of hits without a `tx_ports` entry.
+const CC_NO_EGRESS: u32 = cache_counter::CC_NO_EGRESS.0;
+const _: () = assert!(maps::CACHE_COUNTERS.entries == cache_counter::CC_MAX.0);
 
 /// `BPF_F_MMAPABLE`: an array userspace may mmap (front_gen).
 const BPF_F_MMAPABLE: u32 = 1 << 10;
@@ -92,6 +85,14 @@ pub enum Hairpin {
 }
 
 impl Hairpin {
+    /// The program's code for it (`cache_val.tx`, `stateless_hop.tx`).
+    pub(crate) fn tx(self) -> hairpin_tx {
+        match self {
+            Hairpin::XdpTx => hairpin_tx::TX_XDP_TX,
+            Hairpin::Redirect => hairpin_tx::TX_REDIRECT,
+        }
+    }
+
     /// The choice for an interface whose driver is `driver` (ethtool's name).
     pub fn for_driver(driver: Option<&str>) -> Hairpin {
         match driver {
@@ -133,7 +134,7 @@ pub enum CacheCarry {
     },
     /// proxy-v2, backend → client: the acknowledgement and SACK edges beyond `base` moved
     /// back by `delta`; a header whose options are not in one of the two layouts stacks
-    /// send (steer.bpf.c `carry_find_sack`) goes to the engine.
+    /// send (bpf/carry.h `carry_find_sack`) goes to the engine.
     Ack {
         /// The client's first sequence number after its SYN.
         base: u32,
@@ -168,6 +169,24 @@ pub struct CacheEntry {
     /// The kernel's tick count (jiffies) at the last hit; 0 as installed. Only compared with
     /// itself: a change between two walks means the flow was forwarded meanwhile.
     pub last_seen: u64,
+    /// TCP: the end of this direction's furthest segment, as installed, then as the program
+    /// moved it on (`None`: not tracked).
+    pub seq_next: Option<u32>,
+    /// TCP: this direction's highest acknowledgement, the same way.
+    pub ack_max: Option<u32>,
+}
+
+impl CacheEntry {
+    /// The entry with its moving parts (activity and sequence fields) cleared: what tells
+    /// whether an installed entry still repeats a decision.
+    pub fn rewrite(&self) -> CacheEntry {
+        CacheEntry {
+            last_seen: 0,
+            seq_next: None,
+            ack_max: None,
+            ..*self
+        }
+    }
 }
 
 /// Whether the kernel may forward the rest of this decision's flow: the engine holds the
@@ -195,7 +214,7 @@ pub fn cacheable(d: &Decision) -> bool {
                 && d.tcp_flags & SYN_ACK == SYN_ACK
                 && d.tcp_flags & (tcp_flags::FIN | tcp_flags::RST) == 0
         }
-        Some((_, FlowState::Udp)) => true,
+        Some((_, FlowState::Udp | FlowState::UdpOneWay)) => true,
         _ => false,
     }
 }
@@ -223,6 +242,7 @@ pub fn entry_for(d: &Decision, stat: u32) -> Option<CacheEntry> {
         (ClientAddress::Toa, false) => CacheCarry::Toa { base: c.base },
         (ClientAddress::Toa, true) | (ClientAddress::None, _) => CacheCarry::None,
     };
+    let (seq_next, ack_max) = tracked(d);
     Some(CacheEntry {
         action,
         carry,
@@ -232,7 +252,38 @@ pub fn entry_for(d: &Decision, stat: u32) -> Option<CacheEntry> {
         ifindex: d.next_hop.ifindex,
         stat,
         last_seen: 0,
+        seq_next,
+        ack_max,
     })
+}
+
+/// Where the decision's direction of a TCP flow stands (its sender's next sequence number
+/// and highest acknowledgement), for the entry to start from.
+fn tracked(d: &Decision) -> (Option<u32>, Option<u32>) {
+    use crate::lb::conntrack::track::seen;
+    if d.key.proto != 6 {
+        return (None, None);
+    }
+    let t = &d.track;
+    let (next, acked, nk, ak) = if d.reverse {
+        (
+            t.backend_next,
+            t.backend_acked,
+            seen::BACKEND,
+            seen::BACKEND_ACK,
+        )
+    } else {
+        (
+            t.client_next,
+            t.client_acked,
+            seen::CLIENT,
+            seen::CLIENT_ACK,
+        )
+    };
+    (
+        (t.seen & nk != 0).then_some(next),
+        (t.seen & ak != 0).then_some(acked),
+    )
 }
 
 /// Cache-wide counters, summed over CPUs.
@@ -264,7 +315,7 @@ pub struct FlowCache {
     stats: MapHandle,
     counters: MapHandle,
     tx_ports: MapHandle,
-    /// The program's front-table numbers (steer.bpf.c `front_gen`), mapped: a new number at
+    /// The program's front-table numbers (bpf/maps.h `front_gen`), mapped: a new number at
     /// a key's slot makes every CPU's copy of that key's entry stale.
     front_gen: MapHandle,
     gens: MappedWords,
@@ -322,37 +373,37 @@ impl FlowCache {
         };
         let front_gen = create_with(
             MapType::Array,
-            MAP_FRONT_GEN,
+            maps::FRONT_GEN.name,
             U32,
             size_of::<u64>() as u32,
-            2 * FRONT_SLOTS as u32,
+            maps::FRONT_GEN.entries,
             BPF_F_MMAPABLE,
         )?;
         let gens = MappedWords::map(front_gen.as_fd(), 2 * FRONT_SLOTS)
             .map_err(DatapathError::FrontTable)?;
         Ok(FlowCache {
-            cache4: lru(MAP_CACHE4, cache_key4::LEN)?,
-            cache6: lru(MAP_CACHE6, cache_key6::LEN)?,
+            cache4: lru(maps::FLOW_CACHE4.name, cache_key4::LEN)?,
+            cache6: lru(maps::FLOW_CACHE6.name, cache_key6::LEN)?,
             stats: create(
                 MapType::PercpuArray,
-                MAP_STATS,
+                maps::CACHE_STATS.name,
                 U32,
                 cache_stat::LEN as u32,
-                STAT_SLOTS,
+                maps::CACHE_STATS.entries,
             )?,
             counters: create(
                 MapType::PercpuArray,
-                MAP_COUNTERS,
+                maps::CACHE_COUNTERS.name,
                 U32,
                 size_of::<u64>() as u32,
-                CC_MAX,
+                maps::CACHE_COUNTERS.entries,
             )?,
             tx_ports: create(
                 MapType::Devmap,
-                MAP_TX_PORTS,
+                maps::TX_PORTS.name,
                 U32,
                 U32,
-                super::steer::MAX_INTERFACES,
+                maps::TX_PORTS.entries,
             )?,
             front_gen,
             gens,
@@ -366,17 +417,18 @@ impl FlowCache {
         if v6 { &self.cache6 } else { &self.cache4 }
     }
 
-    /// The map the program must reuse for its map `name`.
+    /// The map the program must reuse for its map `name`, if the map is one of the cache's.
     pub(crate) fn map_fd(&self, name: &str) -> Option<BorrowedFd<'_>> {
-        match name {
-            MAP_CACHE4 => Some(self.cache4.as_fd()),
-            MAP_CACHE6 => Some(self.cache6.as_fd()),
-            MAP_STATS => Some(self.stats.as_fd()),
-            MAP_COUNTERS => Some(self.counters.as_fd()),
-            MAP_TX_PORTS => Some(self.tx_ports.as_fd()),
-            MAP_FRONT_GEN => Some(self.front_gen.as_fd()),
-            _ => None,
-        }
+        let own: [(MapDef, &MapHandle); 6] = [
+            (maps::FLOW_CACHE4, &self.cache4),
+            (maps::FLOW_CACHE6, &self.cache6),
+            (maps::CACHE_STATS, &self.stats),
+            (maps::CACHE_COUNTERS, &self.counters),
+            (maps::TX_PORTS, &self.tx_ports),
+            (maps::FRONT_GEN, &self.front_gen),
+        ];
+        let (_, map) = own.into_iter().find(|(m, _)| m.name == name)?;
+        Some(map.as_fd())
     }
 
     /// Lets hits leave through `ifindex` (a datapath interface), the interface of `slot`
@@ -447,9 +499,7 @@ impl FlowCache {
             return Err(DatapathError::NotAnEgress(entry.ifindex));
         };
         value.tx_port = port;
-        if hairpin == Hairpin::Redirect {
-            value.tx = TX_REDIRECT;
-        }
+        value.tx = hairpin.tx();
         let done = self
             .map(key.v6)
             .update(&key_bytes(key), &value.to_bytes(), MapFlags::ANY)
@@ -464,7 +514,7 @@ impl FlowCache {
         self.stale_front(key);
     }
 
-    /// Makes every CPU's front-table copy of `key`'s entry stale (steer.bpf.c, the front
+    /// Makes every CPU's front-table copy of `key`'s entry stale (bpf/front.h, the front
     /// table): after the map changed, a new number at its slot. Numbers never repeat
     /// within 2^32 installs and evictions, and a copy lives one jiffy.
     fn stale_front(&self, key: &FlowKey) {
@@ -605,6 +655,8 @@ mod tests {
             flow: Some((key, state)),
             tcp_flags: flags,
             carry: Default::default(),
+            teardown: flags & (tcp_flags::FIN | tcp_flags::RST) != 0,
+            track: Default::default(),
         }
     }
 

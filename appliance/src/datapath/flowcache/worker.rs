@@ -53,9 +53,9 @@ fn walk_budget(flows: usize, timeout_ns: u64) -> usize {
         .max(flows.div_ceil(ticks))
 }
 
-/// The backend's FIN (no RST) of a NAT or FullNAT flow: only its return entry goes, and
-/// the client's entry stays until the client's own FIN or RST (or the flow leaving the
-/// table). A server that closes first (HTTP with `Connection: close`) is the common case:
+/// The backend's FIN (no RST) of a NAT or FullNAT flow the client has not closed yet
+/// (the flow stays established, half closed): only its return entry goes, and the client's
+/// entry stays until the client's own FIN or RST (or the flow leaving the table). A server that closes first (HTTP with `Connection: close`) is the common case:
 /// the client's ACKs of the response and of that FIN still go through the kernel, and its
 /// FIN still finds the flow's entry, which is what pays its source back in flood mode
 /// (`flood_cached_teardown` in the XDP program); with both entries gone at the backend's
@@ -65,9 +65,25 @@ fn backend_closes_first(d: &Decision) -> bool {
     use crate::config::Mode;
     use crate::lb::conntrack::tcp_flags;
     d.reverse
+        && d.teardown
         && matches!(d.mode, Mode::Nat | Mode::FullNat)
         && d.tcp_flags & (tcp_flags::FIN | tcp_flags::RST | tcp_flags::SYN) == tcp_flags::FIN
-        && matches!(d.flow, Some((_, crate::lb::FlowState::TcpClosing)))
+        && matches!(
+            d.flow,
+            Some((
+                _,
+                crate::lb::FlowState::TcpEstablished | crate::lb::FlowState::TcpSyn
+            ))
+        )
+}
+
+/// A FIN or RST off its sender's sequence space (a spoofer's): the engine forwarded it and
+/// it changed nothing, so the flow's kernel entries stay too.
+fn ignored_teardown(d: &Decision) -> bool {
+    use crate::lb::conntrack::tcp_flags;
+    d.tcp_flags & (tcp_flags::FIN | tcp_flags::RST) != 0
+        && !d.teardown
+        && d.tcp_flags & tcp_flags::SYN == 0
 }
 
 /// The shortest idle timeout of a state whose flows the kernel may forward.
@@ -167,6 +183,23 @@ impl WorkerCache {
         }
     }
 
+    /// Moves `t`, where the connection table says flow `flow`'s sequence spaces stand, on
+    /// to where its installed entries say they stand: the program moved them on as it
+    /// forwarded the flow's segments (two map lookups; only for a FIN or RST the engine is
+    /// about to judge).
+    pub fn catch_up(&self, flow: &FlowKey, t: &mut crate::lb::conntrack::Track) {
+        let Some(dirs) = self.flows.get(flow) else {
+            return;
+        };
+        for (reverse, key) in dirs.iter().enumerate() {
+            if let Some(k) = key
+                && let Some(e) = self.cache.get(k)
+            {
+                t.caught_up(reverse == 0, e.seq_next, e.ack_max);
+            }
+        }
+    }
+
     /// A flow left the connection table: evicts its kernel entries now and drops what is
     /// queued for it (see the module docs).
     #[inline]
@@ -186,6 +219,9 @@ impl WorkerCache {
             return;
         };
         if !cacheable(d) {
+            if ignored_teardown(d) {
+                return;
+            }
             if backend_closes_first(d) {
                 self.forget_direction(&flow, true);
             } else {
@@ -206,7 +242,7 @@ impl WorkerCache {
         if self
             .entries
             .get(&d.key)
-            .is_some_and(|(f, e)| *f == flow && CacheEntry { last_seen: 0, ..*e } == entry)
+            .is_some_and(|(f, e)| *f == flow && e.rewrite() == entry.rewrite())
         {
             return;
         }

@@ -1,4 +1,4 @@
-//! The `steer_keys` map's entries (steer.bpf.c `struct steer_key` and `struct steer_val`):
+//! The `steer_keys` map's entries (bpf/structs.h `struct steer_key` and `struct steer_val`):
 //! which keys a VIP, a return key or one of our own addresses becomes, and their bytes.
 
 use std::collections::HashMap;
@@ -6,27 +6,18 @@ use std::net::IpAddr;
 
 use super::{ReturnKey, VipKey};
 use crate::config::model::{Mode, Protocol};
-use crate::datapath::abi::{steer_key, steer_val};
+use crate::datapath::abi::{ip_family, steer_key, steer_kind, steer_val, vip_mode, vip_ring};
 
-// Key kinds: steer.bpf.c KIND_*.
-const KIND_VIP: u8 = 0;
-const KIND_BACKEND: u8 = 1;
-const KIND_LOCAL: u8 = 2;
-const KIND_HOST: u8 = 3;
-const KIND_OUTBOUND: u8 = 4;
-const KIND_TENANT: u8 = 5;
-const KIND_ADDR: u8 = 0x80;
+// Key kinds (bpf/consts.h `enum steer_kind`), as the key's byte.
+const KIND_VIP: u8 = steer_kind::KIND_VIP.0;
+const KIND_BACKEND: u8 = steer_kind::KIND_BACKEND.0;
+const KIND_LOCAL: u8 = steer_kind::KIND_LOCAL.0;
+const KIND_HOST: u8 = steer_kind::KIND_HOST.0;
+const KIND_OUTBOUND: u8 = steer_kind::KIND_OUTBOUND.0;
+const KIND_TENANT: u8 = steer_kind::KIND_TENANT.0;
+const KIND_ADDR: u8 = steer_kind::KIND_ADDR.0;
 
-/// `steer_val.mode` (steer.bpf.c VMODE_*): what flood mode needs to know of a VIP.
-const VMODE_NONE: u8 = 0;
-const VMODE_NAT: u8 = 1;
-const VMODE_FULLNAT: u8 = 2;
-const VMODE_DR: u8 = 3;
-const VMODE_TUNNEL: u8 = 4;
-/// `steer_val.ring` of a VIP without a stateless ring.
-const NO_RING: u16 = 0xffff;
-
-/// A key of the `steer_keys` map (steer.bpf.c `struct steer_key`, laid out by
+/// A key of the `steer_keys` map (bpf/structs.h `struct steer_key`, laid out by
 /// [`SteerKey::bytes`] from the generated mirror).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct SteerKey {
@@ -45,9 +36,9 @@ impl SteerKey {
             IpAddr::V4(a) => {
                 let mut b = [0u8; 16];
                 b[..4].copy_from_slice(&a.octets());
-                (b, 4)
+                (b, ip_family::FAMILY_V4.0)
             }
-            IpAddr::V6(a) => (a.octets(), 6),
+            IpAddr::V6(a) => (a.octets(), ip_family::FAMILY_V6.0),
         };
         SteerKey {
             addr: bytes,
@@ -81,8 +72,8 @@ impl SteerKey {
             // The program compares the port as the packet carries it: network order.
             port: self.port.to_be(),
             proto: self.proto,
-            kind: self.kind,
-            family: self.family,
+            kind: steer_kind(self.kind),
+            family: ip_family(self.family),
             // The VNI's three bytes as VXLAN carries them: network order.
             vni: vni_bytes(self.vni),
         }
@@ -96,24 +87,24 @@ fn vni_bytes(vni: u32) -> [u8; 3] {
     [a, b, c]
 }
 
-/// The value of a `steer_keys` entry (steer.bpf.c `struct steer_val`): a VIP's mode, slot
+/// The value of a `steer_keys` entry (bpf/structs.h `struct steer_val`): a VIP's mode, slot
 /// and stateless ring slot.
 fn steer_value(vip: Option<(Mode, u32, Option<u16>)>) -> [u8; steer_val::LEN] {
     let (mode, slot, ring) = match vip {
-        None => (VMODE_NONE, 0, None),
+        None => (vip_mode::VMODE_NONE, 0, None),
         Some((m, slot, ring)) => {
             let mode = match m {
-                Mode::Nat => VMODE_NAT,
-                Mode::FullNat => VMODE_FULLNAT,
-                Mode::Dr => VMODE_DR,
-                Mode::Tunnel(_) => VMODE_TUNNEL,
+                Mode::Nat => vip_mode::VMODE_NAT,
+                Mode::FullNat => vip_mode::VMODE_FULLNAT,
+                Mode::Dr => vip_mode::VMODE_DR,
+                Mode::Tunnel(_) => vip_mode::VMODE_TUNNEL,
             };
             (mode, slot, ring)
         }
     };
     steer_val {
         vip: slot,
-        ring: ring.unwrap_or(NO_RING),
+        ring: ring.map_or(vip_ring::NO_RING, vip_ring),
         mode,
         ..Default::default()
     }
@@ -188,13 +179,16 @@ mod tests {
         assert!(k[addr + 4..addr + 16].iter().all(|b| *b == 0));
         assert_eq!(&k[port..port + 2], &[0, 80], "port in network order");
         let back = steer_key::from_bytes(&k).expect("whole key");
-        assert_eq!((back.proto, back.kind, back.family), (6, KIND_VIP, 4));
+        assert_eq!((back.proto, back.kind.0, back.family.0), (6, KIND_VIP, 4));
         let v6: Ipv6Addr = "2001:db8::1".parse().expect("literal");
         let k = SteerKey::new(IpAddr::V6(v6), 443, 17, KIND_LOCAL).bytes();
         assert_eq!(&k[addr..addr + 16], &v6.octets());
         assert_eq!(&k[port..port + 2], &[1, 187]);
         let back = steer_key::from_bytes(&k).expect("whole key");
-        assert_eq!((back.proto, back.kind, back.family), (17, KIND_LOCAL, 6));
+        assert_eq!(
+            (back.proto, back.kind.0, back.family.0),
+            (17, KIND_LOCAL, 6)
+        );
         assert_eq!(back.vni, [0; 3]);
     }
 
@@ -204,7 +198,10 @@ mod tests {
         let k = SteerKey::tenant(0x0012_3456, addr, 80, Protocol::Tcp);
         let back = steer_key::from_bytes(&k.bytes()).expect("whole key");
         assert_eq!(back.vni, [0x12, 0x34, 0x56]);
-        assert_eq!((back.proto, back.kind, back.family), (6, KIND_TENANT, 4));
+        assert_eq!(
+            (back.proto, back.kind.0, back.family.0),
+            (6, KIND_TENANT, 4)
+        );
         assert_eq!(back.addr[..4], [10, 0, 0, 5]);
         assert_eq!(u16::from_be(back.port), 80);
         let other = SteerKey::tenant(0x0012_3457, addr, 80, Protocol::Tcp);

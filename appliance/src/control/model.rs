@@ -1,35 +1,30 @@
-//! What the control loop shares with the API and metrics servers: the published tables,
-//! the workers' counters, and a [`View`] of the control state the loop republishes after
-//! every change. Readers never wait on the loop (it may be resolving neighbours or starting
-//! the speaker): they read atomics, short mutexes and an `ArcSwap`, and build the API
-//! documents ([`api`]) here.
+//! The readers' model: what the control loop shares with the API, the metrics and the
+//! console (through the API): the published tables, the workers' counters, and a [`View`]
+//! of the control state the loop republishes after every change, and the API documents
+//! built from them. Readers never wait on the loop (it may be resolving neighbours or
+//! starting the speaker): they read atomics, short mutexes and an `ArcSwap`. The counters
+//! themselves are in `counters.rs`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::change::{Applied, ChangeError};
+use super::cache::{self, CacheStats};
+use super::change::{Command, Override};
+use super::counters::{self, Aggregate, Counters, WorkerView};
 use super::events::EventRing;
 use super::flood::document as flood_doc;
-use crate::config::{self, BackendState, Config, Mode};
+use crate::config::{self, Config, Mode};
 use crate::datapath::{AttachMode, DatapathStats};
-use crate::engine::{BackendTotals, CounterSnapshot, Published, VipTotals};
+use crate::engine::Published;
 use crate::lb::BackendId;
 use crate::lb::{DropReason, Tables};
-
-/// One datapath worker as the control plane sees it.
-#[derive(Debug, Clone)]
-pub struct WorkerView {
-    pub snapshot: Arc<Mutex<CounterSnapshot>>,
-    /// The table version it runs (stored by the worker right after it adopts a version).
-    pub running: Arc<AtomicU64>,
-}
 
 /// A backend's health as the API reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,14 +32,6 @@ pub struct HealthView {
     /// `up`, `down`, `unknown`.
     pub state: &'static str,
     pub reason: Option<String>,
-}
-
-/// An operator's change to a backend, layered over the config file until the backend
-/// leaves the file or the operator sets it back.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Override {
-    pub state: Option<BackendState>,
-    pub weight: Option<u32>,
 }
 
 /// Health, overrides and announcements: the control loop's state for readers.
@@ -63,7 +50,7 @@ pub struct View {
     pub datapath: Option<DatapathStats>,
     /// The XDP flow cache's counters, read once a second (readers take fresh counters from
     /// [`Shared::cache_stats`]; `entries` comes from here).
-    pub cache: Option<super::cache::CacheStats>,
+    pub cache: Option<CacheStats>,
     /// Backends slow start ramps, with when each reaches its full weight.
     pub ramps: HashMap<BackendId, Instant>,
     /// The agents' last answers.
@@ -80,31 +67,6 @@ pub struct Sync {
     pub health_since: Option<Instant>,
 }
 
-/// A change the API asks the control loop for.
-#[derive(Debug)]
-pub enum Command {
-    Backend {
-        vip: String,
-        backend: String,
-        op: BackendOp,
-        reply: oneshot::Sender<Result<Applied, ChangeError>>,
-    },
-    Announce {
-        vip: String,
-        announce: bool,
-        reply: oneshot::Sender<Result<Applied, ChangeError>>,
-    },
-    Reload {
-        reply: oneshot::Sender<Result<Applied, ChangeError>>,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendOp {
-    Action(api::BackendAction),
-    Weight(u32),
-}
-
 /// Everything the API and metrics read.
 pub struct Shared {
     pub started: Instant,
@@ -117,83 +79,13 @@ pub struct Shared {
     /// Signalled after each commit sets `sync`, so the sync watcher sleeps between commits
     /// instead of ticking while the appliance is idle.
     pub sync_changed: tokio::sync::Notify,
+    /// Where the API's writes go: the control loop.
     pub commands: mpsc::Sender<Command>,
-    /// API requests refused (4xx), by the API server.
-    pub api_errors: AtomicU64,
-    /// Health probes that did not run for a local shortage (descriptors, buffers, ports),
-    /// copied from the prober each tick.
-    pub probes_not_run: AtomicU64,
-    /// Connections on each API listener (open, refused at the cap, timed out).
-    pub listeners: Arc<super::serve::ListenerStats>,
-    /// Reloads rejected (validation or table build).
-    pub reloads_rejected: AtomicU64,
     /// The XDP flow cache (`[appliance] flow_cache`).
     pub flow_cache: Option<Arc<crate::datapath::flowcache::FlowCache>>,
-    /// VIP health probes of DR and tunnel backends: sent, passed, failed by reason.
-    pub vip_probes: Arc<crate::datapath::vipprobe::VipProbeCounters>,
-    /// Health transitions, the versions they made and their sync lag.
-    pub health: super::batch::HealthStats,
     /// The fleet document (`GET /v1/fleet`); `None` without `[fleet]`.
     pub fleet: Mutex<Option<api::FleetStatus>>,
-    /// Failed reads and writes of the operator overrides file (see `kept.rs`).
-    pub overrides_file_errors: AtomicU64,
-}
-
-/// Counters summed over the workers, keyed by names that survive reloads.
-#[derive(Debug, Default)]
-pub struct Aggregate {
-    pub vips: HashMap<String, VipTotals>,
-    pub backends: HashMap<BackendId, BackendTotals>,
-    /// Connection-table entries per backend (active + inactive), running version only.
-    pub backend_flows: HashMap<BackendId, u64>,
-    /// The same entries as (active: established TCP, inactive: the rest).
-    pub backend_conns: HashMap<BackendId, (u64, u64)>,
-    pub vip_flows: HashMap<String, u64>,
-    pub drops: [u64; DropReason::COUNT],
-    pub stats: crate::lb::process::WorkerStats,
-    pub conntrack_entries: u64,
-    pub conntrack_capacity: u64,
-    /// Connection-table counters, summed.
-    pub conntrack: crate::lb::conntrack::ConnStats,
-    /// Entries per timeout class ([`crate::lb::FlowState::class`]), summed.
-    pub conntrack_fill: [u64; crate::lb::conntrack::CLASSES],
-    /// FullNAT local ports held, summed.
-    pub snat_ports: u64,
-    /// Per worker, the version it runs.
-    pub running: Vec<u64>,
-    /// Per worker, (new flows, connection-table entries).
-    pub worker_flows: Vec<(u64, u64)>,
-}
-
-/// Adds one worker's counters `st` to the sum `a`.
-fn add_stats(a: &mut crate::lb::process::WorkerStats, st: &crate::lb::process::WorkerStats) {
-    a.passed += st.passed;
-    a.tx += st.tx;
-    a.conntrack_fallback += st.conntrack_fallback;
-    a.rechosen += st.rechosen;
-    a.reopened += st.reopened;
-    a.stateless_return += st.stateless_return;
-    a.echo_replies += st.echo_replies;
-    a.icmp_errors_forwarded += st.icmp_errors_forwarded;
-    a.time_exceeded_sent += st.time_exceeded_sent;
-    a.fragments += st.fragments;
-    a.stateless_no_entry += st.stateless_no_entry;
-    a.icmp_rate_limited += st.icmp_rate_limited;
-    a.proxy_headers += st.proxy_headers;
-    a.toa_options += st.toa_options;
-    a.toa_no_room += st.toa_no_room;
-    a.frag.add(&st.frag);
-    a.too_big_sent += st.too_big_sent;
-    a.mss_clamped += st.mss_clamped;
-    a.one_packet += st.one_packet;
-    a.limit_skips += st.limit_skips;
-    a.overflow_ignored += st.overflow_ignored;
-    a.overflow_resets += st.overflow_resets;
-    a.persist_hits += st.persist_hits;
-    a.persist_misses += st.persist_misses;
-    a.persist_evictions += st.persist_evictions;
-    a.outbound_answers += st.outbound_answers;
-    a.outbound_unowned += st.outbound_unowned;
+    pub counters: Counters,
 }
 
 /// Per worker: the version it runs, its flows, and its ring and handoff counters (from the
@@ -253,75 +145,15 @@ impl Shared {
     }
 
     /// The flow cache's counters as of now, with the entry count of the last view.
-    pub fn cache_stats(&self) -> Option<super::cache::CacheStats> {
+    pub fn cache_stats(&self) -> Option<CacheStats> {
         let c = self.flow_cache.as_ref()?;
         let entries = self.view.load().cache.as_ref().map_or(0, |s| s.entries);
-        Some(super::cache::counters(c, entries))
+        Some(cache::counters(c, entries))
     }
 
+    /// The workers' counters (and the flow cache's) summed.
     pub fn aggregate(&self) -> Aggregate {
-        let mut a = Aggregate::default();
-        // What the kernel forwarded from the flow cache counts for its VIP and backend too.
-        if let Some(c) = &self.cache_stats() {
-            for (k, v) in &c.vips {
-                *a.vips.entry(k.clone()).or_default() += *v;
-            }
-            for (k, v) in &c.backends {
-                *a.backends.entry(k.clone()).or_default() += *v;
-            }
-        }
-        for w in self.workers() {
-            a.running.push(w.running.load(Ordering::Acquire));
-            a.worker_flows.push((0, 0));
-            let Ok(s) = w.snapshot.lock() else { continue };
-            let (vips, backends) = s.totals();
-            if let Some(f) = a.worker_flows.last_mut() {
-                *f = (
-                    vips.values().map(|v| v.new_flows).sum(),
-                    s.conntrack_len as u64,
-                );
-            }
-            for (k, v) in vips {
-                *a.vips.entry(k).or_default() += v;
-            }
-            for (k, v) in backends {
-                *a.backends.entry(k).or_default() += v;
-            }
-            if let Some(t) = &s.tables {
-                for (slot, (act, inact)) in s.backend_flows.iter().enumerate() {
-                    if slot >= t.backends.len() {
-                        break;
-                    }
-                    let Some(id) = BackendId::of_slot(t, slot) else {
-                        continue;
-                    };
-                    let n = u64::from(*act) + u64::from(*inact);
-                    let c = a.backend_conns.entry(id.clone()).or_default();
-                    c.0 += u64::from(*act);
-                    c.1 += u64::from(*inact);
-                    *a.vip_flows.entry(id.vip.clone()).or_default() += n;
-                    *a.backend_flows.entry(id).or_default() += n;
-                }
-            }
-            for (d, n) in a.drops.iter_mut().zip(s.drops.iter()) {
-                *d += n;
-            }
-            let st = &s.stats;
-            add_stats(&mut a.stats, st);
-            let c = &s.conntrack;
-            a.conntrack.inserted += c.inserted;
-            a.conntrack.promoted += c.promoted;
-            a.conntrack.expired += c.expired;
-            a.conntrack.evicted_embryonic += c.evicted_embryonic;
-            a.conntrack.evicted_closing += c.evicted_closing;
-            a.conntrack.full += c.full;
-            let fill = a.conntrack_fill.iter_mut().zip(s.conntrack_fill);
-            fill.for_each(|(f, n)| *f += n as u64);
-            a.conntrack_entries += s.conntrack_len as u64;
-            a.snat_ports += s.snat_ports as u64;
-            a.conntrack_capacity += s.conntrack_capacity as u64;
-        }
-        a
+        counters::aggregate(&self.workers(), self.cache_stats().as_ref())
     }
 
     pub fn status(&self) -> api::Status {
@@ -365,7 +197,7 @@ impl Shared {
             config_path: self.config_path.display().to_string(),
             config_version: version,
             synced: agg.running.iter().all(|v| *v >= version),
-            table_fingerprint: super::fleet::fingerprint(&tables),
+            table_fingerprint: super::fleet::status::fingerprint(&tables),
             sync_lag_ms: sync
                 .filter(|s| s.version == version)
                 .and_then(|s| s.lag)

@@ -1,0 +1,126 @@
+//! The BGP decision: which VIP addresses the speaker announces now, as a function of the
+//! running state, the tables and the prober's status ([`announcements`]), and the effect
+//! that brings the speaker in line ([`sync_bgp`]).
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+
+use super::out::Out;
+use crate::config::{self, Vip};
+use crate::control::announce::{self, Wanted};
+use crate::control::effect::Effect;
+use crate::control::input::Now;
+use crate::control::prepare;
+use crate::control::state::State;
+use crate::lb::BackendId;
+
+/// Brings the BGP announcements in line with the running tables (see [`announcements`]);
+/// nothing without a speaker.
+pub(super) fn sync_bgp(st: &State, now: &Now, out: &mut Out) {
+    if !st.speaker {
+        return;
+    }
+    let settling = now.at < st.settle_by;
+    let undecided = prepare::undecided(&now.probes, &st.targets, &st.health, settling);
+    let (wanted, initial_done) = announcements(st, &undecided, settling);
+    out.push(Effect::Announce {
+        wanted,
+        initial_done,
+    });
+}
+
+/// The BGP decision for the running tables: a VIP is wanted once the tables can serve it
+/// and its health checks have decided (`undecided` holds the pairs still waiting while
+/// `settling`), and not while an operator withdrew it. Also whether every VIP has settled,
+/// which ends the speaker's initial wait.
+pub fn announcements(
+    st: &State,
+    undecided: &HashSet<&BackendId>,
+    settling: bool,
+) -> (BTreeMap<IpAddr, Wanted>, bool) {
+    let tables = &st.tables;
+    // Once settled nothing is undecided: no backend identity to make per VIP.
+    let settled = |v: &Vip| {
+        undecided.is_empty()
+            || v.backends.iter().all(|b| {
+                b.state == config::BackendState::Disabled
+                    || !undecided.contains(&BackendId::of(v, b))
+            })
+    };
+    let mut wanted = announce::wanted(&st.config, tables, &settled);
+    if st.fleet_hold {
+        // A fleet member that came back behind the fleet catches up before it announces.
+        wanted.clear();
+    }
+    let all_settled = !settling || st.config.vips.iter().all(settled);
+    // An address stays wanted only while a VIP on it that no operator withdrew can serve.
+    let serving: HashSet<IpAddr> = st
+        .config
+        .vips
+        .iter()
+        .enumerate()
+        .filter(|(slot, v)| {
+            !st.withdrawn.contains(&v.name)
+                && tables
+                    .vips
+                    .get(*slot)
+                    .is_some_and(|e| e.backends.clone().any(|b| tables.eligible[b as usize]))
+        })
+        .map(|(_, v)| v.address)
+        .collect();
+    wanted.retain(|addr, _| serving.contains(addr));
+    (wanted, all_settled)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::net::IpAddr;
+
+    use super::*;
+    use crate::control::decide::tests::state;
+
+    const CFG: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[bgp]
+asn = 65001
+router_id = "192.0.2.1"
+[[bgp.peer]]
+address = "192.0.2.254"
+asn = 65000
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+[[vip.backend]]
+address = "10.1.0.11"
+port = 8080
+"#;
+
+    #[test]
+    fn a_vip_is_wanted_while_it_can_serve_and_no_operator_withdrew_it() {
+        let mut st = state(CFG);
+        let vip: IpAddr = "192.0.2.10".parse().expect("literal");
+        let (wanted, settled) = announcements(&st, &HashSet::new(), false);
+        assert!(wanted.contains_key(&vip));
+        assert!(settled);
+        st.withdrawn.insert("web".into());
+        let (wanted, _) = announcements(&st, &HashSet::new(), false);
+        assert!(wanted.is_empty(), "withdrawn by the operator");
+    }
+
+    #[test]
+    fn the_initial_wait_lasts_while_a_backend_is_undecided() {
+        let st = state(CFG);
+        let id = BackendId::new("web", "10.1.0.11".parse().expect("literal"), 8080);
+        let undecided = HashSet::from([&id]);
+        let (_, settled) = announcements(&st, &undecided, true);
+        assert!(!settled, "settling, one backend undecided");
+        let (_, settled) = announcements(&st, &undecided, false);
+        assert!(settled, "past the settle time");
+    }
+}
