@@ -95,6 +95,11 @@ fn agent() -> String {
     )
 }
 
+/// `agent()` on a fleet member.
+fn agent_member() -> String {
+    agent() + "\n[fleet]\nname = \"edge\"\nendpoints = [\"127.0.0.1:2379\"]\n"
+}
+
 /// Backend `addr`'s agent asks for half its weight, its verdict unchanged (up).
 fn agent_half(st: &State, addr: &str) -> Input {
     let mut tr = transition(st, addr, true);
@@ -436,6 +441,39 @@ const ROWS: &[Row] = &[
             );
             assert!(st.overrides.is_empty(), "no override written for it");
             assert!(!st.policy.agents_changed, "applied");
+        },
+    },
+    Row {
+        name: "a fleet member applies its agent's answer at the health batch",
+        config: agent_member,
+        speaker: false,
+        steps: &[
+            Step {
+                at: 0,
+                input: |st| agent_half(st, "10.1.0.12"),
+                effects: &[
+                    "count health transitions",
+                    "event health: tcp agent 10.1.0.12:9777: up -> up (agent: ready 50%)",
+                ],
+            },
+            Step {
+                at: 10,
+                input: |_| Input::HealthDue,
+                effects: &[
+                    "flood settings",
+                    "publish version 2",
+                    "event commit: version 2: health change",
+                    "stateless rings of version 2",
+                    "view",
+                    "count health commits",
+                    "fleet status",
+                    "view",
+                ],
+            },
+        ],
+        check: |st| {
+            assert_eq!(st.tables.backends[1].weight, 50, "half of 100");
+            assert_eq!(st.tables.backends[0].weight, 100);
         },
     },
     Row {
