@@ -62,6 +62,11 @@ impl MappedWords {
         Some(unsafe { &*self.ptr.as_ptr().add(i) })
     }
 
+    /// The value at `i` (acquire order); 0 out of range.
+    pub fn load(&self, i: usize) -> u64 {
+        self.word(i).map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
     /// Stores `v` at value `i` (release order: what this thread wrote before, such as the
     /// map update a syscall made, is visible to whoever reads `v`). Out of range: nothing.
     pub fn store(&self, i: usize, v: u64) {

@@ -8,6 +8,7 @@
 //! [`packet`] is AF_PACKET with a classic BPF filter, for the health probes that prove a VIP.
 //! [`mem`] hands the heap's freed pages back to the kernel after start-up's parse.
 //! [`bpfmem`] maps a BPF array's values into our memory (the flow cache's front table).
+//! [`xdp`] replaces an attached XDP program with another in one step.
 //! Everything else in the workspace is `#![forbid(unsafe_code)]` and reaches the kernel
 //! through these safe functions or through maintained crates (libbpf-rs, rtnetlink, nix).
 //! Each module opts in with `#![allow(unsafe_code)]`, and every `unsafe` block carries a
@@ -20,4 +21,5 @@ pub mod ethtool;
 pub mod mem;
 pub mod packet;
 pub mod sockopt;
+pub mod xdp;
 pub mod xsk;

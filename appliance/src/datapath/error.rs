@@ -84,10 +84,11 @@ pub enum DatapathError {
         /// Its name, "?" when the kernel did not say.
         name: String,
     },
-    /// A steering program a crashed run left behind could not be detached.
+    /// The steering program attached before (a run handing over, or one that crashed) could
+    /// not be replaced.
     #[error(
-        "cannot remove the steering program (id {id}) an earlier run left on {interface}: \
-         {source} (`ip link set dev {interface} xdp off` removes it)"
+        "cannot replace the steering program (id {id}) attached to {interface} before this \
+         run: {source} (`ip link set dev {interface} xdp off` removes it)"
     )]
     Leftover {
         /// Interface name.

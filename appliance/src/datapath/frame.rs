@@ -51,4 +51,10 @@ pub trait FrameHandler: Send {
     fn doorbell(&self) -> Option<&Doorbell> {
         None
     }
+
+    /// The flows the handler holds, as records at `now_ns` (`CLOCK_MONOTONIC`): what a
+    /// hand-over to another process carries on. A handler without a table has none.
+    fn export_flows(&mut self, _now_ns: u64) -> Vec<crate::lb::conntrack::FlowRecord> {
+        Vec::new()
+    }
 }

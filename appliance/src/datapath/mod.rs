@@ -149,7 +149,7 @@ pub struct Datapath {
     interfaces: Vec<InterfaceStatus>,
     /// (index in `interfaces`, socket fd), valid until the workers stop.
     sockets: Vec<(usize, std::os::fd::RawFd)>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Vec<JoinHandle<Box<dyn FrameHandler>>>,
     counters: Vec<Arc<RingCounters>>,
     stop: Arc<AtomicBool>,
     /// Each worker's handoff doorbell: `stop` rings them, so a sleeping worker sees the
@@ -429,6 +429,7 @@ impl Datapath {
         steer.set_host_addresses(&host_addresses())?;
         let sockets = open_sockets(&steer, &cfg, &ifaces, n_workers)?;
         let interfaces = attach_all(&steer, &cfg, &ifaces, &sockets.zero_copy)?;
+        steer.set_hold(true)?;
         let mut dp = Datapath {
             steer: Mutex::new(steer),
             ntuple: Mutex::new(ntuple::Ntuple::new(&cfg.interfaces, n_workers as u32)),
@@ -494,7 +495,7 @@ impl Datapath {
                     if let Some(cpu) = pin {
                         pin_to(cpu);
                     }
-                    worker.run();
+                    worker.run()
                 })
                 .map_err(DatapathError::Thread)?;
             self.workers.push(handle);
@@ -596,6 +597,29 @@ impl Datapath {
             interfaces,
             steer: self.steer().counters()?,
         })
+    }
+
+    /// Stops the workers and returns their handlers, in worker order, leaving the steering
+    /// program attached and held (a frame for the engine finds no socket and is dropped,
+    /// never the kernel's): the hand-over to a new process, which replaces the program in
+    /// one step. The handlers' connection tables are what it carries on.
+    pub fn stop_for_handover(&mut self) -> Vec<Box<dyn FrameHandler>> {
+        if let Err(e) = self.steer().set_hold(true) {
+            tracing::error!(error = %e, "cannot hold the steering program for the hand-over");
+        }
+        self.stopped = true;
+        self.stop.store(true, Ordering::Relaxed);
+        for b in &self.bells {
+            b.ring();
+        }
+        let mut out = Vec::new();
+        for h in self.workers.drain(..) {
+            match h.join() {
+                Ok(handler) => out.push(handler),
+                Err(_) => tracing::error!("a datapath worker panicked"),
+            }
+        }
+        out
     }
 
     /// Detaches the steering program (so the kernel gets all traffic again), then stops

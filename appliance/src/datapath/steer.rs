@@ -60,6 +60,9 @@ pub struct SteerCounters {
     /// IPv6 frames to a VIP with more extension headers than either parser walks, dropped
     /// in the program (the engine drops them as `too_many_headers`).
     pub deep: u64,
+    /// Frames for the engine dropped because no socket took them while the program was
+    /// held (a hand-over between processes, or a crashed one): never the kernel's.
+    pub held: u64,
     /// Flood mode.
     pub flood: FloodCounters,
 }
@@ -241,7 +244,9 @@ impl Steer {
         let prog = self.prog()?;
         let xdp = Xdp::new(prog.as_fd());
         let idx = ifindex as i32;
-        remove_leftover(&xdp, ifname, idx)?;
+        if let Some((old, mode)) = sluice_attached(&xdp, ifname, idx)? {
+            return replace(prog.as_fd(), ifname, ifindex, old, mode);
+        }
         let try_mode = |m: AttachMode| xdp.attach(idx, m.flags() | XdpFlags::UPDATE_IF_NOEXIST);
         match mode {
             XdpMode::Native => try_mode(AttachMode::Native)
@@ -280,6 +285,20 @@ impl Steer {
                 .map_err(|source| DatapathError::Detach { ifindex, source })?;
         }
         Ok(())
+    }
+
+    /// Holds (`true`) or releases the program's frames for the engine: held, a frame that
+    /// finds no socket is dropped and counted instead of passed to the kernel (see
+    /// bpf/maps.h `hold`). The running appliance holds from the moment its sockets are
+    /// bound, so a hand-over or a crash never hands a flow's frames to the kernel.
+    pub fn set_hold(&self, on: bool) -> Result<(), DatapathError> {
+        self.map(maps::HOLD)?
+            .update(
+                &0u32.to_ne_bytes(),
+                &u32::from(on).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|e| bpf_err("setting the steering program's hold", e))
     }
 
     /// Gives interface `ifindex` an XSKMAP slot.
@@ -429,6 +448,7 @@ impl Steer {
             outbound: at(steer_counter::CNT_OUTBOUND),
             tenant: at(steer_counter::CNT_TENANT),
             deep: at(steer_counter::CNT_DEEP),
+            held: at(steer_counter::CNT_HELD),
             flood: self.flood_counters()?,
         })
     }
@@ -569,13 +589,21 @@ fn prog_name(id: u32) -> Option<String> {
 }
 
 /// Removes a Sluice program a crashed run left on the interface; errors on a foreign one.
-fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), DatapathError> {
+/// The Sluice program attached to `ifindex` (a running appliance handing over to this one,
+/// or a run that crashed), and in which mode; `None` when nothing is attached. Another
+/// program is refused: it is not ours to replace.
+fn sluice_attached(
+    xdp: &Xdp<'_>,
+    ifname: &str,
+    ifindex: i32,
+) -> Result<Option<(u32, AttachMode)>, DatapathError> {
     let q = xdp
         .query(ifindex, XdpFlags::NONE)
         .map_err(|source| DatapathError::XdpQuery {
             interface: ifname.to_string(),
             source,
         })?;
+    let mut found = None;
     for (id, mode) in [
         (q.drv_prog_id, AttachMode::Native),
         (q.skb_prog_id, AttachMode::Generic),
@@ -584,20 +612,7 @@ fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), Data
             continue;
         }
         match prog_name(id) {
-            Some(name) if name == PROG_NAME => {
-                tracing::warn!(
-                    interface = ifname,
-                    prog_id = id,
-                    mode = mode.name(),
-                    "removing a steering program left by an earlier run"
-                );
-                xdp.detach(ifindex, mode.flags())
-                    .map_err(|source| DatapathError::Leftover {
-                        interface: ifname.to_string(),
-                        id,
-                        source,
-                    })?;
-            }
+            Some(name) if name == PROG_NAME => found = Some((id, mode)),
             other => {
                 return Err(DatapathError::ForeignProgram {
                     interface: ifname.to_string(),
@@ -608,7 +623,41 @@ fn remove_leftover(xdp: &Xdp<'_>, ifname: &str, ifindex: i32) -> Result<(), Data
             }
         }
     }
-    Ok(())
+    Ok(found)
+}
+
+/// Puts `prog` in the place of the Sluice program `old` on `ifindex` in one step: every
+/// frame meets one or the other, so a hand-over or a restart after a crash leaves no moment
+/// in which the kernel sees the flows' frames.
+fn replace(
+    prog: std::os::fd::BorrowedFd<'_>,
+    ifname: &str,
+    ifindex: u32,
+    old: u32,
+    mode: AttachMode,
+) -> Result<AttachMode, DatapathError> {
+    let err = |source: std::io::Error| DatapathError::Leftover {
+        interface: ifname.to_string(),
+        id: old,
+        source: libbpf_rs::Error::from(source),
+    };
+    let old_fd = libbpf_rs::Program::fd_from_id(old).map_err(|e| DatapathError::Leftover {
+        interface: ifname.to_string(),
+        id: old,
+        source: e,
+    })?;
+    let m = match mode {
+        AttachMode::Native => sys::xdp::Mode::Native,
+        AttachMode::Generic => sys::xdp::Mode::Generic,
+    };
+    sys::xdp::replace(ifindex, prog, old_fd.as_fd(), m).map_err(err)?;
+    tracing::info!(
+        interface = ifname,
+        replaced = old,
+        mode = mode.name(),
+        "steering program replaced the one attached before, in one step"
+    );
+    Ok(mode)
 }
 
 #[cfg(test)]

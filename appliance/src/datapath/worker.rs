@@ -211,8 +211,9 @@ pub fn instant_ns(t: std::time::Instant) -> u64 {
 }
 
 impl Worker {
-    /// Runs until the stop flag is set.
-    pub fn run(mut self) {
+    /// Runs until the stop flag is set; returns the handler, whose state (its connection
+    /// table) a hand-over to another process carries on.
+    pub fn run(mut self) -> Box<dyn FrameHandler> {
         let mut descs = [Desc::default(); BATCH];
         let mut local = Local::default();
         let bell = self.handler.doorbell().map(Doorbell::fd);
@@ -275,6 +276,7 @@ impl Worker {
             }
         }
         local.publish(&self.counters);
+        self.handler
     }
 
     /// One pass over every socket and the handoff rings, then the tx kicks: whether any

@@ -27,8 +27,8 @@ pub const PUBLISH_EVERY: u32 = 1 << 16;
 /// One worker's packet engine.
 pub struct LbHandler {
     published: Arc<Published>,
-    tables: Arc<Tables>,
-    ct: ConnTable,
+    pub(super) tables: Arc<Tables>,
+    pub(super) ct: ConnTable,
     state: WorkerState,
     out: Arc<Mutex<CounterSnapshot>>,
     /// The version this worker runs, readable without the snapshot's lock.
@@ -37,7 +37,7 @@ pub struct LbHandler {
     retired_backends: HashMap<BackendId, BackendTotals>,
     since_publish: u32,
     /// The XDP flow cache, when `[appliance] flow_cache` is on.
-    flow_cache: Option<WorkerCache>,
+    pub(super) flow_cache: Option<WorkerCache>,
     /// This worker's index and the number of workers (FullNAT local ports are partitioned
     /// between them, see [`FrameHandler::owner`]).
     worker: u16,
@@ -281,5 +281,9 @@ impl FrameHandler for LbHandler {
 
     fn doorbell(&self) -> Option<&Doorbell> {
         self.doorbell.as_ref()
+    }
+
+    fn export_flows(&mut self, now_ns: u64) -> Vec<lb::conntrack::FlowRecord> {
+        self.export(now_ns)
     }
 }

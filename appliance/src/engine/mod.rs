@@ -10,8 +10,10 @@
 
 mod counters;
 mod handler;
+mod handover;
 mod published;
 
 pub use counters::{BackendTotals, CounterSnapshot, VipTotals};
 pub use handler::{LbHandler, PUBLISH_EVERY};
+pub use handover::Imported;
 pub use published::Published;

@@ -63,7 +63,10 @@ enum steer_counter : __u32 {
 	CNT_TENANT = 5,	  // of the steered frames, VXLAN frames for a tenant VIP
 	CNT_DEEP = 6,	  // IPv6 frames to a VIP with more extension headers than MAX_EXT_HEADERS
 			  // (the engine drops them too, as too_many_headers): dropped here
-	CNT_MAX = 7,
+	CNT_HELD = 7,	  // frames for the engine while no socket takes them and `hold` is set
+			  // (a hand-over between two processes, or a crashed one): dropped, never
+			  // the kernel's, which would reset their connections
+	CNT_MAX = 8,
 };
 
 // The slots of `cache_counters` (as `counters`): misses (owned frames that went to the engine), hits dropped

@@ -32,6 +32,18 @@ struct {
 	__type(value, __u32); // interface slot
 } if_slots SEC(".maps");
 
+// Set (1) by the running appliance once its sockets are bound: from then on a frame the
+// engine owns that finds no socket (the engine is being handed over to a new process, or
+// crashed) is dropped and counted rather than passed to the kernel, whose answer to a flow
+// it does not know is a reset. The flow cache goes on forwarding established flows. Unset
+// (0), as test runs leave it, such a frame is passed.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} hold SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
 	__uint(max_entries, MAX_INTERFACES * MAX_QUEUES);

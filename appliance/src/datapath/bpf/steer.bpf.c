@@ -87,17 +87,16 @@ int sluice_steer(struct xdp_md *ctx)
 	if (!owned)
 		goto pass;
 
+	__u32 zero = 0;
+	__u32 *held = bpf_map_lookup_elem(&hold, &zero);
+	int hold_on = held && *held;
 	__u32 ifindex = ctx->ingress_ifindex;
 	__u32 *slot = bpf_map_lookup_elem(&if_slots, &ifindex);
-	if (!slot || ctx->rx_queue_index >= MAX_QUEUES) {
-		count(CNT_NO_SOCKET);
-		goto pass;
-	}
+	if (!slot || ctx->rx_queue_index >= MAX_QUEUES)
+		goto no_socket;
 	__u32 q = *slot * MAX_QUEUES + ctx->rx_queue_index;
-	if (!bpf_map_lookup_elem(&xsks, &q)) {
-		count(CNT_NO_SOCKET);
-		goto pass;
-	}
+	if (!bpf_map_lookup_elem(&xsks, &q))
+		goto no_socket;
 	if (r == 1)
 		count(CNT_FRAGMENTS);
 	if (tenant)
@@ -105,7 +104,14 @@ int sluice_steer(struct xdp_md *ctx)
 	count(CNT_STEERED);
 	if (cache_on && !tenant)
 		cache_count(CC_MISS);
-	return bpf_redirect_map(&xsks, q, XDP_PASS);
+	// A socket closed between the lookup and the redirect: the same as none.
+	return bpf_redirect_map(&xsks, q, hold_on ? XDP_DROP : XDP_PASS);
+no_socket:
+	count(CNT_NO_SOCKET);
+	if (hold_on) {
+		count(CNT_HELD);
+		return XDP_DROP;
+	}
 pass:
 	count(CNT_PASSED);
 	return XDP_PASS;

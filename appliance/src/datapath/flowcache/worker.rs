@@ -183,6 +183,28 @@ impl WorkerCache {
         }
     }
 
+    /// Registers the kernel entries a run before this one installed for `flow` (the map
+    /// keys of its directions: client → VIP, and backend → client for NAT and FullNAT),
+    /// where the kernel still holds them: this worker's walk refreshes the flow from them
+    /// and the flow's end evicts them, as if it had installed them itself. Returns how many
+    /// it found.
+    pub fn adopt(&mut self, flow: &FlowKey, keys: [Option<FlowKey>; 2]) -> usize {
+        let mut dirs = [None, None];
+        for (dir, key) in keys.iter().enumerate() {
+            if let Some(k) = key
+                && let Some(e) = self.cache.get(k)
+            {
+                self.entries.insert(*k, (*flow, e));
+                dirs[dir] = Some(*k);
+            }
+        }
+        let found = dirs.iter().flatten().count();
+        if found > 0 {
+            self.flows.insert(*flow, dirs);
+        }
+        found
+    }
+
     /// Moves `t`, where the connection table says flow `flow`'s sequence spaces stand, on
     /// to where its installed entries say they stand: the program moved them on as it
     /// forwarded the flow's segments (two map lookups; only for a FIN or RST the engine is
