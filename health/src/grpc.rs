@@ -15,13 +15,16 @@
 //! `grpc-status 12 (UNIMPLEMENTED)` from a server without the health service, `grpc-status
 //! 5 (NOT_FOUND)` for a service it does not know.
 
+use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::check::GrpcCheck;
 use crate::outcome::{Failure, Outcome, Pass};
@@ -61,6 +64,21 @@ pub(crate) async fn probe(
 
 /// The call over an established stream, driving the HTTP/2 connection alongside it.
 async fn call<S>(io: S, scheme: &str, authority: &str, service: &str) -> Outcome
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let heard = Heard::default();
+    let io = Sniff {
+        io,
+        heard: heard.clone(),
+    };
+    let out = h2_call(io, scheme, authority, service).await;
+    // A server that is not HTTP/2's (an HTTP/1 server answering the preface) fails the
+    // call in one of several ways, by timing; what it said is the reason.
+    out.map_err(|f| heard.not_h2().unwrap_or(f))
+}
+
+async fn h2_call<S>(io: S, scheme: &str, authority: &str, service: &str) -> Outcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -127,6 +145,120 @@ async fn exchange(
     match serving_status(&data)? {
         1 => Ok(Pass::Serving),
         n => Err(Failure::Grpc(status_name(n).to_string())),
+    }
+}
+
+/// How many of the server's first bytes are kept: enough for an HTTP/1 status line.
+const HEARD: usize = 40;
+
+/// The server's first bytes, shared with the stream h2 owns.
+#[derive(Clone, Default)]
+struct Heard(Arc<Mutex<Vec<u8>>>);
+
+impl Heard {
+    fn note(&self, bytes: &[u8]) {
+        let mut h = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let room = HEARD - h.len();
+        h.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// What the server said instead of HTTP/2, whose server speaks first with a SETTINGS
+    /// frame (RFC 9113 3.4: type 4 in the frame header's fourth byte): its first line,
+    /// printable characters only. `None` while it said too little to tell, or spoke HTTP/2.
+    fn not_h2(&self) -> Option<Failure> {
+        let h = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if h.len() < 4 || h[3] == 4 {
+            return None;
+        }
+        let line: String = h
+            .iter()
+            .take_while(|b| !matches!(b, b'\r' | b'\n'))
+            .map(|&b| match b.is_ascii_graphic() || b == b' ' {
+                true => b as char,
+                false => '.',
+            })
+            .collect();
+        Some(Failure::Grpc(format!(
+            "not HTTP/2: the server answered {line:?}"
+        )))
+    }
+}
+
+/// The probe's stream, noting the server's first bytes. A write that fails before they
+/// were read (the server's reset overtook the probe's request) reads what is already
+/// there, so the answer is known whichever failed first.
+struct Sniff<S> {
+    io: S,
+    heard: Heard,
+}
+
+impl<S: AsyncRead + Unpin> Sniff<S> {
+    fn after_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if matches!(r, Poll::Ready(Err(_))) && self.heard.is_empty() {
+            let mut b = [0u8; HEARD];
+            let mut buf = ReadBuf::new(&mut b);
+            if let Poll::Ready(Ok(())) = Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+                self.heard.note(buf.filled());
+            }
+        }
+        r
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Sniff<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        self.heard.note(&buf.filled()[before..]);
+        r
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Sniff<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, b);
+        self.after_write(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.after_write(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.after_write(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -335,5 +467,79 @@ mod tests {
         );
         h.insert("grpc-status", "0".parse().unwrap());
         assert_eq!(grpc_status(&h), Some(Ok(())));
+    }
+
+    const HTTP1: &[u8] = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n";
+
+    /// The kernel's side of the race: the server's answer waits in the receive queue, its
+    /// reset came first, so the probe's next write fails (broken pipe) before it reads.
+    struct ResetBeforeRead {
+        wrote: bool,
+        answer: &'static [u8],
+    }
+
+    impl AsyncRead for ResetBeforeRead {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if !self.wrote {
+                return std::task::Poll::Pending;
+            }
+            let n = self.answer.len().min(buf.remaining());
+            buf.put_slice(&self.answer[..n]);
+            self.answer = &self.answer[n..];
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for ResetBeforeRead {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.wrote = true;
+            std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// An HTTP/1 server answers the preface and closes. Whether the probe then fails
+    /// reading that answer or writing its request (a broken pipe) is a race; either way the
+    /// failure names what the server said.
+    #[tokio::test]
+    async fn an_http1_answer_is_named_whichever_side_fails_first() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let want = Err(Failure::Grpc(
+            "not HTTP/2: the server answered \"HTTP/1.1 400 Bad Request\"".into(),
+        ));
+        let (client, mut server) = tokio::io::duplex(4096);
+        server.write_all(HTTP1).await.expect("write");
+        let reader = tokio::spawn(async move {
+            let mut sink = Vec::new();
+            let _ = server.read_to_end(&mut sink).await;
+        });
+        let read_first = call(client, "http", "backend:50051", "").await;
+        assert_eq!(read_first, want, "the answer read first");
+        reader.abort();
+        let io = ResetBeforeRead {
+            wrote: false,
+            answer: HTTP1,
+        };
+        let write_first = call(io, "http", "backend:50051", "").await;
+        assert_eq!(write_first, want, "the write failed first");
     }
 }
