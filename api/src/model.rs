@@ -337,6 +337,21 @@ pub struct Vip {
     /// on `address:port`, so a VIP is only ever named by `name` (every `{vip}` in a path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_vni: Option<u32>,
+    /// Its quorum (`quorum`, `on_quorum_lost`): `up`, `sorry` (the sorry backends take the
+    /// new flows), `withdrawn` (withdrawn from BGP) or `lost` (the primaries still up serve).
+    #[serde(default = "up")]
+    pub quorum: String,
+    /// `active`, or `standby` (announced with the worse path of `[bgp.standby]`).
+    #[serde(default = "active")]
+    pub role: String,
+}
+
+fn up() -> String {
+    "up".into()
+}
+
+fn active() -> String {
+    "active".into()
 }
 
 /// `GET /v1/vips/{vip}/backends`.
@@ -395,6 +410,17 @@ pub struct Backend {
     /// Absent for the underlay's VIPs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vtep: Option<String>,
+    /// `primary`, or `sorry` (takes new flows only while its VIP has lost its quorum).
+    #[serde(default = "primary")]
+    pub role: String,
+    /// Its agent check's last answer (`ready 50%`, `drain`, `maint`), applied over the
+    /// operator's weight and state; absent without an agent check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+fn primary() -> String {
+    "primary".into()
 }
 
 /// `GET /v1/bgp`.

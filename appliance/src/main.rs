@@ -179,6 +179,10 @@ enum ImportFrom {
         /// Write the sluice.toml here instead of to standard output.
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Follow absolute `include` paths inside DIR (relative ones stay inside the
+        /// including file's directory); repeat for several.
+        #[arg(long, value_name = "DIR")]
+        allow_include: Vec<PathBuf>,
     },
 }
 
@@ -293,8 +297,13 @@ fn main() -> ExitCode {
         } => console(&api, no_color, refresh),
         Command::Run { config, takeover } => run(&config, takeover),
         Command::Import {
-            from: ImportFrom::Keepalived { file, output },
-        } => import_keepalived(&file, output.as_deref()),
+            from:
+                ImportFrom::Keepalived {
+                    file,
+                    output,
+                    allow_include,
+                },
+        } => import_keepalived(&file, output.as_deref(), &allow_include),
         Command::Trace { config, flow, vni } => trace(&config, &flow, vni),
         Command::Lab {
             backends,
@@ -482,27 +491,20 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
 
 /// `sluice import keepalived`: 0 when the file was written (its placeholders still to be
 /// filled in), 1 when the input cannot be imported or the output not written.
-fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -> ExitCode {
-    let bytes = match std::fs::read(file) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("sluice import: {}: {e}", file.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    let source = file.file_name().map_or_else(
-        || file.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let imported = match sluice::import::keepalived::import(&bytes, &source) {
+fn import_keepalived(
+    file: &std::path::Path,
+    output: Option<&std::path::Path>,
+    allow_include: &[PathBuf],
+) -> ExitCode {
+    let imported = match sluice::import::keepalived::import_file(file, allow_include) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("sluice import: {}: {e}", file.display());
             return ExitCode::FAILURE;
         }
     };
-    for n in &imported.notes {
-        eprintln!("{}: {n}", file.display());
+    for n in &imported.notes.notes {
+        eprintln!("{}: {}", file.display(), imported.notes.show(n));
     }
     match output {
         Some(out) => {
@@ -515,7 +517,7 @@ fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -
                  fill in its placeholders, then `sluice check --config {}`",
                 imported.vips,
                 out.display(),
-                imported.notes.len(),
+                imported.notes.notes.len(),
                 out.display()
             );
         }
@@ -737,7 +739,13 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
             v.hash.name(),
             v.backends.len(),
             v.maglev_table_size,
-            v.health_check.as_deref().unwrap_or("-")
+            match v.health_checks.as_slice() {
+                [] => "-".to_string(),
+                names => names.join(match v.health_combine {
+                    config::Combine::All => "+",
+                    config::Combine::Any => "|",
+                }),
+            }
         );
     }
     if let Some(b) = &cfg.bgp {

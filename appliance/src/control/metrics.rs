@@ -533,7 +533,7 @@ fn backend(
         agg.backend_flows.get(&key).copied().unwrap_or(0) as i64,
     );
     let healthy =
-        v.health_check.is_none() || view.health.get(&key).is_some_and(|h| h.state == "up");
+        v.checks_of(bk).is_empty() || view.health.get(&key).is_some_and(|h| h.state == "up");
     gset(&bf.healthy, l.clone(), i64::from(healthy));
     let (share, _, eligible) = share;
     gset(&bf.eligible, l.clone(), i64::from(eligible));

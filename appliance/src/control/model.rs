@@ -53,6 +53,8 @@ pub struct View {
     pub cache: Option<CacheStats>,
     /// Backends slow start ramps, with when each reaches its full weight.
     pub ramps: HashMap<BackendId, Instant>,
+    /// The agents' last answers.
+    pub agents: super::policy::Agents,
 }
 
 /// When the last commit was published and when every worker ran it.
@@ -342,7 +344,7 @@ impl Shared {
                     let key = BackendId::of(v, b);
                     let id = key.clone();
                     let ov = view.overrides.get(&key).copied().unwrap_or_default();
-                    let health = if v.health_check.is_none() {
+                    let health = if v.checks_of(b).is_empty() {
                         HealthView {
                             state: "unchecked",
                             reason: None,
@@ -382,6 +384,8 @@ impl Shared {
                         active_connections: conns.0,
                         inactive_connections: conns.1,
                         vtep: b.vtep.map(|a| a.to_string()),
+                        role: if b.sorry { "sorry" } else { "primary" }.to_string(),
+                        agent: super::policy::agent_word(&view.agents, &key),
                     }
                 })
                 .collect(),
@@ -514,7 +518,7 @@ fn vip_doc(
         .backends
         .iter()
         .filter(|b| {
-            v.health_check.is_none()
+            v.checks_of(b).is_empty()
                 || view
                     .health
                     .get(&BackendId::of(v, b))
@@ -554,6 +558,8 @@ fn vip_doc(
         persistence_netmask: v.persistence.map(|_| v.persistence_netmask),
         udp_one_packet: v.udp_one_packet,
         tenant_vni: v.tenant_vni,
+        quorum: super::policy::quorum_word(tables, slot).to_string(),
+        role: v.announce.role.name().to_string(),
     }
 }
 

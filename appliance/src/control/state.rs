@@ -18,6 +18,7 @@ use super::flood;
 use super::kept::Keeper;
 use super::neighbours::NextHops;
 use super::pending::Pending;
+use super::policy::PolicyState;
 use super::prepare::{Prepared, Steering, Targets};
 use super::slowstart::{self, Ramps};
 use crate::config::Config;
@@ -105,6 +106,8 @@ pub struct State {
     pub ramps: Ramps,
     /// When the next slow-start level is due.
     pub ramp_due: Option<Instant>,
+    /// Several checks per backend and the agents' answers (see `policy.rs`).
+    pub policy: PolicyState,
     /// When the last slow-start step was committed (steps keep `MIN_STEP_GAP` apart).
     pub last_ramp_step: Option<Instant>,
     /// Health transitions received and not yet committed.
@@ -161,6 +164,7 @@ impl State {
             fleet_hold: false,
             ramps: p.ramps,
             ramp_due: p.ramp_due,
+            policy: PolicyState::of(p.combined, p.agents),
             last_ramp_step: None,
             batch: HealthBatch::default(),
             last: LastTick::default(),
@@ -181,6 +185,7 @@ impl State {
         self.health = p.health;
         self.ramps = p.ramps;
         self.ramp_due = p.ramp_due;
+        self.policy.adopt(p.combined, p.agents, &p.targets);
         ToApply {
             tables: p.tables,
             targets: p.targets,
