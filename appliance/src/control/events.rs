@@ -19,6 +19,7 @@ pub enum Kind {
     Reload,
     Drops,
     Flood,
+    Datapath,
 }
 
 impl Kind {
@@ -31,6 +32,7 @@ impl Kind {
             Kind::Reload => "reload",
             Kind::Drops => "drops",
             Kind::Flood => "flood",
+            Kind::Datapath => "datapath",
         }
     }
 }

@@ -21,6 +21,7 @@ mod conntrack;
 mod fleet;
 mod lvs;
 mod mtu;
+mod watch;
 
 use builder::{Builder, Labels, gset, labels, set};
 
@@ -42,6 +43,7 @@ pub fn render(s: &Shared) -> String {
     info(&mut b, s, &view);
     config_sync(&mut b, s, &agg);
     datapath(&mut b, &view, &agg);
+    watch::families(&mut b, s, &view);
     conntrack::families(&mut b, &agg);
     mtu::families(&mut b, &agg);
     lvs::families(&mut b, s);
