@@ -165,7 +165,11 @@ pub enum Input {
     LastGoodNotSaved(String),
     /// The datapath watch saw something change (or an operator's reclaim ran): what it did
     /// and every interface's state.
-    Datapath(WatchReport),
+    Datapath {
+        report: WatchReport,
+        /// The datapath's counters and states after it, for the readers' view.
+        stats: Option<DatapathStats>,
+    },
     /// SIGTERM or SIGINT.
     Terminate(&'static str),
 }

@@ -332,7 +332,10 @@ impl Io {
     /// something, none while nothing changed.
     pub fn watch_datapath(&mut self) -> Option<Input> {
         let report = self.dp.watch();
-        (!report.events.is_empty()).then_some(Input::Datapath(report))
+        (!report.events.is_empty()).then(|| Input::Datapath {
+            report,
+            stats: self.dp.stats().ok(),
+        })
     }
 
     /// The operator's reclaim: answered at once, and its report goes to the decision.
@@ -352,7 +355,10 @@ impl Io {
                     })
                     .collect();
                 self.reply(to, Ok(Applied::Reclaimed(taken)), false);
-                Ran::Then(Input::Datapath(report))
+                Ran::Then(Input::Datapath {
+                    report,
+                    stats: self.dp.stats().ok(),
+                })
             }
             Err(e) => {
                 warn!("datapath reclaim: {e}");

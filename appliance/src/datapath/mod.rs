@@ -163,7 +163,7 @@ pub struct Datapath {
     bells: Vec<doorbell::Doorbell>,
     /// The workers' handlers while no worker runs them (a re-bind that failed half-way):
     /// the next re-bind starts workers with them.
-    parked: Vec<Box<dyn FrameHandler>>,
+    parked: Mutex<Vec<Box<dyn FrameHandler>>>,
     stopped: bool,
 }
 
@@ -450,7 +450,7 @@ impl Datapath {
             counters: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             bells: Vec::new(),
-            parked: Vec::new(),
+            parked: Mutex::new(Vec::new()),
             stopped: false,
         };
         let handlers = (0..n_workers)
@@ -636,7 +636,7 @@ impl Datapath {
         for b in &self.bells {
             b.ring();
         }
-        let mut out = std::mem::take(&mut self.parked);
+        let mut out = std::mem::take(self.parked.get_mut().unwrap_or_else(|p| p.into_inner()));
         for h in self.workers.drain(..) {
             match h.join() {
                 Ok(handler) => out.push(handler),

@@ -68,7 +68,9 @@ impl LinkState {
             LinkState::Forwarding => "forwarding".into(),
             LinkState::LinkDown => "link down".into(),
             LinkState::Detached { error } => {
-                format!("not forwarding: the steering program is gone and cannot be attached again: {error}")
+                format!(
+                    "not forwarding: the steering program is gone and cannot be attached again: {error}"
+                )
             }
             LinkState::Foreign { id, name, mode } => format!(
                 "not forwarding: another XDP program holds the interface: id {id} ({name}), {}; \
@@ -274,7 +276,7 @@ impl Datapath {
     /// a re-bind is still owed).
     fn check_queues(&self) -> Option<Vec<u32>> {
         let from: Vec<u32> = self.interfaces.iter().map(|i| i.queues).collect();
-        let owed = !self.parked.is_empty()
+        let owed = self.parked.lock().is_ok_and(|p| !p.is_empty())
             || self
                 .interfaces
                 .iter()
@@ -307,7 +309,12 @@ impl Datapath {
 
     /// What interface `k` looks like now, after putting our program back when nobody
     /// holds its hook.
-    fn observe(&mut self, k: usize, unbound: Option<String>, events: &mut Vec<WatchEvent>) -> Observed {
+    fn observe(
+        &mut self,
+        k: usize,
+        unbound: Option<String>,
+        events: &mut Vec<WatchEvent>,
+    ) -> Observed {
         let (name, ifindex, mode) = {
             let i = &self.interfaces[k];
             (i.name.clone(), i.ifindex, i.xdp_mode)
@@ -347,7 +354,12 @@ impl Datapath {
     }
 
     /// Attaches the loaded program again where nobody holds the hook, in the mode it had.
-    fn reattach(&self, name: &str, ifindex: u32, mode: AttachMode) -> Result<AttachMode, DatapathError> {
+    fn reattach(
+        &self,
+        name: &str,
+        ifindex: u32,
+        mode: AttachMode,
+    ) -> Result<AttachMode, DatapathError> {
         self.steer().attach(name, ifindex, xdp_mode(mode))
     }
 
@@ -374,11 +386,16 @@ impl Datapath {
         let (ifaces, sockets) = match opened {
             Ok(o) => o,
             Err(e) => {
-                self.parked = handlers;
+                *self.parked.get_mut().unwrap_or_else(|p| p.into_inner()) = handlers;
                 return Err(e);
             }
         };
-        for ((status, i), zc) in self.interfaces.iter_mut().zip(&ifaces).zip(&sockets.zero_copy) {
+        for ((status, i), zc) in self
+            .interfaces
+            .iter_mut()
+            .zip(&ifaces)
+            .zip(&sockets.zero_copy)
+        {
             status.ifindex = i.ifindex;
             status.queues = i.queues;
             status.zero_copy = zc.all;
@@ -396,7 +413,12 @@ impl Datapath {
         for k in 0..self.interfaces.len() {
             let (name, ifindex) = (self.interfaces[k].name.clone(), self.interfaces[k].ifindex);
             let attached = self.steer().attached_on(&name, ifindex)?;
-            if let Attached::Other { id, name: prog, mode } = attached {
+            if let Attached::Other {
+                id,
+                name: prog,
+                mode,
+            } = attached
+            {
                 let taken = self.steer().take_back(&name, ifindex, id, mode);
                 let mode = taken?;
                 self.interfaces[k].xdp_mode = mode;
@@ -431,7 +453,10 @@ mod tests {
     #[test]
     fn an_interface_forwards_only_with_everything_in_place() {
         assert_eq!(state_of(&seen()), LinkState::Forwarding);
-        let down = Observed { up: false, ..seen() };
+        let down = Observed {
+            up: false,
+            ..seen()
+        };
         assert_eq!(state_of(&down), LinkState::LinkDown);
         let unbound = Observed {
             unbound: Some("EBUSY".into()),

@@ -7,14 +7,20 @@ use tracing::{info, warn};
 
 use super::bgp::sync_bgp;
 use super::out::Out;
-use crate::control::effect::Counter;
+use crate::control::effect::{Counter, Effect};
 use crate::control::events::Kind;
 use crate::control::input::Now;
 use crate::control::state::State;
-use crate::datapath::WatchReport;
+use crate::datapath::{DatapathStats, WatchReport};
 
 /// What the watch (or an operator's reclaim) reported.
-pub(super) fn seen(st: &mut State, now: &Now, out: &mut Out, report: WatchReport) {
+pub(super) fn seen(
+    st: &mut State,
+    now: &Now,
+    out: &mut Out,
+    report: WatchReport,
+    stats: Option<DatapathStats>,
+) {
     for e in &report.events {
         let m = e.message();
         if e.is_fault() {
@@ -47,13 +53,14 @@ pub(super) fn seen(st: &mut State, now: &Now, out: &mut Out, report: WatchReport
         }
         sync_bgp(st, now, out);
     }
-    out.view();
+    out.push(Effect::View {
+        datapath: stats.map(Box::new),
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::effect::Effect;
     use crate::control::input::Input;
     use crate::datapath::{AttachMode, LinkState, WatchEvent};
 
@@ -112,7 +119,14 @@ port = 8080
             name: "xdp_pass".into(),
             mode: AttachMode::Native,
         };
-        let fx = super::super::handle(&mut st, Input::Datapath(report(foreign)), &now);
+        let fx = super::super::handle(
+            &mut st,
+            Input::Datapath {
+                report: report(foreign),
+                stats: None,
+            },
+            &now,
+        );
         assert_eq!(announced(&fx), Some(vec![]), "{fx:?}");
         let said: Vec<String> = fx
             .iter()
@@ -121,7 +135,10 @@ port = 8080
                 _ => None,
             })
             .collect();
-        assert!(said.iter().any(|m| m.contains("id 42 (xdp_pass)")), "{said:?}");
+        assert!(
+            said.iter().any(|m| m.contains("id 42 (xdp_pass)")),
+            "{said:?}"
+        );
         assert!(counted(&fx, "foreign"), "{fx:?}");
         // The tick keeps it withdrawn.
         let tick = Input::Tick(Box::new(crate::control::input::Tick {
@@ -135,10 +152,17 @@ port = 8080
         // Back: announced again.
         let fx = super::super::handle(
             &mut st,
-            Input::Datapath(report(LinkState::Forwarding)),
+            Input::Datapath {
+                report: report(LinkState::Forwarding),
+                stats: None,
+            },
             &now,
         );
-        assert_eq!(announced(&fx), Some(vec!["192.0.2.10".to_string()]), "{fx:?}");
+        assert_eq!(
+            announced(&fx),
+            Some(vec!["192.0.2.10".to_string()]),
+            "{fx:?}"
+        );
     }
 
     #[test]
@@ -153,7 +177,14 @@ port = 8080
             }],
             interfaces: vec![("eth0".into(), LinkState::Forwarding)],
         };
-        let fx = super::super::handle(&mut st, Input::Datapath(r), &now);
+        let fx = super::super::handle(
+            &mut st,
+            Input::Datapath {
+                report: r,
+                stats: None,
+            },
+            &now,
+        );
         assert_eq!(announced(&fx), None, "no BGP change: {fx:?}");
         assert!(counted(&fx, "reattached"), "{fx:?}");
     }

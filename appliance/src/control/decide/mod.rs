@@ -65,7 +65,7 @@ pub fn handle(st: &mut State, input: Input, now: &Now) -> Vec<Effect> {
         } => fleet::loaded(st, now, o, revision, text, file),
         Input::LastGoodNotSaved(e) => fleet::not_saved(st, o, e),
         Input::Staged(s) => commit::staged(st, now, o, s),
-        Input::Datapath(report) => datapath::seen(st, now, o, report),
+        Input::Datapath { report, stats } => datapath::seen(st, now, o, report, stats),
         Input::Terminate(signal) => watch::terminate(st, o, signal),
     }
     go_on(st, now, &mut out);
