@@ -261,6 +261,13 @@ pub struct Interface {
     /// `ntuple (N rules)`, or `handoff: ...` with the reason the NIC does not steer it.
     #[serde(default)]
     pub return_steering: String,
+    /// Whether it forwards, as the datapath watch last saw it: `forwarding`, `link_down`,
+    /// `detached`, `foreign`, `unbound` or `missing`.
+    #[serde(default)]
+    pub state: String,
+    /// The state in words (who holds the interface when another program does).
+    #[serde(default)]
+    pub state_detail: String,
 }
 
 /// Packet and byte totals.

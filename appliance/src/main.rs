@@ -225,6 +225,14 @@ enum FleetCmd {
     Status,
 }
 
+/// `sluice ctl datapath ...`.
+#[derive(Subcommand, Clone)]
+enum DatapathCmd {
+    /// Take every datapath interface another XDP program holds back from it, in one step
+    /// (the appliance names the holder in its events and stays withdrawn until then).
+    Reclaim,
+}
+
 #[derive(Subcommand, Clone)]
 enum CtlCmd {
     /// The appliance: version and sync, interfaces, totals, drops.
@@ -256,6 +264,9 @@ enum CtlCmd {
     Announce { vip: String },
     /// Reload the config file (like SIGHUP); a bad file is rejected with every error.
     Reload,
+    /// The datapath: `reclaim` takes the interfaces another XDP program holds back.
+    #[command(subcommand)]
+    Datapath(DatapathCmd),
     /// Recent events (health, BGP, commits, operator actions, drops).
     Events {
         /// Only events after this sequence number.
@@ -454,6 +465,7 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             announce: true,
         }),
         CtlCmd::Reload => C::Send(W::Reload),
+        CtlCmd::Datapath(DatapathCmd::Reclaim) => C::Send(W::ReclaimDatapath),
         CtlCmd::Events { since } => C::Events { since },
         CtlCmd::Bgp => C::Bgp,
         CtlCmd::List {

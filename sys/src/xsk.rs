@@ -663,6 +663,26 @@ pub fn channel_count(ifname: &str) -> Option<u32> {
     (n > 0).then_some(n)
 }
 
+/// Whether `ifname` is up with a link (the kernel's ETHTOOL_GLINK: administratively up and
+/// carrier on); `None` when the interface is gone or its driver does not say.
+pub fn link_up(ifname: &str) -> Option<bool> {
+    const ETHTOOL_GLINK: u32 = 0xa;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let mut v = EthtoolValue {
+        cmd: ETHTOOL_GLINK,
+        data: 0,
+    };
+    // SAFETY: `v` is a live ethtool_value, the structure ETHTOOL_GLINK fills.
+    if !unsafe { ethtool(ifname, (&mut v as *mut EthtoolValue).cast()) } {
+        return None;
+    }
+    Some(v.data != 0)
+}
+
 /// The interface's driver name (`ethtool -i`: "veth", "mlx5_core", ...), in the calling
 /// thread's network namespace. `None` when the ioctl fails.
 pub fn driver_name(ifname: &str) -> Option<String> {

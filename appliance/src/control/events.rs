@@ -20,6 +20,7 @@ pub enum Kind {
     Drops,
     Flood,
     Takeover,
+    Datapath,
 }
 
 impl Kind {
@@ -33,6 +34,7 @@ impl Kind {
             Kind::Drops => "drops",
             Kind::Flood => "flood",
             Kind::Takeover => "takeover",
+            Kind::Datapath => "datapath",
         }
     }
 }

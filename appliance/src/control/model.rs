@@ -180,6 +180,8 @@ impl Shared {
                         zero_copy_refused: i.zero_copy_refused.clone(),
                         queues: i.queues,
                         return_steering: i.return_steering.describe(),
+                        state: i.state.name().to_string(),
+                        state_detail: i.state.describe(),
                     })
                     .collect(),
                 d.workers.iter().map(|w| w.rx).sum(),

@@ -385,9 +385,15 @@ enum Got {
     Input(Input),
     Command(Command),
     Tick,
+    /// The datapath watch's check is due (`datapath/watch.rs`).
+    Watch,
     Stall(Duration),
     Takeover(Asked),
 }
+
+/// How often the datapath watch checks every interface: a program taken away is back (or
+/// the VIPs withdrawn) well within a second.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
 
 /// Hands every event to the executor as an input until a stop ends the loop.
 async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(), RunError> {
@@ -396,6 +402,8 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
     let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signal)?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut stall = StallHook::from_env()?;
+    let mut watch = tokio::time::interval(WATCH_EVERY);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let due = st.due();
         // A far deadline stands in while nothing is due (the branch is disabled then).
@@ -420,12 +428,17 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
                 Got::Input(Input::Net(queued(ev, || src.net.try_recv().ok())))
             }
             _ = tick.tick() => Got::Tick,
+            _ = watch.tick() => Got::Watch,
             for_how_long = stall.next() => Got::Stall(for_how_long),
         };
         let input = match got {
             Got::Input(i) => i,
             Got::Command(cmd) => io.command(cmd),
             Got::Tick => Input::Tick(Box::new(io.tick())),
+            Got::Watch => match io.watch_datapath() {
+                Some(i) => i,
+                None => continue,
+            },
             Got::Stall(d) => {
                 stall_runtime(d).await;
                 continue;

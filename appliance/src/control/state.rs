@@ -102,6 +102,9 @@ pub struct State {
     pub speaker: bool,
     /// A fleet member behind its fleet announces nothing until it has caught up.
     pub fleet_hold: bool,
+    /// The datapath interfaces that do not forward, in words (the datapath watch): while
+    /// any does, nothing is announced.
+    pub datapath_faults: Vec<String>,
     /// The slow-start ramps the running version was built with.
     pub ramps: Ramps,
     /// When the next slow-start level is due.
@@ -162,6 +165,7 @@ impl State {
             targets: Arc::new(p.targets),
             speaker: false,
             fleet_hold: false,
+            datapath_faults: Vec::new(),
             ramps: p.ramps,
             ramp_due: p.ramp_due,
             policy: PolicyState::of(p.combined, p.agents),
