@@ -10,7 +10,7 @@ mod bgp_common;
 use bgp::{PeerConfig, RouteAttrs, SpeakerConfig, State};
 use bgp_common::{NsSpeaker, peer};
 use lab::bird::Config;
-use lab::netns::{Netns, link, require_program, require_root};
+use lab::netns::{Netns, link, require_program, require_root, veth};
 use lab::testing::{BirdRouter, Daemon, Frr, TempDir, kernel_route, output_text, wait_until};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -456,4 +456,138 @@ fn gobgp_announce_withdraw() {
     let st = &sp.peers()[0];
     assert_eq!(st.address, "10.4.1.1".parse::<IpAddr>().expect("ip"));
     assert_eq!(st.state, State::Established);
+}
+
+/// The route attributes of a VIP's announcement policy: AS-path prepends, MED, standard
+/// and large communities from the route and from the peer's export, and `peers`: the prefix
+/// goes to the listed peer only.
+fn policy_attrs() -> RouteAttrs {
+    RouteAttrs {
+        med: Some(50),
+        as_path_prepend: 2,
+        communities: vec![(65001 << 16) | 80],
+        large_communities: vec![[65001, 1, 2]],
+        peers: Some(vec!["10.7.1.1".parse().expect("literal")]),
+        ..RouteAttrs::default()
+    }
+}
+
+/// Two BIRD routers, each with a session to one speaker: the router the route is for sees
+/// every attribute, the other never gets the prefix; moving the route to the other router
+/// withdraws it from the first.
+#[test]
+fn bird_sees_the_announcement_policy() {
+    require_root();
+    let ra = Netns::new("hpba");
+    let rb = Netns::new("hpbb");
+    let s1 = Netns::new("hpbs");
+    link(&ra, "s1", &s1, "upl", "10.7.1");
+    veth(&rb, "s1", &s1, "upl2");
+    rb.run(&["ip", "addr", "add", "10.7.3.1/24", "dev", "s1"]);
+    s1.run(&["ip", "addr", "add", "10.7.3.2/24", "dev", "upl2"]);
+    let bird_a = BirdRouter::start(
+        &ra,
+        &bird_config("10.7.1.1", 65000)
+            .peer("pa", "10.7.1.2", 65001)
+            .render(),
+    );
+    let bird_b = BirdRouter::start(
+        &rb,
+        &bird_config("10.7.3.1", 65000)
+            .peer("pb", "10.7.3.2", 65001)
+            .render(),
+    );
+    let mut a = peer("10.7.1.1", 65000, "10.7.1.2");
+    a.export.communities = vec![(65000 << 16) | 7];
+    let b = peer("10.7.3.1", 65000, "10.7.3.2");
+    let sp = NsSpeaker::start(&s1, speaker_config(65001, "10.7.1.2", vec![a, b]));
+    let view = || format!("{}\n{}", bird_a.view(), bird_b.view());
+    wait_until(
+        "both sessions up",
+        Duration::from_secs(30),
+        || established(&sp),
+        view,
+    );
+    sp.announce(VIP, policy_attrs());
+    wait_until(
+        "the VIP in router a",
+        Duration::from_secs(20),
+        || bird_a.cmd(&["show", "route", VIP]).contains("10.7.1.2"),
+        view,
+    );
+    let all = bird_a.cmd(&["show", "route", "all", VIP]);
+    for want in [
+        "BGP.as_path: 65001 65001 65001",
+        "BGP.med: 50",
+        "BGP.community: (65000,7) (65001,80)",
+        "BGP.large_community: (65001, 1, 2)",
+    ] {
+        assert!(all.contains(want), "{want:?} missing:\n{all}");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let other = bird_b.cmd(&["show", "route", VIP]);
+    assert!(!other.contains("10.7.3.2"), "announced to b too:\n{other}");
+    let mut to_b = policy_attrs();
+    to_b.peers = Some(vec!["10.7.3.1".parse().expect("literal")]);
+    sp.announce(VIP, to_b);
+    wait_until(
+        "the VIP in router b only",
+        Duration::from_secs(20),
+        || {
+            bird_b.cmd(&["show", "route", VIP]).contains("10.7.3.2")
+                && !bird_a.cmd(&["show", "route", VIP]).contains("10.7.1.2")
+        },
+        view,
+    );
+    let all = bird_b.cmd(&["show", "route", "all", VIP]);
+    assert!(
+        all.contains("BGP.community: (65001,80)") && !all.contains("65000,7"),
+        "b's route has no export community of a's:\n{all}"
+    );
+}
+
+/// FRR sees the same attributes (its JSON view of the path).
+#[test]
+fn frr_sees_the_announcement_policy() {
+    require_root();
+    let r = Netns::new("hpfr");
+    let s1 = Netns::new("hpfs");
+    link(&r, "s1", &s1, "upl", "10.7.2");
+    let frr = Frr::start(
+        &r,
+        "hostname r
+router bgp 65000
+ bgp router-id 10.7.2.1
+ no bgp ebgp-requires-policy
+ timers bgp 1 3
+ neighbor 10.7.2.2 remote-as 65001
+ neighbor 10.7.2.2 timers connect 1
+",
+        None,
+    );
+    let mut p = peer("10.7.2.1", 65000, "10.7.2.2");
+    p.export.large_communities = vec![[65000, 9, 9]];
+    let sp = NsSpeaker::start(&s1, speaker_config(65001, "10.7.2.2", vec![p]));
+    let mut attrs = policy_attrs();
+    attrs.peers = None;
+    sp.announce(VIP, attrs);
+    let show = || frr.show(&format!("show ip bgp {VIP} json"));
+    wait_until(
+        "FRR to have the VIP",
+        Duration::from_secs(40),
+        || show().contains("10.7.2.2"),
+        || frr.show("show bgp summary"),
+    );
+    let j = show();
+    for want in [
+        "\"string\":\"65001 65001 65001\"",
+        "\"metric\":50",
+        "65001:80",
+        "65000:9:9 65001:1:2",
+    ] {
+        assert!(
+            j.replace(": ", ":").contains(want),
+            "{want:?} missing:\n{j}"
+        );
+    }
 }

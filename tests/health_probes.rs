@@ -38,11 +38,16 @@ struct Lab {
 }
 
 fn lab() -> Lab {
+    lab_named("hprb", "hsrv")
+}
+
+/// The same lab with namespaces named from `prb` and `srv`.
+fn lab_named(prb: &str, srv: &str) -> Lab {
     require_root();
     require_program("ip", "iproute2");
     require_program("sysctl", "procps");
-    let prb = Netns::new("hprb");
-    let srv = Netns::new("hsrv");
+    let prb = Netns::new(prb);
+    let srv = Netns::new(srv);
     veth(&prb, "eth0", &srv, "eth0");
     prb.run(&["ip", "addr", "add", &format!("{PROBER}/24"), "dev", "eth0"]);
     prb.run(&["ip", "addr", "add", &format!("{SOURCE}/24"), "dev", "eth0"]);
@@ -223,6 +228,7 @@ fn check(
         jitter: Duration::ZERO,
         initial,
         source: None,
+        address: None,
     })
 }
 
@@ -240,8 +246,9 @@ fn http(expect_body: Option<&str>) -> HttpCheck {
         method: HttpMethod::Get,
         path: "/healthz".into(),
         host: Some("backend.test".into()),
-        expect_status: (200, 299),
+        expect_status: vec![(200, 299)],
         expect_body: expect_body.map(String::from),
+        expect_digest: None,
     }
 }
 
@@ -807,4 +814,263 @@ fn plain_connects_reuse_sockets_without_carrying_state() {
     assert!(peers.len() >= 40, "accepted {}", peers.len());
     let source: IpAddr = SOURCE.parse().expect("source");
     assert!(peers.iter().all(|p| *p == source), "{peers:?}");
+}
+
+/// A gRPC check against tonic's own health service: SERVING passes, NOT_SERVING and an
+/// unknown service fail with their names, a change of status is a transition, and a server
+/// that does not speak HTTP/2 fails naming what it answered.
+#[test]
+fn grpc_health_service_of_a_real_grpc_server() {
+    use tonic_health::ServingStatus;
+    let lab = lab_named("hpgp", "hpgs");
+    let (flip_tx, flip_rx) = tokio::sync::oneshot::channel::<()>();
+    let _servers = serve(&lab.srv, move || {
+        let grpc = tcp_listener(SERVER, 50051);
+        let http1 = tcp_listener(SERVER, 8080);
+        async move {
+            let (reporter, service) = tonic_health::server::health_reporter();
+            reporter
+                .set_service_status("web", ServingStatus::Serving)
+                .await;
+            reporter
+                .set_service_status("db", ServingStatus::NotServing)
+                .await;
+            let server = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(grpc));
+            let flip = async move {
+                let _ = flip_rx.await;
+                reporter
+                    .set_service_status("web", ServingStatus::NotServing)
+                    .await;
+                std::future::pending::<()>().await;
+            };
+            let http1 = async {
+                loop {
+                    let (mut s, _) = http1.accept().await.expect("accept");
+                    tokio::spawn(async move {
+                        read_head(&mut s).await;
+                        let _ = s.write_all(response(200, "ok").as_bytes()).await;
+                    });
+                }
+            };
+            let _ = tokio::join!(server, flip, http1);
+        }
+    });
+    let grpc = |service: &str| {
+        CheckKind::Grpc(health::GrpcCheck {
+            service: service.into(),
+            tls: false,
+            verify_tls: true,
+            server_name: None,
+            authority: None,
+        })
+    };
+    let web = target(
+        SERVER,
+        50051,
+        &check("web", grpc("web"), 1, 2, InitialHealth::Down),
+    );
+    let db = target(
+        SERVER,
+        50051,
+        &check("db", grpc("db"), 1, 1, InitialHealth::Up),
+    );
+    let nope = target(
+        SERVER,
+        50051,
+        &check("nope", grpc("nope"), 1, 1, InitialHealth::Up),
+    );
+    let whole = target(
+        SERVER,
+        50051,
+        &check("whole", grpc(""), 1, 1, InitialHealth::Down),
+    );
+    let h1 = target(
+        SERVER,
+        8080,
+        &check("h1", grpc(""), 1, 1, InitialHealth::Up),
+    );
+    let flip = std::sync::Mutex::new(Some(flip_tx));
+    let run = probe(
+        &lab.prb,
+        vec![
+            web.clone(),
+            db.clone(),
+            nope.clone(),
+            whole.clone(),
+            h1.clone(),
+        ],
+        INTERVAL * 20,
+        INTERVAL * 2,
+        move |ts| {
+            // Once every target has decided, web's service stops serving.
+            if ts.len() >= 5
+                && let Some(tx) = flip.lock().expect("lock").take()
+            {
+                let _ = tx.send(());
+            }
+            ts.len() >= 6
+        },
+    );
+    let w = run.of(&web);
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert_eq!(w[0], up(1, "SERVING"));
+    assert_eq!(
+        (w[1].0, w[1].2.as_str()),
+        (Health::Down, "gRPC: NOT_SERVING")
+    );
+    assert_eq!(run.of(&db), vec![down(1, "gRPC: NOT_SERVING")]);
+    assert_eq!(
+        run.of(&nope),
+        vec![down(
+            1,
+            "gRPC: grpc-status 5 (NOT_FOUND): service not registered"
+        )]
+    );
+    assert_eq!(run.of(&whole), vec![up(1, "SERVING")]);
+    // Its answer, whether the probe failed reading it or writing after the server closed.
+    assert_eq!(
+        run.of(&h1),
+        vec![down(
+            1,
+            "gRPC: not HTTP/2: the server answered \"HTTP/1.1 200 X\""
+        )]
+    );
+}
+
+/// An agent answering as HAProxy's agents do, one answer per connection: three times
+/// `50%`, three times `drain`, three times nothing (it closes), three times `up`, then
+/// `down`. Each new answer reaches the prober's consumer once, as a transition carrying it;
+/// silence gives no verdict (the probe numbers skip it); `down` takes the backend down.
+#[test]
+fn agent_answers_are_transitions_and_silence_is_no_verdict() {
+    use health::{AgentAdmin, AgentState};
+    let lab = lab_named("hpap", "hpas");
+    let _servers = serve(&lab.srv, move || {
+        let agent = tcp_listener(SERVER, 9777);
+        async move {
+            let mut n = 0;
+            loop {
+                let (mut s, _) = agent.accept().await.expect("accept");
+                n += 1;
+                let answer = match n {
+                    1..=3 => "50%\n",
+                    4..=6 => "drain\n",
+                    7..=9 => "",
+                    10..=12 => "up\n",
+                    _ => "down #maintenance window\n",
+                };
+                let _ = s.write_all(answer.as_bytes()).await;
+            }
+        }
+    });
+    let c = check(
+        "agent",
+        CheckKind::Agent { send: None },
+        1,
+        1,
+        InitialHealth::Up,
+    );
+    let t = target(SERVER, 9777, &c);
+    let run = probe(&lab.prb, vec![t.clone()], INTERVAL * 25, INTERVAL, |ts| {
+        ts.len() >= 4
+    });
+    let at = |admin, weight_percent| {
+        Some(AgentState {
+            admin,
+            weight_percent,
+        })
+    };
+    let seen: Vec<(Health, u64, Option<AgentState>)> = run
+        .transitions
+        .iter()
+        .map(|t| (t.to, t.probe, t.agent))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Health::Up, 1, at(AgentAdmin::Ready, Some(50))),
+            (Health::Up, 4, at(AgentAdmin::Drain, None)),
+            (Health::Up, 7, at(AgentAdmin::Ready, None)),
+            (Health::Down, 10, None),
+        ]
+    );
+    assert_eq!(
+        run.transitions[3].reason.to_string(),
+        "agent says down: maintenance window"
+    );
+    assert_eq!(run.status(&t).agent, at(AgentAdmin::Ready, None));
+}
+
+/// A check of another host than the backend's (keepalived's `connect_ip`) probes that host
+/// and decides for the backend; a list of status codes accepts any of them; a digest
+/// passes on the page's exact MD5 and fails naming the one it got.
+#[test]
+fn another_host_status_lists_and_digests() {
+    let lab = lab_named("hpop", "hpos");
+    let _servers = serve(&lab.srv, || {
+        let l = tcp_listener(SERVER, 8080);
+        async move {
+            loop {
+                let (mut s, _) = l.accept().await.expect("accept");
+                tokio::spawn(async move {
+                    let head = read_head(&mut s).await;
+                    let status = if head.starts_with(b"GET /maint ") {
+                        503
+                    } else {
+                        200
+                    };
+                    let _ = s.write_all(response(status, "hello\n").as_bytes()).await;
+                });
+            }
+        }
+    });
+    let mk = |name: &str, path: &str, status: Vec<(u16, u16)>, digest: &str| {
+        let mut h = http(None);
+        h.path = path.into();
+        h.expect_status = status;
+        h.expect_digest = Some(digest.into());
+        let mut c = (*check(name, CheckKind::Http(h), 1, 1, InitialHealth::Down)).clone();
+        c.address = Some(SERVER.parse().expect("literal"));
+        c.port = Some(8080);
+        Arc::new(c)
+    };
+    let md5_hello = "b1946ac92492d2347c6235b4d2611184";
+    // The backend itself (10.201.0.99) does not exist: only the check's host answers.
+    let good = target(
+        "10.201.0.99",
+        80,
+        &mk("good", "/", vec![(200, 200)], md5_hello),
+    );
+    let maint = target(
+        "10.201.0.99",
+        80,
+        &mk("maint", "/maint", vec![(200, 200), (500, 503)], md5_hello),
+    );
+    let wrong = target(
+        "10.201.0.99",
+        80,
+        &mk("wrong", "/", vec![(200, 200)], &"0".repeat(32)),
+    );
+    let mut closed = (*mk("closed", "/", vec![(200, 200)], md5_hello)).clone();
+    closed.port = Some(8081);
+    closed.initial = InitialHealth::Up;
+    let closed = target("10.201.0.99", 80, &Arc::new(closed));
+    let run = probe(
+        &lab.prb,
+        vec![good.clone(), maint.clone(), wrong.clone(), closed.clone()],
+        INTERVAL * 8,
+        INTERVAL,
+        |ts| ts.len() >= 3,
+    );
+    assert_eq!(good.key().address.to_string(), SERVER);
+    assert_eq!(run.of(&good), vec![up(1, "status 200")]);
+    assert_eq!(run.of(&maint), vec![up(1, "status 503")]);
+    assert!(run.of(&wrong).is_empty(), "starts down, stays down");
+    assert_eq!(
+        run.status(&wrong).last_failure,
+        Some(Failure::Digest(md5_hello.into()))
+    );
+    assert_eq!(run.of(&closed), vec![down(1, "connection refused")]);
 }

@@ -305,7 +305,14 @@ impl Client {
             } => self.set_weight(vip, backend, *weight).await,
             Command::Announce { vip, announce } => self.vip_announce(vip, *announce).await,
             Command::Reload => self.reload().await,
+            Command::ReclaimDatapath => self.reclaim_datapath().await,
         }
+    }
+
+    /// Takes every datapath interface another XDP program holds back from it (`POST
+    /// /v1/datapath/reclaim`).
+    pub async fn reclaim_datapath(&self) -> Result<Commit, ClientError> {
+        self.call(Method::POST, "/v1/datapath/reclaim", None).await
     }
 
     /// Reloads the config file; a rejected file comes back as [`ClientError::Api`] with

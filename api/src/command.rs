@@ -24,6 +24,8 @@ pub enum Command {
     Announce { vip: String, announce: bool },
     /// Reload the config file.
     Reload,
+    /// Take the datapath interfaces another XDP program holds back from it.
+    ReclaimDatapath,
 }
 
 impl Command {
@@ -47,6 +49,7 @@ impl Command {
                 )
             }
             Command::Reload => "reload".to_string(),
+            Command::ReclaimDatapath => "take the datapath back".to_string(),
         }
     }
 }

@@ -57,6 +57,56 @@ pub struct Status {
     /// the workers.
     #[serde(default)]
     pub lvs: Lvs,
+    /// How this process took over from the one before it (`sluice run --takeover`, or a
+    /// restart), `None` when it started cold.
+    #[serde(default)]
+    pub takeover: Option<Takeover>,
+}
+
+/// A takeover's outcome: the connections the process before this one handed over.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Takeover {
+    /// The table version the process before ran.
+    pub from_version: u64,
+    /// Flows it handed over.
+    pub flows_handed: u64,
+    /// Of those, flows in this process's tables.
+    pub flows_carried: u64,
+    /// Flows refused (their VIP is gone or changed mode, expired, no room): lost.
+    pub flows_lost: u64,
+    /// Of the carried flows, those whose XDP flow-cache entries went on forwarding.
+    pub flows_cached: u64,
+    /// Milliseconds in which no engine ran (the tables asked for until this process's
+    /// workers ran): only the flow cache forwarded, other frames were held.
+    pub held_ms: u64,
+    /// Milliseconds from the first question to the old process's exit.
+    pub total_ms: u64,
+    /// Why the state could not be used (the process started cold), if it could not.
+    #[serde(default)]
+    pub cold: Option<String>,
+}
+
+impl std::fmt::Display for Takeover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cold {
+            Some(why) => write!(
+                f,
+                "took over from version {} cold: {why}",
+                self.from_version
+            ),
+            None => write!(
+                f,
+                "took over from version {}: {} of {} flows carried ({} lost, {} in the flow cache), engines held {} ms, {} ms in all",
+                self.from_version,
+                self.flows_carried,
+                self.flows_handed,
+                self.flows_lost,
+                self.flows_cached,
+                self.held_ms,
+                self.total_ms
+            ),
+        }
+    }
 }
 
 /// The LVS features' counters: the shared persistence table, connection limits and their
@@ -211,6 +261,13 @@ pub struct Interface {
     /// `ntuple (N rules)`, or `handoff: ...` with the reason the NIC does not steer it.
     #[serde(default)]
     pub return_steering: String,
+    /// Whether it forwards, as the datapath watch last saw it: `forwarding`, `link_down`,
+    /// `detached`, `foreign`, `unbound` or `missing`.
+    #[serde(default)]
+    pub state: String,
+    /// The state in words (who holds the interface when another program does).
+    #[serde(default)]
+    pub state_detail: String,
 }
 
 /// Packet and byte totals.
@@ -287,6 +344,21 @@ pub struct Vip {
     /// on `address:port`, so a VIP is only ever named by `name` (every `{vip}` in a path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_vni: Option<u32>,
+    /// Its quorum (`quorum`, `on_quorum_lost`): `up`, `sorry` (the sorry backends take the
+    /// new flows), `withdrawn` (withdrawn from BGP) or `lost` (the primaries still up serve).
+    #[serde(default = "up")]
+    pub quorum: String,
+    /// `active`, or `standby` (announced with the worse path of `[bgp.standby]`).
+    #[serde(default = "active")]
+    pub role: String,
+}
+
+fn up() -> String {
+    "up".into()
+}
+
+fn active() -> String {
+    "active".into()
 }
 
 /// `GET /v1/vips/{vip}/backends`.
@@ -345,6 +417,17 @@ pub struct Backend {
     /// Absent for the underlay's VIPs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vtep: Option<String>,
+    /// `primary`, or `sorry` (takes new flows only while its VIP has lost its quorum).
+    #[serde(default = "primary")]
+    pub role: String,
+    /// Its agent check's last answer (`ready 50%`, `drain`, `maint`), applied over the
+    /// operator's weight and state; absent without an agent check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+fn primary() -> String {
+    "primary".into()
 }
 
 /// `GET /v1/bgp`.

@@ -184,6 +184,7 @@ impl Loop {
                 now_ns: sluice::datapath::monotonic_ns(),
                 resettle: false,
                 ramps: &Default::default(),
+                agents: &Default::default(),
                 exec: &Cores,
             })
             .expect("the bench config builds");

@@ -269,7 +269,7 @@ pub fn format_status(s: &api::Status) -> String {
     for i in &s.interfaces {
         let _ = writeln!(
             o,
-            "interface   {} xdp {} af_xdp {} queues {}{}",
+            "interface   {} xdp {} af_xdp {} queues {}{}{}",
             i.name,
             i.xdp_mode,
             if i.zero_copy { "zero-copy" } else { "copy" },
@@ -277,6 +277,10 @@ pub fn format_status(s: &api::Status) -> String {
             match &i.zero_copy_refused {
                 Some(why) => format!(" (zero-copy refused: {why})"),
                 None => String::new(),
+            },
+            match i.state.as_str() {
+                "" => String::new(),
+                _ => format!(" · {}", i.state_detail),
             }
         );
     }

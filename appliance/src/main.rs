@@ -34,6 +34,11 @@ enum Command {
         /// Configuration file.
         #[arg(long, short, default_value = config::DEFAULT_PATH)]
         config: PathBuf,
+        /// Take over from the appliance running on this config: its connections, XDP
+        /// program and flow cache go on in this process, without a reset (an upgrade or a
+        /// restart); the old process exits once this one forwards.
+        #[arg(long)]
+        takeover: bool,
     },
     /// Show which backend a flow gets, by which rule and Maglev slot, computed by the same
     /// code the datapath runs.
@@ -174,6 +179,10 @@ enum ImportFrom {
         /// Write the sluice.toml here instead of to standard output.
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Follow absolute `include` paths inside DIR (relative ones stay inside the
+        /// including file's directory); repeat for several.
+        #[arg(long, value_name = "DIR")]
+        allow_include: Vec<PathBuf>,
     },
 }
 
@@ -216,6 +225,14 @@ enum FleetCmd {
     Status,
 }
 
+/// `sluice ctl datapath ...`.
+#[derive(Subcommand, Clone)]
+enum DatapathCmd {
+    /// Take every datapath interface another XDP program holds back from it, in one step
+    /// (the appliance names the holder in its events and stays withdrawn until then).
+    Reclaim,
+}
+
 #[derive(Subcommand, Clone)]
 enum CtlCmd {
     /// The appliance: version and sync, interfaces, totals, drops.
@@ -247,6 +264,9 @@ enum CtlCmd {
     Announce { vip: String },
     /// Reload the config file (like SIGHUP); a bad file is rejected with every error.
     Reload,
+    /// The datapath: `reclaim` takes the interfaces another XDP program holds back.
+    #[command(subcommand)]
+    Datapath(DatapathCmd),
     /// Recent events (health, BGP, commits, operator actions, drops).
     Events {
         /// Only events after this sequence number.
@@ -286,10 +306,15 @@ fn main() -> ExitCode {
             no_color,
             refresh,
         } => console(&api, no_color, refresh),
-        Command::Run { config } => run(&config),
+        Command::Run { config, takeover } => run(&config, takeover),
         Command::Import {
-            from: ImportFrom::Keepalived { file, output },
-        } => import_keepalived(&file, output.as_deref()),
+            from:
+                ImportFrom::Keepalived {
+                    file,
+                    output,
+                    allow_include,
+                },
+        } => import_keepalived(&file, output.as_deref(), &allow_include),
         Command::Trace { config, flow, vni } => trace(&config, &flow, vni),
         Command::Lab {
             backends,
@@ -440,6 +465,7 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             announce: true,
         }),
         CtlCmd::Reload => C::Send(W::Reload),
+        CtlCmd::Datapath(DatapathCmd::Reclaim) => C::Send(W::ReclaimDatapath),
         CtlCmd::Events { since } => C::Events { since },
         CtlCmd::Bgp => C::Bgp,
         CtlCmd::List {
@@ -477,27 +503,20 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
 
 /// `sluice import keepalived`: 0 when the file was written (its placeholders still to be
 /// filled in), 1 when the input cannot be imported or the output not written.
-fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -> ExitCode {
-    let bytes = match std::fs::read(file) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("sluice import: {}: {e}", file.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    let source = file.file_name().map_or_else(
-        || file.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let imported = match sluice::import::keepalived::import(&bytes, &source) {
+fn import_keepalived(
+    file: &std::path::Path,
+    output: Option<&std::path::Path>,
+    allow_include: &[PathBuf],
+) -> ExitCode {
+    let imported = match sluice::import::keepalived::import_file(file, allow_include) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("sluice import: {}: {e}", file.display());
             return ExitCode::FAILURE;
         }
     };
-    for n in &imported.notes {
-        eprintln!("{}: {n}", file.display());
+    for n in &imported.notes.notes {
+        eprintln!("{}: {}", file.display(), imported.notes.show(n));
     }
     match output {
         Some(out) => {
@@ -510,7 +529,7 @@ fn import_keepalived(file: &std::path::Path, output: Option<&std::path::Path>) -
                  fill in its placeholders, then `sluice check --config {}`",
                 imported.vips,
                 out.display(),
-                imported.notes.len(),
+                imported.notes.notes.len(),
                 out.display()
             );
         }
@@ -606,7 +625,7 @@ fn raise_nofile() {
     }
 }
 
-fn run(path: &std::path::Path) -> ExitCode {
+fn run(path: &std::path::Path, takeover: bool) -> ExitCode {
     init_logging();
     raise_nofile();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -620,7 +639,7 @@ fn run(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(sluice::control::run(path)) {
+    match rt.block_on(sluice::control::run(path, takeover)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice run: {e}");
@@ -732,7 +751,13 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
             v.hash.name(),
             v.backends.len(),
             v.maglev_table_size,
-            v.health_check.as_deref().unwrap_or("-")
+            match v.health_checks.as_slice() {
+                [] => "-".to_string(),
+                names => names.join(match v.health_combine {
+                    config::Combine::All => "+",
+                    config::Combine::Any => "|",
+                }),
+            }
         );
     }
     if let Some(b) = &cfg.bgp {

@@ -34,6 +34,7 @@ pub use fsm::State;
 pub use ipnet::IpNet;
 pub use runtime::THREAD_NAME;
 pub use speaker::{
-    BfdConfig, BfdDiscards, BfdStatus, Md5Key, PeerConfig, PeerStatus, RouteAttrs, SocketOptions,
-    Speaker, SpeakerConfig, SpeakerConfigError, SpeakerError, TRACKED_PREFIXES, validate,
+    BfdConfig, BfdDiscards, BfdStatus, ExportAttrs, Md5Key, PeerConfig, PeerStatus, RouteAttrs,
+    SocketOptions, Speaker, SpeakerConfig, SpeakerConfigError, SpeakerError, TRACKED_PREFIXES,
+    validate,
 };

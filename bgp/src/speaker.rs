@@ -143,6 +143,21 @@ pub struct PeerConfig {
     pub enhanced_route_refresh: bool,
     /// Protect the session with BFD (RFC 5880/5881 single hop). Default off.
     pub bfd: Option<BfdConfig>,
+    /// Attributes every route to this peer carries besides its own. Default none.
+    pub export: ExportAttrs,
+}
+
+/// What a peer's routes carry on top of each route's own attributes: a MED and a local
+/// preference where the route sets none, extra AS-path prepends (eBGP only) and
+/// communities.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExportAttrs {
+    pub med: Option<u32>,
+    pub as_path_prepend: u8,
+    pub local_pref: Option<u32>,
+    /// Standard communities, each `asn << 16 | value`.
+    pub communities: Vec<u32>,
+    pub large_communities: Vec<LargeCommunity>,
 }
 
 /// BFD for one peer: the interval is both bfd.DesiredMinTxInterval and
@@ -291,6 +306,7 @@ impl PeerConfig {
             graceful_restart: None,
             enhanced_route_refresh: true,
             bfd: None,
+            export: ExportAttrs::default(),
         }
     }
 }
@@ -308,6 +324,12 @@ pub struct RouteAttrs {
     pub med: Option<u32>,
     /// LOCAL_PREF on iBGP sessions (default 100; ignored on eBGP).
     pub local_pref: Option<u32>,
+    /// Extra copies of our AS in the AS_PATH on eBGP sessions (a worse path; RFC 4271
+    /// 9.1.2.2 prefers the shorter). Ignored on iBGP, whose AS_PATH we leave empty.
+    pub as_path_prepend: u8,
+    /// The peers (by address) the prefix goes to; `None`: every peer. The others have it
+    /// withdrawn.
+    pub peers: Option<Vec<IpAddr>>,
 }
 
 /// A snapshot of one peer for the console and metrics.
@@ -619,7 +641,22 @@ impl Speaker {
     /// comes up; announcing it again replaces the attributes.
     pub fn announce(&self, prefix: IpNet, attrs: RouteAttrs) -> Result<(), SpeakerError> {
         let prefix = prefix.trunc();
-        self.send_all(|| PeerCmd::Announce(prefix, attrs.clone()))
+        let Some(only) = &attrs.peers else {
+            return self.send_all(|| PeerCmd::Announce(prefix, attrs.clone()));
+        };
+        let mut ok = self.peers.is_empty();
+        for p in &self.peers {
+            ok |= p.send(if only.contains(&p.address()) {
+                PeerCmd::Announce(prefix, attrs.clone())
+            } else {
+                PeerCmd::Withdraw(prefix)
+            });
+        }
+        if ok {
+            Ok(())
+        } else {
+            Err(SpeakerError::Stopped)
+        }
     }
 
     /// Withdraws `prefix` from every peer (a no-op if it was not announced).

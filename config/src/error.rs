@@ -69,6 +69,21 @@ pub enum LoadError {
     },
     #[error("config file {path}: empty (it needs at least [appliance] and one [[vip]])")]
     Empty { path: PathBuf },
+    #[error(
+        "config file {path}: larger than {} MiB: not a Sluice configuration (is this the \
+         right file?)",
+        crate::MAX_FILE >> 20
+    )]
+    TooLarge { path: PathBuf },
+    #[error(
+        "config file {path}: line {line}: byte 0x{byte:02x} is not text (a configuration is a \
+         text file: is this the right file?)"
+    )]
+    NotText {
+        path: PathBuf,
+        line: usize,
+        byte: u8,
+    },
     #[error("config file {path}: not valid TOML: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error("environment override: {0}")]

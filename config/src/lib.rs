@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod model;
+mod policy;
 mod range;
 mod reader;
 mod tree;
@@ -31,6 +32,54 @@ pub const DEFAULT_PATH: &str = "/etc/sluice/sluice.toml";
 
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "SLUICE";
+
+/// The largest configuration file read (100,000 VIPs of a few backends take about 50 MiB).
+pub const MAX_FILE: usize = 256 << 20;
+
+/// Reads `path` in 64 KiB chunks, refusing it at the first chunk holding a control byte (a
+/// binary, `/dev/zero`) and once over [`MAX_FILE`]: a wrong path never fills the memory.
+fn read_bounded(path: &Path) -> Result<String, LoadError> {
+    use std::io::Read;
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => LoadError::NotFound {
+            path: path.to_path_buf(),
+        },
+        _ => LoadError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let n = match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io(e)),
+        };
+        if out.len() + n > MAX_FILE {
+            return Err(LoadError::TooLarge {
+                path: path.to_path_buf(),
+            });
+        }
+        let start = out.len();
+        out.extend_from_slice(&chunk[..n]);
+        let control = |b: &u8| *b < 0x20 && !matches!(b, b'\t' | b'\r' | b'\n') || *b == 0x7f;
+        if let Some(at) = out[start..].iter().position(control) {
+            return Err(LoadError::NotText {
+                path: path.to_path_buf(),
+                line: 1 + out[..start + at].iter().filter(|b| **b == b'\n').count(),
+                byte: out[start + at],
+            });
+        }
+    }
+    String::from_utf8(out).map_err(|e| LoadError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })
+}
 
 impl Config {
     /// Parses and validates TOML text (no environment overrides).
@@ -58,15 +107,7 @@ pub fn load_with_env(
     path: &Path,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Config, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => LoadError::NotFound {
-            path: path.to_path_buf(),
-        },
-        _ => LoadError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        },
-    })?;
+    let text = read_bounded(path)?;
     load_str(&text, path, env)
 }
 
@@ -74,10 +115,7 @@ pub fn load_with_env(
 /// revision `revision` merged in (see `validate/fleet.rs`), validated whole like a file;
 /// every error names its key path.
 pub fn load_fleet(path: &Path, fleet_text: &str, revision: u64) -> Result<Config, LoadError> {
-    let local_text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
+    let local_text = read_bounded(path)?;
     let merged = merge_fleet(path, &local_text, fleet_text, revision)?;
     load_str(&merged, path, std::env::vars())
 }
@@ -179,6 +217,8 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
 mod lvs_tests;
 #[cfg(test)]
 mod outbound_tests;
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tenant_tests;
 #[cfg(test)]

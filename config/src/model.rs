@@ -197,6 +197,8 @@ pub struct Bgp {
     pub graceful_shutdown_wait: Duration,
     /// Communities attached to every VIP announcement.
     pub communities: Vec<Community>,
+    /// `[bgp.standby]`: how standby VIPs are announced.
+    pub standby: Standby,
     /// `graceful_restart = { enabled = true, restart_time = "30s" }`: RFC 4724 restart time
     /// to advertise, `None` when off (the default). While the appliance is away, routers
     /// keep its routes for this long: a restart causes no route churn, but a crashed
@@ -241,6 +243,8 @@ pub struct Peer {
     /// BFD for this session (RFC 5880/5881, single hop), after applying the `[bgp]`
     /// default; `None` when off.
     pub bfd: Option<Bfd>,
+    /// What every route to this peer carries besides the VIP's own attributes.
+    pub export: PeerExport,
 }
 
 /// A BGP community: standard (RFC 1997) or large (RFC 8092).
@@ -259,9 +263,11 @@ impl std::fmt::Display for Community {
     }
 }
 
+pub use crate::policy::*;
+
 /// `[[health_check]]` and its parts are the prober's own types: the health crate knows
 /// nothing of this config, and the appliance hands it checks without a translation layer.
-pub use health::{CheckKind, HealthCheck, HttpCheck, HttpMethod, InitialHealth};
+pub use health::{CheckKind, GrpcCheck, HealthCheck, HttpCheck, HttpMethod, InitialHealth};
 
 /// `[[vip]]`: one virtual service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,8 +283,21 @@ pub struct Vip {
     /// Maglev ring size (a prime): the VIP's own `maglev_table_size`, else the appliance's,
     /// else the default for its pool's size.
     pub maglev_table_size: u32,
-    /// Name of a `[[health_check]]`; `None` treats every backend as healthy.
-    pub health_check: Option<String>,
+    /// `health_check`: the `[[health_check]]`s that decide a backend's health (one name or a
+    /// list); empty treats every backend as healthy. A backend may name its own.
+    pub health_checks: Vec<String>,
+    /// `health_combine`: with several checks, whether a backend is up when all of them pass
+    /// (keepalived's several checkers) or when any does.
+    pub health_combine: Combine,
+    /// `inhibit_on_failure` (backends may override it): a backend whose checks fail keeps
+    /// its flows and takes no new ones, as with weight 0 in keepalived, instead of leaving.
+    pub inhibit_on_failure: bool,
+    /// The quorum of primary backends and what serves when it is lost (sorry backends or
+    /// withdrawal; see [`Fallback`]).
+    pub fallback: Fallback,
+    /// How the VIP is announced besides its communities: MED, AS-path prepends, local
+    /// preference, to which peers, and as the active or the standby appliance.
+    pub announce: Announce,
     /// DR and tunnel: a backend is healthy only when it also answers a probe sent to the
     /// VIP the way the datapath forwards (it holds the VIP and serves the port on it).
     pub health_via_vip: bool,
@@ -325,6 +344,16 @@ impl Vip {
     /// VNI with bit 24 set for a tenant VIP (VNI 0 is a valid VNI).
     pub fn zone(&self) -> u32 {
         crate::zone_of(self.tenant_vni)
+    }
+
+    /// The checks that decide backend `b`'s health: its own, else the VIP's.
+    pub fn checks_of<'a>(&'a self, b: &'a Backend) -> &'a [String] {
+        b.health_checks.as_deref().unwrap_or(&self.health_checks)
+    }
+
+    /// Whether backend `b` keeps its flows when its checks fail.
+    pub fn inhibits(&self, b: &Backend) -> bool {
+        b.inhibit_on_failure.unwrap_or(self.inhibit_on_failure)
     }
 }
 
@@ -607,6 +636,13 @@ pub struct Backend {
     /// on, where the appliance sends its VXLAN frames and health probes; `address` is then
     /// the backend's address in the tenant's network (it may repeat in other tenants).
     pub vtep: Option<IpAddr>,
+    /// `health_check` for this backend alone, replacing the VIP's (`[]`: unchecked).
+    pub health_checks: Option<Vec<String>>,
+    /// `inhibit_on_failure` for this backend, overriding the VIP's.
+    pub inhibit_on_failure: Option<bool>,
+    /// `role = "sorry"`: takes new flows only while the VIP has lost its quorum (a sorry
+    /// server, or a backup pool of several).
+    pub sorry: bool,
 }
 
 impl Backend {

@@ -88,7 +88,7 @@ fn shipped_example_is_valid() {
     match &check.kind {
         CheckKind::Http(h) => {
             assert_eq!(h.path, "/healthz");
-            assert_eq!(h.expect_status, (200, 200));
+            assert_eq!(h.expect_status, vec![(200, 200)]);
         }
         other => panic!("unexpected kind {other:?}"),
     }
@@ -357,7 +357,7 @@ fn health_check_status_range() {
     );
     let c = Config::from_toml_str(&ok).unwrap_or_else(|e| panic!("{e}"));
     match &c.health_checks[0].kind {
-        CheckKind::Http(h) => assert_eq!(h.expect_status, (200, 299)),
+        CheckKind::Http(h) => assert_eq!(h.expect_status, vec![(200, 299)]),
         other => panic!("unexpected {other:?}"),
     }
     let bad = ok.replace("200-299", "299-200");
@@ -871,4 +871,41 @@ fn health_batch_and_per_backend_metrics() {
         "metrics.top",
         "unknown key",
     );
+}
+
+#[test]
+fn a_file_that_is_not_text_is_refused_at_its_first_chunk() {
+    // /dev/zero: refused at once, line 1 (it used to be read until memory ran out).
+    let t = std::time::Instant::now();
+    let e = load(std::path::Path::new("/dev/zero")).expect_err("not a config");
+    assert!(
+        matches!(
+            e,
+            LoadError::NotText {
+                line: 1,
+                byte: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("is this the right file?"), "{e}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    let dir = std::env::temp_dir().join(format!("hp-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bin = dir.join("binary.toml");
+    std::fs::write(&bin, b"[appliance]\nname = \"x\"\n\x01\x02").expect("write");
+    let e = load(&bin).expect_err("binary");
+    assert!(
+        matches!(
+            e,
+            LoadError::NotText {
+                line: 3,
+                byte: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

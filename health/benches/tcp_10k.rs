@@ -464,6 +464,7 @@ fn run(addrs: u8, ports: u16, secs: u64, arrangement: Arrangement) {
         jitter: Duration::from_millis(50),
         initial: InitialHealth::Down,
         source: None,
+        address: None,
     });
     let targets: Vec<Target> = (0..addrs)
         .flat_map(|a| (0..ports).map(move |p| (a, p)))

@@ -21,6 +21,9 @@ pub struct HealthCheck {
     pub kind: CheckKind,
     /// Port to probe; `None` probes the backend's own port.
     pub port: Option<u16>,
+    /// Address to probe; `None` probes the backend's own address. A check of another host
+    /// (keepalived's `connect_ip`, a script's target) still decides for the backend.
+    pub address: Option<IpAddr>,
     /// Time between the starts of two probes of one target.
     pub interval: Duration,
     /// Time a probe may take before it counts as failed.
@@ -67,6 +70,30 @@ pub enum CheckKind {
     },
     /// ICMP or ICMPv6 echo.
     Icmp,
+    /// HAProxy's agent check: connect, optionally send a line, read the agent's answer
+    /// (`up`, `down`, `drain`, `maint`, `ready`, a weight percentage; see [`crate::agent`]).
+    Agent {
+        /// Bytes written once connected (HAProxy's `agent-send`).
+        send: Option<String>,
+    },
+    /// gRPC health checking (`grpc.health.v1.Health/Check`, the check Kubernetes
+    /// workloads expose): passes when the service answers SERVING.
+    Grpc(GrpcCheck),
+}
+
+/// The gRPC part of a `grpc` check.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GrpcCheck {
+    /// The service asked about; empty asks about the server as a whole.
+    pub service: String,
+    /// HTTP/2 over TLS (ALPN h2) instead of cleartext HTTP/2 (h2c, prior knowledge).
+    pub tls: bool,
+    /// With `tls`: verify the backend's certificate against the system trust store.
+    pub verify_tls: bool,
+    /// With `tls`: SNI and certificate name; defaults to the backend address.
+    pub server_name: Option<String>,
+    /// The `:authority` sent; defaults to the probed address and port.
+    pub authority: Option<String>,
 }
 
 impl CheckKind {
@@ -78,6 +105,8 @@ impl CheckKind {
             CheckKind::Https { .. } => "https",
             CheckKind::Udp { .. } => "udp",
             CheckKind::Icmp => "icmp",
+            CheckKind::Agent { .. } => "agent",
+            CheckKind::Grpc(_) => "grpc",
         }
     }
 }
@@ -91,10 +120,22 @@ pub struct HttpCheck {
     pub path: String,
     /// `Host` header; defaults to the backend address (and port when not the default).
     pub host: Option<String>,
-    /// Inclusive range of accepted status codes.
-    pub expect_status: (u16, u16),
+    /// Accepted status codes: inclusive ranges, any of which may match.
+    pub expect_status: Vec<(u16, u16)>,
     /// A substring the body must contain.
     pub expect_body: Option<String>,
+    /// The MD5 digest (32 hex digits, lower case) the whole body must have: keepalived's
+    /// `digest`, for a page whose exact content proves the service.
+    pub expect_digest: Option<String>,
+}
+
+impl HttpCheck {
+    /// Whether `status` is one of the accepted codes.
+    pub fn accepts(&self, status: u16) -> bool {
+        self.expect_status
+            .iter()
+            .any(|&(lo, hi)| (lo..=hi).contains(&status))
+    }
 }
 
 /// HTTP request method of a check.
@@ -150,7 +191,7 @@ impl Target {
             _ => self.check.port.unwrap_or(self.port),
         };
         ProbeKey {
-            address: self.address,
+            address: self.check.address.unwrap_or(self.address),
             port,
             check: Arc::clone(&self.check),
             via_vip: self.via_vip,
@@ -198,6 +239,7 @@ mod tests {
             name: "c".into(),
             kind,
             port,
+            address: None,
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
             rise: 2,

@@ -18,6 +18,10 @@ pub enum Pass {
     Reply,
     /// An ICMP echo reply arrived after this round trip.
     Echo(Duration),
+    /// The agent answered; what it asked for (weight, drain, maint).
+    Agent(crate::agent::AgentState),
+    /// The gRPC health service answered SERVING.
+    Serving,
 }
 
 impl std::fmt::Display for Pass {
@@ -27,6 +31,8 @@ impl std::fmt::Display for Pass {
             Pass::Status(s) => write!(f, "status {s}"),
             Pass::Reply => f.write_str("reply received"),
             Pass::Echo(rtt) => write!(f, "echo reply in {} us", rtt.as_micros()),
+            Pass::Agent(a) => write!(f, "agent: {a}"),
+            Pass::Serving => f.write_str("SERVING"),
         }
     }
 }
@@ -64,6 +70,20 @@ pub enum Failure {
     /// The HTTP body lacked the expected substring.
     #[error("body mismatch: expected {0:?}")]
     BodyMismatch(String),
+    /// The HTTP body's MD5 digest was not the expected one (this is the one it had).
+    #[error("body digest {0}")]
+    Digest(String),
+    /// The agent answered `down` (or `failed`, `stopped`), with its description if any.
+    #[error("agent says down{}", if .0.is_empty() { String::new() } else { format!(": {}", .0) })]
+    AgentDown(String),
+    /// The agent could not be asked or answered nothing it understands: no verdict either
+    /// way (as HAProxy, which leaves reachability to the other checks). Counted, never a
+    /// failure.
+    #[error("agent gave no verdict: {0}")]
+    NoVerdict(String),
+    /// The gRPC health service did not answer SERVING (or the call failed).
+    #[error("gRPC: {0}")]
+    Grpc(String),
     /// The HTTP response was not valid HTTP/1.x.
     #[error("bad response: {0}")]
     BadResponse(String),
@@ -123,6 +143,10 @@ impl Failure {
             Failure::ReplyMismatch(_) => "reply_mismatch",
             Failure::Status(_) => "status",
             Failure::BodyMismatch(_) => "body_mismatch",
+            Failure::Digest(_) => "digest",
+            Failure::AgentDown(_) => "agent_down",
+            Failure::NoVerdict(_) => "no_verdict",
+            Failure::Grpc(_) => "grpc",
             Failure::BadResponse(_) => "bad_response",
             Failure::Tls(_) => "tls",
             Failure::ServerName(_) => "server_name",

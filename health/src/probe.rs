@@ -30,7 +30,7 @@ const MAX_REPLY: usize = 64 * 1024;
 /// The largest HTTP response head accepted.
 const MAX_HEAD: usize = 16 * 1024;
 /// The most of an HTTP body searched for `expect_body`.
-const MAX_BODY: usize = 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 1024 * 1024;
 /// Headers parsed in an HTTP response head.
 const MAX_HEADERS: usize = 64;
 /// How much earlier than the check's timeout a VIP probe gives up (at most a tenth of it).
@@ -43,6 +43,8 @@ pub struct ProbeContext {
     vip: Option<Arc<dyn VipProber>>,
     tls_verify: OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>,
     tls_insecure: OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>,
+    /// The same for HTTP/2 (ALPN h2, gRPC checks): verified, not verified.
+    tls_h2: [OnceLock<Result<Arc<ClientConfig>, TlsSetupError>>; 2],
     icmp: Mutex<Vec<IcmpClient>>,
     icmp_seq: AtomicU16,
 }
@@ -150,6 +152,22 @@ impl ProbeContext {
                 Box::pin(https(addr, source, http, config, sni)).await
             }
             CheckKind::Icmp => Box::pin(self.icmp(key)).await,
+            CheckKind::Agent { send } => {
+                Box::pin(crate::agent::probe(addr, source, send.as_deref())).await
+            }
+            CheckKind::Grpc(g) => {
+                let tls = match g.tls {
+                    false => None,
+                    true => {
+                        let config = self.tls_h2_config(g.verify_tls)?;
+                        let name = sni_name(g.server_name.as_deref(), None, key.address);
+                        let sni = ServerName::try_from(name.clone())
+                            .map_err(|_| Failure::ServerName(name))?;
+                        Some((config, sni))
+                    }
+                };
+                Box::pin(crate::grpc::probe(addr, source, g, tls)).await
+            }
         }
     }
 
@@ -159,7 +177,14 @@ impl ProbeContext {
         } else {
             &self.tls_insecure
         };
-        cell.get_or_init(|| build_tls(verify).map(Arc::new))
+        cell.get_or_init(|| build_tls(verify, b"http/1.1").map(Arc::new))
+            .clone()
+            .map_err(|e| Failure::Tls(e.to_string()))
+    }
+
+    fn tls_h2_config(&self, verify: bool) -> Result<Arc<ClientConfig>, Failure> {
+        self.tls_h2[usize::from(verify)]
+            .get_or_init(|| build_tls(verify, b"h2").map(Arc::new))
             .clone()
             .map_err(|e| Failure::Tls(e.to_string()))
     }
@@ -242,7 +267,7 @@ pub(crate) fn io_failure(e: io::Error) -> Failure {
 
 /// Connects from `source`; `nodelay` for probes that write (a plain connect check saves
 /// the syscall).
-async fn connect(
+pub(crate) async fn connect(
     addr: SocketAddr,
     source: Option<IpAddr>,
     nodelay: bool,
@@ -337,7 +362,7 @@ async fn read_until_found<S: AsyncRead + Unpin>(
     }
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }
 
@@ -410,7 +435,7 @@ fn sni_name(server_name: Option<&str>, host: Option<&str>, address: IpAddr) -> S
     address.to_string()
 }
 
-fn tls_failure(e: io::Error) -> Failure {
+pub(crate) fn tls_failure(e: io::Error) -> Failure {
     // tokio-rustls carries rustls's own error inside; its words ("invalid peer
     // certificate: UnknownIssuer") are what the operator needs.
     if let Some(inner) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
@@ -440,7 +465,7 @@ enum TlsSetupError {
     Protocols(#[from] rustls::Error),
 }
 
-fn build_tls(verify: bool) -> Result<ClientConfig, TlsSetupError> {
+fn build_tls(verify: bool, alpn: &[u8]) -> Result<ClientConfig, TlsSetupError> {
     let provider = provider();
     // The explicit provider avoids depending on a process-wide default, which is
     // ambiguous (and panics) when another crate in the binary enables aws-lc-rs too.
@@ -461,7 +486,7 @@ fn build_tls(verify: bool) -> Result<ClientConfig, TlsSetupError> {
             .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
             .with_no_client_auth()
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(config)
 }
 
@@ -517,7 +542,10 @@ impl ServerCertVerifier for NoVerify {
 
 /// Reads from a stream, treating a TLS peer that closes without close_notify as EOF
 /// (many servers do; the response is complete by its own framing or by EOF).
-async fn read_some<S: AsyncRead + Unpin>(s: &mut S, buf: &mut [u8]) -> Result<usize, Failure> {
+pub(crate) async fn read_some<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut [u8],
+) -> Result<usize, Failure> {
     match s.read(buf).await {
         Ok(n) => Ok(n),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
@@ -553,18 +581,28 @@ async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
     // On the heap: a buffer in the future itself would be copied on every spawn.
     let mut chunk = vec![0u8; 8192];
     let head = read_head(&mut s, &mut buf, &mut chunk).await?;
-    let (lo, hi) = http.expect_status;
-    if head.status < lo || head.status > hi {
+    if !http.accepts(head.status) {
         return Err(Failure::Status(head.status));
     }
-    let Some(expect) = &http.expect_body else {
+    if http.expect_body.is_none() && http.expect_digest.is_none() {
         return Ok(Pass::Status(head.status));
-    };
-    if http.method == HttpMethod::Head || head.status == 204 || head.status == 304 {
-        return Err(Failure::BodyMismatch(expect.clone()));
     }
+    let bodiless = http.method == HttpMethod::Head || head.status == 204 || head.status == 304;
     let raw = buf.split_off(head.len);
-    find_in_body(&mut s, &head, raw, &mut chunk, expect).await
+    match (&http.expect_digest, &http.expect_body) {
+        (None, Some(expect)) if bodiless => Err(Failure::BodyMismatch(expect.clone())),
+        (None, Some(expect)) => find_in_body(&mut s, &head, raw, &mut chunk, expect).await,
+        (Some(want), expect) => {
+            let body = if bodiless {
+                Vec::new()
+            } else {
+                crate::digest::whole_body(&mut s, &head, raw, &mut chunk).await?
+            };
+            crate::digest::judge(&body, expect.as_deref(), want)?;
+            Ok(Pass::Status(head.status))
+        }
+        (None, None) => Ok(Pass::Status(head.status)),
+    }
 }
 
 /// Reads until `buf` holds a final (non-1xx) response head; interim responses
@@ -639,17 +677,17 @@ async fn find_in_body<S: AsyncRead + Unpin>(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
+pub(crate) enum Framing {
     Chunked,
     Length(usize),
     Eof,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Head {
-    status: u16,
-    len: usize,
-    framing: Framing,
+pub(crate) struct Head {
+    pub(crate) status: u16,
+    pub(crate) len: usize,
+    pub(crate) framing: Framing,
 }
 
 fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
@@ -687,7 +725,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
 }
 
 /// Decodes as much of a chunked body as `raw` holds; true once the last chunk is seen.
-fn dechunk(raw: &[u8]) -> Result<(Vec<u8>, bool), Failure> {
+pub(crate) fn dechunk(raw: &[u8]) -> Result<(Vec<u8>, bool), Failure> {
     let bad = |what: &str| Failure::BadResponse(format!("bad chunked body: {what}"));
     let mut body = Vec::new();
     let mut pos = 0;
@@ -764,8 +802,9 @@ mod tests {
             method: HttpMethod::Get,
             path: "/".into(),
             host: None,
-            expect_status: (200, 299),
+            expect_status: vec![(200, 299)],
             expect_body: None,
+            expect_digest: None,
         };
         assert_eq!(
             host_header(&http, "10.0.0.1:80".parse().unwrap(), 80),
@@ -816,6 +855,7 @@ mod tests {
             jitter: std::time::Duration::ZERO,
             initial: crate::check::InitialHealth::Down,
             source: None,
+            address: None,
         };
         ProbeKey {
             address: IpAddr::V4(Ipv4Addr::LOCALHOST),

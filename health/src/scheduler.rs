@@ -19,9 +19,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
+use crate::agent::AgentState;
 use crate::check::{ProbeKey, Target};
 use crate::hysteresis::{Health, Hysteresis, Reason};
-use crate::outcome::{Failure, Outcome};
+use crate::outcome::{Failure, Outcome, Pass};
 
 /// Identifies one probe for the lifetime of its key in the scheduler; a key removed and
 /// added again gets a new id (and fresh state).
@@ -60,10 +61,18 @@ pub struct Transition {
     pub at: Instant,
     /// How many probes of this target had completed, counting the deciding one.
     pub probe: u64,
+    /// An agent check's new answer ([`crate::agent`]): set when it differs from the one
+    /// before, with or without a change of state (`from == to` then).
+    pub agent: Option<AgentState>,
 }
 
 impl std::fmt::Display for Transition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.from == self.to
+            && let Some(a) = &self.agent
+        {
+            return write!(f, "{}: agent asks for {a} (probe {})", self.key, self.probe);
+        }
         write!(
             f,
             "{}: {} -> {} ({}, probe {})",
@@ -116,6 +125,8 @@ pub struct Status {
     pub next_due: Option<Instant>,
     /// A probe is running.
     pub in_flight: bool,
+    /// An agent check's last answer while up.
+    pub agent: Option<AgentState>,
 }
 
 /// Scheduler-wide counters.
@@ -134,6 +145,9 @@ pub struct Counters {
     pub local_errors: u64,
     /// Times a due probe waited because [`MAX_IN_FLIGHT`] probes were running.
     pub deferred: u64,
+    /// Agent checks whose agent could not be asked or gave no answer it understands
+    /// ([`Failure::NoVerdict`]): neither a pass nor a failure.
+    pub no_verdict: u64,
 }
 
 /// At most this many probes run at once, so hanging targets cannot take every descriptor:
@@ -165,6 +179,7 @@ struct Entry {
     last_outcome: Option<Outcome>,
     last_failure: Option<Failure>,
     last_start: Option<(Instant, Instant)>,
+    agent: Option<AgentState>,
 }
 
 impl Entry {
@@ -193,6 +208,7 @@ impl Entry {
             last_outcome: None,
             last_failure: None,
             last_start: None,
+            agent: None,
         };
         e.next_due = e.due_of(0);
         e
@@ -491,10 +507,19 @@ impl Scheduler {
         e.in_flight = None;
         self.in_flight -= 1;
         self.counters.completed += 1;
-        if let Err(Failure::Local(why)) = &outcome {
-            // The probe never reached the backend: its verdict stays as it was.
-            self.counters.local_errors += 1;
-            tracing::debug!(key = %e.key, "health probe not run: {why}");
+        if let Err(f @ (Failure::Local(_) | Failure::NoVerdict(_))) = &outcome {
+            // The probe never reached the backend, or its agent said nothing usable: the
+            // verdict stays as it was.
+            match f {
+                Failure::Local(why) => {
+                    self.counters.local_errors += 1;
+                    tracing::debug!(key = %e.key, "health probe not run: {why}");
+                }
+                _ => {
+                    self.counters.no_verdict += 1;
+                    e.last_outcome = Some(outcome.clone());
+                }
+            }
             let next = e.next_round(now);
             self.counters.skipped_rounds += next - e.round - 1;
             e.round = next;
@@ -510,20 +535,20 @@ impl Scheduler {
             }
         }
         let change = e.hysteresis.record(&outcome, now);
+        let agent = match &outcome {
+            Ok(Pass::Agent(a)) if e.agent != Some(*a) => {
+                e.agent = Some(*a);
+                Some(*a)
+            }
+            _ => None,
+        };
         e.last_outcome = Some(outcome);
         let next = e.next_round(now);
         self.counters.skipped_rounds += next - e.round - 1;
         e.round = next;
         e.next_due = e.due_of(next);
         self.due.push(e.next_due, id);
-        change.map(|c| Transition {
-            key: e.key.clone(),
-            from: c.from,
-            to: c.to,
-            reason: c.reason,
-            at: c.at,
-            probe: e.passed + e.failed,
-        })
+        transition(e, change, agent, now)
     }
 
     /// Status of one probe.
@@ -559,6 +584,41 @@ impl Scheduler {
     }
 }
 
+/// The transition a result caused: a change of state, an agent's new answer, both or none.
+fn transition(
+    e: &Entry,
+    change: Option<crate::hysteresis::Change>,
+    agent: Option<AgentState>,
+    now: Instant,
+) -> Option<Transition> {
+    let probe = e.passed + e.failed;
+    match (change, agent) {
+        (Some(c), agent) => Some(Transition {
+            key: e.key.clone(),
+            from: c.from,
+            to: c.to,
+            reason: c.reason,
+            at: c.at,
+            probe,
+            agent,
+        }),
+        // A new answer of an agent whose state stays: a transition of its own.
+        (None, Some(a)) => {
+            let state = e.hysteresis.state();
+            Some(Transition {
+                key: e.key.clone(),
+                from: state,
+                to: state,
+                reason: Reason::Passed(Pass::Agent(a)),
+                at: now,
+                probe,
+                agent: Some(a),
+            })
+        }
+        (None, None) => None,
+    }
+}
+
 /// Orders statuses by address, port and check name, as the console lists them.
 pub fn sort_status(v: &mut [Status]) {
     v.sort_by(|a, b| {
@@ -587,6 +647,7 @@ fn status(e: &Entry) -> Status {
         last_start: e.last_start,
         next_due: e.in_flight.is_none().then_some(e.next_due),
         in_flight: e.in_flight.is_some(),
+        agent: e.agent,
     }
 }
 
@@ -620,6 +681,7 @@ mod tests {
             jitter: jitter_ms * MS,
             initial,
             source: None,
+            address: None,
         })
     }
 
@@ -653,6 +715,59 @@ mod tests {
             now += step;
         }
         (sent, changes)
+    }
+
+    #[test]
+    fn hd_an_agent_s_new_answer_is_a_transition_and_silence_no_verdict() {
+        use crate::agent::{AgentAdmin, AgentState};
+        let t0 = Instant::now();
+        let c = check("agent", 100, 0, InitialHealth::Up);
+        let mut s = Scheduler::new();
+        s.set_targets([target("10.0.0.1", 80, &c)], t0);
+        let key = target("10.0.0.1", 80, &c).key();
+        let half = AgentState {
+            admin: AgentAdmin::Ready,
+            weight_percent: Some(50),
+        };
+        let drain = AgentState {
+            admin: AgentAdmin::Drain,
+            weight_percent: None,
+        };
+        let mut answers = vec![
+            Ok(Pass::Agent(half)),
+            Ok(Pass::Agent(half)),
+            Err(Failure::NoVerdict("connection refused".into())),
+            Ok(Pass::Agent(drain)),
+            Ok(Pass::Agent(AgentState::READY)),
+        ]
+        .into_iter();
+        let mut changes = Vec::new();
+        let mut now = t0;
+        while changes.len() < 3 && now < t0 + 5_000 * MS {
+            for d in s.poll(now) {
+                let outcome = answers.next().unwrap_or(Ok(Pass::Agent(AgentState::READY)));
+                changes.extend(s.on_result(d.id, d.seq, outcome, now));
+            }
+            now += MS;
+        }
+        let agents: Vec<Option<AgentState>> = changes.iter().map(|t| t.agent).collect();
+        assert_eq!(
+            agents,
+            [Some(half), Some(drain), Some(AgentState::READY)],
+            "each new answer once; a repeat and silence none"
+        );
+        assert!(
+            changes
+                .iter()
+                .all(|t| t.from == Health::Up && t.to == Health::Up)
+        );
+        assert_eq!(s.counters().no_verdict, 1);
+        assert_eq!(s.status_of(&key).unwrap().agent, Some(AgentState::READY));
+        assert!(
+            changes[1].to_string().contains("agent asks for drain"),
+            "{}",
+            changes[1]
+        );
     }
 
     #[test]

@@ -36,11 +36,22 @@ impl Appliance {
     /// Starts `sluice run --config CONFIG` in `ns`, its output (stdout and stderr) into
     /// `log`.
     pub fn spawn(ns: &Netns, sluice: &Path, config: &Path, log: &Path) -> Result<Appliance> {
+        Appliance::spawn_with(ns, sluice, config, log, &[])
+    }
+
+    /// [`Appliance::spawn`] with more arguments to `sluice run` (`--takeover`).
+    pub fn spawn_with(
+        ns: &Netns,
+        sluice: &Path,
+        config: &Path,
+        log: &Path,
+        args: &[&str],
+    ) -> Result<Appliance> {
         let file = std::fs::File::create(log).map_err(|e| LabError {
             command: format!("create {}", log.display()),
             detail: e.to_string(),
         })?;
-        let child = spawn_sluice_run(ns, sluice, config, Some(file))?;
+        let child = spawn_sluice_run_with(ns, sluice, config, Some(file), args)?;
         Ok(Appliance {
             child,
             config: config.to_path_buf(),
@@ -191,6 +202,29 @@ impl Lab {
         Ok(log)
     }
 
+    /// Starts `sluice run --takeover` for appliance `k` beside the one running, which hands
+    /// its connections over and exits; waits up to `timeout` for that exit. Returns whether
+    /// the old process exited cleanly, and the new one's log (`log` with `.N` appended).
+    pub fn take_over_at(
+        &mut self,
+        k: usize,
+        sluice: &Path,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<(bool, PathBuf)> {
+        let cfg = self.config_path_at(k);
+        let mut log = self.log_path_at(k).into_os_string();
+        log.push(format!(".{n}"));
+        let log = PathBuf::from(log);
+        let new = Appliance::spawn_with(self.appliance_ns(k), sluice, &cfg, &log, &["--takeover"])?;
+        let old = self.appliances[k].replace(new);
+        let exited = match old {
+            Some(mut a) => a.wait(timeout).0,
+            None => false,
+        };
+        Ok((exited, log))
+    }
+
     /// Appliance `k`'s `sluice run`, while the lab runs it.
     pub fn appliance(&self, k: usize) -> Option<&Appliance> {
         self.appliances.get(k)?.as_ref()
@@ -264,13 +298,20 @@ pub fn spawn_sluice_run(
     cfg: &Path,
     log: Option<std::fs::File>,
 ) -> Result<Child> {
-    ns.try_spawn(
-        &[
-            &sluice.to_string_lossy(),
-            "run",
-            "--config",
-            &cfg.to_string_lossy(),
-        ],
-        log,
-    )
+    spawn_sluice_run_with(ns, sluice, cfg, log, &[])
+}
+
+/// [`spawn_sluice_run`] with more arguments.
+pub fn spawn_sluice_run_with(
+    ns: &Netns,
+    sluice: &Path,
+    cfg: &Path,
+    log: Option<std::fs::File>,
+    args: &[&str],
+) -> Result<Child> {
+    let sluice = sluice.to_string_lossy();
+    let cfg = cfg.to_string_lossy();
+    let mut argv: Vec<&str> = vec![&sluice, "run", "--config", &cfg];
+    argv.extend_from_slice(args);
+    ns.try_spawn(&argv, log)
 }

@@ -48,6 +48,8 @@ impl Tables {
                 e.healthy = healthy(v, b);
                 core.eligible[s as usize] = e.eligible();
             }
+            let before = core.vips[slot].quorum.up;
+            core.vips[slot].quorum = core.apply_fallback(v, range, Some(before));
             touched.push((slot, v));
         }
         let rings = match super::rings::build(&core, &touched, false, exec) {

@@ -9,6 +9,8 @@ pub mod backend;
 pub mod conntrack;
 pub mod egress;
 pub mod exec;
+pub mod fallback;
+mod fingerprint;
 pub mod frame;
 pub mod hash;
 mod health_version;

@@ -217,6 +217,9 @@ pub struct VipEntry {
     pub overflow: Overflow,
     /// Some backend of the VIP has a connection limit.
     pub has_limits: bool,
+    /// Its quorum, and whether its sorry backends serve or it is to be withdrawn
+    /// (see `lb::fallback`).
+    pub quorum: crate::fallback::QuorumState,
     /// The VIP's address space ([`crate::hash::zone_of`]): 0, or a tenant's, whose
     /// frames arrive VXLAN-encapsulated and are matched by [`Core::tenant_vip`] alone.
     pub zone: u32,
@@ -256,17 +259,23 @@ pub struct BackendEntry {
     pub limit_index: u32,
     /// Its persistence token (see `lb::persist::token`).
     pub token: u32,
+    /// `role = "sorry"`: takes new flows only while its VIP has lost its quorum.
+    pub sorry: bool,
+    /// `inhibit_on_failure`: keeps its flows while unhealthy (it takes no new ones).
+    pub inhibit: bool,
 }
 
 impl BackendEntry {
-    /// May take new flows.
+    /// May take new flows as far as its own health, state and weight go (its VIP's quorum
+    /// may still set it aside: `Core::eligible` is the last word).
     pub fn eligible(&self) -> bool {
         self.healthy && self.state == BackendState::Active && self.weight > 0
     }
 
-    /// May keep its existing flows (drain keeps them; disabled and unhealthy do not).
+    /// May keep its existing flows (drain keeps them; disabled and unhealthy do not, unless
+    /// it inhibits on failure).
     pub fn keeps_flows(&self) -> bool {
-        self.healthy && self.state != BackendState::Disabled
+        (self.healthy || self.inhibit) && self.state != BackendState::Disabled
     }
 
     /// The address as an `IpAddr`.
@@ -410,7 +419,18 @@ fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEn
         weight: b.weight,
         state: b.state,
         healthy,
+        sorry: b.sorry,
+        inhibit: v.inhibits(b),
     }
+}
+
+/// A VIP's persistence settings, when on; the salt names the VIP in the shared table.
+fn persistence(v: &Vip, address: u128, proto: u8, zone: u32) -> Option<Persistence> {
+    v.persistence.map(|d| Persistence {
+        timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
+        netmask: v.persistence_netmask,
+        salt: crate::persist::salt(address, v.port, proto, zone),
+    })
 }
 
 impl Tables {
@@ -434,8 +454,13 @@ impl Tables {
         previous: Option<&Tables>,
         exec: &dyn crate::exec::Executor,
     ) -> Result<Tables, TableError> {
-        let prev: FastMap<&str, &Arc<Ring>> = previous
-            .map(|p| p.vips.iter().map(|v| (v.name.as_str(), &v.ring)).collect())
+        let prev: FastMap<&str, (&Arc<Ring>, bool)> = previous
+            .map(|p| {
+                p.vips
+                    .iter()
+                    .map(|v| (v.name.as_str(), (&v.ring, v.quorum.up)))
+                    .collect()
+            })
             .unwrap_or_default();
         let mut t = Core {
             built_as: version,
@@ -464,8 +489,11 @@ impl Tables {
         // rings, which read the entries, are built, on every core for a large config.
         let none = Arc::new(Ring::none());
         for v in &config.vips {
-            let held = prev.get(v.name.as_str()).copied().unwrap_or(&none);
-            t.add_vip(v, healthy, Arc::clone(held))?;
+            let (held, quorum) = match prev.get(v.name.as_str()) {
+                Some(&(ring, up)) => (ring, Some(up)),
+                None => (&none, None),
+            };
+            t.add_vip(v, healthy, Arc::clone(held), quorum)?;
         }
         let all: Vec<(usize, &Vip)> = config.vips.iter().enumerate().collect();
         for ((slot, _), (ring, built)) in all.iter().zip(super::rings::build(&t, &all, true, exec)?)
@@ -551,12 +579,13 @@ impl Tables {
 
 impl Core {
     /// Adds one VIP: its backends, Maglev ring (`prev`'s when the inputs match), bucket
-    /// table and indexes.
+    /// table and indexes; `quorum` is whether it had its quorum in the version before.
     fn add_vip(
         &mut self,
         v: &Vip,
         healthy: &dyn Fn(&Vip, &Backend) -> bool,
         ring: Arc<Ring>,
+        quorum: Option<bool>,
     ) -> Result<(), TableError> {
         let vslot = self.vips.len() as u32;
         if v.backends.len() > usize::from(u16::MAX) {
@@ -584,6 +613,7 @@ impl Core {
             });
         }
         let range = self.add_backends(vslot, v, proto, healthy);
+        let quorum = self.apply_fallback(v, range.clone(), quorum);
         let pool_has_limits = range
             .clone()
             .any(|s| self.backends[s as usize].limit.is_some());
@@ -620,13 +650,10 @@ impl Core {
             client_address: v.client_address,
             syn_proxy: v.syn_proxy,
             one_packet: v.udp_one_packet,
-            persistence: v.persistence.map(|d| Persistence {
-                timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
-                netmask: v.persistence_netmask,
-                salt: crate::persist::salt(address, v.port, proto, zone),
-            }),
+            persistence: persistence(v, address, proto, zone),
             overflow: v.overflow,
             has_limits: pool_has_limits,
+            quorum,
             zone,
         });
         Ok(())
@@ -705,37 +732,6 @@ impl Core {
                 vip: v.name.clone(),
                 source,
             })
-    }
-
-    /// A stable 64-bit digest of every VIP (name, address, port, protocol, mode), its
-    /// backend list (address, port, weight, state, health) and its ring, in VIP order:
-    /// equal on every appliance of the same release forwarding the same way.
-    pub fn fingerprint(&self) -> u64 {
-        let mut h = crate::maglev::DIGEST_SEED;
-        let mut put = |bytes: &[u8]| {
-            for &b in bytes {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
-        for v in &self.vips {
-            put(&(v.name.len() as u32).to_le_bytes());
-            put(v.name.as_bytes());
-            put(&v.address.to_le_bytes());
-            put(&v.port.to_le_bytes());
-            put(&[v.proto, v.v6 as u8]);
-            put(&v.zone.to_le_bytes());
-            put(format!("{:?}", v.mode).as_bytes());
-            put(&(v.backends.len() as u32).to_le_bytes());
-            for b in &self.backends[v.backends.start as usize..v.backends.end as usize] {
-                put(&b.address.to_le_bytes());
-                put(&b.port.to_le_bytes());
-                put(&b.weight.to_le_bytes());
-                put(&[b.state as u8, b.healthy as u8]);
-            }
-            put(&v.ring.digest().to_le_bytes());
-        }
-        h
     }
 
     /// Heap bytes of every ring this version uses, shared ones included.
@@ -839,6 +835,9 @@ pub(crate) mod tests {
             resume_connections: None,
             slow_start: None,
             vtep: None,
+            health_checks: None,
+            inhibit_on_failure: None,
+            sorry: false,
         }
     }
 
@@ -858,7 +857,11 @@ pub(crate) mod tests {
             scheduler: Scheduler::Maglev,
             hash: HashFields::FiveTuple,
             maglev_table_size: 65537,
-            health_check: None,
+            health_checks: Vec::new(),
+            health_combine: config::Combine::All,
+            inhibit_on_failure: false,
+            fallback: config::Fallback::default(),
+            announce: config::Announce::default(),
             health_via_vip: false,
             client_address: Default::default(),
             syn_proxy: Default::default(),
@@ -976,5 +979,25 @@ pub(crate) mod tests {
             err.to_string().contains("already served by vip web"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_inhibiting_backend_keeps_its_flows_while_failed() {
+        let mut web = vip(
+            "web",
+            "192.0.2.10",
+            80,
+            Mode::Nat,
+            vec![backend("10.0.0.1", 80, 1), backend("10.0.0.2", 80, 1)],
+        );
+        web.inhibit_on_failure = true;
+        web.backends[1].inhibit_on_failure = Some(false);
+        let t = Tables::build(&config(vec![web]), &|_, _| false, 1).unwrap();
+        assert_eq!(t.eligible, [false, false], "no new flows either way");
+        assert!(
+            t.backends[0].keeps_flows(),
+            "inhibited: kept, as at weight 0"
+        );
+        assert!(!t.backends[1].keeps_flows(), "removed: re-chosen");
     }
 }

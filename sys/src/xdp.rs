@@ -45,3 +45,21 @@ pub fn replace(
     }
     Ok(())
 }
+
+/// The ids of the XDP programs attached to `ifindex`: in the driver's (native) hook and in
+/// the generic one (0: none).
+pub fn attached(ifindex: u32) -> io::Result<(u32, u32)> {
+    let ifindex =
+        i32::try_from(ifindex).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut opts = libbpf_sys::bpf_xdp_query_opts {
+        sz: size_of::<libbpf_sys::bpf_xdp_query_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: `opts` is a fully initialised struct of the size it declares; libbpf fills
+    // it in and keeps no pointer past the call.
+    let ret = unsafe { libbpf_sys::bpf_xdp_query(ifindex, 0, &mut opts) };
+    if ret < 0 {
+        return Err(io::Error::from_raw_os_error(-ret));
+    }
+    Ok((opts.drv_prog_id, opts.skb_prog_id))
+}

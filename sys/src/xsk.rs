@@ -83,7 +83,26 @@ impl Xsk {
     /// Creates the UMEM and socket: zero-copy first, copy mode when the driver refuses.
     /// The socket is created without libxdp's default program (we bring our own) and with
     /// `need_wakeup`, so an idle socket costs no CPU.
+    ///
+    /// A queue still busy is tried again for up to two seconds: the kernel releases a
+    /// closed socket's hold on its queue in deferred work, so a process taking over from
+    /// one that has just closed its sockets can find the queue busy for a moment.
     pub fn new(cfg: &XskConfig) -> io::Result<Xsk> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            match Xsk::new_once(cfg) {
+                Err(e)
+                    if e.kind() == io::ErrorKind::ResourceBusy
+                        && std::time::Instant::now() < until =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn new_once(cfg: &XskConfig) -> io::Result<Xsk> {
         match Xsk::create(cfg, true) {
             Ok(x) => Ok(x),
             Err(zc) => {
@@ -642,6 +661,26 @@ pub fn channel_count(ifname: &str) -> Option<u32> {
     }
     let n = ch.rx_count.saturating_add(ch.combined_count);
     (n > 0).then_some(n)
+}
+
+/// Whether `ifname` is up with a link (the kernel's ETHTOOL_GLINK: administratively up and
+/// carrier on); `None` when the interface is gone or its driver does not say.
+pub fn link_up(ifname: &str) -> Option<bool> {
+    const ETHTOOL_GLINK: u32 = 0xa;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let mut v = EthtoolValue {
+        cmd: ETHTOOL_GLINK,
+        data: 0,
+    };
+    // SAFETY: `v` is a live ethtool_value, the structure ETHTOOL_GLINK fills.
+    if !unsafe { ethtool(ifname, (&mut v as *mut EthtoolValue).cast()) } {
+        return None;
+    }
+    Some(v.data != 0)
 }
 
 /// The interface's driver name (`ethtool -i`: "veth", "mlx5_core", ...), in the calling

@@ -1,7 +1,11 @@
 //! VIP announcement: the appliance announces a VIP's host route only while its datapath is up
-//! and the VIP has at least one backend that can take new flows, and withdraws it otherwise.
-//! Routers then spread traffic over every appliance that announces (ECMP) and stop sending
-//! to one whose VIPs are unhealthy or whose session died.
+//! and the VIP has at least one backend that can take new flows (a sorry backend counts; a
+//! VIP whose quorum is lost with `on_quorum_lost = "withdraw"` does not), and withdraws it
+//! otherwise. Routers then spread traffic over every appliance that announces (ECMP) and stop
+//! sending to one whose VIPs are unhealthy or whose session died. Each route carries the
+//! VIP's announcement policy: communities, MED, AS-path prepends, local preference, the peers
+//! it goes to, and for a `standby` VIP the worse path of `[bgp.standby]`, so the routers
+//! prefer the active appliance's and fall back on it only when that one is gone.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -10,7 +14,7 @@ use std::sync::Arc;
 use bgp::{BfdConfig, IpNet, Md5Key, PeerConfig, RouteAttrs, Speaker, SpeakerConfig};
 use tracing::{error, info, warn};
 
-use crate::config::{self, Community, Config};
+use crate::config::{self, Announce, Community, Config, Role};
 use crate::lb::Tables;
 use sys::sockopt::KernelSocketOptions;
 
@@ -53,6 +57,15 @@ pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {
                 Some(IpAddr::V6(a)) => pc.next_hop_v6 = Some(a),
                 None => {}
             }
+            let e = &p.export;
+            let c = attrs(e.communities.iter().copied(), &Announce::default(), None);
+            pc.export = bgp::ExportAttrs {
+                med: e.med,
+                as_path_prepend: e.as_path_prepend,
+                local_pref: e.local_pref,
+                communities: c.communities,
+                large_communities: c.large_communities,
+            };
             Some(pc)
         })
         .collect();
@@ -60,9 +73,30 @@ pub fn speaker_config(b: &config::Bgp) -> SpeakerConfig {
     s
 }
 
-fn attrs(communities: impl IntoIterator<Item = Community>) -> RouteAttrs {
-    let mut a = RouteAttrs::default();
-    for c in communities {
+/// The route's attributes: `communities`, and `policy`'s MED, prepends, local preference
+/// and peers, made worse by `standby` for a standby VIP.
+fn attrs(
+    communities: impl IntoIterator<Item = Community>,
+    policy: &Announce,
+    standby: Option<&config::Standby>,
+) -> RouteAttrs {
+    let mut a = RouteAttrs {
+        med: policy.med,
+        local_pref: policy.local_pref,
+        as_path_prepend: policy.as_path_prepend,
+        peers: (!policy.announce_to.is_empty()).then(|| policy.announce_to.clone()),
+        ..RouteAttrs::default()
+    };
+    let extra = match (policy.role, standby) {
+        (Role::Standby, Some(s)) => {
+            a.as_path_prepend = a.as_path_prepend.saturating_add(s.as_path_prepend);
+            a.med = Some(a.med.unwrap_or(0).max(s.med));
+            a.local_pref = Some(a.local_pref.unwrap_or(100).min(s.local_pref));
+            s.communities.as_slice()
+        }
+        _ => &[],
+    };
+    for c in communities.into_iter().chain(extra.iter().copied()) {
         match c {
             Community::Standard(x, y) => a.communities.push((u32::from(x) << 16) | u32::from(y)),
             Community::Large(g, l1, l2) => a.large_communities.push([g, l1, l2]),
@@ -70,22 +104,28 @@ fn attrs(communities: impl IntoIterator<Item = Community>) -> RouteAttrs {
     }
     a.communities.sort_unstable();
     a.communities.dedup();
+    a.large_communities.sort_unstable();
+    a.large_communities.dedup();
     a
 }
 
-/// An address that may be announced, with its communities. `settled` is false while the
-/// health checks of some VIP on it have not decided yet: such an address is not announced
-/// for the first time (flows that arrive while the pool is still filling would be pinned to
-/// the few backends up so far, and another appliance with the full pool would send them
-/// elsewhere after an ECMP change), but one already announced stays announced.
+/// An address that may be announced, with the route's attributes. `settled` is false while
+/// the health checks of some VIP on it have not decided yet: such an address is not
+/// announced for the first time (flows that arrive while the pool is still filling would be
+/// pinned to the few backends up so far, and another appliance with the full pool would send
+/// them elsewhere after an ECMP change), but one already announced stays announced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wanted {
-    pub communities: Vec<Community>,
+    /// The global and the VIPs' communities, and the announcement policy (validation keeps
+    /// it equal for every VIP of an address), made worse by `[bgp.standby]` for a standby.
+    pub attrs: RouteAttrs,
     pub settled: bool,
+    pub role: Role,
 }
 
-/// Which VIP addresses should be announced now: an address is announced when any VIP on it
-/// has a backend that can take new flows. `settled(vip)` says whether that VIP's health
+/// Which VIP addresses should be announced now, and with what: an address is announced
+/// when any VIP on it has a backend that can take new flows (and did not lose its quorum
+/// with `on_quorum_lost = "withdraw"`). `settled(vip)` says whether that VIP's health
 /// checks have all decided.
 pub fn wanted(
     config: &Config,
@@ -97,10 +137,10 @@ pub fn wanted(
         .as_ref()
         .map(|b| b.communities.clone())
         .unwrap_or_default();
-    let mut out: BTreeMap<IpAddr, Wanted> = BTreeMap::new();
+    let mut found: BTreeMap<IpAddr, (Vec<Community>, bool, &Announce)> = BTreeMap::new();
     for (slot, v) in tables.vips.iter().enumerate() {
         let healthy = v.backends.clone().any(|b| tables.eligible[b as usize]);
-        if !healthy {
+        if !healthy || v.quorum.withdraw {
             continue;
         }
         let Some(cv) = config.vips.get(slot) else {
@@ -111,25 +151,35 @@ pub fn wanted(
         if cv.tenant_vni.is_some() {
             continue;
         }
-        let e = out.entry(cv.address).or_insert_with(|| Wanted {
-            communities: global.clone(),
-            settled: true,
-        });
-        e.communities.extend(cv.communities.iter().copied());
-        e.settled &= settled(cv);
+        let e = found
+            .entry(cv.address)
+            .or_insert_with(|| (global.clone(), true, &cv.announce));
+        e.0.extend(cv.communities.iter().copied());
+        e.1 &= settled(cv);
     }
-    for w in out.values_mut() {
-        w.communities.sort_unstable_by_key(|c| c.to_string());
-        w.communities.dedup();
-    }
-    out
+    let standby = config.bgp.as_ref().map(|b| &b.standby);
+    found
+        .into_iter()
+        .map(|(ip, (communities, settled, policy))| {
+            let attrs = attrs(communities, policy, standby);
+            let role = policy.role;
+            (
+                ip,
+                Wanted {
+                    attrs,
+                    settled,
+                    role,
+                },
+            )
+        })
+        .collect()
 }
 
 /// Keeps the speaker's announcements equal to [`wanted`].
 pub struct Announcer {
     speaker: Speaker,
-    /// What the speaker announces now, with the communities it was given.
-    announced: BTreeMap<IpAddr, Vec<Community>>,
+    /// What the speaker announces now, with the attributes it was given.
+    announced: BTreeMap<IpAddr, RouteAttrs>,
     /// RFC 4724 graceful restart is configured.
     graceful_restart: bool,
     /// End-of-RIB has been released (every VIP settled once).
@@ -180,20 +230,17 @@ impl Announcer {
     pub fn sync(&mut self, wanted: &BTreeMap<IpAddr, Wanted>) {
         for (ip, w) in wanted {
             match self.announced.get(ip) {
-                Some(c) if *c == w.communities => continue,
+                Some(now) if *now == w.attrs => continue,
                 None if !w.settled => continue,
                 _ => {}
             }
             let prefix = IpNet::from(*ip);
-            if let Err(e) = self
-                .speaker
-                .announce(prefix, attrs(w.communities.iter().copied()))
-            {
+            if let Err(e) = self.speaker.announce(prefix, w.attrs.clone()) {
                 warn!(vip = %ip, "announce failed: {e}");
                 continue;
             }
-            self.announced.insert(*ip, w.communities.clone());
-            info!(vip = %ip, "bgp: announce");
+            self.announced.insert(*ip, w.attrs.clone());
+            info!(vip = %ip, role = w.role.name(), "bgp: announce");
         }
         self.withdraw_unless(|ip| wanted.contains_key(ip), "no healthy backend");
     }
@@ -312,7 +359,7 @@ address = "10.1.0.11"
         let vip: IpAddr = "192.0.2.10".parse().expect("literal");
         let got = w.get(&vip).expect("the VIP has a healthy backend");
         assert!(got.settled);
-        let a = attrs(got.communities.iter().copied());
+        let a = &got.attrs;
         assert_eq!(a.communities, vec![(65010 << 16) | 80, (65010 << 16) | 100]);
         assert_eq!(a.large_communities, vec![[65010, 1, 2]]);
         // No eligible backend: not wanted (withdrawn).
@@ -349,6 +396,62 @@ address = "10.1.0.11"
             s.peers
                 .iter()
                 .all(|p| p.graceful_restart == Some(std::time::Duration::from_secs(20)))
+        );
+    }
+
+    #[test]
+    fn a_standby_vip_is_announced_with_the_worse_path_to_its_peers_only() {
+        let text = BASE
+            .replace(
+                "communities = [\"65010:80\", \"65010:1:2\"]",
+                "communities = [\"65010:80\"]\nrole = \"standby\"\nmed = 10\n\
+                 announce_to = [\"10.0.0.1\"]",
+            )
+            .replacen(
+                "[[bgp.peer]]",
+                "[bgp.standby]\nas_path_prepend = 2\ncommunities = [\"65010:666\"]\n\n[[bgp.peer]]",
+                1,
+            );
+        let text = text.as_str();
+        let cfg = Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let tables = Tables::build(&cfg, &|_, _| true, 1).expect("tables");
+        let w = wanted(&cfg, &tables, &|_| true);
+        let vip: IpAddr = "192.0.2.10".parse().expect("literal");
+        let standby = &cfg.bgp.as_ref().expect("bgp").standby;
+        assert_eq!(w[&vip].role, Role::Standby);
+        let a = &w[&vip].attrs;
+        assert_eq!(a.as_path_prepend, 2);
+        assert_eq!(a.med, Some(1000), "the standby MED is the larger");
+        assert_eq!(a.local_pref, Some(50));
+        assert_eq!(
+            a.communities,
+            vec![(65010 << 16) | 80, (65010 << 16) | 100, (65010 << 16) | 666]
+        );
+        assert_eq!(a.peers, Some(vec!["10.0.0.1".parse().expect("literal")]));
+        let active = attrs([], &Announce::default(), Some(standby));
+        assert_eq!(
+            (active.as_path_prepend, active.med, active.peers),
+            (0, None, None)
+        );
+    }
+
+    #[test]
+    fn a_vip_that_lost_its_quorum_with_withdraw_is_not_wanted() {
+        let text = BASE.replace(
+            "[[vip.backend]]\naddress = \"10.1.0.11\"\n",
+            "quorum = 2\non_quorum_lost = \"withdraw\"\n\
+             [[vip.backend]]\naddress = \"10.1.0.11\"\nweight = 1\n\
+             [[vip.backend]]\naddress = \"10.1.0.12\"\nweight = 1\n",
+        );
+        let cfg = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let all = Tables::build(&cfg, &|_, _| true, 1).expect("tables");
+        assert_eq!(wanted(&cfg, &all, &|_| true).len(), 1);
+        let one = |_: &config::Vip, b: &config::Backend| b.address.to_string() == "10.1.0.11";
+        let lost = Tables::build_from(&cfg, &one, 2, Some(&all), &crate::lb::Serial).expect("t");
+        assert!(lost.eligible[0], "the primary still up serves what arrives");
+        assert!(
+            wanted(&cfg, &lost, &|_| true).is_empty(),
+            "but the VIP is withdrawn"
         );
     }
 }

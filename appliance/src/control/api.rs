@@ -94,6 +94,7 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
         .route("/v1/fleet", get(fleet))
         .route("/v1/events", get(events))
         .route("/v1/reload", post(reload))
+        .route("/v1/datapath/reclaim", post(reclaim))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
@@ -434,6 +435,10 @@ async fn reload(State(s): State<S>) -> Result<Response, Error> {
         StatusCode::UNPROCESSABLE_ENTITY,
     )
     .await
+}
+
+async fn reclaim(State(s): State<S>) -> Result<Response, Error> {
+    command(&s, change::Request::Reclaim, StatusCode::CONFLICT).await
 }
 
 /// Checks that only root can create or remove entries in `dir` (the socket's directory),

@@ -67,6 +67,20 @@ impl HealthBatch {
         self.transitions += 1;
     }
 
+    /// Records one transition deciding each pair its own way (a backend of several checks
+    /// takes their combined verdict).
+    pub fn add_each<'a>(
+        &mut self,
+        verdicts: impl IntoIterator<Item = (&'a BackendId, bool)>,
+        now: Instant,
+    ) {
+        for (p, up) in verdicts {
+            self.verdicts.insert(p.clone(), up);
+        }
+        self.first.get_or_insert(now);
+        self.transitions += 1;
+    }
+
     /// Opens the batch at `now` without a local transition: in a fleet, the fleet's
     /// verdicts moved with another member's report, and they commit with the batch.
     pub fn touch(&mut self, now: Instant) {

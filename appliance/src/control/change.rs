@@ -33,6 +33,8 @@ pub enum Request {
     Announce { vip: String, announce: bool },
     /// Read the config file again.
     Reload,
+    /// Take every datapath interface another XDP program holds back from it.
+    Reclaim,
 }
 
 /// What an operator does to a backend.
@@ -138,6 +140,8 @@ pub enum Applied {
     },
     /// An operator announced (or withdrew) a VIP.
     Announce { vip: String, announce: bool },
+    /// The datapath took these interfaces back from these programs (interface, id, name).
+    Reclaimed(Vec<(String, u32, String)>),
 }
 
 /// A config section a reload changed that only a restart applies.
@@ -245,6 +249,16 @@ impl std::fmt::Display for Applied {
                 let what = if *announce { "announce" } else { "withdraw" };
                 write!(f, "{what} VIP {vip}")
             }
+            Applied::Reclaimed(taken) if taken.is_empty() => {
+                f.write_str("no other XDP program holds a datapath interface: nothing taken back")
+            }
+            Applied::Reclaimed(taken) => {
+                let each: Vec<String> = taken
+                    .iter()
+                    .map(|(i, id, name)| format!("{i} from program {id} ({name})"))
+                    .collect();
+                write!(f, "datapath taken back: {}", each.join(", "))
+            }
         }
     }
 }
@@ -275,6 +289,9 @@ pub enum ChangeError {
     /// A fleet member could not write an operator's change to etcd, so no member applies it.
     #[error("cannot write the change to the fleet's etcd ({0}): nothing changed")]
     Fleet(String),
+    /// The datapath could not take an interface back from another program.
+    #[error("cannot take the datapath back: {0}")]
+    Reclaim(#[source] DatapathError),
     /// An operator's change to a backend leaves tables that cannot be built or put in place.
     #[error("cannot apply {}: {source}", op_name(*.op))]
     NotApplied {
@@ -302,7 +319,9 @@ impl ChangeError {
             ChangeError::ConfigRejected(_)
             | ChangeError::TablesRejected(_)
             | ChangeError::NotCommitted(_) => Some("config"),
-            ChangeError::NotApplied { .. } | ChangeError::Fleet(_) => None,
+            ChangeError::NotApplied { .. } | ChangeError::Fleet(_) | ChangeError::Reclaim(_) => {
+                None
+            }
         }
     }
 

@@ -31,6 +31,8 @@ pub struct Counters {
     pub health: HealthStats,
     /// Failed reads and writes of the operator overrides file (see `kept.rs`).
     pub overrides_file_errors: AtomicU64,
+    /// What the datapath watch did and saw, by `WatchEvent::name`.
+    pub datapath_watch: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 /// Health commit counters for metrics: every transition, the versions they made, and the

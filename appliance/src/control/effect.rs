@@ -58,6 +58,8 @@ pub enum Counter {
     OverridesFileError,
     /// Not an increment: the prober's total, copied.
     ProbesNotRun(u64),
+    /// The datapath watch did or saw this (`WatchEvent::name`).
+    DatapathWatch(&'static str),
 }
 
 /// One thing for the executor to do.
@@ -153,6 +155,9 @@ pub enum Effect {
     StopSpeaker {
         graceful_restart: bool,
     },
+    /// Take the datapath interfaces another program holds back (the operator's reclaim);
+    /// answered on `ReplyTo`, and with `Input::Datapath`.
+    Reclaim(ReplyTo),
     /// Detach the datapath; the loop ends.
     Stop,
 }
@@ -165,6 +170,7 @@ impl std::fmt::Display for Counter {
             Counter::ReloadRejected => f.write_str("reloads rejected"),
             Counter::OverridesFileError => f.write_str("overrides file errors"),
             Counter::ProbesNotRun(n) => write!(f, "probes not run = {n}"),
+            Counter::DatapathWatch(what) => write!(f, "datapath watch {what}"),
         }
     }
 }
@@ -224,6 +230,7 @@ impl std::fmt::Display for Effect {
                 kept.withdrawn.len()
             ),
             Effect::LogStats => f.write_str("log stats"),
+            Effect::Reclaim(to) => write!(f, "reclaim the datapath (reply {})", to.0),
             Effect::FleetSend(r) => f.write_str(match r {
                 FleetRequest::Report(_) => "fleet: report",
                 FleetRequest::Health(_) => "fleet: health report",

@@ -19,6 +19,8 @@ pub enum Kind {
     Reload,
     Drops,
     Flood,
+    Takeover,
+    Datapath,
 }
 
 impl Kind {
@@ -31,6 +33,8 @@ impl Kind {
             Kind::Reload => "reload",
             Kind::Drops => "drops",
             Kind::Flood => "flood",
+            Kind::Takeover => "takeover",
+            Kind::Datapath => "datapath",
         }
     }
 }

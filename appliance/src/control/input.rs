@@ -19,7 +19,7 @@ use super::change::{BackendOp, ChangeError, CommitError, Override, Request};
 use super::kept::{Kept, KeptError};
 use super::neighbours::NetEvent;
 use crate::config::{Config, LoadError};
-use crate::datapath::DatapathStats;
+use crate::datapath::{DatapathStats, WatchReport};
 use crate::lb::BackendId;
 
 /// The moment an input is handled: its clocks, and what the executor read then.
@@ -163,6 +163,13 @@ pub enum Input {
     },
     /// The fleet's running revision could not be kept on disk.
     LastGoodNotSaved(String),
+    /// The datapath watch saw something change (or an operator's reclaim ran): what it did
+    /// and every interface's state.
+    Datapath {
+        report: WatchReport,
+        /// The datapath's counters and states after it, for the readers' view.
+        stats: Option<DatapathStats>,
+    },
     /// SIGTERM or SIGINT.
     Terminate(&'static str),
 }

@@ -29,7 +29,7 @@ use super::prepare::{Steering, Targets};
 use super::state::State;
 use super::{announce, kept, notify, view};
 use crate::config;
-use crate::datapath::{Datapath, DatapathError};
+use crate::datapath::{Datapath, DatapathError, WatchEvent};
 use crate::lb::Tables;
 
 type Reply = oneshot::Sender<Result<Applied, ChangeError>>;
@@ -52,8 +52,8 @@ pub enum Flow {
 
 /// Everything the control loop does I/O with.
 pub struct Io {
-    shared: Arc<Shared>,
-    dp: Datapath,
+    pub(super) shared: Arc<Shared>,
+    pub(super) dp: Datapath,
     prober: health::Prober,
     announcer: Option<Announcer>,
     /// Resolution requests to the routes-and-neighbours task.
@@ -210,6 +210,7 @@ impl Io {
                 return Ok(Ran::Then(Input::OverridesSaved { kept, result }));
             }
             Effect::LogStats => info!("stats: {}", view::summary(&self.shared)),
+            Effect::Reclaim(to) => return Ok(self.reclaim(to)),
             e @ (Effect::FleetSend(_)
             | Effect::WriteOverride { .. }
             | Effect::LoadRevision { .. }
@@ -327,15 +328,62 @@ impl Io {
         );
     }
 
+    /// One check of the datapath watch (`datapath/watch.rs`): an input when it did or saw
+    /// something, none while nothing changed.
+    pub fn watch_datapath(&mut self) -> Option<Input> {
+        let report = self.dp.watch();
+        (!report.events.is_empty()).then(|| Input::Datapath {
+            report,
+            stats: self.dp.stats().ok(),
+        })
+    }
+
+    /// The operator's reclaim: answered at once, and its report goes to the decision.
+    fn reclaim(&mut self, to: ReplyTo) -> Ran {
+        match self.dp.reclaim() {
+            Ok(report) => {
+                let taken = report
+                    .events
+                    .iter()
+                    .filter_map(|e| match e {
+                        WatchEvent::Reclaimed {
+                            interface,
+                            id,
+                            name,
+                        } => Some((interface.clone(), *id, name.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                self.reply(to, Ok(Applied::Reclaimed(taken)), false);
+                Ran::Then(Input::Datapath {
+                    report,
+                    stats: self.dp.stats().ok(),
+                })
+            }
+            Err(e) => {
+                warn!("datapath reclaim: {e}");
+                self.reply(to, Err(ChangeError::Reclaim(e)), false);
+                Ran::Done
+            }
+        }
+    }
+
     fn count(&self, c: Counter) {
         use std::sync::atomic::Ordering::Relaxed;
         let k = &self.shared.counters;
+        if let Counter::DatapathWatch(what) = c {
+            if let Ok(mut m) = k.datapath_watch.lock() {
+                *m.entry(what).or_default() += 1;
+            }
+            return;
+        }
         match c {
             Counter::HealthTransition => k.health.transitions.fetch_add(1, Relaxed),
             Counter::HealthCommit => k.health.commits.fetch_add(1, Relaxed),
             Counter::ReloadRejected => k.reloads_rejected.fetch_add(1, Relaxed),
             Counter::OverridesFileError => k.overrides_file_errors.fetch_add(1, Relaxed),
             Counter::ProbesNotRun(n) => k.probes_not_run.swap(n, Relaxed),
+            Counter::DatapathWatch(_) => 0,
         };
     }
 
@@ -437,7 +485,7 @@ impl Io {
     }
 
     /// The process stops: the API listeners close and systemd hears so.
-    fn stopping(&mut self) {
+    pub(super) fn stopping(&mut self) {
         if let Some(l) = self.listeners.take() {
             l.stop();
         }
@@ -457,6 +505,14 @@ impl Io {
             a.abandon();
         } else {
             a.shutdown().await;
+        }
+    }
+
+    /// Closes the BGP sessions without a word (graceful restart: the routers keep the
+    /// routes for the next process, which is already running when a takeover calls this).
+    pub(super) fn abandon_speaker(&mut self) {
+        if let Some(a) = self.announcer.take() {
+            a.abandon();
         }
     }
 

@@ -21,6 +21,7 @@ mod conntrack;
 mod fleet;
 mod lvs;
 mod mtu;
+mod watch;
 
 use builder::{Builder, Labels, gset, labels, set};
 
@@ -42,6 +43,7 @@ pub fn render(s: &Shared) -> String {
     info(&mut b, s, &view);
     config_sync(&mut b, s, &agg);
     datapath(&mut b, &view, &agg);
+    watch::families(&mut b, s, &view);
     conntrack::families(&mut b, &agg);
     mtu::families(&mut b, &agg);
     lvs::families(&mut b, s);
@@ -533,7 +535,7 @@ fn backend(
         agg.backend_flows.get(&key).copied().unwrap_or(0) as i64,
     );
     let healthy =
-        v.health_check.is_none() || view.health.get(&key).is_some_and(|h| h.state == "up");
+        v.checks_of(bk).is_empty() || view.health.get(&key).is_some_and(|h| h.state == "up");
     gset(&bf.healthy, l.clone(), i64::from(healthy));
     let (share, _, eligible) = share;
     gset(&bf.eligible, l.clone(), i64::from(eligible));
@@ -834,12 +836,14 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
             sync_changed: tokio::sync::Notify::new(),
             commands: tokio::sync::mpsc::channel(1).0,
             fleet: Default::default(),
+            takeover: Default::default(),
             flow_cache: None,
             counters: Counters {
                 api_errors: AtomicU64::new(4),
                 probes_not_run: AtomicU64::new(0),
                 listeners: Default::default(),
                 reloads_rejected: AtomicU64::new(1),
+                datapath_watch: Default::default(),
                 health: {
                     let h = HealthStats::default();
                     h.transitions.store(5, std::sync::atomic::Ordering::Relaxed);
@@ -1056,6 +1060,17 @@ sluice_flows_rechosen_total 2
 # HELP sluice_flows_reopened SYNs on a closed connection's tuple, or of an unanswered handshake to a backend that takes no new connections, scheduled anew.
 # TYPE sluice_flows_reopened counter
 sluice_flows_reopened_total 3
+# HELP sluice_datapath_watch_events What the datapath watch did (reattached, rebound, reclaimed) or saw an interface become (forwarding, link_down, detached, foreign, unbound, missing).
+# TYPE sluice_datapath_watch_events counter
+sluice_datapath_watch_events_total{event="detached"} 0
+sluice_datapath_watch_events_total{event="foreign"} 0
+sluice_datapath_watch_events_total{event="forwarding"} 0
+sluice_datapath_watch_events_total{event="link_down"} 0
+sluice_datapath_watch_events_total{event="missing"} 0
+sluice_datapath_watch_events_total{event="reattached"} 0
+sluice_datapath_watch_events_total{event="rebound"} 0
+sluice_datapath_watch_events_total{event="reclaimed"} 0
+sluice_datapath_watch_events_total{event="unbound"} 0
 # HELP sluice_conntrack_state_entries Connection-table entries by state (syn and udp_new are embryonic; udp_oneway is reclaimed after them), over all workers.
 # TYPE sluice_conntrack_state_entries gauge
 sluice_conntrack_state_entries{state="closing"} 1

@@ -53,6 +53,8 @@ pub struct View {
     pub cache: Option<CacheStats>,
     /// Backends slow start ramps, with when each reaches its full weight.
     pub ramps: HashMap<BackendId, Instant>,
+    /// The agents' last answers.
+    pub agents: super::policy::Agents,
 }
 
 /// When the last commit was published and when every worker ran it.
@@ -84,6 +86,8 @@ pub struct Shared {
     /// The fleet document (`GET /v1/fleet`); `None` without `[fleet]`.
     pub fleet: Mutex<Option<api::FleetStatus>>,
     pub counters: Counters,
+    /// How this process took over from the one before it (`None`: it started cold).
+    pub takeover: Mutex<Option<api::Takeover>>,
 }
 
 /// Per worker: the version it runs, its flows, and its ring and handoff counters (from the
@@ -176,6 +180,8 @@ impl Shared {
                         zero_copy_refused: i.zero_copy_refused.clone(),
                         queues: i.queues,
                         return_steering: i.return_steering.describe(),
+                        state: i.state.name().to_string(),
+                        state_detail: i.state.describe(),
                     })
                     .collect(),
                 d.workers.iter().map(|w| w.rx).sum(),
@@ -228,6 +234,7 @@ impl Shared {
                 entries: c.entries as u64,
             }),
             flood: view.datapath.as_ref().map(|d| flood_doc(d.steer.flood)),
+            takeover: self.takeover.lock().ok().and_then(|t| t.clone()),
             lvs: self.lvs_doc(&agg),
         }
     }
@@ -339,7 +346,7 @@ impl Shared {
                     let key = BackendId::of(v, b);
                     let id = key.clone();
                     let ov = view.overrides.get(&key).copied().unwrap_or_default();
-                    let health = if v.health_check.is_none() {
+                    let health = if v.checks_of(b).is_empty() {
                         HealthView {
                             state: "unchecked",
                             reason: None,
@@ -379,6 +386,8 @@ impl Shared {
                         active_connections: conns.0,
                         inactive_connections: conns.1,
                         vtep: b.vtep.map(|a| a.to_string()),
+                        role: if b.sorry { "sorry" } else { "primary" }.to_string(),
+                        agent: super::policy::agent_word(&view.agents, &key),
                     }
                 })
                 .collect(),
@@ -511,7 +520,7 @@ fn vip_doc(
         .backends
         .iter()
         .filter(|b| {
-            v.health_check.is_none()
+            v.checks_of(b).is_empty()
                 || view
                     .health
                     .get(&BackendId::of(v, b))
@@ -551,6 +560,8 @@ fn vip_doc(
         persistence_netmask: v.persistence.map(|_| v.persistence_netmask),
         udp_one_packet: v.udp_one_packet,
         tenant_vni: v.tenant_vni,
+        quorum: super::policy::quorum_word(tables, slot).to_string(),
+        role: v.announce.role.name().to_string(),
     }
 }
 

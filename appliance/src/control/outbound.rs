@@ -170,6 +170,7 @@ mod tests {
             now_ns: crate::datapath::instant_ns(now),
             resettle: false,
             ramps: &Default::default(),
+            agents: &Default::default(),
             exec: &crate::lb::exec::Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"))

@@ -11,17 +11,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use super::neighbours::NextHops;
+pub use super::probes::{Targets, health_targets};
 
 use super::change::{Override, PrepareError};
+use super::policy::{self, Agents, Combined};
 use super::slowstart::{Ramps, Readiness};
 use crate::config::{self, Backend, Config, Mode, Vip};
 use crate::lb::BackendId;
 use crate::lb::Tables;
 use crate::lb::exec::Executor;
 use crate::lb::steering::{ReturnKey, VipKey};
-
-/// The prober's targets, with the VIP/backend pairs each one decides.
-pub type Targets = HashMap<health::ProbeKey, Vec<BackendId>>;
 
 /// What the XDP program steers to the workers: VIP keys and return-traffic keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,6 +64,9 @@ pub struct Inputs<'a> {
     pub resettle: bool,
     /// The slow-start ramps of the running version (`Ramps::default()` for the first).
     pub ramps: &'a Ramps,
+    /// The agents' last answers (with [`HealthSource::Verdicts`]; a reload reads the
+    /// prober's).
+    pub agents: &'a Agents,
     /// Builds many VIPs' rings at once (the control plane's cores; `lb::exec::Serial` in
     /// tests and tools).
     pub exec: &'a dyn Executor,
@@ -88,6 +90,9 @@ pub struct Prepared {
     /// end of an outbound drain) is due.
     pub ramps: Ramps,
     pub ramp_due: Option<Instant>,
+    /// The backends several probes decide, and the agents' answers this version applies.
+    pub combined: Combined,
+    pub agents: Agents,
 }
 
 /// Builds the next version from `i`, or says why it cannot be built.
@@ -101,9 +106,19 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         Arc::new(effective(i.file, &mut overrides))
     };
     let targets = health_targets(&config);
-    let health = match i.health {
-        HealthSource::Verdicts(v) => v.clone(),
-        HealthSource::Prober(status) => verdicts(status, &targets),
+    let combined = Combined::of(&config);
+    let (health, agents) = match i.health {
+        HealthSource::Verdicts(v) => (v.clone(), i.agents.clone()),
+        HealthSource::Prober(status) => (
+            policy::verdicts(status, &targets, &combined),
+            policy::agents(status, &targets),
+        ),
+    };
+    // The agents' wishes go over the operator's settings, in a copy the tables are built
+    // from (the file and the overrides stay as the operator wrote them).
+    let config = match policy::with_agents(&config, &agents) {
+        Some(c) => Arc::new(c),
+        None => config,
     };
     let healthy = |v: &Vip, b: &Backend| healthy(&config, &health, v, b);
     let ready = |v: &Vip, b: &Backend| readiness(&config, &health, v, b);
@@ -147,6 +162,8 @@ pub fn prepare(i: Inputs<'_>) -> Result<Prepared, PrepareError> {
         targets,
         ramps,
         ramp_due,
+        combined,
+        agents,
     })
 }
 
@@ -230,20 +247,20 @@ fn readiness(
         up: b.state == config::BackendState::Active
             && b.weight > 0
             && healthy(config, health, v, b),
-        decided: v.health_check.is_none() || health.contains_key(&BackendId::of(v, b)),
+        decided: v.checks_of(b).is_empty() || health.contains_key(&BackendId::of(v, b)),
     }
 }
 
-/// Whether a backend takes new flows as far as health goes: its check's verdict, or the
-/// check's initial state before one; a backend without a check is healthy.
+/// Whether a backend takes new flows as far as health goes: its checks' verdict, or their
+/// initial state before one; a backend without a check is healthy.
 fn healthy(config: &Config, health: &HashMap<BackendId, bool>, v: &Vip, b: &Backend) -> bool {
-    let Some(check) = v.health_check.as_ref().and_then(|n| config.health_check(n)) else {
+    if v.checks_of(b).is_empty() {
         return true;
-    };
+    }
     health
         .get(&BackendId::of(v, b))
         .copied()
-        .unwrap_or(check.initial == config::InitialHealth::Up)
+        .unwrap_or_else(|| policy::initial_up(config, v, b))
 }
 
 /// What the XDP program must steer to the engine for `config`.
@@ -284,66 +301,6 @@ pub fn steering(config: &Config) -> Steering {
     ret.sort_by_key(|k| format!("{k:?}"));
     ret.dedup();
     Steering { vips, returns: ret }
-}
-
-/// Health targets for the prober, with the VIP/backend pairs each one decides.
-pub fn health_targets(config: &Config) -> Targets {
-    let mut out: Targets = HashMap::new();
-    let mut checks: HashMap<String, Arc<config::HealthCheck>> = HashMap::new();
-    for c in &config.health_checks {
-        checks.insert(c.name.clone(), Arc::new(c.clone()));
-    }
-    for v in &config.vips {
-        let Some(check) = v.health_check.as_ref().and_then(|n| checks.get(n)) else {
-            continue;
-        };
-        for b in &v.backends {
-            let target = health::Target {
-                // A tenant backend's own address is the tenant's: probe its host (VTEP).
-                address: b.underlay(),
-                port: b.port,
-                check: Arc::clone(check),
-                via_vip: via_vip(v, b, check),
-            };
-            out.entry(target.key())
-                .or_default()
-                .push(BackendId::of(v, b));
-        }
-    }
-    out
-}
-
-/// The VIP a DR or tunnel backend must also answer for, on the VIP's port (for a VIP of
-/// every port: the backend's, else the check's port; none when that leaves no port).
-fn via_vip(v: &Vip, b: &Backend, check: &config::HealthCheck) -> Option<health::ViaVip> {
-    if !v.health_via_vip || !matches!(v.mode, Mode::Dr | Mode::Tunnel(_)) {
-        return None;
-    }
-    let port = [v.port, b.port, check.port.unwrap_or(0)]
-        .into_iter()
-        .find(|p| *p != 0)?;
-    Some(health::ViaVip {
-        vip: std::net::SocketAddr::new(v.address, port),
-        protocol: match v.protocol {
-            config::Protocol::Tcp => health::VipProtocol::Tcp,
-            config::Protocol::Udp => health::VipProtocol::Udp,
-        },
-        backend_port: b.port,
-        tenant_vni: v.tenant_vni,
-    })
-}
-
-/// The prober's current verdict for every VIP/backend pair of `targets`.
-fn verdicts(status: &[health::Status], targets: &Targets) -> HashMap<BackendId, bool> {
-    let mut out = HashMap::new();
-    for s in status {
-        if let Some(pairs) = targets.get(&s.key) {
-            for p in pairs {
-                out.insert(p.clone(), s.state == health::Health::Up);
-            }
-        }
-    }
-    out
 }
 
 /// The pairs BGP still waits for: while `settling`, those whose probes have not decided;
@@ -468,6 +425,7 @@ port = 8081
             last_start: None,
             next_due: None,
             in_flight: false,
+            agent: None,
         };
         let up = [status(true, health::Health::Up)];
         let applied_down = HashMap::from([(id.clone(), false)]);
@@ -559,6 +517,7 @@ port = 8081
             now_ns: 0,
             resettle: false,
             ramps: &Ramps::default(),
+            agents: &Agents::new(),
             exec: &Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"))
@@ -694,6 +653,7 @@ port = 8081
             now_ns: 0,
             resettle: true,
             ramps: &Ramps::default(),
+            agents: &Agents::new(),
             exec: &Serial,
         })
         .unwrap_or_else(|e| panic!("{e}"));
@@ -733,6 +693,7 @@ port = 8081
                 now_ns: 0,
                 resettle: false,
                 ramps,
+                agents: &Agents::new(),
                 exec: &Serial,
             })
             .unwrap_or_else(|e| panic!("{e}"))

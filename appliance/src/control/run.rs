@@ -38,12 +38,17 @@ use super::kept::Keeper;
 use super::model::{Shared, Sync};
 use super::neighbours::{self, NetEvent};
 use super::state::{First, State};
+use super::takeover::Taking;
+use super::takeover::{Asked, Offer, TakeoverError};
+use super::takeover_run::{
+    Handed, Imports, finish_takeover, handed_over, offer_takeover, take_flows,
+};
 use super::{api, cache, notify, prepare, view};
 use crate::config;
 use crate::datapath::flowcache::{self, FlowCache};
 use crate::datapath::neigh::{NeighError, Resolver};
 use crate::datapath::vipprobe::VipProbes;
-use crate::datapath::{Datapath, DatapathConfig, FrameHandler};
+use crate::datapath::{Datapath, DatapathConfig, FrameHandler, Loaded};
 use crate::engine::{CounterSnapshot, LbHandler, Published};
 
 /// Why `sluice run` could not start.
@@ -68,6 +73,18 @@ pub enum RunError {
     Fleet(#[from] FleetError),
     #[error("cannot start the flow cache's walker thread: {0} (out of threads or memory?)")]
     Thread(#[source] std::io::Error),
+    #[error("takeover: {0}")]
+    Takeover(#[from] TakeoverError),
+    #[error(
+        "an appliance already runs on {0} (stop it first, or start with --takeover to take its connections over)"
+    )]
+    AlreadyRunning(String),
+    #[error("cannot listen for a takeover on {path}: {source}")]
+    TakeoverSocket {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Where the loop's events come from.
@@ -76,16 +93,21 @@ struct Sources {
     transitions: mpsc::UnboundedReceiver<health::Transition>,
     net: mpsc::Receiver<NetEvent>,
     fleet: Option<mpsc::Receiver<Update>>,
+    /// A new process asking to take over (see [`super::takeover`]).
+    takeover: Option<Offer>,
 }
 
 /// `sluice run`: brings the datapath up with `path`'s config and runs until SIGTERM or
-/// SIGINT; SIGHUP (or the API) reloads the config.
-pub async fn run(path: &Path) -> Result<(), RunError> {
+/// SIGINT; SIGHUP (or the API) reloads the config. With `takeover`, the appliance running on
+/// the same config hands its connections over to this process (see [`super::takeover`]).
+pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
     let file = config::load(path)?;
     sys::mem::release_free_heap();
     if !nix::unistd::geteuid().is_root() {
         return Err(RunError::NotRoot);
     }
+    let api_socket = file.api.socket.clone();
+    let (taking, handed) = handed_over(&api_socket, takeover).await?;
     let resolver = Resolver::new().map_err(RunError::Netlink)?;
     // A fleet member starts on the last revision it activated, if one is kept.
     let start = fleet::start_from(path, file);
@@ -101,10 +123,12 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         keeper,
         next_hops,
         exec: &Cores,
+        health: handed.health.iter().cloned().collect(),
+        versions_from: handed.version,
     };
     let mut st = decide::first(first, &reading(crate::datapath::host_addresses()))?;
     let (cmd_tx, commands) = mpsc::channel::<Command>(64);
-    let shared = Arc::new(shared(&st, path, cmd_tx)?);
+    let shared = Arc::new(shared(&st, path, cmd_tx, taking.is_some())?);
     let walker = match &shared.flow_cache {
         Some(c) => Some(
             cache::Walker::spawn(Arc::clone(c), Arc::clone(&shared.published))
@@ -112,20 +136,22 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         ),
         None => None,
     };
-    let dp = start_datapath(&st, &shared)?;
-    dp.set_vips(&st.steering.vips)?;
-    dp.set_return_keys(&st.steering.returns)?;
-    dp.set_flood(&st.config.flood)?;
-    dp.set_stateless(&st.tables, shared.flow_cache.as_deref())?;
+    let (dp, report) = forward(&st, &shared, taking, &handed).await?;
     view::restart_sync_clock(&shared, Instant::now());
     let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await
         .map_err(RunError::Api)?;
+    let offer = offer_takeover(&api_socket)?;
     say_running(&st);
+    let quick = took_over(&shared, report, &handed);
     let sync_task = tokio::spawn(view::watch_sync(Arc::clone(&shared)));
     let (prober, transitions) = health::Prober::spawn_with(probe_context(&shared));
     io::set_probes(&prober, &st.targets);
-    st.settle_by = Instant::now() + prepare::settle_time(&st.config);
+    st.settle_by = match quick {
+        // The verdicts the tables were built on are the old process's: nothing to wait for.
+        true => Instant::now(),
+        false => Instant::now() + prepare::settle_time(&st.config),
+    };
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
     // checks settle (every tick re-syncs).
     let announcer = io::start_speaker(st.config.bgp.as_ref()).await;
@@ -150,8 +176,64 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         transitions,
         net: net_events,
         fleet: updates,
+        takeover: offer,
     };
     event_loop(&mut st, &mut io, sources).await
+}
+
+/// Starts the datapath with the first version (with a takeover: the program loaded while the
+/// old process still forwards, then the old process's tables taken and imported, then DONE
+/// and its exit awaited); returns it and the takeover's outcome.
+async fn forward(
+    st: &State,
+    shared: &Arc<Shared>,
+    mut taking: Option<Taking>,
+    handed: &Handed,
+) -> Result<(Datapath, Option<::api::Takeover>), RunError> {
+    // The program is loaded, verified and given the first version's steering while the old
+    // process still forwards: from its attach on, every VIP frame is the engine's.
+    let mut loaded = Loaded::load(shared.flow_cache.as_deref())?;
+    let steer = loaded.steer();
+    steer.set_vips(&st.steering.vips)?;
+    steer.set_return_keys(&st.steering.returns)?;
+    steer.set_flood(&st.config.flood)?;
+    steer.set_stateless(&st.tables, shared.flow_cache.as_deref())?;
+    let flows = match taking.as_mut() {
+        Some(t) => take_flows(t).await?,
+        None => None,
+    };
+    let taken = flows.as_ref().map(|b| b.flows());
+    let imports = flows.map(|b| Imports::new(b.workers));
+    let dp = match start_datapath(st, shared, loaded, imports.clone()) {
+        Ok(dp) => dp,
+        Err(e) => {
+            if let Some(t) = taking.take() {
+                t.fail().await;
+            }
+            return Err(e);
+        }
+    };
+    dp.set_vips(&st.steering.vips)?;
+    dp.set_return_keys(&st.steering.returns)?;
+    dp.set_flood(&st.config.flood)?;
+    dp.set_stateless(&st.tables, shared.flow_cache.as_deref())?;
+    let report = match taking.take() {
+        Some(t) => Some(finish_takeover(t, handed, taken, imports.as_ref()).await),
+        None => None,
+    };
+    Ok((dp, report))
+}
+
+/// Keeps a takeover's outcome for status and the console, as an event too; whether the
+/// process started on the old one's verdicts (BGP then need not wait for checks to settle).
+fn took_over(shared: &Shared, report: Option<::api::Takeover>, handed: &Handed) -> bool {
+    let Some(r) = report else { return false };
+    view::event(shared, super::events::Kind::Takeover, r.to_string());
+    let quick = r.cold.is_none() && !handed.health.is_empty();
+    if let Ok(mut t) = shared.takeover.lock() {
+        *t = Some(r);
+    }
+    quick
 }
 
 /// The clocks now and `host_addresses`, for the first version (nothing probes yet).
@@ -191,9 +273,32 @@ fn probe_context(shared: &Arc<Shared>) -> health::ProbeContext {
 }
 
 /// What the loop shares with the API and metrics, before the workers exist.
-fn shared(st: &State, path: &Path, commands: mpsc::Sender<Command>) -> Result<Shared, RunError> {
+fn shared(
+    st: &State,
+    path: &Path,
+    commands: mpsc::Sender<Command>,
+    taking_over: bool,
+) -> Result<Shared, RunError> {
     let flow_cache = if st.config.appliance.flow_cache {
-        Some(Arc::new(FlowCache::create(flowcache::CACHE_ENTRIES)?))
+        // Taking over (or after a crash): the attached program's cache, whose entries go
+        // on forwarding; else a new one.
+        let attached = st
+            .config
+            .appliance
+            .interfaces
+            .iter()
+            .find_map(|i| crate::datapath::steer::attached_sluice(i));
+        let adopted = attached.and_then(|id| FlowCache::adopt(id, flowcache::CACHE_ENTRIES));
+        match adopted {
+            Some(c) => {
+                info!(
+                    taking_over,
+                    "the flow cache of the program attached before this run is kept"
+                );
+                Some(Arc::new(c))
+            }
+            None => Some(Arc::new(FlowCache::create(flowcache::CACHE_ENTRIES)?)),
+        }
     } else {
         None
     };
@@ -216,44 +321,63 @@ fn shared(st: &State, path: &Path, commands: mpsc::Sender<Command>) -> Result<Sh
         commands,
         fleet: Default::default(),
         counters: Default::default(),
+        takeover: Default::default(),
     })
 }
 
 /// Starts the datapath with one engine per worker, each registered with `shared` so the
-/// API can read its counters and the version it runs.
-fn start_datapath(st: &State, shared: &Arc<Shared>) -> Result<Datapath, RunError> {
+/// API can read its counters and the version it runs; with `imports`, each takes in the
+/// flows a process before this one handed over before it sees a frame.
+fn start_datapath(
+    st: &State,
+    shared: &Arc<Shared>,
+    loaded: Loaded,
+    imports: Option<Imports>,
+) -> Result<Datapath, RunError> {
     let capacity = st.config.appliance.conntrack_capacity as usize;
-    let factory = {
-        let shared = Arc::clone(shared);
-        move |worker: usize, workers: usize| -> Box<dyn FrameHandler> {
-            let out = Arc::new(Mutex::new(CounterSnapshot::default()));
-            let running = Arc::new(AtomicU64::new(0));
-            if let Ok(mut w) = shared.workers.lock() {
-                w.push(WorkerView {
-                    snapshot: Arc::clone(&out),
-                    running: Arc::clone(&running),
-                });
-            }
-            let h = LbHandler::new(
-                Arc::clone(&shared.published),
-                capacity,
-                worker as u16,
-                workers as u16,
-                out,
-                running,
-            );
-            match &shared.flow_cache {
-                Some(c) => Box::new(h.with_flow_cache(Arc::clone(c))),
-                None => Box::new(h),
-            }
-        }
-    };
+    let factory = worker_factory(Arc::clone(shared), capacity, imports);
     let dp_cfg = DatapathConfig::from(&st.config.appliance);
-    Ok(Datapath::start_with_cache(
+    Ok(Datapath::start_loaded(
         dp_cfg,
+        loaded,
         shared.flow_cache.clone(),
         factory,
     )?)
+}
+
+/// The handler of each worker: an engine over the published tables (and the flow cache),
+/// its table filled from `imports` when a hand-over brought flows.
+pub(super) fn worker_factory(
+    shared: Arc<Shared>,
+    capacity: usize,
+    imports: Option<Imports>,
+) -> impl Fn(usize, usize) -> Box<dyn FrameHandler> {
+    move |worker: usize, workers: usize| -> Box<dyn FrameHandler> {
+        let out = Arc::new(Mutex::new(CounterSnapshot::default()));
+        let running = Arc::new(AtomicU64::new(0));
+        if let Ok(mut w) = shared.workers.lock() {
+            w.push(WorkerView {
+                snapshot: Arc::clone(&out),
+                running: Arc::clone(&running),
+            });
+        }
+        let h = LbHandler::new(
+            Arc::clone(&shared.published),
+            capacity,
+            worker as u16,
+            workers as u16,
+            out,
+            running,
+        );
+        let mut h = match &shared.flow_cache {
+            Some(c) => h.with_flow_cache(Arc::clone(c)),
+            None => h,
+        };
+        if let Some(i) = &imports {
+            i.fill(&mut h, worker, workers);
+        }
+        Box::new(h)
+    }
 }
 
 /// What the loop received.
@@ -261,8 +385,15 @@ enum Got {
     Input(Input),
     Command(Command),
     Tick,
+    /// The datapath watch's check is due (`datapath/watch.rs`).
+    Watch,
     Stall(Duration),
+    Takeover(Asked),
 }
+
+/// How often the datapath watch checks every interface: a program taken away is back (or
+/// the VIPs withdrawn) well within a second.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
 
 /// Hands every event to the executor as an input until a stop ends the loop.
 async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(), RunError> {
@@ -271,6 +402,8 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
     let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signal)?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut stall = StallHook::from_env()?;
+    let mut watch = tokio::time::interval(WATCH_EVERY);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let due = st.due();
         // A far deadline stands in while nothing is due (the branch is disabled then).
@@ -290,20 +423,30 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
                 Got::Input(Input::RampDue)
             }
             Some(u) = next_update(&mut src.fleet) => Got::Input(Input::Fleet(u)),
+            Some(asked) = next_asked(&mut src.takeover) => Got::Takeover(asked),
             Some(ev) = src.net.recv() => {
                 Got::Input(Input::Net(queued(ev, || src.net.try_recv().ok())))
             }
             _ = tick.tick() => Got::Tick,
+            _ = watch.tick() => Got::Watch,
             for_how_long = stall.next() => Got::Stall(for_how_long),
         };
         let input = match got {
             Got::Input(i) => i,
             Got::Command(cmd) => io.command(cmd),
             Got::Tick => Input::Tick(Box::new(io.tick())),
+            Got::Watch => match io.watch_datapath() {
+                Some(i) => i,
+                None => continue,
+            },
             Got::Stall(d) => {
                 stall_runtime(d).await;
                 continue;
             }
+            Got::Takeover(asked) => match io.hand_over(st, asked).await? {
+                Flow::Stop => return Ok(()),
+                Flow::Continue => continue,
+            },
         };
         if io.turn(st, input).await? == Flow::Stop {
             return Ok(());
@@ -318,6 +461,14 @@ fn queued<T>(first: T, mut next: impl FnMut() -> Option<T>) -> Vec<T> {
         all.push(t);
     }
     all
+}
+
+/// The next request of a new process (pending forever when none can come).
+async fn next_asked(offer: &mut Option<Offer>) -> Option<Asked> {
+    match offer {
+        Some((_, rx)) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The next update from the fleet's session (pending forever without a fleet).

@@ -18,6 +18,7 @@ use super::flood;
 use super::kept::Keeper;
 use super::neighbours::NextHops;
 use super::pending::Pending;
+use super::policy::PolicyState;
 use super::prepare::{Prepared, Steering, Targets};
 use super::slowstart::{self, Ramps};
 use crate::config::Config;
@@ -32,6 +33,11 @@ pub struct Versions {
 }
 
 impl Versions {
+    /// Numbers that go on from `last` (a takeover's).
+    pub fn after(last: u64) -> Versions {
+        Versions { last }
+    }
+
     /// The newest number handed out.
     pub fn last(&self) -> u64 {
         self.last
@@ -96,10 +102,15 @@ pub struct State {
     pub speaker: bool,
     /// A fleet member behind its fleet announces nothing until it has caught up.
     pub fleet_hold: bool,
+    /// The datapath interfaces that do not forward, in words (the datapath watch): while
+    /// any does, nothing is announced.
+    pub datapath_faults: Vec<String>,
     /// The slow-start ramps the running version was built with.
     pub ramps: Ramps,
     /// When the next slow-start level is due.
     pub ramp_due: Option<Instant>,
+    /// Several checks per backend and the agents' answers (see `policy.rs`).
+    pub policy: PolicyState,
     /// When the last slow-start step was committed (steps keep `MIN_STEP_GAP` apart).
     pub last_ramp_step: Option<Instant>,
     /// Health transitions received and not yet committed.
@@ -126,6 +137,11 @@ pub struct First {
     pub keeper: Keeper,
     pub next_hops: NextHops,
     pub exec: &'static dyn Executor,
+    /// The health verdicts the process before this one ran on (a takeover; empty
+    /// otherwise): the first version's rings are its rings.
+    pub health: HashMap<BackendId, bool>,
+    /// The last version number the process before handed out: this one numbers on.
+    pub versions_from: u64,
 }
 
 impl State {
@@ -149,8 +165,10 @@ impl State {
             targets: Arc::new(p.targets),
             speaker: false,
             fleet_hold: false,
+            datapath_faults: Vec::new(),
             ramps: p.ramps,
             ramp_due: p.ramp_due,
+            policy: PolicyState::of(p.combined, p.agents),
             last_ramp_step: None,
             batch: HealthBatch::default(),
             last: LastTick::default(),
@@ -171,6 +189,7 @@ impl State {
         self.health = p.health;
         self.ramps = p.ramps;
         self.ramp_due = p.ramp_due;
+        self.policy.adopt(p.combined, p.agents, &p.targets);
         ToApply {
             tables: p.tables,
             targets: p.targets,

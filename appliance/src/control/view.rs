@@ -46,6 +46,12 @@ pub fn publish(
                 .get(p)
                 .cloned()
                 .or_else(|| s.last_failure.as_ref().map(|f| f.to_string()));
+            // A backend of several checks shows their combined verdict once it has one.
+            let state = match (st.policy.combined.contains(p), st.health.get(p)) {
+                (true, Some(true)) => "up",
+                (true, Some(false)) => "down",
+                _ => state,
+            };
             health.insert(p.clone(), HealthView { state, reason });
         }
     }
@@ -73,6 +79,7 @@ pub fn publish(
         },
         datapath: datapath.or_else(|| old.datapath.clone()),
         ramps: ramps(st),
+        agents: st.policy.agents.clone(),
     }));
 }
 

@@ -30,6 +30,7 @@ mod ntuple;
 pub mod stateless;
 pub mod steer;
 pub mod vipprobe;
+pub mod watch;
 mod worker;
 
 use std::net::IpAddr;
@@ -42,7 +43,8 @@ use sys::xsk;
 pub use error::{DatapathError, SettingsError};
 pub use frame::{Frame, FrameHandler, HEADROOM};
 pub use ntuple::ReturnSteering;
-pub use steer::{AttachMode, FloodCounters, ReturnKey, SteerCounters, VipKey};
+pub use steer::{AttachMode, Attached, FloodCounters, ReturnKey, SteerCounters, VipKey};
+pub use watch::{LinkState, WatchEvent, WatchReport};
 pub use worker::{instant_ns, monotonic_ns};
 
 use crate::config::model::{Appliance, XdpMode};
@@ -101,6 +103,8 @@ pub struct InterfaceStatus {
     /// How FullNAT return traffic reaches the worker that owns it (ntuple rules or the
     /// handoff, and why).
     pub return_steering: ReturnSteering,
+    /// Whether it forwards, as the watch last saw it (see `watch.rs`).
+    pub state: LinkState,
 }
 
 /// Ring counters of one worker: what it moved between the sockets' rings and the handler.
@@ -144,6 +148,8 @@ pub struct DatapathStats {
 
 /// The running datapath. Dropping it stops it.
 pub struct Datapath {
+    /// What it was started with: the watch re-binds with it.
+    cfg: DatapathConfig,
     steer: Mutex<Steer>,
     ntuple: Mutex<ntuple::Ntuple>,
     interfaces: Vec<InterfaceStatus>,
@@ -155,6 +161,9 @@ pub struct Datapath {
     /// Each worker's handoff doorbell: `stop` rings them, so a sleeping worker sees the
     /// flag at once.
     bells: Vec<doorbell::Doorbell>,
+    /// The workers' handlers while no worker runs them (a re-bind that failed half-way):
+    /// the next re-bind starts workers with them.
+    parked: Mutex<Vec<Box<dyn FrameHandler>>>,
     stopped: bool,
 }
 
@@ -381,6 +390,7 @@ fn attach_all(
                     zero_copy_refused: zero_copy.refused.clone(),
                     kernel: KernelStats::default(),
                     return_steering: ReturnSteering::OneWorker,
+                    state: LinkState::Forwarding,
                 });
             }
             Err(e) => {
@@ -392,6 +402,22 @@ fn attach_all(
         }
     }
     Ok(interfaces)
+}
+
+/// The steering program loaded into the kernel (verified), not attached yet.
+pub struct Loaded(Steer);
+
+impl Loaded {
+    /// Loads the program, with `cache`'s maps when there is a flow cache.
+    pub fn load(cache: Option<&flowcache::FlowCache>) -> Result<Loaded, DatapathError> {
+        Ok(Loaded(Steer::load_with_cache(cache)?))
+    }
+
+    /// The program's maps, to fill before it is attached: a program attached with no VIPs
+    /// would hand their frames to the kernel until they are written.
+    pub fn steer(&mut self) -> &mut Steer {
+        &mut self.0
+    }
 }
 
 impl Datapath {
@@ -416,13 +442,29 @@ impl Datapath {
     where
         F: Fn(usize, usize) -> Box<dyn FrameHandler>,
     {
+        let loaded = Loaded::load(cache.as_deref())?;
+        Datapath::start_loaded(cfg, loaded, cache, handler_factory)
+    }
+
+    /// [`Datapath::start_with_cache`] with the program loaded (and verified) beforehand: a
+    /// takeover loads it while the old process still forwards, so the time in which no
+    /// engine runs is only the sockets' and the attach's.
+    pub fn start_loaded<F>(
+        cfg: DatapathConfig,
+        loaded: Loaded,
+        cache: Option<Arc<flowcache::FlowCache>>,
+        handler_factory: F,
+    ) -> Result<Datapath, DatapathError>
+    where
+        F: Fn(usize, usize) -> Box<dyn FrameHandler>,
+    {
         validate(&cfg)?;
         let ifaces = lookup_interfaces(&cfg)?;
         // Every worker needs a socket on every interface to send on, so there are as many
         // workers as the interface with the fewest queues has queues.
         let n_workers = ifaces.iter().map(|i| i.queues).min().unwrap_or(1).max(1) as usize;
 
-        let mut steer = Steer::load_with_cache(cache.as_deref())?;
+        let mut steer = loaded.0;
         if let Some(c) = &cache {
             add_cache_egress(c, &ifaces)?;
         }
@@ -431,6 +473,7 @@ impl Datapath {
         let interfaces = attach_all(&steer, &cfg, &ifaces, &sockets.zero_copy)?;
         steer.set_hold(true)?;
         let mut dp = Datapath {
+            cfg: cfg.clone(),
             steer: Mutex::new(steer),
             ntuple: Mutex::new(ntuple::Ntuple::new(&cfg.interfaces, n_workers as u32)),
             interfaces,
@@ -439,32 +482,33 @@ impl Datapath {
             counters: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             bells: Vec::new(),
+            parked: Mutex::new(Vec::new()),
             stopped: false,
         };
-        dp.spawn_workers(&cfg, &ifaces, sockets.ports, handler_factory)?;
+        let handlers = (0..n_workers)
+            .map(|w| handler_factory(w, n_workers))
+            .collect();
+        dp.spawn_workers(&ifaces, sockets.ports, handlers)?;
         Ok(dp)
     }
 
-    /// Starts one worker thread per entry of `ports`, each with the handler the factory
-    /// builds for it.
-    fn spawn_workers<F>(
+    /// Starts one worker thread per entry of `ports`, worker `w` with `handlers[w]` and the
+    /// counters worker `w` had before, if any.
+    fn spawn_workers(
         &mut self,
-        cfg: &DatapathConfig,
         ifaces: &[Interface],
         ports: Vec<Vec<Port>>,
-        handler_factory: F,
-    ) -> Result<(), DatapathError>
-    where
-        F: Fn(usize, usize) -> Box<dyn FrameHandler>,
-    {
+        handlers: Vec<Box<dyn FrameHandler>>,
+    ) -> Result<(), DatapathError> {
         let n_workers = ports.len();
+        let cfg = self.cfg.clone();
         let mut handoffs = handoff::HandoffPort::mesh(n_workers)
             .map_err(DatapathError::Handoff)?
             .into_iter();
         let ncpu = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
-        for (w, ports) in ports.into_iter().enumerate() {
+        for (w, (ports, handler)) in ports.into_iter().zip(handlers).enumerate() {
             let egress = ifaces
                 .iter()
                 .filter_map(|i| {
@@ -474,7 +518,14 @@ impl Datapath {
                         .map(|at| (i.ifindex, at))
                 })
                 .collect();
-            let counters = Arc::new(RingCounters::default());
+            let counters = match self.counters.get(w) {
+                Some(c) => Arc::clone(c),
+                None => {
+                    let c = Arc::new(RingCounters::default());
+                    self.counters.push(Arc::clone(&c));
+                    c
+                }
+            };
             let handoff = handoffs.next().ok_or_else(|| {
                 DatapathError::Handoff(std::io::Error::other("fewer handoff ports than workers"))
             })?;
@@ -482,7 +533,7 @@ impl Datapath {
             let worker = Worker {
                 ports,
                 egress,
-                handler: handler_factory(w, n_workers),
+                handler,
                 counters: counters.clone(),
                 stop: self.stop.clone(),
                 busy_poll: cfg.busy_poll,
@@ -499,7 +550,6 @@ impl Datapath {
                 })
                 .map_err(DatapathError::Thread)?;
             self.workers.push(handle);
-            self.counters.push(counters);
         }
         Ok(())
     }
@@ -608,11 +658,17 @@ impl Datapath {
             tracing::error!(error = %e, "cannot hold the steering program for the hand-over");
         }
         self.stopped = true;
+        self.join_workers()
+    }
+
+    /// Stops the workers and returns their handlers (and any parked ones), in worker
+    /// order; their sockets close.
+    fn join_workers(&mut self) -> Vec<Box<dyn FrameHandler>> {
         self.stop.store(true, Ordering::Relaxed);
         for b in &self.bells {
             b.ring();
         }
-        let mut out = Vec::new();
+        let mut out = std::mem::take(self.parked.get_mut().unwrap_or_else(|p| p.into_inner()));
         for h in self.workers.drain(..) {
             match h.join() {
                 Ok(handler) => out.push(handler),

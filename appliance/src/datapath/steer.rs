@@ -131,6 +131,21 @@ impl AttachMode {
     }
 }
 
+/// What an interface's XDP hook holds, seen from one loaded program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attached {
+    /// This program, in this mode.
+    Ours(AttachMode),
+    /// Nothing at all.
+    Nothing,
+    /// Another program (another loader's, or another Sluice process's).
+    Other {
+        id: u32,
+        name: String,
+        mode: AttachMode,
+    },
+}
+
 /// The loaded program and its maps.
 pub struct Steer {
     obj: Object,
@@ -285,6 +300,46 @@ impl Steer {
                 .map_err(|source| DatapathError::Detach { ifindex, source })?;
         }
         Ok(())
+    }
+
+    /// What is attached to `ifindex` now, seen from this program (see [`Attached`]).
+    pub fn attached_on(&self, ifname: &str, ifindex: u32) -> Result<Attached, DatapathError> {
+        let prog = self.prog()?;
+        let ours = libbpf_rs::Program::id_from_fd(prog.as_fd())
+            .map_err(|e| bpf_err("reading the steering program's id", e))?;
+        let q = Xdp::new(prog.as_fd())
+            .query(ifindex as i32, XdpFlags::NONE)
+            .map_err(|source| DatapathError::XdpQuery {
+                interface: ifname.to_string(),
+                source,
+            })?;
+        let both = [
+            (q.drv_prog_id, AttachMode::Native),
+            (q.skb_prog_id, AttachMode::Generic),
+        ];
+        if let Some((_, mode)) = both.iter().find(|(id, _)| *id == ours) {
+            return Ok(Attached::Ours(*mode));
+        }
+        Ok(match both.iter().find(|(id, _)| *id != 0) {
+            Some(&(id, mode)) => Attached::Other {
+                id,
+                name: prog_name(id).unwrap_or_else(|| "?".into()),
+                mode,
+            },
+            None => Attached::Nothing,
+        })
+    }
+
+    /// Puts this program in the place of program `old` (attached in `mode`) on `ifindex`,
+    /// in one step: an operator taking the interface back from another program.
+    pub fn take_back(
+        &self,
+        ifname: &str,
+        ifindex: u32,
+        old: u32,
+        mode: AttachMode,
+    ) -> Result<AttachMode, DatapathError> {
+        replace(self.prog()?.as_fd(), ifname, ifindex, old, mode)
     }
 
     /// Holds (`true`) or releases the program's frames for the engine: held, a frame that
@@ -582,13 +637,22 @@ fn attach_err(ifname: &str, mode: AttachMode, source: libbpf_rs::Error) -> Datap
 }
 
 /// The name of the loaded BPF program with this id.
+/// The id of the Sluice program attached to interface `ifname` (a running appliance that
+/// hands over to this process, or one that crashed), if one is.
+pub fn attached_sluice(ifname: &str) -> Option<u32> {
+    let ifindex = nix::net::if_::if_nametoindex(ifname).ok()?;
+    let (drv, skb) = sys::xdp::attached(ifindex).ok()?;
+    [drv, skb]
+        .into_iter()
+        .find(|&id| id != 0 && prog_name(id).as_deref() == Some(PROG_NAME))
+}
+
 fn prog_name(id: u32) -> Option<String> {
     libbpf_rs::query::ProgInfoIter::default()
         .find(|p| p.id == id)
         .map(|p| p.name.to_string_lossy().into_owned())
 }
 
-/// Removes a Sluice program a crashed run left on the interface; errors on a foreign one.
 /// The Sluice program attached to `ifindex` (a running appliance handing over to this one,
 /// or a run that crashed), and in which mode; `None` when nothing is attached. Another
 /// program is refused: it is not ours to replace.

@@ -93,6 +93,11 @@ pub(crate) struct PeerHandle {
 }
 
 impl PeerHandle {
+    /// The router's address.
+    pub(crate) fn address(&self) -> IpAddr {
+        self.address
+    }
+
     /// Queues a command; false when the task is gone.
     pub(crate) fn send(&self, cmd: PeerCmd) -> bool {
         self.tx.send(Input::Cmd(cmd)).is_ok()

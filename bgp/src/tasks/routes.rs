@@ -41,6 +41,8 @@ impl PeerTask {
         if !up.session.family(afi) {
             return Err(Unsendable::FamilyNotNegotiated { prefix: *prefix });
         }
+        let export = &self.cfg.export;
+        let copies = 1 + usize::from(a.as_path_prepend) + usize::from(export.as_path_prepend);
         let mut attrs = vec![
             PathAttr::Origin(Origin::Igp),
             PathAttr::AsPath(if ibgp {
@@ -48,7 +50,7 @@ impl PeerTask {
             } else {
                 vec![AsSegment {
                     kind: AsSegmentKind::Sequence,
-                    asns: vec![self.local_asn],
+                    asns: vec![self.local_asn; copies],
                 }]
             }),
         ];
@@ -74,7 +76,7 @@ impl PeerTask {
                 }));
             }
         }
-        if let Some(m) = a.med {
+        if let Some(m) = a.med.or(export.med) {
             attrs.push(PathAttr::Med(m));
         }
         if ibgp {
@@ -82,19 +84,26 @@ impl PeerTask {
             let lp = if self.gshut {
                 0
             } else {
-                a.local_pref.unwrap_or(100)
+                a.local_pref.or(export.local_pref).unwrap_or(100)
             };
             attrs.push(PathAttr::LocalPref(lp));
         }
         let mut communities = a.communities.clone();
-        if self.gshut && !communities.contains(&GRACEFUL_SHUTDOWN) {
+        communities.extend(&export.communities);
+        if self.gshut {
             communities.push(GRACEFUL_SHUTDOWN);
         }
+        communities.sort_unstable();
+        communities.dedup();
         if !communities.is_empty() {
             attrs.push(PathAttr::Communities(communities));
         }
-        if !a.large_communities.is_empty() {
-            attrs.push(PathAttr::LargeCommunities(a.large_communities.clone()));
+        let mut large = a.large_communities.clone();
+        large.extend(&export.large_communities);
+        large.sort_unstable();
+        large.dedup();
+        if !large.is_empty() {
+            attrs.push(PathAttr::LargeCommunities(large));
         }
         update.attrs = attrs;
         Ok(update)

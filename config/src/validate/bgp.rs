@@ -142,6 +142,7 @@ pub(super) fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
         )
         .unwrap_or(Duration::from_secs(5));
     let comms = communities(&mut t, errs);
+    let standby = super::policy::standby(&mut t, errs);
     let default_bfd = raw_bfd(&mut t, errs);
     let graceful_restart = graceful_restart(&mut t, errs);
     let raw_peers = t.tables("peer", errs);
@@ -173,6 +174,7 @@ pub(super) fn bgp(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Bgp> {
         router_id: router_id?,
         graceful_shutdown_wait,
         communities: comms,
+        standby,
         graceful_restart,
         peers,
     })
@@ -217,6 +219,7 @@ fn peer(
         .int("max_prefixes", 1..=i64::from(u32::MAX), errs)
         .map(|n| n as u32);
     let bfd = effective_bfd(raw_bfd(p, errs), default_bfd);
+    let export = super::policy::peer_export(p, errs);
     let peer = match (address, peer_asn) {
         (Some(address), Some(asn)) => Some(Peer {
             address,
@@ -231,6 +234,7 @@ fn peer(
             ttl_security,
             max_prefixes,
             bfd,
+            export,
         }),
         _ => None,
     };

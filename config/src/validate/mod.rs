@@ -16,6 +16,7 @@ mod lvs;
 mod outbound;
 mod placed;
 mod placeholder;
+mod policy;
 mod scale;
 mod syn_proxy;
 mod tenant;
@@ -67,6 +68,12 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
         .map(|c| (c.name.clone(), c.kind.name()))
         .collect();
     let vips = vip::vips(&mut top, &check_names, appliance.as_ref(), &mut errs);
+    let peers: Vec<IpAddr> = bgp
+        .iter()
+        .flatten()
+        .flat_map(|b| b.peers.iter().map(|p| p.address))
+        .collect();
+    policy::announce_checks(&vips, &peers, &mut errs);
     let flood = match top.table("flood", &mut errs) {
         Some(t) => flood::flood(t, &mut errs),
         None => Flood::default(),

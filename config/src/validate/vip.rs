@@ -80,8 +80,8 @@ fn vip(
         .choice("scheduler", &Scheduler::ALL, errs)
         .unwrap_or(Scheduler::Maglev);
     let hash = hash(t, scheduler, errs);
-    let health_check = health_check(t, checks, errs);
-    let health_via_vip = via_vip(t, mode, protocol, health_check.as_deref(), checks, errs);
+    let (health_checks, health_combine) = super::policy::health(t, checks, errs);
+    let health_via_vip = via_vip(t, mode, protocol, &health_checks, checks, errs);
     let snat = snat(t, mode, mode_name, address, errs);
     let client_address = super::client_address::client_address(t, mode, protocol, errs);
     let syn_proxy = super::syn_proxy::syn_proxy(t, mode, protocol, errs);
@@ -96,8 +96,9 @@ fn vip(
     let outbound = super::outbound::outbound(t, port, mode, errs);
     // A tenant VIP's backends need their VTEP even when its tenant_vni is refused.
     let tenant = t.has("tenant_vni");
-    let backends = backends(t, port, &facts, lvs.udp_one_packet, tenant, errs);
+    let backends = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
+    let (inhibit_on_failure, fallback, announce) = super::policy::vip(t, &backends, errs);
     Some(Vip {
         name: name?,
         address: address?,
@@ -107,7 +108,11 @@ fn vip(
         scheduler,
         hash,
         maglev_table_size: maglev_table_size?,
-        health_check,
+        health_checks,
+        health_combine,
+        inhibit_on_failure,
+        fallback,
+        announce,
         health_via_vip,
         snat,
         client_address,
@@ -158,24 +163,6 @@ fn address(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<IpAddr> {
     address
 }
 
-/// `health_check`: the name of a `[[health_check]]` defined in the file.
-fn health_check(
-    t: &mut Table<'_>,
-    checks: &HashMap<String, &'static str>,
-    errs: &mut ConfigErrors,
-) -> Option<String> {
-    let health_check = t.string("health_check", errs);
-    if let Some(hc) = &health_check
-        && !checks.contains_key(hc)
-    {
-        errs.push(
-            t.key("health_check"),
-            format!("{hc:?} is not a defined [[health_check]]"),
-        );
-    }
-    health_check
-}
-
 /// `health_via_vip`: whether the health check also sends a probe to the VIP through the
 /// backend, the way the datapath forwards (default: on for DR and tunnel, which it alone
 /// can prove anything for; NAT and FullNAT backends never see the VIP address).
@@ -183,13 +170,13 @@ fn via_vip(
     t: &mut Table<'_>,
     mode: Option<Mode>,
     protocol: Protocol,
-    check: Option<&str>,
+    names: &[String],
     checks: &HashMap<String, &'static str>,
     errs: &mut ConfigErrors,
 ) -> bool {
     let direct = matches!(mode, Some(Mode::Dr | Mode::Tunnel(_)));
     let Some(on) = t.bool("health_via_vip", errs) else {
-        return direct && check.is_some();
+        return direct && !names.is_empty();
     };
     if on && !direct {
         let name = mode.map(Mode::name).unwrap_or("?");
@@ -202,7 +189,7 @@ fn via_vip(
         );
         return false;
     }
-    if on && check.is_none() {
+    if on && names.is_empty() {
         errs.push(
             t.key("health_via_vip"),
             "true needs a health_check: the VIP probe runs with the VIP's check",
@@ -211,15 +198,16 @@ fn via_vip(
     }
     if on
         && protocol == Protocol::Udp
-        && let Some(kind) = check.and_then(|c| checks.get(c))
-        && *kind != "udp"
+        && let Some((name, kind)) = names
+            .iter()
+            .filter_map(|n| checks.get(n).map(|k| (n, k)))
+            .find(|(_, k)| **k != "udp")
     {
         errs.push(
             t.key("health_via_vip"),
             format!(
-                "a udp VIP's probe sends the check's payload, but health_check {:?} is a {kind} \
-                 check: use a udp check or set health_via_vip = false",
-                check.unwrap_or_default()
+                "a udp VIP's probe sends the check's payload, but health_check {name:?} is a \
+                 {kind} check: use a udp check or set health_via_vip = false"
             ),
         );
         return false;
@@ -353,6 +341,7 @@ fn backends(
     facts: &lvs::VipFacts,
     one_packet: bool,
     tenant: bool,
+    checks: &HashMap<String, &'static str>,
     errs: &mut ConfigErrors,
 ) -> Vec<Backend> {
     let raw = t.tables("backend", errs);
@@ -372,6 +361,7 @@ fn backends(
         let backend = backend(&mut b, facts.address, vip_port, facts.mode, errs);
         let vtep = super::tenant::vtep(&mut b, tenant, errs);
         let keys = lvs::backend_keys(&mut b, facts, one_packet, errs);
+        let policy = super::policy::backend(&mut b, checks, errs);
         // Only a tenant's backends have a VTEP to be ambiguous about.
         let at = tenant.then(|| b.key("vtep"));
         b.finish(errs);
@@ -380,6 +370,9 @@ fn backends(
             be.resume_connections = keys.resume_connections;
             be.slow_start = keys.slow_start;
             be.vtep = vtep;
+            be.health_checks = policy.health_checks;
+            be.inhibit_on_failure = policy.inhibit_on_failure;
+            be.sorry = policy.sorry;
             be
         });
         let Some(backend) = backend else { continue };
@@ -473,5 +466,8 @@ fn backend(
         resume_connections: None,
         slow_start: None,
         vtep: None,
+        health_checks: None,
+        inhibit_on_failure: None,
+        sorry: false,
     })
 }

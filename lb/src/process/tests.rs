@@ -89,6 +89,9 @@ fn backends(n: u8) -> Vec<Backend> {
             resume_connections: None,
             slow_start: None,
             vtep: None,
+            health_checks: None,
+            inhibit_on_failure: None,
+            sorry: false,
         })
         .collect()
 }
@@ -105,7 +108,11 @@ pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
         scheduler,
         hash: HashFields::FiveTuple,
         maglev_table_size: 65537,
-        health_check: None,
+        health_checks: Vec::new(),
+        health_combine: config::Combine::All,
+        inhibit_on_failure: false,
+        fallback: config::Fallback::default(),
+        announce: config::Announce::default(),
         health_via_vip: false,
         client_address: Default::default(),
         syn_proxy: Default::default(),

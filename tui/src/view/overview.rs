@@ -82,6 +82,15 @@ fn appliance(t: Theme, s: &Status) -> Vec<Line<'_>> {
                     ifc.queues,
                     if ifc.queues == 1 { "" } else { "s" }
                 )),
+                Span::raw(if ifc.state.is_empty() { "" } else { " · " }),
+                Span::styled(
+                    ifc.state_detail.clone(),
+                    if ifc.state == "forwarding" {
+                        t.good()
+                    } else {
+                        t.bad()
+                    },
+                ),
             ],
         ));
     }

@@ -48,8 +48,9 @@ pub fn announcements(
             })
     };
     let mut wanted = announce::wanted(&st.config, tables, &settled);
-    if st.fleet_hold {
-        // A fleet member that came back behind the fleet catches up before it announces.
+    if st.fleet_hold || !st.datapath_faults.is_empty() {
+        // A fleet member that came back behind the fleet catches up before it announces;
+        // a datapath that does not forward on every interface attracts nothing.
         wanted.clear();
     }
     let all_settled = !settling || st.config.vips.iter().all(settled);

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::bgp::sync_bgp;
 use super::out::Out;
@@ -21,6 +21,7 @@ use crate::control::input::{Now, Staged};
 use crate::control::kept::Kept;
 use crate::control::neighbours;
 use crate::control::pending::{Commit, Pending, Then};
+use crate::control::policy::{self, Agents};
 use crate::control::prepare::{self, HealthInputs, HealthSource, HealthVersion, Inputs, Prepared};
 use crate::control::slowstart::Ramps;
 use crate::control::state::{First, State, Versions};
@@ -52,12 +53,12 @@ impl Next<'_> {
 /// The first version, from the file and the kernel's routes and neighbours alone, and the
 /// state running it.
 pub fn first(f: First, now: &Now) -> Result<State, PrepareError> {
-    let mut versions = Versions::default();
+    let mut versions = Versions::after(f.versions_from);
     let p = prepare::prepare(Inputs {
         running: None,
         file: &f.file,
         overrides: &f.overrides,
-        health: HealthSource::Verdicts(&HashMap::new()),
+        health: HealthSource::Verdicts(&f.health),
         next_hops: &f.next_hops,
         host_addresses: &now.host_addresses,
         version: versions.take(),
@@ -65,6 +66,7 @@ pub fn first(f: First, now: &Now) -> Result<State, PrepareError> {
         now_ns: now.ns,
         resettle: false,
         ramps: &Ramps::default(),
+        agents: &Agents::new(),
         exec: f.exec,
     })?;
     Ok(State::new(f, p, versions, now.at))
@@ -101,6 +103,7 @@ fn prepare_as(
         now_ns: now.ns,
         resettle: next.resettle,
         ramps: &st.ramps,
+        agents: &st.policy.agents,
         exec: st.exec,
     })
 }
@@ -259,7 +262,8 @@ fn finish(st: &mut State, now: &Now, out: &mut Out, c: Commit) {
 }
 
 /// `tables` become the running ones: published for the workers (the flow cache loses what
-/// they would not repeat), and an event; returns their version.
+/// they would not repeat), and an event, with one for each VIP whose quorum changed;
+/// returns their version.
 pub(super) fn publish(
     st: &mut State,
     out: &mut Out,
@@ -268,12 +272,17 @@ pub(super) fn publish(
     health_since: Option<std::time::Instant>,
 ) -> u64 {
     let version = tables.version;
+    let quorum = policy::quorum_events(&st.config, &st.tables, &tables);
     st.tables = Arc::new(tables);
     out.push(Effect::Publish {
         tables: Arc::clone(&st.tables),
         health_since,
     });
     out.event(Kind::Commit, format!("version {version}: {why}"));
+    for e in quorum {
+        info!("{e}");
+        out.event(Kind::Health, e);
+    }
     version
 }
 

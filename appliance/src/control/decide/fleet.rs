@@ -348,7 +348,9 @@ pub(super) fn health_batch(st: &mut State, now: &Now, out: &mut Out, batch: Take
         out.push(Effect::FleetSend(Request::Health(f.local_report())));
     }
     let health = f.fleet_health(&name);
-    if health == st.health {
+    // This member's agents answered anew: their weights and states need a version too.
+    let agents = std::mem::take(&mut st.policy.agents_changed);
+    if health == st.health && !agents {
         return health_done(st, now, out, None);
     }
     st.health = health;

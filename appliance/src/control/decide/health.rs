@@ -1,7 +1,10 @@
 //! Health and slow start. The prober's transitions are recorded as they arrive (reasons,
 //! an event, a counter) and join the health batch, which commits as one version when its
-//! pacing says (`batch.rs`; the loop wakes at `State::due`). A batch's version rebuilds only
-//! the touched VIPs when it can (`prepare::prepare_health`). A slow-start level (or the end
+//! pacing says (`batch.rs`; the loop wakes at `State::due`). A backend of several checks
+//! takes their combined verdict, and an agent's answer is kept as the backend's wish
+//! (`policy.rs`). A batch's version rebuilds only the touched VIPs when it can
+//! (`prepare::prepare_health`); one that carries an agent's new answer is a full version,
+//! which applies the answers over the operator's settings. A slow-start level (or the end
 //! of an outbound drain) due is an ordinary update: the ramps are in the running state.
 
 use std::time::{Duration, Instant};
@@ -9,7 +12,7 @@ use std::time::{Duration, Instant};
 use tracing::info;
 
 use super::bgp::sync_bgp;
-use super::commit::{self, HealthBuilt};
+use super::commit::{self, HealthBuilt, Next};
 use super::fleet;
 use super::out::Out;
 use crate::control::batch::Pacing;
@@ -18,6 +21,7 @@ use crate::control::effect::Counter;
 use crate::control::events::Kind;
 use crate::control::input::Now;
 use crate::control::pending::{Commit, Then};
+use crate::control::policy;
 use crate::control::state::State;
 
 /// Transitions the prober decided: each is logged, counted and evented now, and its
@@ -29,14 +33,15 @@ pub(super) fn transitions(st: &mut State, now: &Now, out: &mut Out, all: Vec<hea
 }
 
 fn record(st: &mut State, out: &mut Out, tr: health::Transition, at: Instant) {
-    let up = tr.to == health::Health::Up;
     info!("health: {tr}");
     out.count(Counter::HealthTransition);
     let pairs = st.targets.get(&tr.key).map(Vec::as_slice).unwrap_or(&[]);
     for p in pairs {
         st.reasons.insert(p.clone(), tr.reason.to_string());
     }
-    st.batch.add(pairs, up, at);
+    // Several checks of a backend combine into its verdict; an agent's answer waits for
+    // the batch's version.
+    policy::record(&mut st.policy, &tr, pairs, &mut st.batch, at);
     out.event(
         Kind::Health,
         format!("{}: {} -> {} ({})", tr.key, tr.from, tr.to, tr.reason),
@@ -55,12 +60,18 @@ pub(super) fn due(st: &mut State, now: &Now, out: &mut Out) {
     if st.fleet.is_some() {
         return fleet::health_batch(st, now, out, batch);
     }
-    if !batch.apply(&mut st.health) {
+    // An agent's new answer changes weights or states: a full version applies it.
+    let agents = std::mem::take(&mut st.policy.agents_changed);
+    if !batch.apply(&mut st.health) && !agents {
         return out.view();
     }
     let why = batch.why();
     let since = Some(batch.first);
-    match commit::build_health(st, now, &batch.verdicts) {
+    let built = match agents {
+        true => commit::build_full(st, now, Next::RUNNING).map(|p| HealthBuilt::Full(Box::new(p))),
+        false => commit::build_health(st, now, &batch.verdicts),
+    };
+    match built {
         Err(e) => out.done(Then::Health, why, Err(e.into())),
         Ok(HealthBuilt::Full(prepared)) => {
             let c = Commit {

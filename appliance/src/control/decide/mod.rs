@@ -6,13 +6,14 @@
 //!
 //! One module per concern: `operator.rs` (reloads, backend changes, announce/withdraw),
 //! `health.rs` (transitions, health batches, slow-start steps), `watch.rs` (start, tick,
-//! routes and neighbours, stop), `fleet.rs` (a fleet member), `commit.rs` (version numbers,
+//! routes and neighbours, stop), `fleet.rs` (a fleet member), `datapath.rs` (the datapath watch's reports), `commit.rs` (version numbers,
 //! all-or-nothing commits), `bgp.rs` (what to announce). A change whose commit waits for
 //! its staged half goes on when `Input::Staged` comes back: every change names what it does
 //! next ([`Then`]) and [`handle`] runs it once the commit is through, here.
 
 mod bgp;
 mod commit;
+mod datapath;
 mod fleet;
 mod health;
 mod operator;
@@ -64,6 +65,7 @@ pub fn handle(st: &mut State, input: Input, now: &Now) -> Vec<Effect> {
         } => fleet::loaded(st, now, o, revision, text, file),
         Input::LastGoodNotSaved(e) => fleet::not_saved(st, o, e),
         Input::Staged(s) => commit::staged(st, now, o, s),
+        Input::Datapath { report, stats } => datapath::seen(st, now, o, report, stats),
         Input::Terminate(signal) => watch::terminate(st, o, signal),
     }
     go_on(st, now, &mut out);

@@ -46,6 +46,11 @@ pub(super) fn api(st: &mut State, now: &Now, out: &mut Out, request: Request, re
             info!("API: reloading");
             reload(st, out, Reload::Api(reply));
         }
+        Request::Reclaim => {
+            info!("API: taking the datapath back");
+            out.event(Kind::Operator, "take the datapath back (reclaim)");
+            out.push(Effect::Reclaim(reply));
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use crate::control::kept::Keeper;
 use crate::control::neighbours::{NetEvent, NextHops};
 use crate::control::state::{First, State};
 use crate::datapath::DatapathError;
+use crate::lb::BackendId;
 use crate::lb::exec::Serial;
 
 /// The state running the first version of `text`, at `now`.
@@ -31,6 +32,8 @@ pub(crate) fn state_at(text: &str, now: Instant) -> State {
         keeper: Keeper::default(),
         next_hops: NextHops::default(),
         exec: &Serial,
+        health: HashMap::new(),
+        versions_from: 0,
     };
     first(f, &Now::at(now)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -87,6 +90,33 @@ fn slow_start() -> String {
     .replace("kind = \"tcp\"\n", "kind = \"tcp\"\ninitial = \"up\"\n")
 }
 
+/// `BASE` whose backends are decided by an agent (HAProxy's agent-check) that starts up.
+fn agent() -> String {
+    BASE.replace(
+        "kind = \"tcp\"\n",
+        "kind = \"agent\"\nport = 9777\ninitial = \"up\"\n",
+    )
+}
+
+/// `agent()` on a fleet member.
+fn agent_member() -> String {
+    agent() + "\n[fleet]\nname = \"edge\"\nendpoints = [\"127.0.0.1:2379\"]\n"
+}
+
+/// Backend `addr`'s agent asks for half its weight, its verdict unchanged (up).
+fn agent_half(st: &State, addr: &str) -> Input {
+    let mut tr = transition(st, addr, true);
+    tr.from = health::Health::Up;
+    tr.reason = health::Reason::Passed(health::Pass::Agent(HALF));
+    tr.agent = Some(HALF);
+    Input::Transitions(vec![tr])
+}
+
+const HALF: health::AgentState = health::AgentState {
+    admin: health::AgentAdmin::Ready,
+    weight_percent: Some(50),
+};
+
 fn config(text: &str) -> Result<Config, LoadError> {
     Ok(Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}")))
 }
@@ -119,6 +149,7 @@ fn transition(st: &State, addr: &str, up: bool) -> health::Transition {
         reason,
         at: Instant::now(),
         probe: 3,
+        agent: None,
     }
 }
 
@@ -376,6 +407,76 @@ const ROWS: &[Row] = &[
         check: |st| {
             assert_eq!(st.health.values().filter(|up| **up).count(), 2);
             assert_eq!(st.due().health, None, "the batch was taken");
+        },
+    },
+    Row {
+        name: "an agent's answer alone makes a full version with the weight it asks for",
+        config: agent,
+        speaker: false,
+        steps: &[
+            Step {
+                at: 0,
+                input: |st| agent_half(st, "10.1.0.11"),
+                effects: &[
+                    "count health transitions",
+                    "event health: tcp agent 10.1.0.11:9777: up -> up (agent: ready 50%)",
+                ],
+            },
+            Step {
+                at: 10,
+                input: |_| Input::HealthDue,
+                effects: &[
+                    "flood settings",
+                    "publish version 2",
+                    "event commit: version 2: health change",
+                    "stateless rings of version 2",
+                    "view",
+                    "count health commits",
+                ],
+            },
+        ],
+        check: |st| {
+            assert_eq!(st.tables.backends[0].weight, 50, "half of 100");
+            assert_eq!(st.tables.backends[1].weight, 100);
+            assert_eq!(
+                st.file_config.vips[0].backends[0].weight, 100,
+                "the operator's weight stays"
+            );
+            assert!(st.overrides.is_empty(), "no override written for it");
+            assert!(!st.policy.agents_changed, "applied");
+        },
+    },
+    Row {
+        name: "a fleet member applies its agent's answer at the health batch",
+        config: agent_member,
+        speaker: false,
+        steps: &[
+            Step {
+                at: 0,
+                input: |st| agent_half(st, "10.1.0.12"),
+                effects: &[
+                    "count health transitions",
+                    "event health: tcp agent 10.1.0.12:9777: up -> up (agent: ready 50%)",
+                ],
+            },
+            Step {
+                at: 10,
+                input: |_| Input::HealthDue,
+                effects: &[
+                    "flood settings",
+                    "publish version 2",
+                    "event commit: version 2: health change",
+                    "stateless rings of version 2",
+                    "view",
+                    "count health commits",
+                    "fleet status",
+                    "view",
+                ],
+            },
+        ],
+        check: |st| {
+            assert_eq!(st.tables.backends[1].weight, 50, "half of 100");
+            assert_eq!(st.tables.backends[0].weight, 100);
         },
     },
     Row {
@@ -668,4 +769,50 @@ fn the_control_loop_s_decisions() {
         (row.check)(&st);
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A takeover's first version is built on the verdicts the process before ran on (a
+/// backend it had down stays out of the ring, where a cold start assumes every backend
+/// serves until its check says otherwise) and numbers its versions on from that process's.
+#[test]
+fn a_takeover_starts_on_the_verdicts_and_versions_handed_over() {
+    let file = Config::from_toml_str(BASE).unwrap_or_else(|e| panic!("{e}"));
+    let down = BackendId {
+        vip: "web".into(),
+        address: "10.1.0.12".parse().expect("literal"),
+        port: 8080,
+    };
+    let up = BackendId {
+        address: "10.1.0.11".parse().expect("literal"),
+        ..down.clone()
+    };
+    let first_with = |health: HashMap<BackendId, bool>, versions_from: u64| {
+        let f = First {
+            path: "sluice.toml".into(),
+            file: Arc::new(file.clone()),
+            overrides: HashMap::new(),
+            withdrawn: BTreeSet::new(),
+            keeper: Keeper::default(),
+            next_hops: NextHops::default(),
+            exec: &Serial,
+            health,
+            versions_from,
+        };
+        first(f, &Now::at(Instant::now())).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let cold = first_with(HashMap::new(), 0);
+    let taken = first_with(
+        HashMap::from([(up.clone(), true), (down.clone(), false)]),
+        41,
+    );
+    assert_eq!(cold.tables.version, 1);
+    assert_eq!(
+        taken.tables.version, 42,
+        "numbers go on from the old process's"
+    );
+    assert_eq!(taken.health.get(&down), Some(&false));
+    assert_ne!(
+        cold.tables.vips[0].ring, taken.tables.vips[0].ring,
+        "the handed-over verdict (one backend down) shapes the first ring"
+    );
 }

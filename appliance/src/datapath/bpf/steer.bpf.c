@@ -31,6 +31,26 @@
 #include "stateless.h"
 #include "flood.h"
 
+// Whether the running appliance holds the engine's frames (see maps.h `hold`).
+static __always_inline int held(void)
+{
+	__u32 zero = 0;
+	__u32 *h = bpf_map_lookup_elem(&hold, &zero);
+	return h && *h;
+}
+
+// A frame for the engine that no socket takes: dropped while held, else the kernel's.
+static __always_inline int no_socket(int hold_on)
+{
+	count(CNT_NO_SOCKET);
+	if (hold_on) {
+		count(CNT_HELD);
+		return XDP_DROP;
+	}
+	count(CNT_PASSED);
+	return XDP_PASS;
+}
+
 SEC("xdp")
 int sluice_steer(struct xdp_md *ctx)
 {
@@ -87,16 +107,14 @@ int sluice_steer(struct xdp_md *ctx)
 	if (!owned)
 		goto pass;
 
-	__u32 zero = 0;
-	__u32 *held = bpf_map_lookup_elem(&hold, &zero);
-	int hold_on = held && *held;
+	int hold_on = held();
 	__u32 ifindex = ctx->ingress_ifindex;
 	__u32 *slot = bpf_map_lookup_elem(&if_slots, &ifindex);
 	if (!slot || ctx->rx_queue_index >= MAX_QUEUES)
-		goto no_socket;
+		return no_socket(hold_on);
 	__u32 q = *slot * MAX_QUEUES + ctx->rx_queue_index;
 	if (!bpf_map_lookup_elem(&xsks, &q))
-		goto no_socket;
+		return no_socket(hold_on);
 	if (r == 1)
 		count(CNT_FRAGMENTS);
 	if (tenant)
@@ -106,12 +124,6 @@ int sluice_steer(struct xdp_md *ctx)
 		cache_count(CC_MISS);
 	// A socket closed between the lookup and the redirect: the same as none.
 	return bpf_redirect_map(&xsks, q, hold_on ? XDP_DROP : XDP_PASS);
-no_socket:
-	count(CNT_NO_SOCKET);
-	if (hold_on) {
-		count(CNT_HELD);
-		return XDP_DROP;
-	}
 pass:
 	count(CNT_PASSED);
 	return XDP_PASS;

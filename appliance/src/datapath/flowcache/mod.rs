@@ -444,35 +444,27 @@ impl FlowCache {
             }
             same.then_some(m)
         };
-        let lru = MapType::LruHash;
-        let val = cache_val::LEN as u32;
-        let cache4 = take(
-            maps::FLOW_CACHE4,
-            lru,
-            cache_key4::LEN as u32,
-            val,
+        let (lru, per_cpu) = (MapType::LruHash, MapType::PercpuArray);
+        let (val, n, u64_len) = (
+            cache_val::LEN as u32,
             entries.max(1),
-        )?;
-        let cache6 = take(
-            maps::FLOW_CACHE6,
-            lru,
-            cache_key6::LEN as u32,
-            val,
-            entries.max(1),
-        )?;
-        let per_cpu = MapType::PercpuArray;
+            size_of::<u64>() as u32,
+        );
+        let cache4 = take(maps::FLOW_CACHE4, lru, cache_key4::LEN as u32, val, n)?;
+        let cache6 = take(maps::FLOW_CACHE6, lru, cache_key6::LEN as u32, val, n)?;
+        let stat_len = cache_stat::LEN as u32;
         let stats = take(
             maps::CACHE_STATS,
             per_cpu,
             U32,
-            cache_stat::LEN as u32,
+            stat_len,
             maps::CACHE_STATS.entries,
         )?;
         let counters = take(
             maps::CACHE_COUNTERS,
             per_cpu,
             U32,
-            size_of::<u64>() as u32,
+            u64_len,
             maps::CACHE_COUNTERS.entries,
         )?;
         let tx_ports = take(
@@ -486,7 +478,7 @@ impl FlowCache {
             maps::FRONT_GEN,
             MapType::Array,
             U32,
-            size_of::<u64>() as u32,
+            u64_len,
             maps::FRONT_GEN.entries,
         )?;
         let gens = MappedWords::map(front_gen.as_fd(), 2 * FRONT_SLOTS).ok()?;

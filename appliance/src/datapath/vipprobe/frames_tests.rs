@@ -50,6 +50,8 @@ fn path(mode: Mode, v6: bool) -> Path {
             limit_index: 0,
             token: 0,
             healthy: true,
+            sorry: false,
+            inhibit: false,
         },
         next_hop: NextHop {
             ifindex: 7,

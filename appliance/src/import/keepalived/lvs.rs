@@ -1,21 +1,23 @@
-//! keepalived's LVS blocks as Sluice VIPs: `virtual_server` (address and port, or a
-//! `virtual_server_group`; `fwmark` services have no Sluice equivalent), its scheduler,
-//! forwarding method, persistence and flags, and each `real_server` as a backend. Every
-//! keyword keepalived defines here is either carried over or reported with why not; a
-//! keyword it does not define is an error (a typo must not silently drop a setting).
+//! keepalived.conf's top level as a plan: the `virtual_server`s (by address and port, or
+//! through a `virtual_server_group`; `fwmark` services have no Sluice equivalent and refuse
+//! the import) become VIPs (`service.rs`), everything else (VRRP, global_defs, static
+//! routes) is reported as not carried over, and a word keepalived does not define is
+//! refused (a typo must not silently drop a setting).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
-use super::check::{self, Timing};
 use super::parse::Node;
-use super::{Backend, Mode, Note, Vip};
+use super::{Note, Vip};
 
 /// What the walk collects besides VIPs.
 #[derive(Debug, Default)]
 pub(crate) struct Cx {
+    /// What was carried differently, repaired as keepalived repairs it, or is outside the
+    /// LVS half.
     pub notes: Vec<Note>,
-    pub unknown: Vec<Note>,
+    /// What cannot be carried as keepalived meant it: the import fails with these.
+    pub refused: Vec<Note>,
     pub hints: Hints,
 }
 
@@ -34,13 +36,27 @@ impl Cx {
         });
     }
 
+    /// A word keepalived does not define where it stands. It is repeated only when it
+    /// looks like a keyword: a line of another kind of file is not echoed.
     pub(crate) fn unknown(&mut self, n: &Node, inside: &str) {
-        self.unknown.push(Note {
-            line: n.line,
-            text: format!(
+        let text = if looks_like_keyword(n.keyword()) {
+            format!(
                 "{:?} is not a keepalived keyword inside {inside}",
                 n.keyword()
-            ),
+            )
+        } else {
+            format!(
+                "not a keepalived keyword inside {inside} (not shown: it does not look like one)"
+            )
+        };
+        self.refused.push(Note { line: n.line, text });
+    }
+
+    /// A line the import cannot carry without changing its meaning.
+    pub fn refuse(&mut self, line: usize, text: impl Into<String>) {
+        self.refused.push(Note {
+            line,
+            text: text.into(),
         });
     }
 }
@@ -126,6 +142,30 @@ const NOT_CARRIED: &[(&str, &str)] = &[
     ("child_wait_time", "keepalived's process handling"),
 ];
 
+/// `w` when it is short printable text (an address, a port, a script): what a note may
+/// repeat.
+pub(crate) fn shown(w: &str) -> &str {
+    if w.len() <= 200 && w.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        w
+    } else {
+        "(not shown)"
+    }
+}
+
+/// Letters, digits, `_` and `-`, at most 48 of them: what keepalived's keywords are made of.
+fn looks_like_keyword(w: &str) -> bool {
+    (1..=48).contains(&w.len())
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Whether keepalived defines `word` at a file's top level.
+pub(crate) fn top_level_keyword(word: &str) -> bool {
+    matches!(word, "virtual_server" | "virtual_server_group")
+        || INCLUDES.contains(&word)
+        || NOT_CARRIED.iter().any(|(k, _)| *k == word)
+}
+
 const INCLUDES: &[&str] = &[
     "include", "includer", "includem", "includew", "includeb", "includea",
 ];
@@ -145,17 +185,19 @@ pub(crate) fn plan(tree: &[Node], cx: &mut Cx) -> Vec<Vip> {
         }
     }
     let mut vips: Vec<Vip> = Vec::new();
+    let mut taken: HashSet<(IpAddr, u16, &'static str)> = HashSet::new();
     for n in tree {
         match n.keyword() {
             "virtual_server" => {
-                for v in virtual_server(n, &groups, cx) {
-                    if vips
-                        .iter()
-                        .any(|o| (o.address, o.port, o.protocol) == (v.address, v.port, v.protocol))
-                    {
-                        cx.note(
+                for v in super::service::virtual_server(n, &groups, cx) {
+                    if !taken.insert((v.address, v.port, v.protocol)) {
+                        cx.refuse(
                             v.lines.0,
-                            format!("{} is defined twice: the second is left out", v.name),
+                            format!(
+                                "{} is defined twice: keepalived refuses the second service (it \
+                                 exists): remove one",
+                                v.name
+                            ),
                         );
                     } else {
                         vips.push(v);
@@ -163,14 +205,6 @@ pub(crate) fn plan(tree: &[Node], cx: &mut Cx) -> Vec<Vip> {
                 }
             }
             "virtual_server_group" => {}
-            k if INCLUDES.contains(&k) => cx.note(
-                n.line,
-                format!(
-                    "{k} {}: not followed: import the included file on its own, or concatenate \
-                     the files first",
-                    n.args().join(" ")
-                ),
-            ),
             k => match NOT_CARRIED.iter().find(|(name, _)| *name == k) {
                 Some((_, why)) => not_carried(n, why, cx),
                 None => cx.unknown(n, "the top level"),
@@ -222,7 +256,7 @@ fn not_carried(n: &Node, why: &str, cx: &mut Cx) {
 }
 
 /// Where a `virtual_server` listens: each (address, port, line of the entry).
-fn targets(
+pub(crate) fn targets(
     n: &Node,
     groups: &HashMap<&str, &Node>,
     cx: &mut Cx,
@@ -230,11 +264,11 @@ fn targets(
     let args = n.args();
     match args.first().map(String::as_str) {
         Some("fwmark") => {
-            cx.note(
+            cx.refuse(
                 n.line,
                 format!(
-                    "virtual_server fwmark {} (lines {}-{}): not carried over: Sluice matches VIPs by \
-                     address, port and protocol and cannot read firewall marks; define a VIP per \
+                    "virtual_server fwmark {} (lines {}-{}): Sluice matches VIPs by address, port \
+                     and protocol and cannot read firewall marks; define a virtual_server per \
                      address and port the mark selected",
                     args.get(1).map_or("?", String::as_str),
                     n.line,
@@ -246,9 +280,9 @@ fn targets(
         Some("group") => {
             let name = args.get(1).map_or("", String::as_str);
             let Some(g) = groups.get(name) else {
-                cx.note(
+                cx.refuse(
                     n.line,
-                    format!("virtual_server group {name:?}: no virtual_server_group of that name: left out"),
+                    format!("virtual_server group {name:?}: no virtual_server_group of that name"),
                 );
                 return None;
             };
@@ -258,9 +292,9 @@ fn targets(
             (Ok(ip), Some(p)) => match p.parse::<u16>() {
                 Ok(port) => Some(vec![(ip, port, None)]),
                 Err(_) => {
-                    cx.note(
+                    cx.refuse(
                         n.line,
-                        format!("virtual_server {addr} {p}: {p:?} is not a port: left out"),
+                        format!("virtual_server {addr} {p}: {p:?} is not a port"),
                     );
                     None
                 }
@@ -268,15 +302,18 @@ fn targets(
             // No port: a persistent service of every port (ipvsadm's port 0).
             (Ok(ip), None) => Some(vec![(ip, 0, None)]),
             (Err(_), _) => {
-                cx.note(
+                cx.refuse(
                     n.line,
-                    format!("virtual_server {addr:?}: not an IP address: left out"),
+                    format!(
+                        "virtual_server {:?}: not an IP address (Sluice resolves no names)",
+                        shown(addr)
+                    ),
                 );
                 None
             }
         },
         None => {
-            cx.note(n.line, "virtual_server without an address: left out");
+            cx.refuse(n.line, "virtual_server without an address");
             None
         }
     }
@@ -289,10 +326,10 @@ fn group_entries(g: &Node, cx: &mut Cx) -> Vec<(IpAddr, u16, Option<usize>)> {
     for e in g.children() {
         let first = e.keyword();
         if first == "fwmark" {
-            cx.note(
+            cx.refuse(
                 e.line,
                 format!(
-                    "virtual_server_group entry fwmark {}: not carried over: Sluice cannot match firewall marks",
+                    "virtual_server_group entry fwmark {}: Sluice cannot match firewall marks",
                     e.args().join(" ")
                 ),
             );
@@ -302,20 +339,21 @@ fn group_entries(g: &Node, cx: &mut Cx) -> Vec<(IpAddr, u16, Option<usize>)> {
             None => 0,
             Some(Ok(p)) => p,
             Some(Err(_)) => {
-                cx.note(
+                cx.refuse(
                     e.line,
-                    format!("group entry {:?}: not a port: left out", e.words.join(" ")),
+                    format!("group entry {:?}: not a port", e.words.join(" ")),
                 );
                 continue;
             }
         };
         match expand_range(first) {
             Some(addrs) => out.extend(addrs.into_iter().map(|a| (a, port, Some(e.line)))),
-            None => cx.note(
+            None => cx.refuse(
                 e.line,
                 format!(
-                    "group entry {first:?}: not an address, or a range of more than 256 addresses: \
-                     left out (define the VIPs one by one)"
+                    "group entry {:?}: not an address, or a range of more than 256 addresses \
+                     (define the VIPs one by one)",
+                    shown(first)
                 ),
             ),
         }
@@ -379,195 +417,9 @@ fn from_u128(n: u128, v4: bool) -> IpAddr {
     }
 }
 
-/// A `virtual_server`'s own settings, before its real servers.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Service {
-    pub sched: Option<(String, usize)>,
-    pub flags: Vec<(String, usize)>,
-    pub method: Option<(Vec<String>, usize)>,
-    pub persistence: Option<u32>,
-    pub granularity: Option<(String, usize)>,
-    pub protocol: Option<(String, usize)>,
-    pub ops: bool,
-    pub timing: Timing,
-    pub virtualhost: Option<String>,
-}
-
-/// Keywords of `virtual_server` that Sluice has no use for, with why.
-const VS_NOT_CARRIED: &[(&str, &str)] = &[
-    (
-        "persistence_engine",
-        "Sluice persists by client address only (no SIP Call-ID engine)",
-    ),
-    (
-        "ha_suspend",
-        "Sluice checks backends whether or not it announces the VIP",
-    ),
-    (
-        "smtp_alert",
-        "Sluice reports health changes as events and metrics, not e-mail",
-    ),
-    (
-        "snmp_name",
-        "Sluice has no SNMP agent; metrics are Prometheus",
-    ),
-    ("omega", "keepalived's shutdown notifiers"),
-    (
-        "quorum",
-        "no quorum: Sluice withdraws a VIP only when no backend can take flows",
-    ),
-    ("hysteresis", "no quorum in Sluice"),
-    (
-        "quorum_up",
-        "no quorum scripts: watch the `health` events or metrics",
-    ),
-    (
-        "quorum_down",
-        "no quorum scripts: watch the `health` events or metrics",
-    ),
-    ("quorum_max", "no quorum in Sluice"),
-    (
-        "ip_family",
-        "only needed for fwmark services, which Sluice cannot carry over",
-    ),
-    (
-        "sorry_server",
-        "no sorry server: Sluice withdraws the VIP when no backend is up",
-    ),
-    ("sorry_server_inhibit", "no sorry server in Sluice"),
-    ("sorry_server_lvs_method", "no sorry server in Sluice"),
-    (
-        "warmup",
-        "Sluice spreads probes with `jitter` instead of a start-up delay",
-    ),
-    ("nat_mask", "Sluice's NAT needs no netmask"),
-];
-
-/// One `virtual_server` block: its VIP(s), or none with the reason noted.
-fn virtual_server(n: &Node, groups: &HashMap<&str, &Node>, cx: &mut Cx) -> Vec<Vip> {
-    let Some(targets) = targets(n, groups, cx) else {
-        return Vec::new();
-    };
-    let mut s = Service::default();
-    let mut reals: Vec<&Node> = Vec::new();
-    for c in n.children() {
-        if !service_keyword(c, &mut s, cx) {
-            match c.keyword() {
-                "real_server" => reals.push(c),
-                k => match VS_NOT_CARRIED.iter().find(|(name, _)| *name == k) {
-                    Some((_, why)) => cx.note(
-                        c.line,
-                        format!("{}: not carried over: {why}", c.words.join(" ")),
-                    ),
-                    None => cx.unknown(c, "virtual_server"),
-                },
-            }
-        }
-    }
-    let Some(base) = super::service::service(n, &s, cx) else {
-        return Vec::new();
-    };
-    let (backends, check) = check::real_servers(&reals, &s, &base, cx);
-    if backends.is_empty() {
-        cx.note(
-            n.line,
-            format!(
-                "virtual_server {} has no real_server Sluice can use: left out",
-                n.args().join(" ")
-            ),
-        );
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for (address, port, group_line) in targets {
-        if port == 0 && base.mode == Mode::Nat {
-            cx.note(
-                group_line.unwrap_or(n.line),
-                format!(
-                    "{address} without a port (every port): Sluice's NAT rewrites ports and needs \
-                     one; use lvs_method DR or TUN, or a port: left out"
-                ),
-            );
-            continue;
-        }
-        let mut v = base.clone();
-        v.address = address;
-        v.port = port;
-        v.group_line = group_line;
-        v.name = vip_name(address, port, v.protocol);
-        v.backends = backends
-            .iter()
-            .map(|b| Backend {
-                port: if b.port == 0 { port } else { b.port },
-                ..b.clone()
-            })
-            .collect();
-        v.check = check.clone();
-        limits(&mut v, n.line, group_line.is_none() || out.is_empty(), cx);
-        out.push(v);
-    }
-    out
-}
-
-/// Connection limits as Sluice can hold them: none for a one-packet service (it counts no
-/// connections), and the overflow policy closest to IPVS's answer when all are full.
-fn limits(v: &mut Vip, line: usize, first: bool, cx: &mut Cx) {
-    if v.udp_one_packet && v.backends.iter().any(|b| b.max_connections.is_some()) {
-        if first {
-            cx.note(
-                line,
-                "uthreshold/lthreshold with ops: Sluice counts no connections for a \
-                 one-packet service: left out",
-            );
-        }
-        for b in &mut v.backends {
-            b.max_connections = None;
-            b.resume_connections = None;
-        }
-    }
-    if v.backends.iter().any(|b| b.max_connections.is_some()) {
-        // IPVS answers ICMP port unreachable when every real server is over its
-        // threshold: a reset fails a TCP client as fast; UDP has nothing to reset.
-        v.overflow = Some(if v.protocol == "udp" { "drop" } else { "reset" });
-    }
-}
-
-/// Reads one keyword of the service itself; false when it is not one.
-fn service_keyword(c: &Node, s: &mut Service, cx: &mut Cx) -> bool {
-    let arg = c.args().first().cloned().unwrap_or_default();
-    match c.keyword() {
-        "lvs_sched" | "lb_algo" => s.sched = Some((arg, c.line)),
-        "flag-1" | "flag-2" | "flag-3" | "sh-port" | "sh-fallback" | "mh-port" | "mh-fallback" => {
-            s.flags.push((c.keyword().to_string(), c.line))
-        }
-        "ops" => s.ops = true,
-        "lvs_method" | "lb_kind" => s.method = Some((c.args().to_vec(), c.line)),
-        "persistence_timeout" => {
-            s.persistence = match c.args().first() {
-                None => Some(360),
-                Some(t) => match t.parse::<u32>() {
-                    Ok(t) if t > 0 => Some(t),
-                    _ => {
-                        cx.note(
-                            c.line,
-                            format!("persistence_timeout {t:?}: not a number of seconds: left out"),
-                        );
-                        None
-                    }
-                },
-            }
-        }
-        "persistence_granularity" => s.granularity = Some((arg, c.line)),
-        "protocol" => s.protocol = Some((arg, c.line)),
-        "virtualhost" => s.virtualhost = Some(arg),
-        _ => return s.timing.read(c, cx),
-    }
-    true
-}
-
 /// A VIP name from its address, port and protocol: `192.0.2.10-80`, `2001-db8--10-443`,
 /// `192.0.2.53-53-udp` (letters, digits, '.', '_' and '-', as `sluice check` wants).
-fn vip_name(address: IpAddr, port: u16, protocol: &str) -> String {
+pub(crate) fn vip_name(address: IpAddr, port: u16, protocol: &str) -> String {
     let a = address.to_string().replace(':', "-");
     let p = if port == 0 {
         "all".to_string()
@@ -578,64 +430,5 @@ fn vip_name(address: IpAddr, port: u16, protocol: &str) -> String {
         format!("{a}-{p}")
     } else {
         format!("{a}-{p}-{protocol}")
-    }
-}
-
-/// The forwarding method: `NAT`, `DR` or `TUN [type ipip|gue port N|gre]`.
-pub(crate) fn method(words: &[String], line: usize, cx: &mut Cx) -> Option<Mode> {
-    match words.first().map(String::as_str) {
-        Some("NAT") => Some(Mode::Nat),
-        Some("DR") => Some(Mode::Dr),
-        Some("TUN") => {
-            let ty = words
-                .iter()
-                .position(|w| w == "type")
-                .and_then(|i| words.get(i + 1))
-                .map_or("ipip", String::as_str);
-            let port = words
-                .iter()
-                .position(|w| w == "port")
-                .and_then(|i| words.get(i + 1))
-                .and_then(|p| p.parse::<u16>().ok());
-            if words
-                .iter()
-                .any(|w| matches!(w.as_str(), "csum" | "remcsum"))
-            {
-                cx.note(
-                    line,
-                    "tunnel checksum option: Sluice sends GUE without checksum options",
-                );
-            }
-            match ty {
-                "gue" => Some(Mode::Tunnel { encap: "gue", port }),
-                "ipip" => Some(Mode::Tunnel {
-                    encap: "ipip",
-                    port: None,
-                }),
-                other => {
-                    cx.note(
-                        line,
-                        format!(
-                            "tunnel type {other:?}: Sluice tunnels with ipip, gue or vxlan; the VIP \
-                             uses ipip: reconfigure the real servers to decapsulate IPIP"
-                        ),
-                    );
-                    Some(Mode::Tunnel {
-                        encap: "ipip",
-                        port: None,
-                    })
-                }
-            }
-        }
-        other => {
-            cx.note(
-                line,
-                format!(
-                    "lvs_method {:?}: not NAT, DR or TUN: left out",
-                    other.unwrap_or("")
-                ),
-            );
-            None
-        }
     }
 }

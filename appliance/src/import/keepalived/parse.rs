@@ -3,18 +3,38 @@
 //! start a comment anywhere outside quotes; `"` and `'` quote (the quotes are removed, the
 //! spaces inside kept); `{` and `}` are tokens of their own wherever they stand outside
 //! quotes, and a block's `{` may stand on the line after its keyword; `$NAME=value` lines
-//! define parameters that `$NAME` and `${NAME}` expand to. Conditional lines (`@id ...`)
-//! cannot be evaluated without keepalived's config id: they are skipped and reported.
+//! define parameters that `$NAME` and `${NAME}` expand to, again inside what they expand to,
+//! as keepalived's `replace_param` does. An `include PATTERN` line (`includer`, `includem`,
+//! ... alike) is replaced by the lines of the files it names, wherever it stands, as
+//! keepalived's reader does; the files come through [`Includes`], so parsing stays pure.
+//! Conditional lines (`@id ...`) cannot be evaluated without keepalived's config id: they are
+//! skipped and reported.
 //!
 //! The parser is total: any input gives a tree or an error naming the line, never a panic.
 //! It builds the tree without recursion and refuses nesting deeper than keepalived's own
-//! deepest block needs, so hostile input cannot exhaust the stack.
+//! deepest block needs, so hostile input cannot exhaust the stack. Its work is bounded by
+//! its input: a line expands to at most keepalived's own line limit ([`MAX_LINE`]), the
+//! whole text to [`MAX_EXPANDED`] bytes and [`MAX_WORDS`] words, each refused with its
+//! line rather than allocated.
 
 use std::collections::HashMap;
 
 /// Deepest block nesting accepted (keepalived's deepest, `url` inside a checker inside a
 /// `real_server` inside a `virtual_server`, is 4).
 pub const MAX_DEPTH: usize = 16;
+
+/// keepalived's line buffer (`MAXBUF` in `lib/parser.h`): a line whose `$` expansions would
+/// grow past it is left unexpanded by keepalived, with an error in its log.
+pub const MAX_LINE: usize = 1024;
+
+/// The most text all lines may expand to together (the largest file read is as large).
+pub const MAX_EXPANDED: usize = 32 << 20;
+
+/// The most words (keywords and arguments) a file may hold: what bounds the tree's memory.
+pub const MAX_WORDS: usize = 4_000_000;
+
+/// Expansions on one line before the parser calls it a loop (`$A=$B`, `$B=$A`).
+const MAX_EXPANSIONS: usize = 256;
 
 /// One statement: its words (keyword first) and, when a `{` followed, its block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +83,137 @@ pub enum SyntaxError {
     BareOpen { line: usize },
     #[error("line {line}: blocks nested deeper than {MAX_DEPTH} (a '}}' is missing above?)")]
     TooDeep { line: usize },
+    #[error(
+        "line {line}: expanding its $definitions makes it longer than keepalived's {MAX_LINE}-byte \
+         line limit (keepalived leaves such a line unexpanded and logs an error): shorten the \
+         definition or the line"
+    )]
+    LineTooLong { line: usize },
+    #[error(
+        "line {line}: its $definitions expand into each other without end (more than \
+         {MAX_EXPANSIONS} expansions): a definition refers to itself"
+    )]
+    ExpansionLoop { line: usize },
+    #[error(
+        "line {line}: the file expands to more than {} MiB of text with its $definitions: too \
+         large to import",
+        MAX_EXPANDED >> 20
+    )]
+    TooLarge { line: usize },
+    #[error("line {line}: more than {MAX_WORDS} words: too large to import")]
+    TooManyWords { line: usize },
+    #[error("line {line}: {why}")]
+    Include { line: usize, why: String },
+    /// An error in an included file, at its own line.
+    #[error("{file}: {error}")]
+    In {
+        file: String,
+        error: Box<SyntaxError>,
+    },
+}
+
+impl SyntaxError {
+    /// The (global) line the error is at.
+    fn line(&self) -> usize {
+        use SyntaxError::*;
+        match self {
+            NotText { line, .. }
+            | UnterminatedQuote { line, .. }
+            | ExtraClose { line }
+            | Unclosed { line, .. }
+            | BareOpen { line }
+            | TooDeep { line }
+            | LineTooLong { line }
+            | ExpansionLoop { line }
+            | TooLarge { line }
+            | TooManyWords { line }
+            | Include { line, .. } => *line,
+            In { error, .. } => error.line(),
+        }
+    }
+
+    /// The error at its line within its own file.
+    fn local(mut self) -> SyntaxError {
+        use SyntaxError::*;
+        match &mut self {
+            NotText { line, .. }
+            | UnterminatedQuote { line, .. }
+            | ExtraClose { line }
+            | Unclosed { line, .. }
+            | BareOpen { line }
+            | TooDeep { line }
+            | LineTooLong { line }
+            | ExpansionLoop { line }
+            | TooLarge { line }
+            | TooManyWords { line }
+            | Include { line, .. } => *line = super::split_line(*line).1,
+            In { .. } => {}
+        }
+        self
+    }
+}
+
+/// Where `include` lines find their files.
+pub trait Includes {
+    /// The files `pattern` names, included at `line` of file `from`: each with its index
+    /// (its lines are numbered above [`super::FILE_SHIFT`] by it) and text, and notes on
+    /// what keepalived would pass over too (a pattern matching nothing); or why the import
+    /// cannot follow it.
+    fn include(&mut self, pattern: &str, from: usize) -> Result<Resolved, String>;
+
+    /// The name of every file so far by index, `main` being the main file's.
+    fn names(&self, main: &str) -> Vec<String>;
+}
+
+/// What an `include` line resolved to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// (file index, text), in keepalived's order (each pattern's matches sorted).
+    pub files: Vec<(usize, String)>,
+    pub notes: Vec<String>,
+}
+
+/// Bytes alone, without a file: an `include` cannot be followed.
+pub struct NoIncludes;
+
+impl Includes for NoIncludes {
+    fn include(&mut self, pattern: &str, _from: usize) -> Result<Resolved, String> {
+        Err(format!(
+            "include {pattern}: included files are followed only when importing a file (sluice \
+             import keepalived FILE)"
+        ))
+    }
+
+    fn names(&self, main: &str) -> Vec<String> {
+        vec![main.to_string()]
+    }
+}
+
+/// The pattern of an `include` line: what follows the keyword up to a comment, as keepalived
+/// takes it (braces are the glob's, not blocks).
+fn include_pattern(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    let (word, rest) = t.split_once([' ', '\t'])?;
+    if !INCLUDES.contains(&word) {
+        return None;
+    }
+    let rest = rest.split(['#', '!']).next().unwrap_or("").trim();
+    (!rest.is_empty()).then_some(rest)
+}
+
+/// keepalived's include keywords (lib/parser.c `is_include`).
+const INCLUDES: [&str; 6] = [
+    "include", "includer", "includem", "includew", "includeb", "includea",
+];
+
+/// What parsing gives besides the tree.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub tree: Vec<Node>,
+    /// Conditional lines passed over.
+    pub skipped: Vec<Skipped>,
+    /// What the includes passed over.
+    pub notes: Vec<Skipped>,
 }
 
 /// A line the parser skipped on purpose, with why (conditional configuration).
@@ -80,40 +231,108 @@ enum Token {
     Close,
 }
 
-/// Parses a whole file into its top-level statements.
+/// Parses a whole file into its top-level statements (an `include` is an error).
 pub fn parse(bytes: &[u8]) -> Result<(Vec<Node>, Vec<Skipped>), SyntaxError> {
-    let text = as_text(bytes)?;
-    let mut builder = Builder::default();
-    let mut defs: HashMap<String, String> = HashMap::new();
-    let mut skipped = Vec::new();
-    for (i, raw) in text.split('\n').enumerate() {
-        let line = i + 1;
+    let p = parse_with(as_text(bytes)?, &mut NoIncludes)?;
+    Ok((p.tree, p.skipped))
+}
+
+/// Parses text that [`as_text`] accepted, following its includes through `includes`.
+pub fn parse_with(text: &str, includes: &mut dyn Includes) -> Result<Parsed, SyntaxError> {
+    let mut r = Reader {
+        builder: Builder::default(),
+        defs: HashMap::new(),
+        parsed: Parsed::default(),
+        expanded: 0,
+        includes,
+    };
+    let out = r.file(text, 0).and_then(|()| r.builder.finish());
+    match out {
+        Ok(tree) => {
+            r.parsed.tree = tree;
+            Ok(r.parsed)
+        }
+        Err(e) => match super::split_line(e.line()).0 {
+            0 => Err(e),
+            k => Err(SyntaxError::In {
+                file: r.includes.names("").get(k).cloned().unwrap_or_default(),
+                error: Box::new(e.local()),
+            }),
+        },
+    }
+}
+
+/// The reader of one import: the tree being built and what the lines so far defined.
+struct Reader<'a> {
+    builder: Builder,
+    defs: HashMap<String, String>,
+    parsed: Parsed,
+    /// Bytes all lines expanded to so far.
+    expanded: usize,
+    includes: &'a mut dyn Includes,
+}
+
+impl Reader<'_> {
+    /// Reads file `index`'s text into the tree.
+    fn file(&mut self, text: &str, index: usize) -> Result<(), SyntaxError> {
+        for (i, raw) in text.split('\n').enumerate() {
+            let line = (index << super::FILE_SHIFT) | (i + 1);
+            self.line(raw, line, index)?;
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, raw: &str, line: usize, file: usize) -> Result<(), SyntaxError> {
         let trimmed = raw.trim_start();
         if let Some(def) = trimmed.strip_prefix('$')
             && let Some((name, value)) = def.split_once('=')
             && is_param_name(name.trim())
         {
-            defs.insert(name.trim().to_string(), value.trim().to_string());
-            continue;
+            self.defs
+                .insert(name.trim().to_string(), value.trim().to_string());
+            return Ok(());
         }
         if trimmed.starts_with('@') {
-            skipped.push(Skipped {
+            self.parsed.skipped.push(Skipped {
                 line,
                 text: trimmed.trim_end().to_string(),
             });
-            continue;
+            return Ok(());
         }
-        let expanded = expand(raw, &defs);
-        for token in tokens(&expanded, line)? {
-            builder.push(token, line)?;
+        let expanded = expand(raw, &self.defs, line)?;
+        self.expanded += expanded.len() + 1;
+        if self.expanded > MAX_EXPANDED {
+            return Err(SyntaxError::TooLarge { line });
         }
-        builder.end_line();
+        if let Some(pattern) = include_pattern(&expanded) {
+            return self.include(pattern, line, file);
+        }
+        let tokens = tokens(&expanded, line)?;
+        for token in tokens {
+            self.builder.push(token, line)?;
+        }
+        self.builder.end_line();
+        Ok(())
     }
-    Ok((builder.finish()?, skipped))
+
+    /// An `include` line: the lines of the files it names, in their place.
+    fn include(&mut self, pattern: &str, line: usize, file: usize) -> Result<(), SyntaxError> {
+        let resolved = self
+            .includes
+            .include(pattern, file)
+            .map_err(|why| SyntaxError::Include { line, why })?;
+        for text in resolved.notes {
+            self.parsed.notes.push(Skipped { line, text });
+        }
+        for (index, text) in resolved.files {
+            self.file(&text, index)?;
+        }
+        Ok(())
+    }
 }
 
 /// The file as UTF-8 text without control bytes other than tab, CR, LF and form feed.
-fn as_text(bytes: &[u8]) -> Result<&str, SyntaxError> {
+pub fn as_text(bytes: &[u8]) -> Result<&str, SyntaxError> {
     let line_of = |at: usize| 1 + bytes[..at].iter().filter(|b| **b == b'\n').count();
     let text = std::str::from_utf8(bytes).map_err(|e| {
         let at = e.valid_up_to();
@@ -122,10 +341,7 @@ fn as_text(bytes: &[u8]) -> Result<&str, SyntaxError> {
             byte: bytes[at],
         }
     })?;
-    if let Some(at) = bytes
-        .iter()
-        .position(|b| *b < 0x20 && !matches!(b, b'\t' | b'\r' | b'\n' | 0x0c) || *b == 0x7f)
-    {
+    if let Some(at) = bytes.iter().position(|b| control_byte(*b)) {
         return Err(SyntaxError::NotText {
             line: line_of(at),
             byte: bytes[at],
@@ -134,45 +350,72 @@ fn as_text(bytes: &[u8]) -> Result<&str, SyntaxError> {
     Ok(text)
 }
 
+/// A byte no text file holds: control characters other than tab, CR, LF and form feed.
+pub fn control_byte(b: u8) -> bool {
+    b < 0x20 && !matches!(b, b'\t' | b'\r' | b'\n' | 0x0c) || b == 0x7f
+}
+
 fn is_param_name(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Replaces `${NAME}` and `$NAME` by the definitions seen so far (others stay as written).
-fn expand(line: &str, defs: &HashMap<String, String>) -> String {
+/// Replaces `${NAME}` and `$NAME` by the definitions seen so far, and again inside what
+/// they expanded to (others stay as written): keepalived's `replace_param`, which matches an
+/// unbraced name only when a space, tab, `,`, `)` or the line's end follows it.
+fn expand<'a>(
+    line: &'a str,
+    defs: &HashMap<String, String>,
+    lineno: usize,
+) -> Result<std::borrow::Cow<'a, str>, SyntaxError> {
     if defs.is_empty() || !line.contains('$') {
-        return line.to_string();
+        return Ok(std::borrow::Cow::Borrowed(line));
     }
-    let mut out = String::with_capacity(line.len());
-    let mut rest = line;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let (name, used) = match after.strip_prefix('{') {
-            Some(b) => match b.find('}') {
-                Some(end) => (&b[..end], end + 2),
-                None => ("", 0),
-            },
-            None => {
-                let end = after
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(after.len());
-                (&after[..end], end)
-            }
+    let mut buf = line.to_string();
+    let mut pos = 0;
+    let mut done = 0;
+    while let Some(off) = buf[pos..].find('$') {
+        let at = pos + off;
+        let Some((used, value)) = definition_at(&buf[at + 1..], defs) else {
+            pos = at + 1;
+            continue;
         };
-        match defs.get(name) {
-            Some(v) if used > 0 => {
-                out.push_str(v);
-                rest = &after[used..];
-            }
-            _ => {
-                out.push('$');
-                rest = after;
-            }
+        done += 1;
+        if done > MAX_EXPANSIONS {
+            return Err(SyntaxError::ExpansionLoop { line: lineno });
         }
+        if buf.len() - (used + 1) + value.len() > MAX_LINE.max(line.len()) {
+            return Err(SyntaxError::LineTooLong { line: lineno });
+        }
+        buf.replace_range(at..at + 1 + used, value);
+        // keepalived scans on from where the name stood: the value is expanded in turn.
+        pos = at;
     }
-    out.push_str(rest);
-    out
+    Ok(std::borrow::Cow::Owned(buf))
+}
+
+/// The definition named at the start of `after` (what follows a `$`): the bytes its name
+/// takes (with braces) and its value.
+fn definition_at<'d>(after: &str, defs: &'d HashMap<String, String>) -> Option<(usize, &'d str)> {
+    let (name, used) = match after.strip_prefix('{') {
+        Some(b) => {
+            let end = b.find('}')?;
+            (&b[..end], end + 2)
+        }
+        None => {
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            let next = after[end..].chars().next();
+            if !matches!(next, None | Some(' ' | '\t' | ',' | ')' | '\r')) {
+                return None;
+            }
+            (&after[..end], end)
+        }
+    };
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        return None;
+    }
+    defs.get(name).map(|v| (used, v.as_str()))
 }
 
 /// Splits one line into words and braces, dropping its comment.
@@ -239,6 +482,8 @@ struct Builder {
     /// The last statement ended at a line end without a block: a `{` first on the next
     /// line opens its block.
     last_may_open: bool,
+    /// Words read so far (bounded by [`MAX_WORDS`]).
+    words: usize,
 }
 
 impl Builder {
@@ -253,6 +498,10 @@ impl Builder {
     fn push(&mut self, token: Token, line: usize) -> Result<(), SyntaxError> {
         match token {
             Token::Word(w) => {
+                self.words += 1;
+                if self.words > MAX_WORDS {
+                    return Err(SyntaxError::TooManyWords { line });
+                }
                 self.last_may_open = false;
                 let node = self.current.get_or_insert_with(|| Node {
                     words: Vec::new(),

@@ -1,0 +1,128 @@
+//! The running process's half of a takeover (see [`super::takeover`]): it answers a new
+//! process's HELLO with its health verdicts and table version, and its TAKE with every
+//! worker's connection table, its workers stopped and the XDP program left attached and
+//! held; then it exits without detaching (DONE) or starts its workers again with the same
+//! tables (FAIL, or no word).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tracing::{error, info, warn};
+
+use super::events::Kind;
+use super::io::{Flow, Io};
+use super::state::State;
+use super::takeover::{Asked, Bundle};
+use super::view;
+use crate::datapath::{Datapath, DatapathConfig, DatapathError, FrameHandler, instant_ns};
+
+/// The handlers a resume gives back to their workers, each taken once.
+type Kept = Arc<Mutex<Vec<Option<Box<dyn FrameHandler>>>>>;
+
+impl Io {
+    /// Answers one request of a new process; `Flow::Stop` once it runs in this one's place.
+    pub async fn hand_over(&mut self, st: &State, asked: Asked) -> Result<Flow, DatapathError> {
+        match asked {
+            Asked::Hello { answer } => {
+                let _ = answer.send(verdicts(st).encode());
+                Ok(Flow::Continue)
+            }
+            Asked::Take { answer, outcome } => {
+                let started = Instant::now();
+                view::event(
+                    &self.shared,
+                    Kind::Takeover,
+                    "a new process takes over: workers stopped, the flow cache forwards".into(),
+                );
+                let mut handlers = self.dp.stop_for_handover();
+                let now_ns = instant_ns(Instant::now());
+                let mut bundle = verdicts(st);
+                bundle.exported_ns = now_ns;
+                bundle.workers = handlers
+                    .iter_mut()
+                    .map(|h| h.export_flows(now_ns))
+                    .collect();
+                let flows = bundle.flows();
+                let bytes = bundle.encode();
+                drop(bundle);
+                let sent = answer.send(bytes).is_ok();
+                let ran = sent
+                    && tokio::time::timeout(super::takeover::ANSWER_TIME * 2, outcome)
+                        .await
+                        .is_ok_and(|r| r.unwrap_or(false));
+                if ran {
+                    info!(
+                        flows,
+                        ms = started.elapsed().as_millis() as u64,
+                        "handed over to the new process: exiting, the XDP program stays attached"
+                    );
+                    self.stopping();
+                    self.abandon_speaker();
+                    return Ok(Flow::Stop);
+                }
+                warn!("the new process did not take over: this one's workers start again");
+                view::event(
+                    &self.shared,
+                    Kind::Takeover,
+                    "the new process did not take over: forwarding again".into(),
+                );
+                self.resume(st, handlers)?;
+                Ok(Flow::Continue)
+            }
+        }
+    }
+
+    /// Starts the workers again with `handlers` (their tables as they were) and the steering
+    /// the running version needs; the program a failed new process may have left attached
+    /// is replaced.
+    fn resume(
+        &mut self,
+        st: &State,
+        handlers: Vec<Box<dyn FrameHandler>>,
+    ) -> Result<(), DatapathError> {
+        let kept: Kept = Arc::new(Mutex::new(handlers.into_iter().map(Some).collect()));
+        let fresh = super::run::worker_factory(
+            Arc::clone(&self.shared),
+            st.config.appliance.conntrack_capacity as usize,
+            None,
+        );
+        let factory = {
+            let kept = Arc::clone(&kept);
+            move |worker: usize, workers: usize| -> Box<dyn FrameHandler> {
+                let taken = kept.lock().ok().and_then(|mut k| k.get_mut(worker)?.take());
+                taken.unwrap_or_else(|| {
+                    error!(
+                        worker,
+                        "resuming: no table kept for this worker, it starts empty"
+                    );
+                    fresh(worker, workers)
+                })
+            }
+        };
+        let dp = Datapath::start_with_cache(
+            DatapathConfig::from(&st.config.appliance),
+            self.shared.flow_cache.clone(),
+            factory,
+        )?;
+        dp.set_vips(&st.steering.vips)?;
+        dp.set_return_keys(&st.steering.returns)?;
+        dp.set_flood(&st.config.flood)?;
+        dp.set_stateless(&st.tables, self.shared.flow_cache.as_deref())?;
+        self.dp = dp;
+        Ok(())
+    }
+}
+
+/// The running version and the health verdicts its tables were built on.
+fn verdicts(st: &State) -> Bundle {
+    let mut health: Vec<_> = st.health.iter().map(|(id, up)| (id.clone(), *up)).collect();
+    health.sort_by(|a, b| {
+        (a.0.vip.as_str(), a.0.address, a.0.port).cmp(&(b.0.vip.as_str(), b.0.address, b.0.port))
+    });
+    Bundle {
+        version: st.versions.last(),
+        exported_ns: 0,
+        health,
+        workers: Vec::new(),
+    }
+}
