@@ -110,6 +110,11 @@ fn add_stats(a: &mut crate::lb::process::WorkerStats, st: &crate::lb::process::W
     a.persist_evictions += st.persist_evictions;
     a.outbound_answers += st.outbound_answers;
     a.outbound_unowned += st.outbound_unowned;
+    a.syn_proxy_answered += st.syn_proxy_answered;
+    a.syn_proxy_opened += st.syn_proxy_opened;
+    a.syn_proxy_bad_cookies += st.syn_proxy_bad_cookies;
+    a.syn_proxy_early += st.syn_proxy_early;
+    a.syn_proxy_established += st.syn_proxy_established;
 }
 
 /// The workers' counters and the flow cache's (`cache`: what the kernel forwarded counts for

@@ -86,6 +86,9 @@ pub enum Effect {
         flood: config::Flood,
         why: String,
     },
+    /// Tell the workers flood mode switched on or off (the SYN proxy answers `syn_proxy =
+    /// "flood"` VIPs' SYNs while it is on).
+    FloodMode(bool),
     /// Swap the tables in for the workers, evict the flow-cache entries they would not
     /// repeat, restart the sync-lag clock (`health_since`: a health batch's first
     /// transition).
@@ -198,6 +201,7 @@ impl std::fmt::Display for Effect {
             Effect::Withdraw { keep, why } => write!(f, "withdraw all but {} ({why})", list(keep)),
             Effect::SetProbes(t) => write!(f, "probes: {} targets", t.len()),
             Effect::Flood { .. } => f.write_str("flood settings"),
+            Effect::FloodMode(on) => write!(f, "flood mode {}", if *on { "on" } else { "off" }),
             Effect::Publish { tables, .. } => write!(f, "publish version {}", tables.version),
             Effect::Stateless { tables, .. } => {
                 write!(f, "stateless rings of version {}", tables.version)

@@ -14,6 +14,13 @@ pub struct Watch {
     since: Option<FloodCounters>,
 }
 
+impl Watch {
+    /// Whether the mode was on at the last tick.
+    pub fn on(&self) -> bool {
+        self.since.is_some()
+    }
+}
+
 /// The API's document of the counters.
 pub fn document(f: FloodCounters) -> api::Flood {
     api::Flood {
@@ -70,6 +77,7 @@ mod tests {
             ..quiet
         };
         let m = transition(&mut w, on).expect("switched on");
+        assert!(w.on());
         assert!(m.contains("flood mode on (2 CPU(s)"), "{m}");
         let still = FloodCounters {
             active_cpus: 1,
@@ -89,6 +97,7 @@ mod tests {
             "flood mode off: 0 first packets answered in XDP, 1000 shed, 20 admitted while \
              it was on"
         );
+        assert!(!w.on());
         assert_eq!(transition(&mut w, off), None);
     }
 }

@@ -98,6 +98,8 @@ pub struct Tick {
     pub drops: u64,
     /// Probes not run so far for a local shortage (descriptors, buffers, ports).
     pub probes_not_run: u64,
+    /// New flows the workers' connection tables refused so far, full of established flows.
+    pub table_full: u64,
 }
 
 /// How the fallible half of a commit went (see `effect::Stage`).

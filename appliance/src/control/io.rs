@@ -142,6 +142,7 @@ impl Io {
                 .unwrap_or_default(),
             drops: self.shared.aggregate().drops.iter().sum(),
             probes_not_run: self.prober.counters().local_errors,
+            table_full: self.shared.aggregate().conntrack.full,
         }
     }
 
@@ -180,6 +181,7 @@ impl Io {
                     error!("{why}: flood-mode settings: {e}");
                 }
             }
+            Effect::FloodMode(on) => self.shared.published.set_flood(on),
             Effect::Publish {
                 tables,
                 health_since,

@@ -62,6 +62,9 @@ pub struct LastTick {
     pub flood: flood::Watch,
     /// Probes not run (local shortage) at the last event about them.
     pub not_run: u64,
+    /// New flows refused by a full connection table, and when that was last reported.
+    pub table_full: u64,
+    pub full_reported: Option<Instant>,
 }
 
 /// When the loop must wake for the state's own sake.

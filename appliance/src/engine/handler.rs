@@ -71,6 +71,7 @@ impl LbHandler {
         let mut state = WorkerState::new();
         state.set_persistence(Arc::clone(published.persistence()));
         state.set_cookie_key(published.cookie_key());
+        state.set_flood_flag(Arc::clone(published.flood_flag()));
         let doorbell = published
             .doorbell()
             .inspect_err(|e| {

@@ -4,7 +4,7 @@
 //! without traffic adopts the new version at once instead of at a periodic wake-up.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
@@ -40,6 +40,9 @@ pub struct Published {
     /// The SYN proxy's cookie secret, drawn once per process and shared by the workers (a
     /// cookie one worker made checks on any other).
     cookie_key: CookieKey,
+    /// Flood mode is on (the control plane sets it at each tick that sees the XDP program
+    /// switch it): the SYN proxy then answers `syn_proxy = "flood"` VIPs' SYNs too.
+    flood: Arc<AtomicBool>,
     /// The workers' doorbells.
     bells: Bells,
 }
@@ -53,6 +56,7 @@ impl Published {
             tables: ArcSwap::new(tables),
             persistence: Arc::new(PersistTable::default()),
             cookie_key: draw_cookie_key(),
+            flood: Arc::default(),
             bells: Bells::default(),
         }
     }
@@ -85,6 +89,16 @@ impl Published {
     /// The SYN proxy's cookie secret.
     pub fn cookie_key(&self) -> CookieKey {
         self.cookie_key
+    }
+
+    /// The flag the workers' SYN proxies read for flood mode.
+    pub fn flood_flag(&self) -> &Arc<AtomicBool> {
+        &self.flood
+    }
+
+    /// Tells the workers flood mode switched on or off.
+    pub fn set_flood(&self, on: bool) {
+        self.flood.store(on, Ordering::Relaxed);
     }
 
     /// The version of the newest published set.

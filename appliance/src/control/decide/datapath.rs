@@ -146,6 +146,7 @@ port = 8080
             peers: Vec::new(),
             drops: 0,
             probes_not_run: 0,
+            table_full: 0,
         }));
         let fx = super::super::handle(&mut st, tick, &now);
         assert_eq!(announced(&fx), Some(vec![]), "{fx:?}");

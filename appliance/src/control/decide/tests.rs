@@ -577,6 +577,7 @@ const ROWS: &[Row] = &[
                     peers: Vec::new(),
                     drops: 5000,
                     probes_not_run: 0,
+                    table_full: 0,
                 }))
             },
             effects: &[
@@ -587,6 +588,44 @@ const ROWS: &[Row] = &[
             ],
         }],
         check: |st| assert_eq!(st.last.ticks, 1),
+    },
+    Row {
+        name: "the tick tells the workers when flood mode switches and reports a full table at most every 10 s",
+        config: base,
+        speaker: false,
+        steps: &[
+            Step {
+                at: 0,
+                input: |_| flood_tick(1, 3),
+                effects: &[
+                    "event drops: connection table full: 3 new flows refused since the last \
+                     report (NAT and DR answered from the ring, FullNAT dropped); raise \
+                     [appliance] conntrack_capacity (see sluice_conntrack_evicted_total and \
+                     sluice_stateless_answers_total)",
+                    "event flood: flood mode on (1 CPU(s) above [flood] threshold): DR VIPs' \
+                     first packets are answered in XDP from their rings, other VIPs' first \
+                     packets of sources over their rate are dropped in XDP",
+                    "flood mode on",
+                    "view with datapath counters",
+                ],
+            },
+            Step {
+                at: 1,
+                input: |_| flood_tick(2, 9),
+                effects: &["view with datapath counters"],
+            },
+            Step {
+                at: 2,
+                input: |_| flood_tick(0, 9),
+                effects: &[
+                    "event flood: flood mode off: 0 first packets answered in XDP, 0 shed, 0 \
+                     admitted while it was on",
+                    "flood mode off",
+                    "view with datapath counters",
+                ],
+            },
+        ],
+        check: |st| assert_eq!(st.last.table_full, 3, "6 more wait for the next report"),
     },
     Row {
         name: "a [bgp] change whose new speaker does not start keeps the running version",
@@ -815,4 +854,22 @@ fn a_takeover_starts_on_the_verdicts_and_versions_handed_over() {
         cold.tables.vips[0].ring, taken.tables.vips[0].ring,
         "the handed-over verdict (one backend down) shapes the first ring"
     );
+}
+
+/// A tick whose XDP program has flood mode on `cpus` CPUs, the tables having refused
+/// `full` new flows so far.
+fn flood_tick(cpus: u32, full: u64) -> Input {
+    let mut steer = crate::datapath::steer::SteerCounters::default();
+    steer.flood.active_cpus = cpus;
+    Input::Tick(Box::new(Tick {
+        datapath: Ok(crate::datapath::DatapathStats {
+            workers: Vec::new(),
+            interfaces: Vec::new(),
+            steer,
+        }),
+        peers: Vec::new(),
+        drops: 0,
+        probes_not_run: 0,
+        table_full: full,
+    }))
 }

@@ -54,6 +54,7 @@ pub(super) fn tick(st: &mut State, now: &Now, out: &mut Out, t: Tick) {
     }
     peer_events(st, out, &t.peers);
     drop_events(st, now, out, t.drops);
+    full_events(st, now, out, t.table_full);
     if ticks.is_multiple_of(5) {
         probe_events(st, out, t.probes_not_run);
     }
@@ -70,6 +71,7 @@ pub(super) fn tick(st: &mut State, now: &Now, out: &mut Out, t: Tick) {
     {
         warn!("{message}");
         out.event(Kind::Flood, message);
+        out.push(Effect::FloodMode(st.last.flood.on()));
     }
     out.push(Effect::View {
         datapath: dp.map(Box::new),
@@ -141,6 +143,30 @@ fn drop_events(st: &mut State, now: &Now, out: &mut Out, drops: u64) {
             ),
         );
     }
+}
+
+/// An event (at most one each ten seconds) when the connection tables refused new flows,
+/// being full of established ones: an operator must hear of it, not find new FullNAT
+/// connections failing.
+fn full_events(st: &mut State, now: &Now, out: &mut Out, refused: u64) {
+    let delta = refused.saturating_sub(st.last.table_full);
+    if delta == 0
+        || st
+            .last
+            .full_reported
+            .is_some_and(|t| now.at.duration_since(t) < Duration::from_secs(10))
+    {
+        return;
+    }
+    st.last.table_full = refused;
+    st.last.full_reported = Some(now.at);
+    let m = format!(
+        "connection table full: {delta} new flows refused since the last report (NAT and \
+         DR answered from the ring, FullNAT dropped); raise [appliance] conntrack_capacity \
+         (see sluice_conntrack_evicted_total and sluice_stateless_answers_total)"
+    );
+    warn!("{m}");
+    out.event(Kind::Drops, m);
 }
 
 /// Routes or neighbours changed: one new version with the new egress and the running core

@@ -68,7 +68,27 @@ pub(super) fn families(b: &mut Builder, agg: &Aggregate) {
         "FullNAT ports taken from an unfinished handshake for a new flow, every candidate port being held",
         c.snat_reclaimed,
     );
+    syn_proxy(b, agg);
     answers(b, agg);
+}
+
+/// The SYN proxy's work (`[[vip]] syn_proxy`): SYNs answered with a cookie, ACKs whose
+/// cookie opened a flow or did not check, and the backends' side of the handshakes.
+fn syn_proxy(b: &mut Builder, agg: &Aggregate) {
+    let st = &agg.stats;
+    let handshakes = b.counter(
+        "sluice_syn_proxy",
+        "The SYN proxy's handshakes by step: SYNs answered with a cookie (answered), ACKs whose cookie checked and opened a flow to a backend (opened), ACKs without a flow whose acknowledgement was no cookie of ours (bad_cookie), backends' SYN-ACKs turned into the handshake's last ACK (established), client data before the backend answered, dropped (early)",
+    );
+    for (step, v) in [
+        ("answered", st.syn_proxy_answered),
+        ("opened", st.syn_proxy_opened),
+        ("bad_cookie", st.syn_proxy_bad_cookies),
+        ("established", st.syn_proxy_established),
+        ("early", st.syn_proxy_early),
+    ] {
+        set(&handshakes, labels(&[("step", step)]), v);
+    }
 }
 
 /// The packets answered without an entry, the ICMP the rate limits held back, and the
