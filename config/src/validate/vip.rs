@@ -67,15 +67,7 @@ fn vip(
     let (mode_name, mode) = mode(t, errs);
     let tenant_vni = super::tenant::tenant_vni(t, mode, errs);
     let mode = super::tenant::backend_vni(t, mode, tenant_vni);
-    let rewrites_ports = matches!(mode, Some(Mode::Nat | Mode::FullNat));
-    if port == Some(0) && rewrites_ports {
-        errs.push(
-            t.key("port"),
-            format!(
-                "0 (all ports) needs mode \"dr\" or \"tunnel\"; mode {mode_name:?} rewrites ports"
-            ),
-        );
-    }
+    all_ports(t, port, mode, mode_name, errs);
     let scheduler = t
         .choice("scheduler", &Scheduler::ALL, errs)
         .unwrap_or(Scheduler::Maglev);
@@ -128,6 +120,24 @@ fn vip(
         outbound,
         tenant_vni,
     })
+}
+
+/// A port-0 VIP (all ports) needs a mode that keeps ports.
+fn all_ports(
+    t: &Table<'_>,
+    port: Option<u16>,
+    mode: Option<Mode>,
+    mode_name: &str,
+    errs: &mut ConfigErrors,
+) {
+    if port == Some(0) && matches!(mode, Some(Mode::Nat | Mode::FullNat)) {
+        errs.push(
+            t.key("port"),
+            format!(
+                "0 (all ports) needs mode \"dr\" or \"tunnel\"; mode {mode_name:?} rewrites ports"
+            ),
+        );
+    }
 }
 
 /// `hash`: the flow hash's fields (5-tuple by default); `sh` and `dh` hash addresses as LVS
