@@ -6,6 +6,10 @@
 //! 100 ns per packet. New flows: each
 //! packet has a fresh client address, so every call runs the Maglev lookup and a connection
 //! table insert; the table is emptied outside the timed region whenever it fills.
+//! ACKs without a flow (`process_ack_no_flow`): what a blind ACK (or one of a flow whose
+//! entry is gone) costs a NAT or FullNAT TCP VIP with `syn_proxy = "off"` and with the
+//! default `"flood"` (flood mode off: the ACK is checked as a cookie first, then handled as
+//! without the proxy), side by side; no state is made either way.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -143,6 +147,37 @@ fn new_flows(c: &mut Criterion) {
     g.finish();
 }
 
+fn ack_no_flow(c: &mut Criterion) {
+    use sluice::config::SynProxy;
+    let mut g = c.benchmark_group("process_ack_no_flow");
+    g.throughput(Throughput::Elements(1));
+    for (name, vip, client) in [CASES[0], CASES[2]] {
+        for (setting, proxy) in [("off", SynProxy::Off), ("flood", SynProxy::Flood)] {
+            let (mut t, mut ct, mut w) = golden::setup();
+            let v = t
+                .vips
+                .iter()
+                .position(|v| {
+                    let a: std::net::IpAddr = vip.parse().expect("literal");
+                    v.address == sluice::lb::hash::addr_to_u128(a) && v.port == port(vip)
+                })
+                .expect("the case's VIP");
+            t.vips[v].syn_proxy = proxy;
+            let input = Pkt::new(client, vip, 6, tcp(40000, port(vip), 0x10, 77, b"")).build();
+            let mut buf = vec![0u8; HEADROOM + input.len() + 256];
+            g.bench_function(format!("{name}/{setting}"), |b| {
+                b.iter(|| {
+                    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+                    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).expect("frame");
+                    black_box(process(&mut f, &t, &mut ct, &mut w, NOW))
+                })
+            });
+            assert_eq!(ct.len(), 0, "{name}/{setting}: a blind ACK made state");
+        }
+    }
+    g.finish();
+}
+
 fn maglev_build(c: &mut Criterion) {
     let mut g = c.benchmark_group("maglev_build_m65537");
     for n in [10usize, 100, 1000] {
@@ -160,5 +195,5 @@ fn maglev_build(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, established, new_flows, maglev_build);
+criterion_group!(benches, established, new_flows, ack_no_flow, maglev_build);
 criterion_main!(benches);
