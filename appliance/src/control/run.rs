@@ -38,10 +38,9 @@ use super::kept::Keeper;
 use super::model::{Shared, Sync};
 use super::neighbours::{self, NetEvent};
 use super::state::{First, State};
-use super::takeover::Taking;
 use super::takeover::{Asked, Offer, TakeoverError};
 use super::takeover_run::{
-    Handed, Imports, finish_takeover, handed_over, offer_takeover, take_flows,
+    Handed, Imports, Source, fail, finish_takeover, handed_over, offer_takeover, take_flows,
 };
 use super::{api, cache, notify, prepare, view};
 use crate::config;
@@ -187,7 +186,7 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
 async fn forward(
     st: &State,
     shared: &Arc<Shared>,
-    mut taking: Option<Taking>,
+    mut taking: Option<Source>,
     handed: &Handed,
 ) -> Result<(Datapath, Option<::api::Takeover>), RunError> {
     // The program is loaded, verified and given the first version's steering while the old
@@ -208,7 +207,7 @@ async fn forward(
         Ok(dp) => dp,
         Err(e) => {
             if let Some(t) = taking.take() {
-                t.fail().await;
+                fail(t).await;
             }
             return Err(e);
         }
@@ -389,6 +388,8 @@ enum Got {
     Watch,
     Stall(Duration),
     Takeover(Asked),
+    /// SIGTERM: a stop, or the stop half of a restart.
+    Term,
 }
 
 /// How often the datapath watch checks every interface: a program taken away is back (or
@@ -409,7 +410,7 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
         // A far deadline stands in while nothing is due (the branch is disabled then).
         let far = Instant::now() + Duration::from_secs(3600);
         let got = tokio::select! {
-            _ = term.recv() => Got::Input(Input::Terminate("SIGTERM")),
+            _ = term.recv() => Got::Term,
             _ = int.recv() => Got::Input(Input::Terminate("SIGINT")),
             _ = hup.recv() => Got::Input(Input::Hangup),
             Some(cmd) = src.commands.recv() => Got::Command(cmd),
@@ -442,6 +443,12 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
             Got::Stall(d) => {
                 stall_runtime(d).await;
                 continue;
+            }
+            Got::Term => {
+                if super::takeover::restarting() && io.hand_over_to_file(st)? {
+                    return Ok(());
+                }
+                Input::Terminate("SIGTERM")
             }
             Got::Takeover(asked) => match io.hand_over(st, asked).await? {
                 Flow::Stop => return Ok(()),
