@@ -303,8 +303,10 @@ fn five_takeovers_in_a_row_keep_every_connection_and_route() {
             "takeover {n}: the old process did not exit cleanly; new log:\n{}",
             file_text(&log)
         );
+        // The new process's API answers once the old one has exited (a loaded machine can
+        // take seconds over that).
         let mut after = None;
-        poll(Duration::from_secs(10), Duration::from_millis(100), || {
+        poll(Duration::from_secs(30), Duration::from_millis(100), || {
             after = lab
                 .api_at(0)
                 .call(|c| c.status())
