@@ -199,7 +199,7 @@ impl Standby {
         let s = self.shard(shard_of(key));
         let e = s.flows.get(key)?;
         let age = e.record.age_ns.saturating_add(now.saturating_sub(e.at));
-        (age <= e.ttl).then(|| FlowRecord {
+        (age <= e.ttl).then_some(FlowRecord {
             age_ns: age,
             ..e.record
         })

@@ -68,6 +68,8 @@ pub enum RunError {
     Fleet(#[from] FleetError),
     #[error("cannot start the flow cache's walker thread: {0} (out of threads or memory?)")]
     Thread(#[source] std::io::Error),
+    #[error("{0}")]
+    Sync(#[from] crate::sync::SyncError),
 }
 
 /// Where the loop's events come from.
@@ -76,6 +78,8 @@ struct Sources {
     transitions: mpsc::UnboundedReceiver<health::Transition>,
     net: mpsc::Receiver<NetEvent>,
     fleet: Option<mpsc::Receiver<Update>>,
+    /// Fires once connection sync caught up (`None` without `[sync]`, or after).
+    sync: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 /// `sluice run`: brings the datapath up with `path`'s config and runs until SIGTERM or
@@ -112,7 +116,10 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         ),
         None => None,
     };
-    let dp = start_datapath(&st, &shared)?;
+    // Connection sync (`crate::sync`): the workers attach to it; the loop hears when it
+    // caught up with the peers' flows, and the VIPs are held back until then.
+    let (sync, sync_done) = start_sync(&st)?;
+    let dp = start_datapath(&st, &shared, sync.as_ref().map(|s| s.handle.clone()))?;
     dp.set_vips(&st.steering.vips)?;
     dp.set_return_keys(&st.steering.returns)?;
     dp.set_flood(&st.config.flood)?;
@@ -150,8 +157,41 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         transitions,
         net: net_events,
         fleet: updates,
+        sync: sync_done,
     };
-    event_loop(&mut st, &mut io, sources).await
+    let ran = event_loop(&mut st, &mut io, sources).await;
+    drop(sync);
+    ran
+}
+
+/// Starts connection sync when `[sync]` is set.
+fn start_sync(
+    st: &State,
+) -> Result<
+    (
+        Option<crate::sync::service::Service>,
+        Option<tokio::sync::oneshot::Receiver<()>>,
+    ),
+    RunError,
+> {
+    let Some(c) = &st.config.sync else {
+        return Ok((None, None));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let s = crate::sync::service::Service::start(c, st.config.appliance.timeouts, tx)?;
+    Ok((Some(s), Some(rx)))
+}
+
+/// Resolves once sync caught up (or its thread is gone: the VIPs are not held forever).
+async fn sync_caught_up(rx: &mut Option<tokio::sync::oneshot::Receiver<()>>) -> Option<()> {
+    match rx {
+        Some(r) => {
+            let _ = r.await;
+            *rx = None;
+            Some(())
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// The clocks now and `host_addresses`, for the first version (nothing probes yet).
@@ -221,7 +261,11 @@ fn shared(st: &State, path: &Path, commands: mpsc::Sender<Command>) -> Result<Sh
 
 /// Starts the datapath with one engine per worker, each registered with `shared` so the
 /// API can read its counters and the version it runs.
-fn start_datapath(st: &State, shared: &Arc<Shared>) -> Result<Datapath, RunError> {
+fn start_datapath(
+    st: &State,
+    shared: &Arc<Shared>,
+    sync: Option<crate::sync::SyncHandle>,
+) -> Result<Datapath, RunError> {
     let capacity = st.config.appliance.conntrack_capacity as usize;
     let factory = {
         let shared = Arc::clone(shared);
@@ -242,6 +286,10 @@ fn start_datapath(st: &State, shared: &Arc<Shared>) -> Result<Datapath, RunError
                 out,
                 running,
             );
+            let h = match &sync {
+                Some(s) => h.with_sync(s),
+                None => h,
+            };
             match &shared.flow_cache {
                 Some(c) => Box::new(h.with_flow_cache(Arc::clone(c))),
                 None => Box::new(h),
@@ -290,6 +338,7 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
                 Got::Input(Input::RampDue)
             }
             Some(u) = next_update(&mut src.fleet) => Got::Input(Input::Fleet(u)),
+            Some(()) = sync_caught_up(&mut src.sync) => Got::Input(Input::SyncCaughtUp),
             Some(ev) = src.net.recv() => {
                 Got::Input(Input::Net(queued(ev, || src.net.try_recv().ok())))
             }

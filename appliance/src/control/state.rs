@@ -96,6 +96,8 @@ pub struct State {
     pub speaker: bool,
     /// A fleet member behind its fleet announces nothing until it has caught up.
     pub fleet_hold: bool,
+    /// With `[sync]`, the appliance announces nothing until it has its peers' flows.
+    pub sync_hold: bool,
     /// The slow-start ramps the running version was built with.
     pub ramps: Ramps,
     /// When the next slow-start level is due.
@@ -133,6 +135,7 @@ impl State {
     pub(super) fn new(f: First, p: Prepared, versions: Versions, now: Instant) -> State {
         let mut withdrawn = f.withdrawn;
         withdrawn.retain(|n| p.config.vip(n).is_some());
+        let sync_hold = p.config.sync.is_some();
         State {
             path: f.path,
             settle_by: now + super::prepare::settle_time(&p.config),
@@ -149,6 +152,7 @@ impl State {
             targets: Arc::new(p.targets),
             speaker: false,
             fleet_hold: false,
+            sync_hold,
             ramps: p.ramps,
             ramp_due: p.ramp_due,
             last_ramp_step: None,

@@ -65,6 +65,7 @@ pub fn handle(st: &mut State, input: Input, now: &Now) -> Vec<Effect> {
         Input::LastGoodNotSaved(e) => fleet::not_saved(st, o, e),
         Input::Staged(s) => commit::staged(st, now, o, s),
         Input::Terminate(signal) => watch::terminate(st, o, signal),
+        Input::SyncCaughtUp => bgp::sync_caught_up(st, now, o),
     }
     go_on(st, now, &mut out);
     out.effects
