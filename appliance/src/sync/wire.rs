@@ -7,7 +7,8 @@
 //! 24 sent at, unix ms u64 (the sender's clock)
 //! 32 body: records: one SLFR batch (lb::conntrack::codec); ended: u32 count, then count
 //!    flow keys of 44 bytes (client u128, VIP u128, client port u16, VIP port u16,
-//!    protocol u8, flags u8 (1: IPv6), zone u32); catch-up request and done: empty
+//!    protocol u8, flags u8 (1: IPv6), zone u32, 2 reserved bytes (0)); catch-up
+//!    request and done: empty
 //! .. HMAC-SHA256 (32 bytes) over everything before it
 //! ```
 //! [`open`] checks the tag before it reads anything else, so bytes without the key are
@@ -191,6 +192,7 @@ fn put_key(k: &FlowKey, out: &mut Vec<u8>) {
     out.push(k.proto);
     out.push(u8::from(k.v6));
     out.extend_from_slice(&k.zone.to_le_bytes());
+    out.extend_from_slice(&[0, 0]);
 }
 
 fn keys(b: &[u8]) -> Result<Vec<FlowKey>, WireError> {
@@ -207,8 +209,8 @@ fn keys(b: &[u8]) -> Result<Vec<FlowKey>, WireError> {
         |c: &[u8], o: usize| u128::from_le_bytes(c[o..o + 16].try_into().unwrap_or([0; 16]));
     rest.chunks_exact(KEY_LEN)
         .map(|c| {
-            if c[37] > 1 {
-                return Err(garbage("unknown flow-key flags"));
+            if c[37] > 1 || c[42..] != [0, 0] {
+                return Err(garbage("unknown flow-key flags or reserved bytes"));
             }
             Ok(FlowKey {
                 src: u128_at(c, 0),

@@ -1,6 +1,7 @@
 //! What connection sync tells the peers about a table: the flows that became established
-//! (embryonic ones are not worth a record: half of them are scans and floods) and the
-//! established ones that ended. The table notes their keys as it goes ([`News`]); the
+//! (embryonic ones are not worth a record: half of them are scans and floods), the ones it
+//! took in established (a peer's it took over: it is their owner now, and a peer that
+//! rejoins learns them in its catch-up), and the established ones that ended. The table notes their keys as it goes ([`News`]); the
 //! worker drains them now and then ([`ConnTable::drain_news`]) and sends each established
 //! flow as it stands then. Bounded: a burst beyond [`NEWS_MAX`] keys between two drains is
 //! counted and left out (those flows are not synced; a peer that takes over their frames

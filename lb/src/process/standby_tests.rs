@@ -64,9 +64,12 @@ fn a_fullnat_flow_keeps_its_port_and_answers_its_return_traffic_first() {
     let (mut ct_b, mut w_b) = (ct_for(&t, 1024), WorkerState::new());
     let sb = Arc::new(Standby::new(1024));
     w_b.set_standby(Arc::clone(&sb));
+    ct_b.note_news(true);
     let (v, _) = send(&t, &mut ct_a, &mut w_a, 3000, 0x02, SEC);
     assert!(matches!(v, Verdict::Tx { .. }), "{v:?}");
-    let r = ct_a.export(SEC).next().expect("A's flow");
+    let mut r = ct_a.export(SEC).next().expect("A's flow");
+    // Synced flows are established ones (see `conntrack::news`).
+    r.state = crate::conntrack::FlowState::TcpEstablished;
     let (snat, port) = r.snat.expect("a FullNAT port");
     sb.offer(&r, 300 * SEC, SEC);
     // The backend's SYN-ACK reaches B before any frame of the client's.
@@ -86,4 +89,8 @@ fn a_fullnat_flow_keeps_its_port_and_answers_its_return_traffic_first() {
     let id = ct_b.lookup(&r.key, 2 * SEC).expect("B took the flow");
     assert_eq!(ct_b.flow(id).snat, Some((snat, port)), "same FullNAT port");
     assert_eq!(sb.stats.taken.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // B owns it now: its peers hear of it (a rejoining A learns it in its catch-up).
+    let mut news = Vec::new();
+    ct_b.drain_news(2 * SEC, |r| news.push(r.key), |_| {});
+    assert_eq!(news, vec![r.key]);
 }
