@@ -308,6 +308,33 @@ pub fn format_status(s: &api::Status) -> String {
         "bgp         {}",
         if s.bgp { "configured" } else { "off" }
     );
+    if let Some(y) = &s.sync {
+        let _ = writeln!(
+            o,
+            "sync        {}; standby {} entries ({} taken over); records sent {} received {}; \
+             ended sent {} received {}; lag {} ms",
+            if y.catching_up {
+                "catching up (VIPs held)"
+            } else {
+                "caught up"
+            },
+            y.standby_entries,
+            y.standby_taken,
+            y.records_sent,
+            y.records_received,
+            y.ended_sent,
+            y.ended_received,
+            y.lag_ms
+        );
+        let refused = y.auth_failures + y.garbage + y.replays + y.unknown_peer;
+        if refused + y.left_out > 0 {
+            let _ = writeln!(
+                o,
+                "sync        refused: auth {} garbage {} replay {} unknown peer {}; left out {}",
+                y.auth_failures, y.garbage, y.replays, y.unknown_peer, y.left_out
+            );
+        }
+    }
     o
 }
 

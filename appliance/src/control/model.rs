@@ -83,6 +83,8 @@ pub struct Shared {
     pub flow_cache: Option<Arc<crate::datapath::flowcache::FlowCache>>,
     /// The fleet document (`GET /v1/fleet`); `None` without `[fleet]`.
     pub fleet: Mutex<Option<api::FleetStatus>>,
+    /// Connection sync (`[sync]`), set once it started.
+    pub flow_sync: std::sync::OnceLock<crate::sync::SyncHandle>,
     pub counters: Counters,
 }
 
@@ -229,6 +231,7 @@ impl Shared {
             }),
             flood: view.datapath.as_ref().map(|d| flood_doc(d.steer.flood)),
             lvs: self.lvs_doc(&agg),
+            sync: self.flow_sync.get().map(crate::sync::status),
         }
     }
 

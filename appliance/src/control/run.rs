@@ -119,6 +119,9 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     // Connection sync (`crate::sync`): the workers attach to it; the loop hears when it
     // caught up with the peers' flows, and the VIPs are held back until then.
     let (sync, sync_done) = start_sync(&st)?;
+    if let Some(s) = &sync {
+        let _ = shared.flow_sync.set(s.handle.clone());
+    }
     let dp = start_datapath(&st, &shared, sync.as_ref().map(|s| s.handle.clone()))?;
     dp.set_vips(&st.steering.vips)?;
     dp.set_return_keys(&st.steering.returns)?;
@@ -255,6 +258,7 @@ fn shared(st: &State, path: &Path, commands: mpsc::Sender<Command>) -> Result<Sh
         sync_changed: tokio::sync::Notify::new(),
         commands,
         fleet: Default::default(),
+        flow_sync: Default::default(),
         counters: Default::default(),
     })
 }

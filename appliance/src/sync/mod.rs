@@ -169,3 +169,24 @@ pub fn read_key(path: &std::path::Path) -> Result<Vec<u8>, SyncError> {
     }
     Ok(key)
 }
+
+/// Sync's part of the status document (`sluice ctl status`).
+pub fn status(h: &SyncHandle) -> api::SyncStatus {
+    let s = &h.stats;
+    let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    api::SyncStatus {
+        catching_up: s.catching_up.load(Ordering::Relaxed),
+        standby_entries: h.standby.len() as u64,
+        standby_taken: n(&h.standby.stats.taken),
+        records_sent: n(&s.records_sent),
+        records_received: n(&s.records_received),
+        ended_sent: n(&s.ended_sent),
+        ended_received: n(&s.ended_received),
+        auth_failures: n(&s.auth_failures),
+        garbage: n(&s.garbage),
+        replays: n(&s.replays),
+        unknown_peer: n(&s.unknown_peer),
+        left_out: n(&s.outbox_full) + n(&s.rate_limited) + n(&s.send_errors) + n(&s.standby_full),
+        lag_ms: n(&s.lag_ms),
+    }
+}
