@@ -391,6 +391,10 @@ impl Thread {
                 );
             }
             self.stats.catching_up.store(false, Ordering::Relaxed);
+            tracing::info!(
+                standby = self.standby.len(),
+                "sync: caught up with the peers' flows"
+            );
             if let Some(tx) = self.caught_up.take() {
                 let _ = tx.send(());
             }
