@@ -295,17 +295,7 @@ impl Lab {
             appliances: (0..n_lbs).map(|_| None).collect(),
             bird: None,
         };
-        if lab.options.sync {
-            let key = lab.dir.join("sync.key");
-            std::fs::write(
-                &key,
-                format!("lab sync key {}, at least 32 bytes long\n", lab.id),
-            )
-            .map_err(|e| LabError {
-                command: format!("write {}", key.display()),
-                detail: e.to_string(),
-            })?;
-        }
+        lab.write_sync_key()?;
         lab.wire()?;
         if bgp {
             let addrs: Vec<IpAddr> = (0..n_lbs).map(|k| appliance_addr(k, false)).collect();
@@ -314,6 +304,22 @@ impl Lab {
         }
         lab.start_backends()?;
         Ok(lab)
+    }
+
+    /// The key file of the appliances' `[sync]` sections, when the lab syncs.
+    fn write_sync_key(&self) -> Result<()> {
+        if !self.options.sync {
+            return Ok(());
+        }
+        let key = self.dir.join("sync.key");
+        std::fs::write(
+            &key,
+            format!("lab sync key {}, at least 32 bytes long\n", self.id),
+        )
+        .map_err(|e| LabError {
+            command: format!("write {}", key.display()),
+            detail: e.to_string(),
+        })
     }
 
     /// How many appliances this lab has.

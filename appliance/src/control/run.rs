@@ -118,10 +118,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     };
     // Connection sync (`crate::sync`): the workers attach to it; the loop hears when it
     // caught up with the peers' flows, and the VIPs are held back until then.
-    let (sync, sync_done) = start_sync(&st)?;
-    if let Some(s) = &sync {
-        let _ = shared.flow_sync.set(s.handle.clone());
-    }
+    let (sync, sync_done) = start_sync(&st, &shared)?;
     let dp = start_datapath(&st, &shared, sync.as_ref().map(|s| s.handle.clone()))?;
     dp.set_vips(&st.steering.vips)?;
     dp.set_return_keys(&st.steering.returns)?;
@@ -162,14 +159,14 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         fleet: updates,
         sync: sync_done,
     };
-    let ran = event_loop(&mut st, &mut io, sources).await;
-    drop(sync);
-    ran
+    // `sync` lives until the loop ends (its thread stops when it drops).
+    event_loop(&mut st, &mut io, sources).await
 }
 
-/// Starts connection sync when `[sync]` is set.
+/// Starts connection sync when `[sync]` is set, and shows it to the API and metrics.
 fn start_sync(
     st: &State,
+    shared: &Shared,
 ) -> Result<
     (
         Option<crate::sync::service::Service>,
@@ -182,6 +179,7 @@ fn start_sync(
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let s = crate::sync::service::Service::start(c, st.config.appliance.timeouts, tx)?;
+    let _ = shared.flow_sync.set(s.handle.clone());
     Ok((Some(s), Some(rx)))
 }
 

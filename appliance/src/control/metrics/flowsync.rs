@@ -63,6 +63,13 @@ pub(super) fn families(b: &mut Builder, h: &SyncHandle) {
     ] {
         set(&left_out, labels(&[("reason", why)]), v);
     }
+    standby(b, h);
+}
+
+/// The standby table's families.
+fn standby(b: &mut Builder, h: &SyncHandle) {
+    let s = &h.stats;
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     b.gauge1(
         "sluice_sync_standby_entries",
         "Peers' flows held as standby entries",
