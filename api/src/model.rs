@@ -61,6 +61,34 @@ pub struct Status {
     /// restart), `None` when it started cold.
     #[serde(default)]
     pub takeover: Option<Takeover>,
+    /// Connection sync (`[sync]`), `None` when it is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncStatus>,
+}
+
+/// Connection sync with the other appliances of an ECMP group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncStatus {
+    /// True while this appliance waits for its peers' flows (it announces no VIP).
+    pub catching_up: bool,
+    /// Peers' flows held as standby entries.
+    pub standby_entries: u64,
+    /// Standby flows a worker took over.
+    pub standby_taken: u64,
+    /// Records sent and received (established flows), and ended flows each way.
+    pub records_sent: u64,
+    pub records_received: u64,
+    pub ended_sent: u64,
+    pub ended_received: u64,
+    /// Datagrams refused: another key, garbage, replays, from no peer.
+    pub auth_failures: u64,
+    pub garbage: u64,
+    pub replays: u64,
+    pub unknown_peer: u64,
+    /// Flows not synced (full queue, rate spent, send errors, standby table full).
+    pub left_out: u64,
+    /// Milliseconds between a peer sending its newest accepted datagram and its arrival.
+    pub lag_ms: u64,
 }
 
 /// A takeover's outcome: the connections the process before this one handed over.

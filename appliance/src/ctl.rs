@@ -312,7 +312,39 @@ pub fn format_status(s: &api::Status) -> String {
         "bgp         {}",
         if s.bgp { "configured" } else { "off" }
     );
+    if let Some(y) = &s.sync {
+        sync_lines(&mut o, y);
+    }
     o
+}
+
+/// `sluice ctl status`'s connection-sync lines.
+fn sync_lines(o: &mut String, y: &api::SyncStatus) {
+    let _ = writeln!(
+        o,
+        "sync        {}; standby {} entries ({} taken over); records sent {} received {}; \
+         ended sent {} received {}; lag {} ms",
+        if y.catching_up {
+            "catching up (VIPs held)"
+        } else {
+            "caught up"
+        },
+        y.standby_entries,
+        y.standby_taken,
+        y.records_sent,
+        y.records_received,
+        y.ended_sent,
+        y.ended_received,
+        y.lag_ms
+    );
+    let refused = y.auth_failures + y.garbage + y.replays + y.unknown_peer;
+    if refused + y.left_out > 0 {
+        let _ = writeln!(
+            o,
+            "sync        refused: auth {} garbage {} replay {} unknown peer {}; left out {}",
+            y.auth_failures, y.garbage, y.replays, y.unknown_peer, y.left_out
+        );
+    }
 }
 
 pub fn format_vips(vips: &[api::Vip]) -> String {
@@ -549,5 +581,31 @@ mod tests {
         );
         let e = CtlError::from(ClientError::Timeout(std::time::Duration::from_secs(1)));
         assert_eq!(e.code(), 2);
+    }
+
+    #[test]
+    fn status_shows_sync_and_what_it_refused() {
+        let mut y = api::SyncStatus {
+            catching_up: true,
+            standby_entries: 12,
+            standby_taken: 3,
+            records_sent: 40,
+            records_received: 12,
+            ..Default::default()
+        };
+        let mut o = String::new();
+        sync_lines(&mut o, &y);
+        assert_eq!(
+            o,
+            "sync        catching up (VIPs held); standby 12 entries (3 taken over); records \
+             sent 40 received 12; ended sent 0 received 0; lag 0 ms\n"
+        );
+        y.auth_failures = 5;
+        let mut o = String::new();
+        sync_lines(&mut o, &y);
+        assert!(
+            o.ends_with("refused: auth 5 garbage 0 replay 0 unknown peer 0; left out 0\n"),
+            "{o}"
+        );
     }
 }

@@ -25,6 +25,7 @@ pub mod persist;
 pub mod process;
 mod rings;
 pub mod sched;
+pub mod standby;
 pub mod steering;
 pub mod tables;
 mod tenant;

@@ -913,6 +913,7 @@ pub(crate) mod tests {
             flood: config::Flood::default(),
             metrics: config::Metrics::default(),
             fleet: None,
+            sync: None,
         }
     }
 

@@ -125,6 +125,7 @@ impl Io {
             Arc::clone(&self.shared),
             st.config.appliance.conntrack_capacity as usize,
             None,
+            self.shared.flow_sync.get().cloned(),
         );
         let factory = {
             let kept = Arc::clone(&kept);

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 mod builder;
 mod conntrack;
 mod fleet;
+mod flowsync;
 mod lvs;
 mod mtu;
 mod watch;
@@ -58,6 +59,9 @@ pub fn render(s: &Shared) -> String {
     bgp(&mut b, &view);
     if let Some(f) = s.fleet.lock().ok().and_then(|f| f.clone()) {
         fleet::families(&mut b, &f);
+    }
+    if let Some(h) = s.flow_sync.get() {
+        flowsync::families(&mut b, h);
     }
     vip_probes(&mut b, &s.counters.vip_probes);
     b.counter1(
@@ -837,6 +841,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
             commands: tokio::sync::mpsc::channel(1).0,
             fleet: Default::default(),
             takeover: Default::default(),
+            flow_sync: Default::default(),
             flow_cache: None,
             counters: Counters {
                 api_errors: AtomicU64::new(4),

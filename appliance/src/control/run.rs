@@ -72,18 +72,10 @@ pub enum RunError {
     Fleet(#[from] FleetError),
     #[error("cannot start the flow cache's walker thread: {0} (out of threads or memory?)")]
     Thread(#[source] std::io::Error),
-    #[error("takeover: {0}")]
+    #[error("{0}")]
     Takeover(#[from] TakeoverError),
-    #[error(
-        "an appliance already runs on {0} (stop it first, or start with --takeover to take its connections over)"
-    )]
-    AlreadyRunning(String),
-    #[error("cannot listen for a takeover on {path}: {source}")]
-    TakeoverSocket {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{0}")]
+    Sync(#[from] crate::sync::SyncError),
 }
 
 /// Where the loop's events come from.
@@ -94,6 +86,8 @@ struct Sources {
     fleet: Option<mpsc::Receiver<Update>>,
     /// A new process asking to take over (see [`super::takeover`]).
     takeover: Option<Offer>,
+    /// Fires once connection sync caught up (`None` without `[sync]`, or after).
+    sync: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 /// `sluice run`: brings the datapath up with `path`'s config and runs until SIGTERM or
@@ -135,7 +129,11 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
         ),
         None => None,
     };
-    let (dp, report) = forward(&st, &shared, taking, &handed).await?;
+    // Connection sync (`crate::sync`): the workers attach to it; the loop hears when it
+    // caught up with the peers' flows, and the VIPs are held back until then.
+    let (sync, sync_done) = start_sync(&st, &shared)?;
+    let sync_handle = sync.as_ref().map(|s| s.handle.clone());
+    let (dp, report) = forward(&st, &shared, taking, &handed, sync_handle).await?;
     view::restart_sync_clock(&shared, Instant::now());
     let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await
@@ -154,16 +152,7 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
     // checks settle (every tick re-syncs).
     let announcer = io::start_speaker(st.config.bgp.as_ref()).await;
-    let (session, updates) = match &st.config.fleet {
-        Some(f) => {
-            let name = st.config.appliance.name.clone();
-            let (s, updates) = Session::start(f, &name)?;
-            let restored = start.restored.as_ref();
-            st.fleet = Some(Membership::new(f, &name, restored, Instant::now()));
-            (Some(s), Some(updates))
-        }
-        None => (None, None),
-    };
+    let (session, updates) = join_fleet(&mut st, start.restored.as_ref())?;
     let (net, net_events) = neighbours::spawn(resolver, misses);
     let mut io = Io::new(
         shared, dp, prober, announcer, net, session, walker, listeners, sync_task,
@@ -176,8 +165,25 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
         net: net_events,
         fleet: updates,
         takeover: offer,
+        sync: sync_done,
     };
+    // `sync` lives until the loop ends (its thread stops when it drops).
     event_loop(&mut st, &mut io, sources).await
+}
+
+/// Joins the fleet's etcd session when `[fleet]` is set (`restored`: the last good revision
+/// kept on disk).
+fn join_fleet(
+    st: &mut State,
+    restored: Option<&fleet::lastgood::LastGood>,
+) -> Result<(Option<Session>, Option<mpsc::Receiver<Update>>), RunError> {
+    let Some(f) = &st.config.fleet else {
+        return Ok((None, None));
+    };
+    let name = st.config.appliance.name.clone();
+    let (s, updates) = Session::start(f, &name)?;
+    st.fleet = Some(Membership::new(f, &name, restored, Instant::now()));
+    Ok((Some(s), Some(updates)))
 }
 
 /// Starts the datapath with the first version (with a takeover: the program loaded while the
@@ -188,6 +194,7 @@ async fn forward(
     shared: &Arc<Shared>,
     mut taking: Option<Source>,
     handed: &Handed,
+    sync: Option<crate::sync::SyncHandle>,
 ) -> Result<(Datapath, Option<::api::Takeover>), RunError> {
     // The program is loaded, verified and given the first version's steering while the old
     // process still forwards: from its attach on, every VIP frame is the engine's.
@@ -203,7 +210,7 @@ async fn forward(
     };
     let taken = flows.as_ref().map(|b| b.flows());
     let imports = flows.map(|b| Imports::new(b.workers));
-    let dp = match start_datapath(st, shared, loaded, imports.clone()) {
+    let dp = match start_datapath(st, shared, loaded, imports.clone(), sync) {
         Ok(dp) => dp,
         Err(e) => {
             if let Some(t) = taking.take() {
@@ -233,6 +240,38 @@ fn took_over(shared: &Shared, report: Option<::api::Takeover>, handed: &Handed) 
         *t = Some(r);
     }
     quick
+}
+
+/// Starts connection sync when `[sync]` is set, and shows it to the API and metrics.
+fn start_sync(
+    st: &State,
+    shared: &Shared,
+) -> Result<
+    (
+        Option<crate::sync::service::Service>,
+        Option<tokio::sync::oneshot::Receiver<()>>,
+    ),
+    RunError,
+> {
+    let Some(c) = &st.config.sync else {
+        return Ok((None, None));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let s = crate::sync::service::Service::start(c, st.config.appliance.timeouts, tx)?;
+    let _ = shared.flow_sync.set(s.handle.clone());
+    Ok((Some(s), Some(rx)))
+}
+
+/// Resolves once sync caught up (or its thread is gone: the VIPs are not held forever).
+async fn sync_caught_up(rx: &mut Option<tokio::sync::oneshot::Receiver<()>>) -> Option<()> {
+    match rx {
+        Some(r) => {
+            let _ = r.await;
+            *rx = None;
+            Some(())
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// The clocks now and `host_addresses`, for the first version (nothing probes yet).
@@ -319,6 +358,7 @@ fn shared(
         sync_changed: tokio::sync::Notify::new(),
         commands,
         fleet: Default::default(),
+        flow_sync: Default::default(),
         counters: Default::default(),
         takeover: Default::default(),
     })
@@ -332,9 +372,10 @@ fn start_datapath(
     shared: &Arc<Shared>,
     loaded: Loaded,
     imports: Option<Imports>,
+    sync: Option<crate::sync::SyncHandle>,
 ) -> Result<Datapath, RunError> {
     let capacity = st.config.appliance.conntrack_capacity as usize;
-    let factory = worker_factory(Arc::clone(shared), capacity, imports);
+    let factory = worker_factory(Arc::clone(shared), capacity, imports, sync);
     let dp_cfg = DatapathConfig::from(&st.config.appliance);
     Ok(Datapath::start_loaded(
         dp_cfg,
@@ -350,6 +391,7 @@ pub(super) fn worker_factory(
     shared: Arc<Shared>,
     capacity: usize,
     imports: Option<Imports>,
+    sync: Option<crate::sync::SyncHandle>,
 ) -> impl Fn(usize, usize) -> Box<dyn FrameHandler> {
     move |worker: usize, workers: usize| -> Box<dyn FrameHandler> {
         let out = Arc::new(Mutex::new(CounterSnapshot::default()));
@@ -368,6 +410,10 @@ pub(super) fn worker_factory(
             out,
             running,
         );
+        let h = match &sync {
+            Some(s) => h.with_sync(s),
+            None => h,
+        };
         let mut h = match &shared.flow_cache {
             Some(c) => h.with_flow_cache(Arc::clone(c)),
             None => h,
@@ -425,6 +471,7 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
             }
             Some(u) = next_update(&mut src.fleet) => Got::Input(Input::Fleet(u)),
             Some(asked) = next_asked(&mut src.takeover) => Got::Takeover(asked),
+            Some(()) = sync_caught_up(&mut src.sync) => Got::Input(Input::SyncCaughtUp),
             Some(ev) = src.net.recv() => {
                 Got::Input(Input::Net(queued(ev, || src.net.try_recv().ok())))
             }

@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{info, warn};
 
-use super::run::RunError;
-use super::takeover::{self, Bundle, Offer, Taking};
+use super::takeover::{self, Bundle, Offer, TakeoverError, Taking};
 
 use crate::engine::{Imported, LbHandler};
 use crate::lb::BackendId;
@@ -43,12 +42,12 @@ pub(super) enum Source {
 pub(super) async fn handed_over(
     api_socket: &Path,
     takeover: bool,
-) -> Result<(Option<Source>, Handed), RunError> {
+) -> Result<(Option<Source>, Handed), TakeoverError> {
     let path = takeover::socket_path(api_socket);
     if !takeover {
         let live = |p: &Path| std::os::unix::net::UnixStream::connect(p).is_ok();
         if live(api_socket) || live(&path) {
-            return Err(RunError::AlreadyRunning(api_socket.display().to_string()));
+            return Err(TakeoverError::AlreadyRunning(api_socket.display().to_string()));
         }
         return Ok(from_file(&takeover::file_path(api_socket)));
     }
@@ -123,7 +122,7 @@ fn from_file(path: &Path) -> (Option<Source>, Handed) {
 
 /// Asks for the connection tables (the old process's workers stop); `None` when they come
 /// in a format this build cannot read.
-pub(super) async fn take_flows(source: &mut Source) -> Result<Option<Bundle>, RunError> {
+pub(super) async fn take_flows(source: &mut Source) -> Result<Option<Bundle>, TakeoverError> {
     match source {
         Source::Socket(t) => Ok(t.take().await?),
         Source::File { bundle, .. } => Ok(bundle.take()),
@@ -239,11 +238,11 @@ pub(super) async fn finish_takeover(
 }
 
 /// Listens for the next process's takeover beside the API socket.
-pub(super) fn offer_takeover(api_socket: &Path) -> Result<Option<Offer>, RunError> {
+pub(super) fn offer_takeover(api_socket: &Path) -> Result<Option<Offer>, TakeoverError> {
     let path = takeover::socket_path(api_socket);
     takeover::listen(&path)
         .map(Some)
-        .map_err(|source| RunError::TakeoverSocket {
+        .map_err(|source| TakeoverError::Listen {
             path: path.display().to_string(),
             source,
         })

@@ -47,6 +47,8 @@ pub struct LbHandler {
     /// Rung when a new version is published (`None` if no eventfd could be had: the
     /// worker then ticks every 10 ms to notice new tables).
     doorbell: Option<Doorbell>,
+    /// Connection sync's queue, when `[sync]` is on.
+    sync: Option<crate::sync::Outbox>,
 }
 
 impl LbHandler {
@@ -95,6 +97,7 @@ impl LbHandler {
             workers: workers.max(1),
             frag_owners: Default::default(),
             doorbell,
+            sync: None,
         }
     }
 
@@ -103,6 +106,15 @@ impl LbHandler {
     pub fn with_flow_cache(mut self, cache: Arc<FlowCache>) -> Self {
         self.flow_cache = Some(WorkerCache::new(cache));
         self.ct.journal(true);
+        self
+    }
+
+    /// Connection sync (`crate::sync`): this worker consults the standby table on a miss
+    /// and sends the flows it establishes and ends.
+    pub fn with_sync(mut self, sync: &crate::sync::SyncHandle) -> Self {
+        self.state.set_standby(Arc::clone(&sync.standby));
+        self.ct.note_news(true);
+        self.sync = Some(sync.outbox.clone());
         self
     }
 
@@ -270,6 +282,15 @@ impl FrameHandler for LbHandler {
         }
         self.ct.expire(now_ns, 256);
         self.evict_removed();
+        if let Some(o) = &self.sync {
+            use crate::sync::Note;
+            let lost = self.ct.drain_news(
+                now_ns,
+                |r| o.send(Note::Established(r)),
+                |k| o.send(Note::Ended(*k)),
+            );
+            o.lost(lost);
+        }
         // Connections that closed or expired reach the other workers' limit checks.
         if !self.tables.limited.is_empty() && self.state.version() == Some(self.tables.version) {
             lb::process::publish_all_counts(&self.tables, &self.ct);

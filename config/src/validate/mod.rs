@@ -2,7 +2,7 @@
 //! and cross-reference, and collecting all errors of a file. One file per section:
 //! `[appliance]`, `[api]`, `[bgp]`, `[[health_check]]`, `[[vip]]` with its backends, `[flood]`
 //! and the scale keys (ring sizes, `health_batch`, `[metrics]`), `[fleet]` (with the merge
-//! of a fleet's configuration); this
+//! of a fleet's configuration), `[sync]`; this
 //! one walks the top level and holds what the sections share.
 
 mod api;
@@ -18,6 +18,7 @@ mod placed;
 mod placeholder;
 mod policy;
 mod scale;
+mod sync;
 mod tenant;
 mod vip;
 
@@ -37,6 +38,7 @@ pub use scale::{
     DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND,
     default_table_size, min_table_size, prime_at_least,
 };
+pub use sync::{DEFAULT_SYNC_RATE, DEFAULT_SYNC_STANDBY};
 
 /// The longest duration any key accepts unless it says otherwise.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
@@ -84,6 +86,9 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
     let fleet = top
         .table("fleet", &mut errs)
         .and_then(|t| fleet::fleet(t, &mut errs));
+    let sync = top
+        .table("sync", &mut errs)
+        .and_then(|t| sync::sync(t, &mut errs));
     top.finish(&mut errs);
     placeholder::placeholders(root, &mut errs);
 
@@ -100,6 +105,7 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
             flood,
             metrics,
             fleet,
+            sync,
         }),
         // A part that failed always records an error, so this is unreachable in practice;
         // stay total anyway.

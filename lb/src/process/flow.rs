@@ -145,6 +145,9 @@ pub(super) fn flow_for(
     if let Some(id) = ct.lookup(key, now) {
         return found(tables, ct, worker, vip, p, id, now);
     }
+    if let Some(id) = worker.standby_flow(key, tables, ct, now) {
+        return found(tables, ct, worker, vip, p, id, now);
+    }
     match first_state(key.proto == IpProtocol::TCP, p.flags) {
         Some(st) => {
             let track = if st == FlowState::TcpSyn {

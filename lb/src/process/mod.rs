@@ -62,6 +62,8 @@ mod ratelimit;
 #[cfg(test)]
 mod record_tests;
 mod reset;
+#[cfg(test)]
+mod standby_tests;
 mod tcpopt;
 mod tenant;
 #[cfg(test)]
@@ -352,6 +354,39 @@ pub struct WorkerState {
     /// The appliance's persistence table (shared by the workers; a private one until the
     /// engine sets it).
     persist: Option<Arc<PersistTable>>,
+    /// The appliance's standby flows (connection sync), consulted on a miss.
+    standby: Option<Arc<crate::standby::Standby>>,
+}
+
+/// Imports the synced record `r` into `ct` unless its FullNAT port is another flow's here.
+fn take_standby(
+    sb: &crate::standby::Standby,
+    r: &crate::conntrack::FlowRecord,
+    tables: &Tables,
+    ct: &mut ConnTable,
+    now: u64,
+) -> Option<u32> {
+    let port_taken = r.snat.is_some_and(|(local, local_port)| {
+        let rk = crate::conntrack::RevKey {
+            proto: r.key.proto,
+            backend: r.backend.0,
+            backend_port: r.backend.1,
+            local,
+            local_port,
+        };
+        ct.lookup_rev(&rk, now)
+            .is_some_and(|id| ct.flow(id).key != r.key)
+    });
+    match (port_taken, ct.import(r, tables, now)) {
+        (false, Ok(id)) => {
+            sb.taken();
+            Some(id)
+        }
+        _ => {
+            sb.refused();
+            None
+        }
+    }
 }
 
 /// Identifies a VIP's pool as the schedulers see it: name, scheduler, and each backend's
@@ -395,12 +430,45 @@ impl WorkerState {
             version: None,
             core: None,
             persist: None,
+            standby: None,
         }
     }
 
     /// Shares the appliance's persistence table with this worker.
     pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
         self.persist = Some(table);
+    }
+
+    /// Shares the appliance's standby table (connection sync) with this worker.
+    pub fn set_standby(&mut self, table: Arc<crate::standby::Standby>) {
+        self.standby = Some(table);
+    }
+
+    /// The flow a peer synced for the client → VIP `key`, taken into `ct` as a flow of
+    /// `tables` (see [`crate::standby`]): its id, or `None` (nothing synced, or refused).
+    pub(crate) fn standby_flow(
+        &self,
+        key: &FlowKey,
+        tables: &Tables,
+        ct: &mut ConnTable,
+        now: u64,
+    ) -> Option<u32> {
+        let sb = self.standby.as_deref()?;
+        let r = sb.find(key, now)?;
+        take_standby(sb, &r, tables, ct, now)
+    }
+
+    /// [`WorkerState::standby_flow`] for a FullNAT return frame carrying `rk`.
+    pub(crate) fn standby_return(
+        &self,
+        rk: &crate::conntrack::RevKey,
+        tables: &Tables,
+        ct: &mut ConnTable,
+        now: u64,
+    ) -> Option<u32> {
+        let sb = self.standby.as_deref()?;
+        let r = sb.find_rev(rk, now)?;
+        take_standby(sb, &r, tables, ct, now)
     }
 
     /// The persistence table (a private one is made at first use if none was set).

@@ -150,7 +150,15 @@ pub(super) fn reverse<R: Record>(
         super::catch_up(ct, id, rec);
     }
     let found = if fullnat {
-        fullnat::reverse_flow(ct, ip, l4, &rk, now).map_err(|r| worker.drop(r))
+        fullnat::reverse_flow(ct, ip, l4, &rk, now)
+            .or_else(|e| {
+                // A return frame of a flow a peer synced, before any of the client's.
+                worker
+                    .standby_return(&rk, tables, ct, now)
+                    .map(|id| from_flow(ct, id, ip, l4, now))
+                    .ok_or(e)
+            })
+            .map_err(|r| worker.drop(r))
     } else {
         nat_return(tables, ct, worker, ip, l4, &rk, now)
     };

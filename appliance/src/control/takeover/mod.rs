@@ -59,6 +59,16 @@ pub enum TakeoverError {
     Timeout,
     #[error("the running appliance refused the hand-over: {0}")]
     Refused(String),
+    #[error(
+        "an appliance already runs on {0} (stop it first, or start with --takeover to take its connections over)"
+    )]
+    AlreadyRunning(String),
+    #[error("cannot listen for a takeover on {path}: {source}")]
+    Listen {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The hand-over socket for the API socket at `api_socket`.
