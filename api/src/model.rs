@@ -59,7 +59,7 @@ pub struct Status {
     pub lvs: Lvs,
     /// How this process took over from the one before it (`sluice run --takeover`, or a
     /// restart), `None` when it started cold.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub takeover: Option<Takeover>,
     /// Connection sync (`[sync]`), `None` when it is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -47,7 +47,9 @@ pub(super) async fn handed_over(
     if !takeover {
         let live = |p: &Path| std::os::unix::net::UnixStream::connect(p).is_ok();
         if live(api_socket) || live(&path) {
-            return Err(TakeoverError::AlreadyRunning(api_socket.display().to_string()));
+            return Err(TakeoverError::AlreadyRunning(
+                api_socket.display().to_string(),
+            ));
         }
         return Ok(from_file(&takeover::file_path(api_socket)));
     }
