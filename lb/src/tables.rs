@@ -877,6 +877,7 @@ pub(crate) mod tests {
             udp_one_packet: false,
             outbound: None,
             tenant_vni: None,
+            quic_lb: None,
         }
     }
 

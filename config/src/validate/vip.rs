@@ -85,17 +85,25 @@ fn vip(
     let snat = snat(t, mode, mode_name, address, errs);
     let client_address = super::client_address::client_address(t, mode, protocol, errs);
     let comms = communities(t, errs);
-    let facts = lvs::VipFacts {
+    let lvs_facts = lvs::VipFacts {
         scheduler,
         protocol,
         mode,
         address,
+        quic_server_id_len: None,
     };
-    let lvs = lvs::vip_keys(t, &facts, errs);
+    let lvs = lvs::vip_keys(t, &lvs_facts, errs);
+    let quic = super::quic::quic_lb(t, protocol, lvs.udp_one_packet, errs);
+    let facts = lvs::VipFacts {
+        quic_server_id_len: quic.as_ref().map(|q| q.server_id_len),
+        ..lvs_facts
+    };
     let outbound = super::outbound::outbound(t, port, mode, errs);
     // A tenant VIP's backends need their VTEP even when its tenant_vni is refused.
     let tenant = t.has("tenant_vni");
-    let backends = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
+    let (backends, server_ids) =
+        backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
+    let quic_lb = quic.and_then(|q| super::quic::finish(&t.path, q, &backends, server_ids, errs));
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     let (inhibit_on_failure, fallback, announce) = super::policy::vip(t, &backends, errs);
     Some(Vip {
@@ -125,6 +133,7 @@ fn vip(
         udp_one_packet: lvs.udp_one_packet,
         outbound,
         tenant_vni,
+        quic_lb,
     })
 }
 
@@ -341,7 +350,7 @@ fn backends(
     tenant: bool,
     checks: &HashMap<String, &'static str>,
     errs: &mut ConfigErrors,
-) -> Vec<Backend> {
+) -> (Vec<Backend>, Vec<(IpAddr, u16, crate::ServerId)>) {
     let raw = t.tables("backend", errs);
     if raw.is_empty() && !t.has("backend") {
         errs.push(
@@ -354,12 +363,14 @@ fn backends(
     // (with the first backend behind each).
     let mut seen: HashSet<(IpAddr, u16)> = HashSet::with_capacity(raw.len());
     let mut vteps: HashMap<(IpAddr, u16), IpAddr> = HashMap::new();
+    let mut server_ids = Vec::new();
     for (i, map) in raw {
         let mut b = Table::new(format!("{}[{i}]", t.key("backend")), map);
         let backend = backend(&mut b, facts.address, vip_port, facts.mode, errs);
         let vtep = super::tenant::vtep(&mut b, tenant, errs);
         let keys = lvs::backend_keys(&mut b, facts, one_packet, errs);
         let policy = super::policy::backend(&mut b, checks, errs);
+        let server_id = super::quic::backend_server_id(&mut b, facts.quic_server_id_len, errs);
         // Only a tenant's backends have a VTEP to be ambiguous about.
         let at = tenant.then(|| b.key("vtep"));
         b.finish(errs);
@@ -390,9 +401,12 @@ fn backends(
         if let Some(v) = backend.vtep {
             vteps.entry((v, port)).or_insert(address);
         }
+        if let Some(id) = server_id {
+            server_ids.push((address, port, id));
+        }
         out.push(backend);
     }
-    out
+    (out, server_ids)
 }
 
 /// One `[[vip.backend]]`; `None` when its address is missing or unreadable.
