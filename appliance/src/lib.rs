@@ -17,4 +17,5 @@ pub mod engine;
 pub mod fleetctl;
 pub mod image;
 pub mod import;
+pub mod quiclb;
 pub mod trace;

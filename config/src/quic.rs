@@ -65,7 +65,7 @@ impl fmt::Display for ServerId {
 /// Octets written as hex (an optional "0x" in front, an even number of digits).
 pub fn hex_octets(s: &str) -> Option<Vec<u8>> {
     let s = s.strip_prefix("0x").unwrap_or(s);
-    if s.len() % 2 != 0 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len())

@@ -25,9 +25,6 @@ pub(super) struct VipFacts {
     pub(super) protocol: Protocol,
     pub(super) mode: Option<Mode>,
     pub(super) address: Option<IpAddr>,
-    /// `quic_lb.server_id_len` when the VIP routes QUIC by connection ID (its backends
-    /// may set `quic_server_id`).
-    pub(super) quic_server_id_len: Option<u8>,
 }
 
 /// The LVS keys of one `[[vip]]`.

@@ -104,10 +104,10 @@ fn key(q: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<[u8; 16]> {
 /// A backend's `quic_server_id` (hex, `server_id_len` octets); refused without `quic_lb`.
 pub(super) fn backend_server_id(
     b: &mut Table<'_>,
-    server_id_len: Option<u8>,
+    quic: Option<&QuicLb>,
     errs: &mut ConfigErrors,
 ) -> Option<ServerId> {
-    let Some(len) = server_id_len else {
+    let Some(len) = quic.map(|q| q.server_id_len) else {
         b.reject("quic_server_id", "without [vip.quic_lb]", errs);
         return None;
     };

@@ -85,25 +85,16 @@ fn vip(
     let snat = snat(t, mode, mode_name, address, errs);
     let client_address = super::client_address::client_address(t, mode, protocol, errs);
     let comms = communities(t, errs);
-    let lvs_facts = lvs::VipFacts {
+    let facts = lvs::VipFacts {
         scheduler,
         protocol,
         mode,
         address,
-        quic_server_id_len: None,
     };
-    let lvs = lvs::vip_keys(t, &lvs_facts, errs);
-    let quic = super::quic::quic_lb(t, protocol, lvs.udp_one_packet, errs);
-    let facts = lvs::VipFacts {
-        quic_server_id_len: quic.as_ref().map(|q| q.server_id_len),
-        ..lvs_facts
-    };
+    let lvs = lvs::vip_keys(t, &facts, errs);
     let outbound = super::outbound::outbound(t, port, mode, errs);
-    // A tenant VIP's backends need their VTEP even when its tenant_vni is refused.
-    let tenant = t.has("tenant_vni");
-    let (backends, server_ids) =
-        backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
-    let quic_lb = quic.and_then(|q| super::quic::finish(&t.path, q, &backends, server_ids, errs));
+    let tenant = t.has("tenant_vni"); // its backends need their VTEP even if it is refused
+    let (backends, quic_lb) = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     let (inhibit_on_failure, fallback, announce) = super::policy::vip(t, &backends, errs);
     Some(Vip {
@@ -342,6 +333,8 @@ fn snat(
     snat
 }
 
+/// The backends, and the VIP's `quic_lb` with their server IDs (read here: a backend may
+/// set its own).
 fn backends(
     t: &mut Table<'_>,
     vip_port: Option<u16>,
@@ -350,7 +343,8 @@ fn backends(
     tenant: bool,
     checks: &HashMap<String, &'static str>,
     errs: &mut ConfigErrors,
-) -> (Vec<Backend>, Vec<(IpAddr, u16, crate::ServerId)>) {
+) -> (Vec<Backend>, Option<crate::QuicLb>) {
+    let quic = super::quic::quic_lb(t, facts.protocol, one_packet, errs);
     let raw = t.tables("backend", errs);
     if raw.is_empty() && !t.has("backend") {
         errs.push(
@@ -370,7 +364,7 @@ fn backends(
         let vtep = super::tenant::vtep(&mut b, tenant, errs);
         let keys = lvs::backend_keys(&mut b, facts, one_packet, errs);
         let policy = super::policy::backend(&mut b, checks, errs);
-        let server_id = super::quic::backend_server_id(&mut b, facts.quic_server_id_len, errs);
+        let server_id = super::quic::backend_server_id(&mut b, quic.as_ref(), errs);
         // Only a tenant's backends have a VTEP to be ambiguous about.
         let at = tenant.then(|| b.key("vtep"));
         b.finish(errs);
@@ -406,7 +400,8 @@ fn backends(
         }
         out.push(backend);
     }
-    (out, server_ids)
+    let quic = quic.and_then(|q| super::quic::finish(&t.path, q, &out, server_ids, errs));
+    (out, quic)
 }
 
 /// One `[[vip.backend]]`; `None` when its address is missing or unreadable.

@@ -25,6 +25,7 @@
 pub mod codec;
 
 use std::ops::Range;
+use std::sync::Arc;
 
 pub use codec::{Codec, Undecodable};
 use config::quic::{QuicLb, ServerIdClash};
@@ -104,6 +105,17 @@ impl VipQuic {
             codec: Codec::new(q),
             ids,
         })
+    }
+
+    /// The routing of `v` if it has `quic_lb` (its backends hold `slots`).
+    pub fn for_vip(
+        v: &Vip,
+        slots: Range<u32>,
+    ) -> Result<Option<Arc<VipQuic>>, crate::tables::TableError> {
+        let Some(q) = &v.quic_lb else { return Ok(None) };
+        VipQuic::build(q, v, slots)
+            .map(|r| Some(Arc::new(r)))
+            .map_err(|c| crate::tables::TableError::QuicServerId(v.name.clone(), c))
     }
 
     /// What `payload` (a UDP datagram's payload) routes to.
