@@ -175,6 +175,10 @@ pub fn trace_cid(cfg: &Config, report: &mut TraceReport, cid: &str) -> Result<()
     let why = match q.route(&datagram) {
         Route::Backend { id, slot } if tables.backends[slot as usize].keeps_flows() => {
             let i = slot as usize - v.backends.start as usize;
+            if report.chosen != Some(i) {
+                // Its egress lines were the 5-tuple's backend's: not shown rather than wrong.
+                report.egress.clear();
+            }
             report.chosen = Some(i);
             format!(
                 "QUIC-LB: connection ID {cid} carries server ID {id}, backend {}'s",
