@@ -18,4 +18,5 @@ pub mod fleetctl;
 pub mod image;
 pub mod import;
 pub mod sync;
+pub mod quiclb;
 pub mod trace;

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod api_args;
 mod bench_cmd;
+mod quiclb_cmd;
 use api_args::ApiArgs;
 use sluice::config::{self, Config, LoadError};
 
@@ -53,7 +54,14 @@ enum Command {
         /// that VNI. Without it only the underlay's VIPs match.
         #[arg(long, value_parser = clap::value_parser!(u32).range(0..=0xff_ffff))]
         vni: Option<u32>,
+        /// A QUIC datagram's destination connection ID (hex) on a quic_lb VIP: which
+        /// backend its server ID names, or the fallback and why.
+        #[arg(long)]
+        cid: Option<String>,
     },
+    /// QUIC-LB (quic_lb VIPs): the configuration their QUIC servers need.
+    #[command(name = "quic-lb", subcommand)]
+    QuicLb(quiclb_cmd::QuicLbCommand),
     /// Build a lab in network namespaces (client, router, appliance, backends), start the
     /// appliance on it, send real traffic through every VIP and report; removes it all after.
     Lab {
@@ -315,7 +323,13 @@ fn main() -> ExitCode {
                     allow_include,
                 },
         } => import_keepalived(&file, output.as_deref(), &allow_include),
-        Command::Trace { config, flow, vni } => trace(&config, &flow, vni),
+        Command::Trace {
+            config,
+            flow,
+            vni,
+            cid,
+        } => trace(&config, &flow, vni, cid.as_deref()),
+        Command::QuicLb(cmd) => quiclb_cmd::run(cmd),
         Command::Lab {
             backends,
             requests,
@@ -571,7 +585,7 @@ fn console(api: &ApiArgs, no_color: bool, refresh: std::time::Duration) -> ExitC
     }
 }
 
-fn trace(path: &std::path::Path, flow: &str, vni: Option<u32>) -> ExitCode {
+fn trace(path: &std::path::Path, flow: &str, vni: Option<u32>, cid: Option<&str>) -> ExitCode {
     let cfg = match config::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -583,7 +597,10 @@ fn trace(path: &std::path::Path, flow: &str, vni: Option<u32>) -> ExitCode {
     let net = sluice::trace::kernel_routes()
         .map_err(|e| eprintln!("sluice trace: routes not read ({e}); no egress shown"))
         .ok();
-    match sluice::trace::trace_with(&cfg, flow, vni, net.as_ref()) {
+    let traced = sluice::trace::trace_with(&cfg, flow, vni, net.as_ref())
+        .map_err(|e| e.to_string())
+        .and_then(|r| quiclb_cmd::with_cid(path, r, cid));
+    match traced {
         Ok(report) => {
             print!("{report}");
             ExitCode::SUCCESS

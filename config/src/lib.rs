@@ -9,6 +9,7 @@
 pub mod error;
 pub mod model;
 mod policy;
+pub mod quic;
 mod range;
 mod reader;
 mod tree;
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use model::*;
+pub use quic::{QuicLb, ServerId};
 pub use range::PortRange;
 pub use validate::FLEET_SECTIONS;
 pub use validate::{
@@ -220,6 +222,8 @@ mod lvs_tests;
 mod outbound_tests;
 #[cfg(test)]
 mod policy_tests;
+#[cfg(test)]
+mod quic_tests;
 #[cfg(test)]
 mod tenant_tests;
 #[cfg(test)]

@@ -336,6 +336,9 @@ pub struct Vip {
     /// tenants may reuse each other's addresses (see `lb::tenant`). Mode "tunnel" with
     /// tunnel "vxlan" only; its backends name their `vtep`.
     pub tenant_vni: Option<u32>,
+    /// `[vip.quic_lb]` (UDP VIPs): route QUIC packets by the server ID in their connection
+    /// IDs, so a client that changes address stays on its backend (see `crate::quic`).
+    pub quic_lb: Option<crate::quic::QuicLb>,
 }
 
 impl Vip {

@@ -23,6 +23,7 @@ mod maglev_sizes_tests;
 pub mod outbound;
 pub mod persist;
 pub mod process;
+pub mod quic;
 mod rings;
 pub mod sched;
 pub mod standby;

@@ -222,6 +222,8 @@ pub struct VipEntry {
     /// The VIP's address space ([`crate::hash::zone_of`]): 0, or a tenant's, whose
     /// frames arrive VXLAN-encapsulated and are matched by [`Core::tenant_vip`] alone.
     pub zone: u32,
+    /// `quic_lb`: its server IDs and codec (see `lb::quic`).
+    pub quic: Option<Arc<crate::quic::VipQuic>>,
 }
 
 /// A VIP's persistence settings as the datapath uses them.
@@ -323,6 +325,9 @@ pub enum TableError {
         /// Backends configured.
         count: usize,
     },
+    /// Two backends share a QUIC-LB server ID (the VIP's name, the clash and its fix).
+    #[error("vip {0}: {1}")]
+    QuicServerId(String, config::quic::ServerIdClash),
 }
 
 /// Everything a worker needs to forward, for one table version: the forwarding core
@@ -421,15 +426,6 @@ fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEn
         sorry: b.sorry,
         inhibit: v.inhibits(b),
     }
-}
-
-/// A VIP's persistence settings, when on; the salt names the VIP in the shared table.
-fn persistence(v: &Vip, address: u128, proto: u8, zone: u32) -> Option<Persistence> {
-    v.persistence.map(|d| Persistence {
-        timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
-        netmask: v.persistence_netmask,
-        salt: crate::persist::salt(address, v.port, proto, zone),
-    })
 }
 
 impl Tables {
@@ -633,6 +629,7 @@ impl Core {
                 .or_insert(FragmentVip::Unique(vslot));
         }
         self.vips.push(VipEntry {
+            quic: crate::quic::VipQuic::for_vip(v, range.clone())?,
             name: v.name.clone(),
             address,
             v6: v.address.is_ipv6(),
@@ -648,7 +645,7 @@ impl Core {
             hash_ports: v.hashes_port(),
             client_address: v.client_address,
             one_packet: v.udp_one_packet,
-            persistence: persistence(v, address, proto, zone),
+            persistence: crate::persist::settings(v, address, proto, zone),
             overflow: v.overflow,
             has_limits: pool_has_limits,
             quorum,
@@ -877,6 +874,7 @@ pub(crate) mod tests {
             udp_one_packet: false,
             outbound: None,
             tenant_vni: None,
+            quic_lb: None,
         }
     }
 

@@ -308,6 +308,7 @@ pub fn counters(cache: &FlowCache, entries: usize) -> CacheStats {
             packets: t.packets,
             bytes: t.bytes,
             new_flows: 0,
+            quic: Default::default(),
         };
         backends.insert(id, t);
     }

@@ -22,6 +22,7 @@ mod fleet;
 mod flowsync;
 mod lvs;
 mod mtu;
+mod quic;
 mod watch;
 
 use builder::{Builder, Labels, gset, labels, set};
@@ -49,6 +50,7 @@ pub fn render(s: &Shared) -> String {
     mtu::families(&mut b, &agg);
     lvs::families(&mut b, s);
     flood(&mut b, &view);
+    quic::families(&mut b, view.config.as_deref(), &agg);
     if let Some(cfg) = &view.config {
         vips(&mut b, cfg, &view, &tables, &agg);
     } else {

@@ -136,6 +136,7 @@ impl LbHandler {
                 vip_packets: &st.vip_packets,
                 vip_bytes: &st.vip_bytes,
                 vip_new_flows: &st.vip_new_flows,
+                vip_quic: &st.quic,
                 backend_packets: &st.backend_packets,
                 backend_bytes: &st.backend_bytes,
                 backend_new_flows: &st.backend_new_flows,
@@ -180,6 +181,7 @@ impl LbHandler {
         s.vip_packets.clone_from(&self.state.vip_packets);
         s.vip_bytes.clone_from(&self.state.vip_bytes);
         s.vip_new_flows.clone_from(&self.state.vip_new_flows);
+        s.vip_quic.clone_from(&self.state.quic);
         s.backend_packets.clone_from(&self.state.backend_packets);
         s.backend_bytes.clone_from(&self.state.backend_bytes);
         s.backend_new_flows

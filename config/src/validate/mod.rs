@@ -17,6 +17,7 @@ mod outbound;
 mod placed;
 mod placeholder;
 mod policy;
+mod quic;
 mod scale;
 mod sync;
 mod tenant;

@@ -93,9 +93,8 @@ fn vip(
     };
     let lvs = lvs::vip_keys(t, &facts, errs);
     let outbound = super::outbound::outbound(t, port, mode, errs);
-    // A tenant VIP's backends need their VTEP even when its tenant_vni is refused.
-    let tenant = t.has("tenant_vni");
-    let backends = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
+    let tenant = t.has("tenant_vni"); // its backends need their VTEP even if it is refused
+    let (backends, quic_lb) = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     let (inhibit_on_failure, fallback, announce) = super::policy::vip(t, &backends, errs);
     Some(Vip {
@@ -125,6 +124,7 @@ fn vip(
         udp_one_packet: lvs.udp_one_packet,
         outbound,
         tenant_vni,
+        quic_lb,
     })
 }
 
@@ -333,6 +333,8 @@ fn snat(
     snat
 }
 
+/// The backends, and the VIP's `quic_lb` with their server IDs (read here: a backend may
+/// set its own).
 fn backends(
     t: &mut Table<'_>,
     vip_port: Option<u16>,
@@ -341,7 +343,8 @@ fn backends(
     tenant: bool,
     checks: &HashMap<String, &'static str>,
     errs: &mut ConfigErrors,
-) -> Vec<Backend> {
+) -> (Vec<Backend>, Option<crate::QuicLb>) {
+    let quic = super::quic::quic_lb(t, facts.protocol, one_packet, errs);
     let raw = t.tables("backend", errs);
     if raw.is_empty() && !t.has("backend") {
         errs.push(
@@ -354,12 +357,14 @@ fn backends(
     // (with the first backend behind each).
     let mut seen: HashSet<(IpAddr, u16)> = HashSet::with_capacity(raw.len());
     let mut vteps: HashMap<(IpAddr, u16), IpAddr> = HashMap::new();
+    let mut server_ids = Vec::new();
     for (i, map) in raw {
         let mut b = Table::new(format!("{}[{i}]", t.key("backend")), map);
         let backend = backend(&mut b, facts.address, vip_port, facts.mode, errs);
         let vtep = super::tenant::vtep(&mut b, tenant, errs);
         let keys = lvs::backend_keys(&mut b, facts, one_packet, errs);
         let policy = super::policy::backend(&mut b, checks, errs);
+        let server_id = super::quic::backend_server_id(&mut b, quic.as_ref(), errs);
         // Only a tenant's backends have a VTEP to be ambiguous about.
         let at = tenant.then(|| b.key("vtep"));
         b.finish(errs);
@@ -390,9 +395,13 @@ fn backends(
         if let Some(v) = backend.vtep {
             vteps.entry((v, port)).or_insert(address);
         }
+        if let Some(id) = server_id {
+            server_ids.push((address, port, id));
+        }
         out.push(backend);
     }
-    out
+    let quic = quic.and_then(|q| super::quic::finish(&t.path, q, &out, server_ids, errs));
+    (out, quic)
 }
 
 /// One `[[vip.backend]]`; `None` when its address is missing or unreadable.

@@ -69,7 +69,15 @@ pub(super) fn forward<R: Record>(
     {
         catch_up(cx.ct, id, cx.rec);
     }
-    let hit = match flow_for(cx.tables, cx.ct, cx.worker, s.vip, s.packet(), cx.now) {
+    let found = match &cx.tables.vips[s.vip as usize].quic {
+        Some(q) if s.ip.proto == IpProtocol::UDP => {
+            let payload = frame.data().get(s.ip.l4 + 8..s.ip.end()).unwrap_or(&[]);
+            let (t, p) = (cx.tables, s.packet());
+            super::quic::flow_for_cid(t, cx.ct, cx.worker, s.vip, q, p, payload, cx.now)
+        }
+        _ => flow_for(cx.tables, cx.ct, cx.worker, s.vip, s.packet(), cx.now),
+    };
+    let hit = match found {
         Ok(x) => x,
         Err(r) => return reset::refuse(frame, cx.tables, cx.worker, s.ip, s.l4, r),
     };

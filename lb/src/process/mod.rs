@@ -58,6 +58,9 @@ mod nat;
 mod outbound;
 mod owner;
 mod proxyhdr;
+mod quic;
+#[cfg(test)]
+mod quic_tests;
 mod ratelimit;
 #[cfg(test)]
 mod record_tests;
@@ -339,6 +342,8 @@ pub struct WorkerState {
     pub backend_new_flows: Vec<u64>,
     /// Other counters.
     pub stats: WorkerStats,
+    /// QUIC-LB counters per VIP slot, by [`crate::quic::Counter`] (zero for other VIPs).
+    pub quic: Vec<[u64; crate::quic::COUNTERS]>,
     sched: Vec<SchedState>,
     /// Per VIP slot: a fingerprint of the pool `sched` was built for.
     sched_prints: Vec<u64>,
@@ -422,6 +427,7 @@ impl WorkerState {
             backend_bytes: Vec::new(),
             backend_new_flows: Vec::new(),
             stats: WorkerStats::default(),
+            quic: Vec::new(),
             sched: Vec::new(),
             sched_prints: Vec::new(),
             learned: Default::default(),
@@ -500,6 +506,7 @@ impl WorkerState {
             ] {
                 c.fill(0);
             }
+            self.quic.fill([0; crate::quic::COUNTERS]);
             self.version = Some(tables.version);
             return;
         }
@@ -510,6 +517,7 @@ impl WorkerState {
         self.backend_packets = vec![0; tables.backends.len()];
         self.backend_bytes = vec![0; tables.backends.len()];
         self.backend_new_flows = vec![0; tables.backends.len()];
+        self.quic = vec![[0; crate::quic::COUNTERS]; tables.vips.len()];
         // A VIP whose pool is unchanged keeps its scheduler state (round-robin cursor, wrr
         // position, locality cache): health changes elsewhere must not reset it.
         let prints: Vec<u64> = (0..tables.vips.len())
