@@ -334,6 +334,8 @@ pub struct Vip {
     /// tenants may reuse each other's addresses (see `lb::tenant`). Mode "tunnel" with
     /// tunnel "vxlan" only; its backends name their `vtep`.
     pub tenant_vni: Option<u32>,
+    /// `allow` and `deny`: the sources that may reach the VIP (see [`crate::acl`]).
+    pub acl: crate::acl::SourceAcl,
 }
 
 impl Vip {

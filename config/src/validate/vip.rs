@@ -16,6 +16,7 @@ use crate::reader::{Table, element_path};
 pub(super) fn vips(
     top: &mut Table<'_>,
     checks: &HashMap<String, &'static str>,
+    lists: &[crate::acl::PrefixList],
     appliance: Option<&Appliance>,
     errs: &mut ConfigErrors,
 ) -> Vec<Vip> {
@@ -30,7 +31,7 @@ pub(super) fn vips(
     for (i, map) in raw {
         let path = element_path("", "vip", i, map);
         let mut t = Table::new(path.clone(), map);
-        let vip = vip(&mut t, checks, appliance, errs);
+        let vip = vip(&mut t, checks, lists, appliance, errs);
         t.finish(errs);
         let Some(vip) = vip else { continue };
         if names.insert(vip.name.clone(), i).is_some() {
@@ -50,6 +51,7 @@ pub(super) fn vips(
 fn vip(
     t: &mut Table<'_>,
     checks: &HashMap<String, &'static str>,
+    lists: &[crate::acl::PrefixList],
     appliance: Option<&Appliance>,
     errs: &mut ConfigErrors,
 ) -> Option<Vip> {
@@ -98,6 +100,7 @@ fn vip(
     let backends = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     let (inhibit_on_failure, fallback, announce) = super::policy::vip(t, &backends, errs);
+    let acl = super::acl::vip_acl(t, lists, address, errs);
     Some(Vip {
         name: name?,
         address: address?,
@@ -125,6 +128,7 @@ fn vip(
         udp_one_packet: lvs.udp_one_packet,
         outbound,
         tenant_vni,
+        acl,
     })
 }
 
