@@ -222,6 +222,22 @@ pub struct VipEntry {
     /// The VIP's address space ([`crate::hash::zone_of`]): 0, or a tenant's, whose
     /// frames arrive VXLAN-encapsulated and are matched by [`Core::tenant_vip`] alone.
     pub zone: u32,
+    /// `allow` and `deny` (see `lb::acl`); `None` admits every source.
+    pub acl: Option<Arc<crate::acl::VipAcl>>,
+}
+
+impl VipEntry {
+    /// Whether client `src` may reach the VIP, counting the drop when not (`lb::acl`).
+    #[inline(always)]
+    pub fn admits(&self, src: u128) -> bool {
+        self.acl.as_ref().is_none_or(|a| a.admits(src))
+    }
+
+    /// Whether client `src` may reach the VIP, counting nothing.
+    #[inline]
+    pub fn allows(&self, src: u128) -> bool {
+        self.acl.as_ref().is_none_or(|a| a.check(src).is_none())
+    }
 }
 
 /// A VIP's persistence settings as the datapath uses them.
@@ -453,13 +469,8 @@ impl Tables {
         previous: Option<&Tables>,
         exec: &dyn crate::exec::Executor,
     ) -> Result<Tables, TableError> {
-        let prev: FastMap<&str, (&Arc<Ring>, bool)> = previous
-            .map(|p| {
-                p.vips
-                    .iter()
-                    .map(|v| (v.name.as_str(), (&v.ring, v.quorum.up)))
-                    .collect()
-            })
+        let prev: FastMap<&str, &VipEntry> = previous
+            .map(|p| p.vips.iter().map(|v| (v.name.as_str(), v)).collect())
             .unwrap_or_default();
         let mut t = Core {
             built_as: version,
@@ -488,11 +499,18 @@ impl Tables {
         // rings, which read the entries, are built, on every core for a large config.
         let none = Arc::new(Ring::none());
         for v in &config.vips {
-            let (held, quorum) = match prev.get(v.name.as_str()) {
-                Some(&(ring, up)) => (ring, Some(up)),
-                None => (&none, None),
+            let (held, quorum, acl) = match prev.get(v.name.as_str()) {
+                Some(p) => (&p.ring, Some(p.quorum.up), p.acl.as_ref()),
+                None => (&none, None, None),
             };
             t.add_vip(v, healthy, Arc::clone(held), quorum)?;
+            if let Some(e) = t.vips.last_mut() {
+                // Unchanged lists keep their compiled form; changed ones keep their counters.
+                e.acl = match acl {
+                    Some(a) if a.source == v.acl => Some(Arc::clone(a)),
+                    _ => crate::acl::VipAcl::build(&v.acl, acl.map(|a| &**a)),
+                };
+            }
         }
         let all: Vec<(usize, &Vip)> = config.vips.iter().enumerate().collect();
         for ((slot, _), (ring, built)) in all.iter().zip(super::rings::build(&t, &all, true, exec)?)
@@ -653,6 +671,7 @@ impl Core {
             has_limits: pool_has_limits,
             quorum,
             zone,
+            acl: None,
         });
         Ok(())
     }
@@ -877,6 +896,7 @@ pub(crate) mod tests {
             udp_one_packet: false,
             outbound: None,
             tenant_vni: None,
+            acl: Default::default(),
         }
     }
 

@@ -160,6 +160,13 @@ pub(super) fn reverse<R: Record>(
     };
     let client = fullnat.then_some(r.client);
     let to = client.map_or(ip.dst, |c| c.0);
+    // A reply to a client the VIP's lists deny goes nowhere (a stateless NAT return
+    // included): nothing is forwarded for a denied source's flows, either way.
+    if let Some(v) = tables.vips.get(r.vip as usize)
+        && !v.admits(to)
+    {
+        return worker.drop(DropReason::Denied);
+    }
     let gw =
         match tables
             .egress()

@@ -197,6 +197,7 @@ mod tests {
             udp_one_packet: false,
             outbound: None,
             tenant_vni: None,
+            acl: Default::default(),
         }];
         Tables::build(&c, &|_, _| true, 1).expect("tables")
     }
