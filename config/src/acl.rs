@@ -71,7 +71,10 @@ impl Prefix {
             IpAddr::V4(_) => IpAddr::V4(((bits & keep) as u32).into()),
             IpAddr::V6(_) => IpAddr::V6((bits & keep).into()),
         };
-        Prefix { addr, len: self.len }
+        Prefix {
+            addr,
+            len: self.len,
+        }
     }
 
     /// Whether `other` lies inside this prefix (the same family, at least as long).

@@ -94,14 +94,38 @@ fn a_vip_without_lists_is_open() {
 #[test]
 fn bad_entries_are_named() {
     let key = r#"vip "web".allow[0]"#;
-    error_at("", r#"allow = ["nobody"]"#, "", key, "nor the name of a [[prefix_list]]");
-    error_at("", r#"allow = ["10.1.2.3/16"]"#, "", key, "did you mean 10.1.0.0/16");
+    error_at(
+        "",
+        r#"allow = ["nobody"]"#,
+        "",
+        key,
+        "nor the name of a [[prefix_list]]",
+    );
+    error_at(
+        "",
+        r#"allow = ["10.1.2.3/16"]"#,
+        "",
+        key,
+        "did you mean 10.1.0.0/16",
+    );
     error_at("", r#"allow = ["10.0.0.0/40"]"#, "", key, "length over 32");
-    error_at("", r#"allow = ["2001:db8::/32"]"#, "", key, "the VIP is IPv4");
+    error_at(
+        "",
+        r#"allow = ["2001:db8::/32"]"#,
+        "",
+        key,
+        "the VIP is IPv4",
+    );
     let only6 = "[[prefix_list]]\nname = \"v6\"\nprefixes = [\"2001:db8::/32\"]\n";
     error_at(only6, r#"allow = ["v6"]"#, "", key, "has no IPv4 prefix");
     let twice = "[[prefix_list]]\nname = \"x\"\nprefixes = [\"10.0.0.0/8\", \"10.0.0.0/8\"]\n";
-    error_at(twice, "", "", r#"prefix_list "x".prefixes[1]"#, "listed twice");
+    error_at(
+        twice,
+        "",
+        "",
+        r#"prefix_list "x".prefixes[1]"#,
+        "listed twice",
+    );
 }
 
 #[test]

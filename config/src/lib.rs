@@ -25,7 +25,8 @@ pub use range::PortRange;
 pub use validate::FLEET_SECTIONS;
 pub use validate::{
     DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_METRICS, DEFAULT_SOCKET,
-    DEFAULT_TABLE_SIZES, MAX_ACL_RULES, MIN_SLOTS_PER_BACKEND, default_table_size, min_table_size, prime_at_least,
+    DEFAULT_TABLE_SIZES, MAX_ACL_RULES, MIN_SLOTS_PER_BACKEND, default_table_size, min_table_size,
+    prime_at_least,
 };
 pub use zone::{TENANT_ZONE, vni_of, zone_of};
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use config::SourceAcl;
 
 use crate::hash::addr_to_u128;
-use crate::tables::FastMap;
+use crate::tables::{FastMap, VipEntry};
 
 /// A drop counter of one (VIP, list), shared by every worker and carried from version to
 /// version while the VIP and list keep their names, so totals never go backwards.
@@ -103,13 +103,22 @@ impl VipAcl {
                 }
             }
         }
-        by_len.sort_by(|a, b| b.0.cmp(&a.0));
+        by_len.sort_by_key(|b| std::cmp::Reverse(b.0));
         Some(Arc::new(VipAcl {
             by_len,
             default_deny: acl.default_deny.then(|| slot("allow")),
             counters,
             source: acl.clone(),
         }))
+    }
+
+    /// [`VipAcl::build`], or `prev` itself when its lists are the same (a version that did
+    /// not change them shares them).
+    pub fn carried(acl: &SourceAcl, prev: Option<&Arc<VipAcl>>) -> Option<Arc<VipAcl>> {
+        match prev {
+            Some(p) if p.source == *acl => Some(Arc::clone(p)),
+            _ => VipAcl::build(acl, prev.map(|p| &**p)),
+        }
     }
 
     /// `None` when `src` (IPv4 mapped) may reach the VIP, else the counter its drop goes to.
@@ -141,6 +150,20 @@ impl VipAcl {
                 false
             }
         }
+    }
+}
+
+impl VipEntry {
+    /// Whether client `src` may reach the VIP, counting the drop when not.
+    #[inline(always)]
+    pub fn admits(&self, src: u128) -> bool {
+        self.acl.as_ref().is_none_or(|a| a.admits(src))
+    }
+
+    /// Whether client `src` may reach the VIP, counting nothing.
+    #[inline]
+    pub fn allows(&self, src: u128) -> bool {
+        self.acl.as_ref().is_none_or(|a| a.check(src).is_none())
     }
 }
 

@@ -226,20 +226,6 @@ pub struct VipEntry {
     pub acl: Option<Arc<crate::acl::VipAcl>>,
 }
 
-impl VipEntry {
-    /// Whether client `src` may reach the VIP, counting the drop when not (`lb::acl`).
-    #[inline(always)]
-    pub fn admits(&self, src: u128) -> bool {
-        self.acl.as_ref().is_none_or(|a| a.admits(src))
-    }
-
-    /// Whether client `src` may reach the VIP, counting nothing.
-    #[inline]
-    pub fn allows(&self, src: u128) -> bool {
-        self.acl.as_ref().is_none_or(|a| a.check(src).is_none())
-    }
-}
-
 /// A VIP's persistence settings as the datapath uses them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Persistence {
@@ -505,11 +491,7 @@ impl Tables {
             };
             t.add_vip(v, healthy, Arc::clone(held), quorum)?;
             if let Some(e) = t.vips.last_mut() {
-                // Unchanged lists keep their compiled form; changed ones keep their counters.
-                e.acl = match acl {
-                    Some(a) if a.source == v.acl => Some(Arc::clone(a)),
-                    _ => crate::acl::VipAcl::build(&v.acl, acl.map(|a| &**a)),
-                };
+                e.acl = crate::acl::VipAcl::carried(&v.acl, acl);
             }
         }
         let all: Vec<(usize, &Vip)> = config.vips.iter().enumerate().collect();

@@ -69,7 +69,13 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
         .map(|c| (c.name.clone(), c.kind.name()))
         .collect();
     let lists = acl::prefix_lists(&mut top, &mut errs);
-    let vips = vip::vips(&mut top, &check_names, &lists, appliance.as_ref(), &mut errs);
+    let vips = vip::vips(
+        &mut top,
+        &check_names,
+        &lists,
+        appliance.as_ref(),
+        &mut errs,
+    );
     acl::total_rules(&vips, &mut errs);
     let peers: Vec<IpAddr> = bgp
         .iter()

@@ -59,13 +59,7 @@ fn vip(
     check_name(t, name.as_ref(), errs);
     let address = address(t, errs);
     let port = t.req_int("port", 0..=65535, errs).map(|n| n as u16);
-    let protocol = t
-        .choice(
-            "protocol",
-            &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)],
-            errs,
-        )
-        .unwrap_or(Protocol::Tcp);
+    let protocol = protocol(t, errs);
     let (mode_name, mode) = mode(t, errs);
     let tenant_vni = super::tenant::tenant_vni(t, mode, errs);
     let mode = super::tenant::backend_vni(t, mode, tenant_vni);
@@ -100,8 +94,8 @@ fn vip(
     let backends = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     let (inhibit_on_failure, fallback, announce) = super::policy::vip(t, &backends, errs);
-    let acl = super::acl::vip_acl(t, lists, address, errs);
     Some(Vip {
+        acl: super::acl::vip_acl(t, lists, address, errs),
         name: name?,
         address: address?,
         port: port?,
@@ -128,8 +122,17 @@ fn vip(
         udp_one_packet: lvs.udp_one_packet,
         outbound,
         tenant_vni,
-        acl,
     })
+}
+
+/// `protocol`: tcp (the default) or udp.
+fn protocol(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Protocol {
+    t.choice(
+        "protocol",
+        &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)],
+        errs,
+    )
+    .unwrap_or(Protocol::Tcp)
 }
 
 /// `hash`: the flow hash's fields (5-tuple by default); `sh` and `dh` hash addresses as LVS
