@@ -463,6 +463,31 @@ fn reason(choice: Option<(u32, Choice)>, hash: u32, v: &VipEntry) -> String {
 }
 
 impl TraceReport {
+    /// The flow and VIP lines of the report.
+    fn fmt_head(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "flow       {} {} -> {}{}",
+            self.protocol.name(),
+            self.src,
+            self.dst,
+            match self.vni {
+                Some(n) => format!(" vni {n}"),
+                None => String::new(),
+            }
+        )?;
+        match self.vni {
+            Some(n) => writeln!(
+                f,
+                "vip        {} ({} mode, tenant vni {n})",
+                self.vip,
+                self.mode.name()
+            )?,
+            None => writeln!(f, "vip        {} ({} mode)", self.vip, self.mode.name())?,
+        }
+        Ok(())
+    }
+
     /// The `egress` lines of the report.
     fn fmt_egress(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for e in &self.egress {
@@ -492,26 +517,7 @@ impl TraceReport {
 
 impl fmt::Display for TraceReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "flow       {} {} -> {}{}",
-            self.protocol.name(),
-            self.src,
-            self.dst,
-            match self.vni {
-                Some(n) => format!(" vni {n}"),
-                None => String::new(),
-            }
-        )?;
-        match self.vni {
-            Some(n) => writeln!(
-                f,
-                "vip        {} ({} mode, tenant vni {n})",
-                self.vip,
-                self.mode.name()
-            )?,
-            None => writeln!(f, "vip        {} ({} mode)", self.vip, self.mode.name())?,
-        }
+        self.fmt_head(f)?;
         if let Some(s) = &self.source {
             writeln!(f, "source     {s}")?;
         }

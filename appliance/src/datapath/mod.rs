@@ -43,7 +43,9 @@ use sys::xsk;
 pub use error::{DatapathError, SettingsError};
 pub use frame::{Frame, FrameHandler, HEADROOM};
 pub use ntuple::ReturnSteering;
-pub use steer::{AclKey, AttachMode, Attached, FloodCounters, ReturnKey, SteerCounters, VipKey};
+pub use steer::{
+    AclDrops, AclKey, AttachMode, Attached, FloodCounters, ReturnKey, SteerCounters, VipKey,
+};
 pub use watch::{LinkState, WatchEvent, WatchReport};
 pub use worker::{instant_ns, monotonic_ns};
 
@@ -145,7 +147,7 @@ pub struct DatapathStats {
     /// The steering program's counters.
     pub steer: SteerCounters,
     /// Frames the program dropped for the VIPs' allow and deny lists, per (VIP, list).
-    pub acl_drops: Vec<((String, String), u64)>,
+    pub acl_drops: AclDrops,
 }
 
 /// The running datapath. Dropping it stops it.
@@ -568,7 +570,7 @@ impl Datapath {
     }
 
     /// Frames the program dropped for the VIPs' allow and deny lists, per (VIP, list).
-    pub fn acl_drops(&self) -> Result<Vec<((String, String), u64)>, DatapathError> {
+    pub fn acl_drops(&self) -> Result<AclDrops, DatapathError> {
         self.steer().acl_drops()
     }
 

@@ -15,7 +15,7 @@ use std::os::fd::{AsFd, RawFd};
 
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
-pub use self::acl::AclKey;
+pub use self::acl::{AclDrops, AclKey};
 use self::keys::{KeySet, SteerKey};
 use super::DatapathError;
 use super::abi::{
@@ -459,7 +459,7 @@ impl Steer {
     }
 
     /// Frames the program dropped for a VIP's lists, per (VIP, list).
-    pub fn acl_drops(&self) -> Result<Vec<((String, String), u64)>, DatapathError> {
+    pub fn acl_drops(&self) -> Result<AclDrops, DatapathError> {
         let map = self.map(maps::ACL_DROPS)?;
         let mut out = Vec::new();
         for (slot, k) in self.acls.slots() {

@@ -30,6 +30,9 @@ pub struct AclKey {
     pub acl: SourceAcl,
 }
 
+/// Frames the program dropped per (VIP, list).
+pub type AclDrops = Vec<((String, String), u64)>;
+
 /// The largest list id (ids are 16 bits in `steer_val.acl`; 0 means none).
 const MAX_ID: u16 = u16::MAX;
 
