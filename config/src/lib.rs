@@ -6,6 +6,7 @@
 //! `SLUICE_APPLIANCE__NAME=lb2`, `SLUICE_BGP__ASN=65011`. Only variables with `__` are read, so
 //! unrelated `SLUICE_*` variables are not mistaken for keys.
 
+pub mod acl;
 pub mod error;
 pub mod model;
 mod policy;
@@ -18,6 +19,7 @@ mod zone;
 
 use std::path::{Path, PathBuf};
 
+pub use acl::{AclMatch, AclRule, Prefix, PrefixError, PrefixList, SourceAcl};
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use model::*;
 pub use quic::{QuicLb, ServerId};
@@ -25,8 +27,8 @@ pub use range::PortRange;
 pub use validate::FLEET_SECTIONS;
 pub use validate::{
     DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_METRICS, DEFAULT_SOCKET,
-    DEFAULT_SYNC_RATE, DEFAULT_SYNC_STANDBY, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND,
-    default_table_size, min_table_size, prime_at_least,
+    DEFAULT_SYNC_RATE, DEFAULT_SYNC_STANDBY, DEFAULT_TABLE_SIZES, MAX_ACL_RULES,
+    MIN_SLOTS_PER_BACKEND, default_table_size, min_table_size, prime_at_least,
 };
 pub use zone::{TENANT_ZONE, vni_of, zone_of};
 
@@ -216,6 +218,8 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
+#[cfg(test)]
+mod acl_tests;
 #[cfg(test)]
 mod lvs_tests;
 #[cfg(test)]

@@ -339,6 +339,8 @@ pub struct Vip {
     /// `[vip.quic_lb]` (UDP VIPs): route QUIC packets by the server ID in their connection
     /// IDs, so a client that changes address stays on its backend (see `crate::quic`).
     pub quic_lb: Option<crate::quic::QuicLb>,
+    /// `allow` and `deny`: the sources that may reach the VIP (see [`crate::acl`]).
+    pub acl: crate::acl::SourceAcl,
 }
 
 impl Vip {

@@ -5,6 +5,7 @@
 //! where a flow goes (hashing, Maglev, the LVS schedulers, the connection table) lives in
 //! submodules that can be tested and benchmarked without a network.
 
+pub mod acl;
 pub mod backend;
 pub mod conntrack;
 pub mod egress;

@@ -224,6 +224,8 @@ pub struct VipEntry {
     pub zone: u32,
     /// `quic_lb`: its server IDs and codec (see `lb::quic`).
     pub quic: Option<Arc<crate::quic::VipQuic>>,
+    /// `allow` and `deny` (see `lb::acl`); `None` admits every source.
+    pub acl: Option<Arc<crate::acl::VipAcl>>,
 }
 
 /// A VIP's persistence settings as the datapath uses them.
@@ -449,13 +451,8 @@ impl Tables {
         previous: Option<&Tables>,
         exec: &dyn crate::exec::Executor,
     ) -> Result<Tables, TableError> {
-        let prev: FastMap<&str, (&Arc<Ring>, bool)> = previous
-            .map(|p| {
-                p.vips
-                    .iter()
-                    .map(|v| (v.name.as_str(), (&v.ring, v.quorum.up)))
-                    .collect()
-            })
+        let prev: FastMap<&str, &VipEntry> = previous
+            .map(|p| p.vips.iter().map(|v| (v.name.as_str(), v)).collect())
             .unwrap_or_default();
         let mut t = Core {
             built_as: version,
@@ -484,11 +481,14 @@ impl Tables {
         // rings, which read the entries, are built, on every core for a large config.
         let none = Arc::new(Ring::none());
         for v in &config.vips {
-            let (held, quorum) = match prev.get(v.name.as_str()) {
-                Some(&(ring, up)) => (ring, Some(up)),
-                None => (&none, None),
+            let (held, quorum, acl) = match prev.get(v.name.as_str()) {
+                Some(p) => (&p.ring, Some(p.quorum.up), p.acl.as_ref()),
+                None => (&none, None, None),
             };
             t.add_vip(v, healthy, Arc::clone(held), quorum)?;
+            if let Some(e) = t.vips.last_mut() {
+                e.acl = crate::acl::VipAcl::carried(&v.acl, acl);
+            }
         }
         let all: Vec<(usize, &Vip)> = config.vips.iter().enumerate().collect();
         for ((slot, _), (ring, built)) in all.iter().zip(super::rings::build(&t, &all, true, exec)?)
@@ -650,6 +650,7 @@ impl Core {
             has_limits: pool_has_limits,
             quorum,
             zone,
+            acl: None,
         });
         Ok(())
     }
@@ -875,6 +876,7 @@ pub(crate) mod tests {
             outbound: None,
             tenant_vni: None,
             quic_lb: None,
+            acl: Default::default(),
         }
     }
 

@@ -145,7 +145,7 @@ impl Io {
             self.shared.flow_cache.clone(),
             factory,
         )?;
-        dp.set_vips(&st.steering.vips)?;
+        dp.set_vips(&st.steering.vips, &st.steering.acls)?;
         dp.set_return_keys(&st.steering.returns)?;
         dp.set_flood(&st.config.flood)?;
         dp.set_stateless(&st.tables, self.shared.flow_cache.as_deref())?;

@@ -16,6 +16,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+mod acl;
 mod builder;
 mod conntrack;
 mod fleet;
@@ -46,6 +47,7 @@ pub fn render(s: &Shared) -> String {
     config_sync(&mut b, s, &agg);
     datapath(&mut b, &view, &agg);
     watch::families(&mut b, s, &view);
+    acl::families(&mut b, &view, &tables);
     conntrack::families(&mut b, &agg);
     mtu::families(&mut b, &agg);
     lvs::families(&mut b, s);
@@ -818,6 +820,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
                     },
                     ..SteerCounters::default()
                 },
+                acl_drops: Vec::new(),
             }),
             config: Some(Arc::clone(&config)),
             ..View::default()
@@ -1031,6 +1034,7 @@ sluice_passed_packets_total 12
 # TYPE sluice_dropped_packets counter
 sluice_dropped_packets_total{reason="bad_checksum"} 0
 sluice_dropped_packets_total{reason="bad_length"} 1
+sluice_dropped_packets_total{reason="denied"} 0
 sluice_dropped_packets_total{reason="family_mismatch"} 0
 sluice_dropped_packets_total{reason="fragment_ambiguous"} 0
 sluice_dropped_packets_total{reason="fragment_no_first"} 0

@@ -200,7 +200,7 @@ async fn forward(
     // process still forwards: from its attach on, every VIP frame is the engine's.
     let mut loaded = Loaded::load(shared.flow_cache.as_deref())?;
     let steer = loaded.steer();
-    steer.set_vips(&st.steering.vips)?;
+    steer.set_vips_with_acls(&st.steering.vips, &st.steering.acls)?;
     steer.set_return_keys(&st.steering.returns)?;
     steer.set_flood(&st.config.flood)?;
     steer.set_stateless(&st.tables, shared.flow_cache.as_deref())?;
@@ -219,7 +219,7 @@ async fn forward(
             return Err(e);
         }
     };
-    dp.set_vips(&st.steering.vips)?;
+    dp.set_vips(&st.steering.vips, &st.steering.acls)?;
     dp.set_return_keys(&st.steering.returns)?;
     dp.set_flood(&st.config.flood)?;
     dp.set_stateless(&st.tables, shared.flow_cache.as_deref())?;

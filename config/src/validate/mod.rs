@@ -5,6 +5,7 @@
 //! of a fleet's configuration), `[sync]`; this
 //! one walks the top level and holds what the sections share.
 
+mod acl;
 mod api;
 mod appliance;
 mod bgp;
@@ -33,6 +34,7 @@ use super::error::ConfigErrors;
 use super::model::*;
 use super::reader::Table;
 
+pub use acl::MAX_ACL_RULES;
 pub use api::{DEFAULT_METRICS, DEFAULT_SOCKET};
 pub use fleet::{FLEET_SECTIONS, merge};
 pub use scale::{
@@ -69,7 +71,15 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
         .iter()
         .map(|c| (c.name.clone(), c.kind.name()))
         .collect();
-    let vips = vip::vips(&mut top, &check_names, appliance.as_ref(), &mut errs);
+    let lists = acl::prefix_lists(&mut top, &mut errs);
+    let vips = vip::vips(
+        &mut top,
+        &check_names,
+        &lists,
+        appliance.as_ref(),
+        &mut errs,
+    );
+    acl::total_rules(&vips, &mut errs);
     let peers: Vec<IpAddr> = bgp
         .iter()
         .flatten()

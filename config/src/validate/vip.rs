@@ -16,6 +16,7 @@ use crate::reader::{Table, element_path};
 pub(super) fn vips(
     top: &mut Table<'_>,
     checks: &HashMap<String, &'static str>,
+    lists: &[crate::acl::PrefixList],
     appliance: Option<&Appliance>,
     errs: &mut ConfigErrors,
 ) -> Vec<Vip> {
@@ -30,7 +31,7 @@ pub(super) fn vips(
     for (i, map) in raw {
         let path = element_path("", "vip", i, map);
         let mut t = Table::new(path.clone(), map);
-        let vip = vip(&mut t, checks, appliance, errs);
+        let vip = vip(&mut t, checks, lists, appliance, errs);
         t.finish(errs);
         let Some(vip) = vip else { continue };
         if names.insert(vip.name.clone(), i).is_some() {
@@ -50,6 +51,7 @@ pub(super) fn vips(
 fn vip(
     t: &mut Table<'_>,
     checks: &HashMap<String, &'static str>,
+    lists: &[crate::acl::PrefixList],
     appliance: Option<&Appliance>,
     errs: &mut ConfigErrors,
 ) -> Option<Vip> {
@@ -57,13 +59,7 @@ fn vip(
     check_name(t, name.as_ref(), errs);
     let address = address(t, errs);
     let port = t.req_int("port", 0..=65535, errs).map(|n| n as u16);
-    let protocol = t
-        .choice(
-            "protocol",
-            &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)],
-            errs,
-        )
-        .unwrap_or(Protocol::Tcp);
+    let protocol = protocol(t, errs);
     let (mode_name, mode) = mode(t, errs);
     let tenant_vni = super::tenant::tenant_vni(t, mode, errs);
     let mode = super::tenant::backend_vni(t, mode, tenant_vni);
@@ -98,6 +94,7 @@ fn vip(
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     let (inhibit_on_failure, fallback, announce) = super::policy::vip(t, &backends, errs);
     Some(Vip {
+        acl: super::acl::vip_acl(t, lists, address, errs),
         name: name?,
         address: address?,
         port: port?,
@@ -126,6 +123,16 @@ fn vip(
         tenant_vni,
         quic_lb,
     })
+}
+
+/// `protocol`: tcp (the default) or udp.
+fn protocol(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Protocol {
+    t.choice(
+        "protocol",
+        &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)],
+        errs,
+    )
+    .unwrap_or(Protocol::Tcp)
 }
 
 /// `hash`: the flow hash's fields (5-tuple by default); `sh` and `dh` hash addresses as LVS

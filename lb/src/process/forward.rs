@@ -58,7 +58,12 @@ pub(super) fn forward<R: Record>(
     cx: &mut Ctx<'_, R>,
     s: &Seg<'_>,
 ) -> Verdict {
-    let mode = cx.tables.vips[s.vip as usize].mode;
+    let v = &cx.tables.vips[s.vip as usize];
+    if !v.admits(s.key.src) {
+        // Before any state: a denied source makes no entry, no answer and no reset.
+        return cx.worker.drop(DropReason::Denied);
+    }
+    let mode = v.mode;
     let nat = matches!(mode, Mode::Nat | Mode::FullNat);
     if nat && frame.data()[s.ip.ttl_at()] <= 1 {
         return ttl_expired(frame, cx, s);

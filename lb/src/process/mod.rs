@@ -23,6 +23,10 @@
 //!   with TTL <= 1 toward a VIP is answered with ICMP time-exceeded from the VIP (counted in
 //!   [`DropReason::TtlExceeded`] too); return traffic with TTL <= 1 is dropped. DR and tunnel
 //!   leave the inner TTL alone: the appliance is a bump in the wire there, like Katran.
+//! - **Source lists.** A VIP's `allow` and `deny` (`lb::acl`) are checked before any state:
+//!   a denied client's frames (fragments and echo requests too) and the replies toward it
+//!   are `Drop(Denied)`, counted per VIP and list; a swap to lists that deny a source ends
+//!   its flows ([`WorkerState::adopt`]).
 //! - **Fragments.** Fragments of DR and tunnel VIPs go statelessly by 3-tuple Maglev; those
 //!   of NAT and FullNAT VIPs (and their replies) follow their first fragment's decision,
 //!   remembered in the worker's fragment table (see `fragment` and `fragtable`).
@@ -38,6 +42,8 @@
 //!   fit the egress MTU with ICMP too-big (see `mss`). Outer UDP checksums
 //!   are zero over IPv4 (RFC 7348, draft-ietf-intarea-gue) and computed over IPv6.
 
+#[cfg(test)]
+mod acl_tests;
 mod admit;
 #[cfg(test)]
 mod budget_tests;
@@ -155,11 +161,13 @@ pub enum DropReason {
     /// A new flow while every eligible backend of its VIP is at its `max_connections`
     /// (`overflow = "drop"` or `"reset"`).
     Overflow,
+    /// The source is not allowed to reach the VIP (its `allow` and `deny` lists, `lb::acl`).
+    Denied,
 }
 
 impl DropReason {
     /// Number of reasons (the counter array length).
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
 
     /// All reasons in index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -185,6 +193,7 @@ impl DropReason {
         DropReason::FragmentOversize,
         DropReason::TooBig,
         DropReason::Overflow,
+        DropReason::Denied,
     ];
 
     /// Counter index.
@@ -218,6 +227,7 @@ impl DropReason {
             DropReason::FragmentOversize => "fragment_oversize",
             DropReason::TooBig => "too_big",
             DropReason::Overflow => "overflow",
+            DropReason::Denied => "denied",
         }
     }
 }
@@ -489,8 +499,9 @@ impl WorkerState {
 
     /// Switches to a new table version: resizes counters (per-slot counters restart, the
     /// control plane has aggregated the old ones), resets scheduler state and re-binds every
-    /// connection to the new slots (a flow whose VIP is gone is dropped; a flow whose
-    /// backend is gone is re-chosen on its next packet). Allocates; runs once per swap. A
+    /// connection to the new slots (a flow whose VIP is gone, or whose source the VIP's
+    /// lists now deny, is dropped; a flow whose backend is gone is re-chosen on its next
+    /// packet). Allocates; runs once per swap. A
     /// version that shares the running core (a route or neighbour change) keeps scheduler
     /// state and bindings and only restarts the counters.
     pub fn adopt(&mut self, tables: &Tables, ct: &mut ConnTable) {
@@ -541,6 +552,10 @@ impl WorkerState {
         ct.set_budgets(tables.embryonic_per_source, &tables.tenant_zones());
         ct.adopt(tables.version, tables.backends.len(), |f| {
             let vip = tables.vip_of_key(&f.key)?;
+            // A source the VIP's lists now deny loses its flows in this swap (`lb::acl`).
+            if !tables.vips[vip as usize].allows(f.key.src) {
+                return None;
+            }
             let backend = tables
                 .backend_slot(vip, f.backend_addr, f.backend_port)
                 .unwrap_or(NONE);

@@ -168,6 +168,13 @@ pub(super) fn reverse<R: Record>(
     };
     let client = fullnat.then_some(r.client);
     let to = client.map_or(ip.dst, |c| c.0);
+    // A reply to a client the VIP's lists deny goes nowhere (a stateless NAT return
+    // included): nothing is forwarded for a denied source's flows, either way.
+    if let Some(v) = tables.vips.get(r.vip as usize)
+        && !v.admits(to)
+    {
+        return worker.drop(DropReason::Denied);
+    }
     let gw =
         match tables
             .egress()
@@ -185,20 +192,25 @@ pub(super) fn reverse<R: Record>(
         fullnat::carry_reverse(d, ct, ip, l4, id, c);
     }
     set_macs(d, &gw);
-    if let Some(c) = worker.vip_packets.get_mut(r.vip as usize) {
-        *c += 1;
-        worker.vip_bytes[r.vip as usize] += len;
-    }
-    if let Some(c) = worker.backend_packets.get_mut(r.backend as usize) {
-        *c += 1;
-        worker.backend_bytes[r.backend as usize] += len;
-    }
+    count_return(worker, r.vip as usize, r.backend as usize, len);
     if R::ON {
         rec.decision(reverse_decision(
             tables, ct, ip, l4, &rk, &r, client, gw, now,
         ));
     }
     worker.tx(gw.ifindex)
+}
+
+/// A return frame of `len` bytes in its VIP's and backend's counters.
+fn count_return(worker: &mut WorkerState, vip: usize, backend: usize, len: u64) {
+    if let Some(c) = worker.vip_packets.get_mut(vip) {
+        *c += 1;
+        worker.vip_bytes[vip] += len;
+    }
+    if let Some(c) = worker.backend_packets.get_mut(backend) {
+        *c += 1;
+        worker.backend_bytes[backend] += len;
+    }
 }
 
 /// The hash that picks a multipath route's next hop for return traffic: the received

@@ -198,6 +198,7 @@ mod tests {
             outbound: None,
             tenant_vni: None,
             quic_lb: None,
+            acl: Default::default(),
         }];
         Tables::build(&c, &|_, _| true, 1).expect("tables")
     }

@@ -127,6 +127,7 @@ pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
         outbound: None,
         tenant_vni: None,
         quic_lb: None,
+        acl: Default::default(),
     }];
     c
 }

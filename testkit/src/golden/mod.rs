@@ -9,6 +9,7 @@
 //! test. The rows are grouped by what they show, one file each; [`fixtures`] lists them
 //! all, in a fixed order, for the tests, the benches and the XDP flow-cache parity test.
 
+mod acl;
 pub mod build;
 mod clientaddr;
 mod dr;
@@ -202,7 +203,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 15] = [
+    let groups: [&[Row]; 16] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
@@ -218,6 +219,7 @@ pub fn fixtures() -> Vec<Fixture> {
         outbound::ROWS,
         tenant::ROWS,
         teardown::ROWS,
+        acl::ROWS,
     ];
     groups
         .iter()
