@@ -161,6 +161,17 @@ bin=target/$profile/sluice
 # The image gets the binary without debug info (mkosi.conf takes it from .image-tools/).
 strip --strip-debug -o "$tools/sluice" "$bin"
 echo "build.sh: image binary: $bin, $(du -h "$tools/sluice" | cut -f1) stripped"
+# `man sluice` and Tab on the appliance's shell: the pages and completions this binary
+# generates from its own command line (mkosi.conf puts .image-tools/docs at /).
+docs=$tools/docs/usr/share
+rm -rf "$tools/docs"
+mkdir -p "$docs/bash-completion/completions" "$docs/zsh/vendor-completions" \
+    "$docs/fish/vendor_completions.d"
+"$bin" man --dir "$docs/man/man8" >/dev/null
+"$bin" completions bash >"$docs/bash-completion/completions/sluice"
+"$bin" completions zsh >"$docs/zsh/vendor-completions/_sluice"
+"$bin" completions fish >"$docs/fish/vendor_completions.d/sluice.fish"
+echo "build.sh: $(ls "$docs/man/man8" | wc -l) manual pages, bash/zsh/fish completions"
 
 # part NAME: the byte offset and size of the partition labelled NAME in sluice.raw.
 part() {
