@@ -151,3 +151,43 @@ fn a_closed_pipe_ends_a_command_quietly() {
     );
 }
 
+/// The README's quick start is a file `sluice check` accepts, shown as it is, and every
+/// relative link of the README and the manual leads to a file of the repository.
+#[test]
+fn the_quick_start_validates_and_the_links_resolve() {
+    let root = repo();
+    let file = root.join("examples/quickstart/web.toml");
+    let out = sluice()
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .expect("run sluice check");
+    assert!(out.status.success(), "{out:?}");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let text = std::fs::read_to_string(&file).expect("quick start");
+    let shown = text.split_once("\n\n").map_or("", |(_, rest)| rest);
+    assert!(
+        readme.contains(shown),
+        "README.md shows examples/quickstart/web.toml as it is"
+    );
+    let mut pages = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs/manual")).expect("docs/manual") {
+        pages.push(e.expect("entry").path());
+    }
+    for page in pages {
+        let text = std::fs::read_to_string(&page).expect("page");
+        let dir = page.parent().expect("a directory");
+        for (_, rest) in text.match_indices("](").map(|(i, _)| text.split_at(i + 2)) {
+            let target = rest.split(')').next().unwrap_or_default();
+            if target.contains("://") || target.starts_with('#') {
+                continue;
+            }
+            let path = target.split('#').next().unwrap_or_default();
+            assert!(
+                dir.join(path).exists(),
+                "{}: the link {target} leads nowhere",
+                page.display()
+            );
+        }
+    }
+}
