@@ -400,7 +400,8 @@ pub struct Backend {
     pub state: String,
     /// True when the state comes from the API, not the config file.
     pub state_overridden: bool,
-    /// `up`, `down`, `unknown` (not decided yet) or `unchecked` (the VIP has no check).
+    /// `up`, `down`, `unknown` (not decided yet) or `unchecked` (the VIP has no check): this
+    /// appliance's own probes (on a fleet member, see `fleet_health`).
     pub health: String,
     /// The reason of the last health transition or failure (`timeout`, `status 503`...).
     pub health_reason: Option<String>,
@@ -452,6 +453,11 @@ pub struct Backend {
     /// operator's weight and state; absent without an agent check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// On a fleet member: the fleet's verdict (`up`, `down`), the quorum over every live
+    /// member's probes, which this member's tables follow; `health` is then this member's
+    /// own probes. Absent off a fleet, where `health` is what the tables follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_health: Option<String>,
 }
 
 fn primary() -> String {

@@ -385,6 +385,7 @@ pub fn format_vips(vips: &[api::Vip]) -> String {
 /// backend's host), which the underlay's VIPs do not have.
 pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
     let vteps = b.iter().any(|b| b.vtep.is_some());
+    let fleet = b.iter().any(|b| b.fleet_health.is_some());
     let rows: Vec<Vec<String>> = b
         .iter()
         .map(|b| {
@@ -404,9 +405,11 @@ pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
             if vteps {
                 row.push(b.vtep.clone().unwrap_or_else(|| "-".into()));
             }
+            row.extend([state, health]);
+            if fleet {
+                row.push(b.fleet_health.clone().unwrap_or_else(|| "-".into()));
+            }
             row.extend([
-                state,
-                health,
                 weight,
                 percent(b.ring_share),
                 percent(b.ideal_share),
@@ -421,11 +424,19 @@ pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
     if vteps {
         header.push("VTEP");
     }
-    header.extend([
-        "STATE", "HEALTH", "WEIGHT", "RING", "IDEAL", "FLOWS", "PKTS", "BYTES",
-    ]);
+    header.extend(["STATE", "HEALTH"]);
+    if fleet {
+        header.push("FLEET");
+    }
+    header.extend(["WEIGHT", "RING", "IDEAL", "FLOWS", "PKTS", "BYTES"]);
     let mut out = format!("VIP {vip}\n");
     out.push_str(&table(&header, &rows));
+    if fleet {
+        out.push_str(
+            "HEALTH: this member's own probes; FLEET: the fleet's verdict (quorum of the live \
+             members), which the ring follows\n",
+        );
+    }
     if b.iter().any(|b| b.state_overridden || b.weight_overridden) {
         out.push_str("* set through the API (overrides the config file until undone)\n");
     }
@@ -562,6 +573,32 @@ mod tests {
             lines.next().unwrap_or_default().contains("  -         "),
             "{t}"
         );
+    }
+
+    /// On a fleet member the backends show whose verdict is which: the member's own
+    /// probes under HEALTH, the fleet's (which the ring follows) under FLEET.
+    #[test]
+    fn a_fleet_member_shows_its_own_and_the_fleets_health() {
+        let d: serde_json::Value =
+            serde_json::from_str(include_str!("ctl/golden/documents.json")).expect("documents");
+        let s: list::Service = serde_json::from_value(d["after"][0].clone()).expect("service");
+        let mut b = s.backends.clone();
+        b[0].health = "down".into();
+        b[0].health_reason = None;
+        b[0].fleet_health = Some("up".into());
+        let t = format_backends("web", &b);
+        let mut lines = t.lines().skip(1);
+        let head = lines.next().unwrap_or_default();
+        assert!(
+            head.starts_with("BACKEND         STATE   HEALTH  FLEET"),
+            "{t}"
+        );
+        let first = lines.next().unwrap_or_default();
+        assert!(
+            first.starts_with("10.1.0.12:8080  active  down    up "),
+            "{t}"
+        );
+        assert!(t.contains("the fleet's verdict"), "{t}");
     }
 
     #[test]

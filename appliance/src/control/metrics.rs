@@ -989,6 +989,95 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
         );
     }
 
+    /// Every series the Grafana dashboard (docs/grafana) and the alert rules
+    /// (docs/prometheus) name is one the appliance exports, a fleet member's families
+    /// included: a renamed metric fails here, not on an operator's empty graph.
+    #[test]
+    fn the_dashboard_and_the_alert_rules_read_exported_series() {
+        let s = shared();
+        *s.fleet.lock().expect("fresh") = Some(api::FleetStatus {
+            fleet: "edge".into(),
+            member: "lb1".into(),
+            members: vec![api::FleetMember {
+                name: "lb1".into(),
+                prepared: 3,
+                readiness: "ready".into(),
+                running: 3,
+                sync_lag_ms: Some(4),
+                error: None,
+                table_fingerprint: String::new(),
+            }],
+            disagreements: vec![api::Disagreement {
+                backend: "web/10.1.0.11:80".into(),
+                fleet_up: true,
+                up_votes: 2,
+                down_votes: 1,
+                members: vec!["lb1".into()],
+            }],
+            ..Default::default()
+        });
+        let text = render(&s);
+        let mut exported = std::collections::BTreeSet::new();
+        for l in text.lines() {
+            let Some(rest) = l.strip_prefix("# TYPE ") else {
+                continue;
+            };
+            match rest.split_once(' ') {
+                Some((name, "counter")) => exported.insert(format!("{name}_total")),
+                Some((name, _)) => exported.insert(name.to_string()),
+                None => false,
+            };
+        }
+        assert!(exported.contains("sluice_fleet_stale"), "{exported:?}");
+        for (file, doc) in [
+            (
+                "docs/grafana/sluice.json",
+                include_str!("../../../docs/grafana/sluice.json"),
+            ),
+            (
+                "docs/prometheus/sluice.rules.yml",
+                include_str!("../../../docs/prometheus/sluice.rules.yml"),
+            ),
+        ] {
+            let named: std::collections::BTreeSet<&str> = doc
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("sluice_"))
+                .collect();
+            assert!(
+                named.len() > 8,
+                "{file} names the metrics it reads: {named:?}"
+            );
+            let unknown: Vec<&&str> = named.iter().filter(|n| !exported.contains(**n)).collect();
+            assert!(
+                unknown.is_empty(),
+                "{file} reads {unknown:?}, which are not exported"
+            );
+        }
+    }
+
+    /// The manual's reference explains every metric family and every drop reason the
+    /// appliance exports (a fleet member's families included).
+    #[test]
+    fn the_reference_explains_every_metric_and_drop_reason() {
+        let reference = include_str!("../../../docs/manual/reference.md");
+        let s = shared();
+        *s.fleet.lock().expect("fresh") = Some(api::FleetStatus::default());
+        let text = render(&s);
+        let families = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next());
+        let reasons = crate::lb::DropReason::ALL.iter().map(|r| r.name());
+        let missing: Vec<&str> = families
+            .chain(reasons)
+            .filter(|n| !reference.contains(&format!("| `{n}` |")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/manual/reference.md has no row for {missing:?}"
+        );
+    }
+
     #[test]
     fn renders_a_fixed_state_byte_for_byte() {
         let got = rendered();

@@ -55,6 +55,8 @@ pub struct View {
     pub ramps: HashMap<BackendId, Instant>,
     /// The agents' last answers.
     pub agents: super::policy::Agents,
+    /// On a fleet member, the fleet's verdicts the tables follow (empty off a fleet).
+    pub fleet_health: HashMap<BackendId, bool>,
 }
 
 /// When the last commit was published and when every worker ran it.
@@ -390,6 +392,10 @@ impl Shared {
                         vtep: b.vtep.map(|a| a.to_string()),
                         role: if b.sorry { "sorry" } else { "primary" }.to_string(),
                         agent: super::policy::agent_word(&view.agents, &key),
+                        fleet_health: view
+                            .fleet_health
+                            .get(&key)
+                            .map(|up| if *up { "up" } else { "down" }.to_string()),
                     }
                 })
                 .collect(),
