@@ -359,7 +359,7 @@ boot() {
 }
 
 # Direct kernel boot of the image's kernel and initrd, root on the disk's root partition.
-cmdline="root=PARTUUID=${root_uuid,,} rw console=tty1 console=ttyS0,115200 net.ifnames=0"
+cmdline="root=PARTUUID=${root_uuid,,} rw no_timer_check console=tty1 console=ttyS0,115200 net.ifnames=0"
 cmdline+=" loglevel=4 systemd.show_status=true systemd.firstboot=off"
 cmdline+=" rd.systemd.mask=systemd-networkd.service rd.systemd.mask=systemd-networkd.socket"
 cmdline+=" rd.systemd.mask=systemd-repart.service"
