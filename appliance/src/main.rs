@@ -7,9 +7,9 @@ use clap::Parser;
 
 mod api_args;
 mod bench_cmd;
-mod quiclb_cmd;
 mod cli;
 mod docgen;
+mod quiclb_cmd;
 use api_args::ApiArgs;
 use cli::{Cli, Command, CtlCmd, DatapathCmd, FleetCmd, ImageCmd, ImportFrom};
 use sluice::config::{self, Config, LoadError};
