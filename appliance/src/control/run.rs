@@ -318,14 +318,19 @@ fn shared(
     taking_over: bool,
 ) -> Result<Shared, RunError> {
     let flow_cache = if st.config.appliance.flow_cache {
-        // Taking over (or after a crash): the attached program's cache, whose entries go
-        // on forwarding; else a new one.
-        let attached = st
-            .config
-            .appliance
-            .interfaces
-            .iter()
-            .find_map(|i| crate::datapath::steer::attached_sluice(i));
+        // Taking over: the attached program's cache, whose entries go on forwarding; else a
+        // new one. After a crash the cache is not kept: its entries stopped at the crash
+        // while the flows may have gone on through other appliances (sequence windows,
+        // states), and no table holds their flows any more.
+        let attached = match taking_over {
+            true => st
+                .config
+                .appliance
+                .interfaces
+                .iter()
+                .find_map(|i| crate::datapath::steer::attached_sluice(i)),
+            false => None,
+        };
         let adopted = attached.and_then(|id| FlowCache::adopt(id, flowcache::CACHE_ENTRIES));
         match adopted {
             Some(c) => {
