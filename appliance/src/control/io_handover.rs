@@ -34,14 +34,7 @@ impl Io {
                     Kind::Takeover,
                     "a new process takes over: workers stopped, the flow cache forwards".into(),
                 );
-                let mut handlers = self.dp.stop_for_handover();
-                let now_ns = instant_ns(Instant::now());
-                let mut bundle = verdicts(st);
-                bundle.exported_ns = now_ns;
-                bundle.workers = handlers
-                    .iter_mut()
-                    .map(|h| h.export_flows(now_ns))
-                    .collect();
+                let (handlers, bundle) = self.stop_and_export(st);
                 let flows = bundle.flows();
                 let bytes = bundle.encode();
                 drop(bundle);
@@ -80,14 +73,7 @@ impl Io {
     pub fn hand_over_to_file(&mut self, st: &State) -> Result<bool, DatapathError> {
         let path = super::takeover::file_path(&st.config.api.socket);
         let started = Instant::now();
-        let mut handlers = self.dp.stop_for_handover();
-        let now_ns = instant_ns(Instant::now());
-        let mut bundle = verdicts(st);
-        bundle.exported_ns = now_ns;
-        bundle.workers = handlers
-            .iter_mut()
-            .map(|h| h.export_flows(now_ns))
-            .collect();
+        let (handlers, bundle) = self.stop_and_export(st);
         let flows = bundle.flows();
         match super::takeover::write_file(&path, &bundle.encode()) {
             Ok(()) => {
@@ -110,6 +96,20 @@ impl Io {
                 Ok(false)
             }
         }
+    }
+
+    /// Stops the workers (the program stays attached and held) and bundles their tables with
+    /// the running version and verdicts; the handlers are kept for a resume.
+    fn stop_and_export(&mut self, st: &State) -> (Vec<Box<dyn FrameHandler>>, Bundle) {
+        let mut handlers = self.dp.stop_for_handover();
+        let now_ns = instant_ns(Instant::now());
+        let mut bundle = verdicts(st);
+        bundle.exported_ns = now_ns;
+        bundle.workers = handlers
+            .iter_mut()
+            .map(|h| h.export_flows(now_ns))
+            .collect();
+        (handlers, bundle)
     }
 
     /// Starts the workers again with `handlers` (their tables as they were) and the steering
