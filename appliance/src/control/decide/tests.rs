@@ -43,6 +43,28 @@ pub(crate) fn state(text: &str) -> State {
     state_at(text, Instant::now())
 }
 
+/// One VIP of one backend, and a BGP peer (the BGP and datapath-watch decisions' tests).
+pub(crate) const ONE_BACKEND: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[bgp]
+asn = 65001
+router_id = "192.0.2.1"
+[[bgp.peer]]
+address = "192.0.2.254"
+asn = 65000
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+[[vip.backend]]
+address = "10.1.0.11"
+port = 8080
+"#;
+
 /// One VIP of two NAT backends behind a TCP check, and a BGP peer.
 const BASE: &str = r#"
 [appliance]
