@@ -133,12 +133,13 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
     // caught up with the peers' flows, and the VIPs are held back until then.
     let (sync, sync_done) = start_sync(&st, &shared)?;
     let sync_handle = sync.as_ref().map(|s| s.handle.clone());
+    let over_socket = matches!(taking, Some(Source::Socket(_)));
     let (dp, report) = forward(&st, &shared, taking, &handed, sync_handle).await?;
     view::restart_sync_clock(&shared, Instant::now());
     let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await
         .map_err(RunError::Api)?;
-    let offer = offer_takeover(&api_socket)?;
+    let offer = offer_takeover(&api_socket, over_socket)?;
     say_running(&st);
     let quick = took_over(&shared, report, &handed);
     let sync_task = tokio::spawn(view::watch_sync(Arc::clone(&shared)));

@@ -239,10 +239,14 @@ pub(super) async fn finish_takeover(
     report
 }
 
-/// Listens for the next process's takeover beside the API socket.
-pub(super) fn offer_takeover(api_socket: &Path) -> Result<Option<Offer>, TakeoverError> {
+/// Listens for the next process's takeover beside the API socket (`took_over`: this
+/// process took over through that socket, see [`takeover::listen`]).
+pub(super) fn offer_takeover(
+    api_socket: &Path,
+    took_over: bool,
+) -> Result<Option<Offer>, TakeoverError> {
     let path = takeover::socket_path(api_socket);
-    takeover::listen(&path)
+    takeover::listen(&path, took_over)
         .map(Some)
         .map_err(|source| TakeoverError::Listen {
             path: path.display().to_string(),

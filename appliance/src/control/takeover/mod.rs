@@ -223,12 +223,16 @@ pub enum Asked {
 pub type Offer = (tokio::task::JoinHandle<()>, mpsc::Receiver<Asked>);
 
 /// Listens for a new process on `path` (created root-only beside the API socket); each
-/// request reaches the loop through the returned channel.
+/// request reaches the loop through the returned channel. `replace`: this process took over
+/// from the one that listened there, whose listener may outlive the end of the hand-over by
+/// a moment (it closes with that process's exit, not before its stream): the path is taken
+/// without asking who answers on it.
 pub fn listen(
     path: &Path,
+    replace: bool,
 ) -> std::io::Result<(tokio::task::JoinHandle<()>, mpsc::Receiver<Asked>)> {
     if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        if !replace && std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
                 format!("{}: another appliance listens there", path.display()),
@@ -393,5 +397,24 @@ mod tests {
         let api = Path::new("/run/sluice/api.sock");
         assert_eq!(socket_path(api), Path::new("/run/sluice/api.sock.takeover"));
         assert_eq!(file_path(api), Path::new("/run/sluice/api.sock.handover"));
+    }
+
+    /// CI caught this: the process taken over still listened for a moment after the
+    /// hand-over's stream closed, and the new process refused to start its own offer.
+    #[tokio::test]
+    async fn a_process_that_took_over_takes_the_path_of_a_lingering_listener() {
+        let dir = std::env::temp_dir().join(format!("sluice-takeover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("api.sock.takeover");
+        let _ = std::fs::remove_file(&path);
+        let lingering = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let refused = listen(&path, false).err().map(|e| e.kind());
+        assert_eq!(refused, Some(std::io::ErrorKind::AddrInUse));
+        let (task, _asked) = listen(&path, true).expect("a takeover replaces the path");
+        drop(lingering);
+        // The path is this process's now: a client reaches the new listener.
+        tokio::net::UnixStream::connect(&path).await.unwrap();
+        task.abort();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
