@@ -30,6 +30,10 @@ packages=(
     # image/build.sh and image/bundle.py sign update bundles (the image tests check a
     # bundle it signed)
     minisign
+    # tests/cli_docs.rs: the shells `sluice completions` writes for check its scripts
+    zsh fish
+    # tests/dashboards.rs: promtool checks docs/prometheus/sluice.rules.yml and its queries
+    prometheus
 )
 
 missing=()
@@ -45,9 +49,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The router daemons, nginx and etcd must not run as system services: tests start their own
+# The router daemons, nginx, etcd and prometheus must not run as system services: tests start their own
 # instances.
-for svc in bird frr gobgpd nginx etcd; do
+for svc in bird frr gobgpd nginx etcd prometheus; do
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 

@@ -711,14 +711,14 @@ fn every_route_against_a_running_appliance() {
     assert!(!socket.exists(), "the socket is removed on exit");
 }
 
-/// Runs the README's API examples, with the lab's socket, VIP and backends substituted for
+/// Runs the manual's API examples (docs/manual/operate.md), with the lab's socket, VIP and backends substituted for
 /// the example config's: each must exit 0, and each curl must print JSON (or metrics).
 fn readme_examples_work(socket: &Path) {
     lab::netns::require_program("curl", "curl");
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/manual/operate.md");
     let start = readme
         .find("<!-- api-examples")
-        .expect("api-examples marker in README.md");
+        .expect("api-examples marker in docs/manual/operate.md");
     let end = readme[start..]
         .find("<!-- /api-examples -->")
         .expect("end marker")
@@ -750,7 +750,7 @@ fn readme_examples_work(socket: &Path) {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && !stdout.trim().is_empty(),
-            "README example failed: {line}\n(ran: {cmd})\n{stdout}{}",
+            "manual example failed: {line}\n(ran: {cmd})\n{stdout}{}",
             String::from_utf8_lossy(&out.stderr)
         );
         if line.starts_with("curl ") && !line.ends_with("/metrics") {
@@ -760,7 +760,7 @@ fn readme_examples_work(socket: &Path) {
         }
         ran += 1;
     }
-    assert!(ran >= 14, "only {ran} README examples found");
+    assert!(ran >= 14, "only {ran} manual examples found");
 }
 
 #[test]

@@ -337,7 +337,7 @@ fn run_datapath(
             })
             .collect();
         let steer = dp
-            .set_vips(&vips)
+            .set_vips(&vips, &[])
             .and_then(|()| dp.set_return_keys(&returns));
         if let Err(e) = steer {
             let _ = ready_tx.send(Err(e.to_string()));

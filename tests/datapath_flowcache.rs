@@ -849,7 +849,7 @@ port = {PORT}
                 tenant_vni: None,
             })
             .collect();
-        dp.set_vips(&vips).expect("vips");
+        dp.set_vips(&vips, &[]).expect("vips");
         let ret: Vec<ReturnKey> = BACKENDS
             .iter()
             .map(|b| ReturnKey::Backend {

@@ -25,7 +25,9 @@ pub struct FleetStatus {
     pub activated_revision: u64,
     /// The revision this member's tables run (0: none from the fleet yet).
     pub running_revision: u64,
-    /// A pushed revision live members refused (not activated), with their errors.
+    /// The newest pushed revision, when live members refused it, with their errors: not
+    /// activated, or (when `activated_revision` reached it before they answered) activated
+    /// without them, who keep running the revision they run.
     pub refused: Option<Refusal>,
     /// Live members, by name.
     pub members: Vec<FleetMember>,
@@ -59,6 +61,11 @@ pub struct FleetMember {
     pub sync_lag_ms: Option<u64>,
     /// Why it refused `prepared`.
     pub error: Option<String>,
+    /// The digest of the tables it forwards with, as it last reported it (empty from a
+    /// release that does not report it): members on the same version and health show the
+    /// same one.
+    #[serde(default)]
+    pub table_fingerprint: String,
 }
 
 /// A revision that was refused.

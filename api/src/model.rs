@@ -59,8 +59,36 @@ pub struct Status {
     pub lvs: Lvs,
     /// How this process took over from the one before it (`sluice run --takeover`, or a
     /// restart), `None` when it started cold.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub takeover: Option<Takeover>,
+    /// Connection sync (`[sync]`), `None` when it is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncStatus>,
+}
+
+/// Connection sync with the other appliances of an ECMP group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncStatus {
+    /// True while this appliance waits for its peers' flows (it announces no VIP).
+    pub catching_up: bool,
+    /// Peers' flows held as standby entries.
+    pub standby_entries: u64,
+    /// Standby flows a worker took over.
+    pub standby_taken: u64,
+    /// Records sent and received (established flows), and ended flows each way.
+    pub records_sent: u64,
+    pub records_received: u64,
+    pub ended_sent: u64,
+    pub ended_received: u64,
+    /// Datagrams refused: another key, garbage, replays, from no peer.
+    pub auth_failures: u64,
+    pub garbage: u64,
+    pub replays: u64,
+    pub unknown_peer: u64,
+    /// Flows not synced (full queue, rate spent, send errors, standby table full).
+    pub left_out: u64,
+    /// Milliseconds between a peer sending its newest accepted datagram and its arrival.
+    pub lag_ms: u64,
 }
 
 /// A takeover's outcome: the connections the process before this one handed over.
@@ -372,7 +400,8 @@ pub struct Backend {
     pub state: String,
     /// True when the state comes from the API, not the config file.
     pub state_overridden: bool,
-    /// `up`, `down`, `unknown` (not decided yet) or `unchecked` (the VIP has no check).
+    /// `up`, `down`, `unknown` (not decided yet) or `unchecked` (the VIP has no check): this
+    /// appliance's own probes (on a fleet member, see `fleet_health`).
     pub health: String,
     /// The reason of the last health transition or failure (`timeout`, `status 503`...).
     pub health_reason: Option<String>,
@@ -424,6 +453,11 @@ pub struct Backend {
     /// operator's weight and state; absent without an agent check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// On a fleet member: the fleet's verdict (`up`, `down`), the quorum over every live
+    /// member's probes, which this member's tables follow; `health` is then this member's
+    /// own probes. Absent off a fleet, where `health` is what the tables follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_health: Option<String>,
 }
 
 fn primary() -> String {

@@ -312,7 +312,39 @@ pub fn format_status(s: &api::Status) -> String {
         "bgp         {}",
         if s.bgp { "configured" } else { "off" }
     );
+    if let Some(y) = &s.sync {
+        sync_lines(&mut o, y);
+    }
     o
+}
+
+/// `sluice ctl status`'s connection-sync lines.
+fn sync_lines(o: &mut String, y: &api::SyncStatus) {
+    let _ = writeln!(
+        o,
+        "sync        {}; standby {} entries ({} taken over); records sent {} received {}; \
+         ended sent {} received {}; lag {} ms",
+        if y.catching_up {
+            "catching up (VIPs held)"
+        } else {
+            "caught up"
+        },
+        y.standby_entries,
+        y.standby_taken,
+        y.records_sent,
+        y.records_received,
+        y.ended_sent,
+        y.ended_received,
+        y.lag_ms
+    );
+    let refused = y.auth_failures + y.garbage + y.replays + y.unknown_peer;
+    if refused + y.left_out > 0 {
+        let _ = writeln!(
+            o,
+            "sync        refused: auth {} garbage {} replay {} unknown peer {}; left out {}",
+            y.auth_failures, y.garbage, y.replays, y.unknown_peer, y.left_out
+        );
+    }
 }
 
 pub fn format_vips(vips: &[api::Vip]) -> String {
@@ -353,6 +385,7 @@ pub fn format_vips(vips: &[api::Vip]) -> String {
 /// backend's host), which the underlay's VIPs do not have.
 pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
     let vteps = b.iter().any(|b| b.vtep.is_some());
+    let fleet = b.iter().any(|b| b.fleet_health.is_some());
     let rows: Vec<Vec<String>> = b
         .iter()
         .map(|b| {
@@ -372,9 +405,11 @@ pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
             if vteps {
                 row.push(b.vtep.clone().unwrap_or_else(|| "-".into()));
             }
+            row.extend([state, health]);
+            if fleet {
+                row.push(b.fleet_health.clone().unwrap_or_else(|| "-".into()));
+            }
             row.extend([
-                state,
-                health,
                 weight,
                 percent(b.ring_share),
                 percent(b.ideal_share),
@@ -389,11 +424,19 @@ pub fn format_backends(vip: &str, b: &[api::Backend]) -> String {
     if vteps {
         header.push("VTEP");
     }
-    header.extend([
-        "STATE", "HEALTH", "WEIGHT", "RING", "IDEAL", "FLOWS", "PKTS", "BYTES",
-    ]);
+    header.extend(["STATE", "HEALTH"]);
+    if fleet {
+        header.push("FLEET");
+    }
+    header.extend(["WEIGHT", "RING", "IDEAL", "FLOWS", "PKTS", "BYTES"]);
     let mut out = format!("VIP {vip}\n");
     out.push_str(&table(&header, &rows));
+    if fleet {
+        out.push_str(
+            "HEALTH: this member's own probes; FLEET: the fleet's verdict (quorum of the live \
+             members), which the ring follows\n",
+        );
+    }
     if b.iter().any(|b| b.state_overridden || b.weight_overridden) {
         out.push_str("* set through the API (overrides the config file until undone)\n");
     }
@@ -532,6 +575,32 @@ mod tests {
         );
     }
 
+    /// On a fleet member the backends show whose verdict is which: the member's own
+    /// probes under HEALTH, the fleet's (which the ring follows) under FLEET.
+    #[test]
+    fn a_fleet_member_shows_its_own_and_the_fleets_health() {
+        let d: serde_json::Value =
+            serde_json::from_str(include_str!("ctl/golden/documents.json")).expect("documents");
+        let s: list::Service = serde_json::from_value(d["after"][0].clone()).expect("service");
+        let mut b = s.backends.clone();
+        b[0].health = "down".into();
+        b[0].health_reason = None;
+        b[0].fleet_health = Some("up".into());
+        let t = format_backends("web", &b);
+        let mut lines = t.lines().skip(1);
+        let head = lines.next().unwrap_or_default();
+        assert!(
+            head.starts_with("BACKEND         STATE   HEALTH  FLEET"),
+            "{t}"
+        );
+        let first = lines.next().unwrap_or_default();
+        assert!(
+            first.starts_with("10.1.0.12:8080  active  down    up "),
+            "{t}"
+        );
+        assert!(t.contains("the fleet's verdict"), "{t}");
+    }
+
     #[test]
     fn refusals_name_the_field_and_every_error() {
         let e = CtlError::from(ClientError::Api {
@@ -549,5 +618,31 @@ mod tests {
         );
         let e = CtlError::from(ClientError::Timeout(std::time::Duration::from_secs(1)));
         assert_eq!(e.code(), 2);
+    }
+
+    #[test]
+    fn status_shows_sync_and_what_it_refused() {
+        let mut y = api::SyncStatus {
+            catching_up: true,
+            standby_entries: 12,
+            standby_taken: 3,
+            records_sent: 40,
+            records_received: 12,
+            ..Default::default()
+        };
+        let mut o = String::new();
+        sync_lines(&mut o, &y);
+        assert_eq!(
+            o,
+            "sync        catching up (VIPs held); standby 12 entries (3 taken over); records \
+             sent 40 received 12; ended sent 0 received 0; lag 0 ms\n"
+        );
+        y.auth_failures = 5;
+        let mut o = String::new();
+        sync_lines(&mut o, &y);
+        assert!(
+            o.ends_with("refused: auth 5 garbage 0 replay 0 unknown peer 0; left out 0\n"),
+            "{o}"
+        );
     }
 }

@@ -18,6 +18,14 @@ use crate::control::fleet::status::{self, Parts};
 pub enum FleetCtlError {
     #[error("{0}")]
     Config(#[from] LoadError),
+    /// The pushed file does not validate merged with the member file: named once, with
+    /// every error.
+    #[error("{}: not pushed: {}", file.display(), pushed_errors(member, source))]
+    Pushed {
+        file: PathBuf,
+        member: PathBuf,
+        source: LoadError,
+    },
     #[error("{0}: no [fleet] section: the file must say where the fleet's etcd is")]
     NotAFleet(PathBuf),
     #[error("cannot read {path}: {source}")]
@@ -65,6 +73,26 @@ fn settings(c: &Config, path: &Path) -> Result<Settings, FleetCtlError> {
     })
 }
 
+/// A pushed file's errors, without the merged file's path (the pushed file's is named
+/// before them), each on its own line.
+fn pushed_errors(member: &Path, e: &LoadError) -> String {
+    match e {
+        LoadError::Invalid { errors, .. } => format!(
+            "{} error{} (merged with the member file {}):\n{}",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" },
+            member.display(),
+            errors
+                .iter()
+                .map(|x| format!("  {x}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+        LoadError::Syntax { message, .. } => format!("not valid TOML: {message}"),
+        e => e.to_string(),
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, FleetCtlError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -81,8 +109,13 @@ pub fn push(config_path: &Path, file: &Path) -> Result<u64, FleetCtlError> {
         path: file.to_path_buf(),
         source,
     })?;
-    // Revision 0 in errors: the revision is only known once written.
-    config::load_fleet(config_path, &text, 0)?;
+    // Revision 0 in errors: the revision is only known once written. The member file
+    // alone validated above, so what fails now is the pushed file's.
+    config::load_fleet(config_path, &text, 0).map_err(|source| FleetCtlError::Pushed {
+        file: file.to_path_buf(),
+        member: config_path.to_path_buf(),
+        source,
+    })?;
     // etcd refuses writes for a second or two while it elects a leader: retry then, on
     // another endpoint (a write that landed twice only makes one more identical revision).
     runtime()?.block_on(async {
@@ -118,22 +151,17 @@ pub fn read(config_path: &Path) -> Result<(Config, View), FleetCtlError> {
     Ok((local, view))
 }
 
-/// The fleet document for `view` (as `GET /v1/fleet` gives it, seen from etcd).
+/// The fleet document for `view` (as `GET /v1/fleet` gives it, seen from etcd), for the
+/// member whose file this is: its running revision and table digest as it reported them.
 pub fn document(local: &Config, view: &View) -> api::FleetStatus {
     let f = local.fleet.as_ref();
     let verdicts = quorum::decide(
         &view.live_health(),
         f.and_then(|f| f.quorum).map(|q| q as usize),
     );
-    // The newest pushed revision, when live members refused it (never activated).
-    let pushed = view.config.as_ref().map_or(0, |c| c.revision);
-    let by: Vec<(String, String)> = view
-        .members
-        .iter()
-        .filter(|(_, m)| m.prepared == pushed && m.readiness == ::fleet::Readiness::Refused)
-        .map(|(n, m)| (n.clone(), m.error.clone().unwrap_or_default()))
-        .collect();
-    let refused = (!by.is_empty()).then_some((pushed, by));
+    let me = local.appliance.name.as_str();
+    let mine = view.members.get(me);
+    let refused = status::refusal(view).map(|r| (r.revision, r.by));
     status::status(
         Parts {
             name: f.map_or("", |f| f.name.as_str()),
@@ -141,15 +169,15 @@ pub fn document(local: &Config, view: &View) -> api::FleetStatus {
             connected: true,
             stale_for: None,
             last_error: None,
-            running: 0,
+            running: mine.map_or(0, |m| m.running),
             verdicts: &verdicts,
             refused: refused.as_ref(),
             from_disk: false,
             last_good_errors: 0,
         },
-        "",
+        me,
         true,
-        "",
+        mine.map_or("", |m| m.fingerprint.as_str()),
     )
 }
 
@@ -197,15 +225,27 @@ pub fn format(s: &api::FleetStatus) -> String {
         for (m, e) in &r.by {
             out.push_str(&format!("revision {} refused by {m}: {e}\n", r.revision));
         }
+        if s.activated_revision >= r.revision {
+            out.push_str(&format!(
+                "revision {} is activated on the others; the members that refused it keep \
+                 their running revision\n",
+                r.revision
+            ));
+        }
     }
     out.push_str(&format!(
-        "{:<16} {:>9} {:<9} {:>8} {:>9}\n",
-        "member", "prepared", "readiness", "running", "sync lag"
+        "{:<16} {:>9} {:<9} {:>8} {:>9}  {}\n",
+        "member", "prepared", "readiness", "running", "sync lag", "tables"
     ));
     for m in &s.members {
         let lag = m.sync_lag_ms.map_or("-".into(), |l| format!("{l} ms"));
+        let tables = if m.table_fingerprint.is_empty() {
+            "-"
+        } else {
+            &m.table_fingerprint
+        };
         out.push_str(&format!(
-            "{:<16} {:>9} {:<9} {:>8} {:>9}\n",
+            "{:<16} {:>9} {:<9} {:>8} {:>9}  {tables}\n",
             m.name, m.prepared, m.readiness, m.running, lag
         ));
     }

@@ -17,4 +17,6 @@ pub mod engine;
 pub mod fleetctl;
 pub mod image;
 pub mod import;
+pub mod quiclb;
+pub mod sync;
 pub mod trace;

@@ -12,6 +12,8 @@
 //! tenant's connection-table zone, as the engine matches a decapsulated frame. Without a VNI
 //! only the underlay's VIPs match: a tenant's address in the underlay is not a VIP.
 
+mod acl;
+
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
@@ -159,6 +161,11 @@ pub struct TraceReport {
     pub egress: Vec<TraceEgress>,
     /// `sh` / `dh`: the fields their bucket hash reads and the bucket (of 256) it gives.
     pub lvs_hash: Option<(&'static str, usize)>,
+    /// The VIP's `allow` and `deny`: the rule that decides the client ("DENIED ..." when
+    /// the frame is dropped before any backend is chosen); `None` without lists.
+    pub source: Option<String>,
+    /// The lists deny the client: no backend would see the flow.
+    pub denied: bool,
 }
 
 /// One egress decision of a traced flow.
@@ -342,7 +349,13 @@ pub fn trace(config: &Config, flow: &str, vni: Option<u32>) -> Result<TraceRepor
     let reason = reason(choice, hash, v);
     let picked = choice.map(|(slot, _)| &tables.backends[slot as usize]);
     let (snat, tunnel_source) = rewrites(&tables, v, picked, proto, hash);
+    let source = config
+        .vips
+        .get(vip as usize)
+        .and_then(|c| acl::source_line(&c.acl, v, src.ip()));
     Ok(TraceReport {
+        source,
+        denied: !v.allows(key.src),
         protocol,
         src,
         dst,
@@ -450,6 +463,31 @@ fn reason(choice: Option<(u32, Choice)>, hash: u32, v: &VipEntry) -> String {
 }
 
 impl TraceReport {
+    /// The flow and VIP lines of the report.
+    fn fmt_head(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "flow       {} {} -> {}{}",
+            self.protocol.name(),
+            self.src,
+            self.dst,
+            match self.vni {
+                Some(n) => format!(" vni {n}"),
+                None => String::new(),
+            }
+        )?;
+        match self.vni {
+            Some(n) => writeln!(
+                f,
+                "vip        {} ({} mode, tenant vni {n})",
+                self.vip,
+                self.mode.name()
+            )?,
+            None => writeln!(f, "vip        {} ({} mode)", self.vip, self.mode.name())?,
+        }
+        Ok(())
+    }
+
     /// The `egress` lines of the report.
     fn fmt_egress(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for e in &self.egress {
@@ -479,25 +517,15 @@ impl TraceReport {
 
 impl fmt::Display for TraceReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "flow       {} {} -> {}{}",
-            self.protocol.name(),
-            self.src,
-            self.dst,
-            match self.vni {
-                Some(n) => format!(" vni {n}"),
-                None => String::new(),
-            }
-        )?;
-        match self.vni {
-            Some(n) => writeln!(
+        self.fmt_head(f)?;
+        if let Some(s) = &self.source {
+            writeln!(f, "source     {s}")?;
+        }
+        if self.denied {
+            return writeln!(
                 f,
-                "vip        {} ({} mode, tenant vni {n})",
-                self.vip,
-                self.mode.name()
-            )?,
-            None => writeln!(f, "vip        {} ({} mode)", self.vip, self.mode.name())?,
+                "verdict    dropped (denied): the flow reaches no backend"
+            );
         }
         writeln!(f, "scheduler  {}", self.scheduler.name())?;
         let words: Vec<String> = self.key_words.iter().map(|w| format!("{w:08x}")).collect();
@@ -828,5 +856,37 @@ backend = [{ address = "172.16.0.11", vtep = "192.0.2.201" }]
             e.contains("t100 (vni 100), t200 (vni 200), u (underlay)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn names_the_rule_that_decides_the_source() {
+        let c = golden_config();
+        let line = |flow: &str| {
+            let r = trace(&c, flow, None).unwrap();
+            (r.source.clone(), r.denied, r.to_string())
+        };
+        let (s, denied, text) = line("tcp 198.51.100.130:40000 -> 192.0.2.150:80");
+        assert_eq!(
+            s.as_deref(),
+            Some("DENIED by deny 198.51.100.128/25 (deny)")
+        );
+        assert!(denied);
+        assert!(text.contains("verdict    dropped (denied)"), "{text}");
+        let (s, denied, _) = line("tcp 198.51.100.200:40000 -> 192.0.2.150:80");
+        assert_eq!(
+            s.as_deref(),
+            Some("allowed by allow 198.51.100.192/26 (allow)")
+        );
+        assert!(!denied);
+        let (s, _, _) = line("tcp 203.0.113.9:40000 -> 192.0.2.150:80");
+        assert_eq!(
+            s.as_deref(),
+            Some("allowed by allow 203.0.113.0/24 (partners)")
+        );
+        let (s, denied, _) = line("tcp 100.64.0.1:40000 -> 192.0.2.150:80");
+        assert_eq!(s.as_deref(), Some("DENIED: no allow rule matches"));
+        assert!(denied);
+        let (s, _, _) = line("tcp 198.51.100.7:40000 -> 192.0.2.10:80");
+        assert_eq!(s, None, "a VIP without lists says nothing");
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! `cargo bench -p sluice-config --bench check` (criterion: median and spread of the
 //! samples), each size measured twice: `wall` (the clock) and `cpu` (the thread's CPU
-//! time, what an idle machine's clock shows: this one is shared); `-- 10000` runs one size. The figures are in the README ("Checking a config").
+//! time, what an idle machine's clock shows: this one is shared); `-- 10000` runs one size. The figures are in docs/manual/operate.md ("Checking a config").
 
 use std::fmt::Write as _;
 use std::hint::black_box;

@@ -6,9 +6,11 @@
 //! `SLUICE_APPLIANCE__NAME=lb2`, `SLUICE_BGP__ASN=65011`. Only variables with `__` are read, so
 //! unrelated `SLUICE_*` variables are not mistaken for keys.
 
+pub mod acl;
 pub mod error;
 pub mod model;
 mod policy;
+pub mod quic;
 mod range;
 mod reader;
 mod tree;
@@ -17,13 +19,16 @@ mod zone;
 
 use std::path::{Path, PathBuf};
 
+pub use acl::{AclMatch, AclRule, Prefix, PrefixError, PrefixList, SourceAcl};
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use model::*;
+pub use quic::{QuicLb, ServerId};
 pub use range::PortRange;
 pub use validate::FLEET_SECTIONS;
 pub use validate::{
     DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_METRICS, DEFAULT_SOCKET,
-    DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND, default_table_size, min_table_size, prime_at_least,
+    DEFAULT_SYNC_RATE, DEFAULT_SYNC_STANDBY, DEFAULT_TABLE_SIZES, MAX_ACL_RULES,
+    MIN_SLOTS_PER_BACKEND, default_table_size, min_table_size, prime_at_least,
 };
 pub use zone::{TENANT_ZONE, vni_of, zone_of};
 
@@ -214,11 +219,15 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
 }
 
 #[cfg(test)]
+mod acl_tests;
+#[cfg(test)]
 mod lvs_tests;
 #[cfg(test)]
 mod outbound_tests;
 #[cfg(test)]
 mod policy_tests;
+#[cfg(test)]
+mod quic_tests;
 #[cfg(test)]
 mod tenant_tests;
 #[cfg(test)]

@@ -22,6 +22,8 @@ pub struct Config {
     pub metrics: Metrics,
     /// `[fleet]`: the etcd cluster the VIPs come from; `None` runs alone on the file.
     pub fleet: Option<Fleet>,
+    /// `[sync]`: connection sync with the other appliances; `None` keeps flows to itself.
+    pub sync: Option<Sync>,
 }
 
 impl Config {
@@ -337,6 +339,11 @@ pub struct Vip {
     /// tenants may reuse each other's addresses (see `lb::tenant`). Mode "tunnel" with
     /// tunnel "vxlan" only; its backends name their `vtep`.
     pub tenant_vni: Option<u32>,
+    /// `[vip.quic_lb]` (UDP VIPs): route QUIC packets by the server ID in their connection
+    /// IDs, so a client that changes address stays on its backend (see `crate::quic`).
+    pub quic_lb: Option<crate::quic::QuicLb>,
+    /// `allow` and `deny`: the sources that may reach the VIP (see [`crate::acl`]).
+    pub acl: crate::acl::SourceAcl,
 }
 
 impl Vip {
@@ -730,4 +737,25 @@ pub struct FleetTls {
     pub ca: PathBuf,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
+}
+
+/// `[sync]`: connection sync with the other appliances of an ECMP group (see the README's
+/// "Connection sync"): this appliance sends the flows it establishes and ends to `peers`,
+/// and keeps theirs as standby entries for the frames ECMP moves to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sync {
+    /// The address and UDP port this appliance receives on and sends from.
+    pub listen: std::net::SocketAddr,
+    /// The other appliances' `listen` addresses.
+    pub peers: Vec<std::net::SocketAddr>,
+    /// A file holding the shared key (every appliance of the group has the same one): each
+    /// datagram carries an HMAC-SHA256 over it with this key.
+    pub key_file: PathBuf,
+    /// Records a second this appliance sends at most (beyond: left out, counted).
+    pub rate: u32,
+    /// Standby entries kept at most (beyond: refused, counted).
+    pub standby: u32,
+    /// How long a starting appliance waits for its peers' bulk transfer before it announces
+    /// its VIPs anyway (a peer that does not answer is not waited for forever).
+    pub catch_up_timeout: Duration,
 }

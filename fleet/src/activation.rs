@@ -86,6 +86,7 @@ mod tests {
             running,
             activated_at_ms: 0,
             sync_lag_ms: None,
+            fingerprint: String::new(),
         }
     }
 

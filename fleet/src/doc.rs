@@ -33,6 +33,11 @@ pub struct MemberReport {
     /// Milliseconds from the coordinator's activation write to its switch.
     #[serde(default)]
     pub sync_lag_ms: Option<u64>,
+    /// The digest of the tables it forwards with now (as its `GET /v1/status` shows), so
+    /// `sluice fleet status` compares the members' tables from etcd alone. Empty from a
+    /// release that did not publish it.
+    #[serde(default)]
+    pub fingerprint: String,
 }
 
 /// `activate`: the version every member switches to, written once per version (an etcd

@@ -49,6 +49,8 @@ pub struct Member {
     /// last reported, so a view repeated does not repeat them.
     tried: u64,
     told_refused: u64,
+    /// The digest of the tables the appliance forwards with, as last reported.
+    fingerprint: String,
 }
 
 impl Member {
@@ -64,6 +66,7 @@ impl Member {
             sync_lag_ms: None,
             tried: 0,
             told_refused: 0,
+            fingerprint: String::new(),
         }
     }
 
@@ -105,7 +108,18 @@ impl Member {
             running: self.running,
             activated_at_ms: self.activated_at_ms,
             sync_lag_ms: self.sync_lag_ms,
+            fingerprint: self.fingerprint.clone(),
         }
+    }
+
+    /// The appliance's tables now have digest `fingerprint`: the report is written again
+    /// when it changed (a commit: a revision, a health batch, an override).
+    pub fn tables_are(&mut self, fingerprint: &str) -> Vec<Action> {
+        if self.fingerprint == fingerprint {
+            return Vec::new();
+        }
+        self.fingerprint = fingerprint.to_string();
+        vec![Action::Report(self.report())]
     }
 
     /// The fleet changed (or a second passed: `now_ms` moves the timeout).
@@ -287,6 +301,21 @@ mod tests {
         assert_eq!(a.on_view(&v, 101), vec![Action::Activate { revision: 20 }]);
         a.activated(20, &v, 102);
         assert!(a.caught_up(&v));
+    }
+
+    #[test]
+    fn a_new_table_digest_is_reported_once() {
+        let mut a = Member::new("lb1", Duration::from_secs(5));
+        let acts = a.tables_are("00ff");
+        let [Action::Report(r)] = acts.as_slice() else {
+            panic!("a changed digest is reported: {acts:?}");
+        };
+        assert_eq!(r.fingerprint, "00ff");
+        assert!(
+            a.tables_are("00ff").is_empty(),
+            "unchanged: nothing to write"
+        );
+        assert_eq!(a.report().fingerprint, "00ff");
     }
 
     #[test]

@@ -135,6 +135,7 @@ mod tests {
             running: 0,
             activated_at_ms: 0,
             sync_lag_ms: None,
+            fingerprint: String::new(),
         };
         v.put(&k, &k.member("lb1"), &serde_json::to_vec(&r).unwrap(), 8);
         assert_eq!(v.members.get("lb1"), Some(&r));

@@ -46,7 +46,11 @@ pub(crate) async fn probe(
         SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
     });
     match tls {
-        None => call(stream, "http", &authority, &g.service).await,
+        None => {
+            use std::os::fd::AsFd;
+            let fd = stream.as_fd().try_clone_to_owned().ok();
+            call(stream, fd, "http", &authority, &g.service).await
+        }
         Some((config, name)) => {
             let tls = tokio_rustls::TlsConnector::from(config)
                 .connect(name, stream)
@@ -57,19 +61,26 @@ pub(crate) async fn probe(
                     "the server did not agree to HTTP/2 (ALPN h2) over TLS".into(),
                 ));
             }
-            call(tls, "https", &authority, &g.service).await
+            call(tls, None, "https", &authority, &g.service).await
         }
     }
 }
 
 /// The call over an established stream, driving the HTTP/2 connection alongside it.
-async fn call<S>(io: S, scheme: &str, authority: &str, service: &str) -> Outcome
+async fn call<S>(
+    io: S,
+    fd: Option<std::os::fd::OwnedFd>,
+    scheme: &str,
+    authority: &str,
+    service: &str,
+) -> Outcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let heard = Heard::default();
     let io = Sniff {
         io,
+        fd,
         heard: heard.clone(),
     };
     let out = h2_call(io, scheme, authority, service).await;
@@ -196,6 +207,10 @@ impl Heard {
 /// there, so the answer is known whichever failed first.
 struct Sniff<S> {
     io: S,
+    /// The plain TCP socket under `io`, peeked at directly when a write fails: the runtime
+    /// reports a read as pending until its reactor has seen the socket readable, even with
+    /// the server's answer already queued (seen: "broken pipe" on a loaded machine).
+    fd: Option<std::os::fd::OwnedFd>,
     heard: Heard,
 }
 
@@ -210,6 +225,14 @@ impl<S: AsyncRead + Unpin> Sniff<S> {
             let mut buf = ReadBuf::new(&mut b);
             if let Poll::Ready(Ok(())) = Pin::new(&mut self.io).poll_read(cx, &mut buf) {
                 self.heard.note(buf.filled());
+            }
+            if self.heard.is_empty()
+                && let Some(fd) = &self.fd
+            {
+                use rustix::net::{RecvFlags, recv};
+                if let Ok((n, _)) = recv(fd, &mut b, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+                    self.heard.note(&b[..n]);
+                }
             }
         }
         r
@@ -532,14 +555,14 @@ mod tests {
             let mut sink = Vec::new();
             let _ = server.read_to_end(&mut sink).await;
         });
-        let read_first = call(client, "http", "backend:50051", "").await;
+        let read_first = call(client, None, "http", "backend:50051", "").await;
         assert_eq!(read_first, want, "the answer read first");
         reader.abort();
         let io = ResetBeforeRead {
             wrote: false,
             answer: HTTP1,
         };
-        let write_first = call(io, "http", "backend:50051", "").await;
+        let write_first = call(io, None, "http", "backend:50051", "").await;
         assert_eq!(write_first, want, "the write failed first");
     }
 }

@@ -24,6 +24,9 @@ impl Lab {
         if self.bgp() {
             s.push_str(&bgp_section(k));
         }
+        if self.options.sync {
+            s.push_str(&self.sync_section(k));
+        }
         if self.options.health_checks {
             // Fast checks so the lab shows failover within a couple of seconds.
             s.push_str(
@@ -41,6 +44,21 @@ impl Lab {
             }
         }
         s
+    }
+
+    /// `[sync]`: appliance `k` listens on its LAN address; every other one is a peer.
+    fn sync_section(&self, k: usize) -> String {
+        let at = |j: usize| format!("\"{}:{}\"", appliance_addr(j, false), crate::SYNC_PORT);
+        let peers: Vec<String> = (0..self.appliance_count())
+            .filter(|j| *j != k)
+            .map(at)
+            .collect();
+        format!(
+            "[sync]\nlisten = {}\npeers = [{}]\nkey_file = \"{}\"\n\n",
+            at(k),
+            peers.join(", "),
+            self.dir.join("sync.key").display()
+        )
     }
 
     /// `[appliance]` and `[api]`.

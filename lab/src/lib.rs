@@ -171,7 +171,13 @@ pub struct LabOptions {
     /// The first letters of every namespace name (two are best: names have 15 bytes), so a
     /// test's namespaces are told from other tests' in `ip netns list`.
     pub prefix: &'static str,
+    /// Connection sync between the appliances: a `[sync]` section in each config (listen
+    /// on its LAN address, port [`SYNC_PORT`], the others as peers, one key file).
+    pub sync: bool,
 }
+
+/// The UDP port of the lab appliances' connection sync.
+pub const SYNC_PORT: u16 = 7946;
 
 impl Default for LabOptions {
     fn default() -> Self {
@@ -187,6 +193,7 @@ impl Default for LabOptions {
             flow_cache: None,
             queues: 1,
             prefix: "sl",
+            sync: false,
         }
     }
 }
@@ -288,6 +295,7 @@ impl Lab {
             appliances: (0..n_lbs).map(|_| None).collect(),
             bird: None,
         };
+        lab.write_sync_key()?;
         lab.wire()?;
         if bgp {
             let addrs: Vec<IpAddr> = (0..n_lbs).map(|k| appliance_addr(k, false)).collect();
@@ -296,6 +304,22 @@ impl Lab {
         }
         lab.start_backends()?;
         Ok(lab)
+    }
+
+    /// The key file of the appliances' `[sync]` sections, when the lab syncs.
+    fn write_sync_key(&self) -> Result<()> {
+        if !self.options.sync {
+            return Ok(());
+        }
+        let key = self.dir.join("sync.key");
+        std::fs::write(
+            &key,
+            format!("lab sync key {}, at least 32 bytes long\n", self.id),
+        )
+        .map_err(|e| LabError {
+            command: format!("write {}", key.display()),
+            detail: e.to_string(),
+        })
     }
 
     /// How many appliances this lab has.

@@ -5,6 +5,7 @@
 //! where a flow goes (hashing, Maglev, the LVS schedulers, the connection table) lives in
 //! submodules that can be tested and benchmarked without a network.
 
+pub mod acl;
 pub mod backend;
 pub mod conntrack;
 pub mod egress;
@@ -23,8 +24,10 @@ mod maglev_sizes_tests;
 pub mod outbound;
 pub mod persist;
 pub mod process;
+pub mod quic;
 mod rings;
 pub mod sched;
+pub mod standby;
 pub mod steering;
 pub mod tables;
 mod tenant;

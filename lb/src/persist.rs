@@ -185,6 +185,20 @@ pub fn token(identity_hash: u64) -> u32 {
     (identity_hash as u32) & 0x00ff_ffff
 }
 
+/// A VIP's persistence settings, when on; the salt names the VIP in the shared table.
+pub(crate) fn settings(
+    v: &config::Vip,
+    address: u128,
+    proto: u8,
+    zone: u32,
+) -> Option<crate::tables::Persistence> {
+    v.persistence.map(|d| crate::tables::Persistence {
+        timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
+        netmask: v.persistence_netmask,
+        salt: salt(address, v.port, proto, zone),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -223,6 +223,10 @@ pub struct VipEntry {
     /// The VIP's address space ([`crate::hash::zone_of`]): 0, or a tenant's, whose
     /// frames arrive VXLAN-encapsulated and are matched by [`Core::tenant_vip`] alone.
     pub zone: u32,
+    /// `quic_lb`: its server IDs and codec (see `lb::quic`).
+    pub quic: Option<Arc<crate::quic::VipQuic>>,
+    /// `allow` and `deny` (see `lb::acl`); `None` admits every source.
+    pub acl: Option<Arc<crate::acl::VipAcl>>,
 }
 
 /// A VIP's persistence settings as the datapath uses them.
@@ -324,6 +328,9 @@ pub enum TableError {
         /// Backends configured.
         count: usize,
     },
+    /// Two backends share a QUIC-LB server ID (the VIP's name, the clash and its fix).
+    #[error("vip {0}: {1}")]
+    QuicServerId(String, config::quic::ServerIdClash),
 }
 
 /// Everything a worker needs to forward, for one table version: the forwarding core
@@ -424,15 +431,6 @@ fn vip_backend_entry(vip: u32, v: &Vip, b: &Backend, healthy: bool) -> BackendEn
     }
 }
 
-/// A VIP's persistence settings, when on; the salt names the VIP in the shared table.
-fn persistence(v: &Vip, address: u128, proto: u8, zone: u32) -> Option<Persistence> {
-    v.persistence.map(|d| Persistence {
-        timeout_s: d.as_secs().clamp(1, u64::from(u32::MAX / 2)) as u32,
-        netmask: v.persistence_netmask,
-        salt: crate::persist::salt(address, v.port, proto, zone),
-    })
-}
-
 impl Tables {
     /// Builds version `version` from `config`; `healthy(vip, backend)` is the prober's
     /// verdict (return `true` for VIPs without a health check).
@@ -454,13 +452,8 @@ impl Tables {
         previous: Option<&Tables>,
         exec: &dyn crate::exec::Executor,
     ) -> Result<Tables, TableError> {
-        let prev: FastMap<&str, (&Arc<Ring>, bool)> = previous
-            .map(|p| {
-                p.vips
-                    .iter()
-                    .map(|v| (v.name.as_str(), (&v.ring, v.quorum.up)))
-                    .collect()
-            })
+        let prev: FastMap<&str, &VipEntry> = previous
+            .map(|p| p.vips.iter().map(|v| (v.name.as_str(), v)).collect())
             .unwrap_or_default();
         let mut t = Core {
             built_as: version,
@@ -489,11 +482,14 @@ impl Tables {
         // rings, which read the entries, are built, on every core for a large config.
         let none = Arc::new(Ring::none());
         for v in &config.vips {
-            let (held, quorum) = match prev.get(v.name.as_str()) {
-                Some(&(ring, up)) => (ring, Some(up)),
-                None => (&none, None),
+            let (held, quorum, acl) = match prev.get(v.name.as_str()) {
+                Some(p) => (&p.ring, Some(p.quorum.up), p.acl.as_ref()),
+                None => (&none, None, None),
             };
             t.add_vip(v, healthy, Arc::clone(held), quorum)?;
+            if let Some(e) = t.vips.last_mut() {
+                e.acl = crate::acl::VipAcl::carried(&v.acl, acl);
+            }
         }
         let all: Vec<(usize, &Vip)> = config.vips.iter().enumerate().collect();
         for ((slot, _), (ring, built)) in all.iter().zip(super::rings::build(&t, &all, true, exec)?)
@@ -634,6 +630,7 @@ impl Core {
                 .or_insert(FragmentVip::Unique(vslot));
         }
         self.vips.push(VipEntry {
+            quic: crate::quic::VipQuic::for_vip(v, range.clone())?,
             name: v.name.clone(),
             address,
             v6: v.address.is_ipv6(),
@@ -650,11 +647,12 @@ impl Core {
             client_address: v.client_address,
             syn_proxy: v.syn_proxy,
             one_packet: v.udp_one_packet,
-            persistence: persistence(v, address, proto, zone),
+            persistence: crate::persist::settings(v, address, proto, zone),
             overflow: v.overflow,
             has_limits: pool_has_limits,
             quorum,
             zone,
+            acl: None,
         });
         Ok(())
     }
@@ -876,6 +874,8 @@ pub(crate) mod tests {
             udp_one_packet: false,
             outbound: None,
             tenant_vni: None,
+            quic_lb: None,
+            acl: Default::default(),
         }
     }
 
@@ -912,6 +912,7 @@ pub(crate) mod tests {
             flood: config::Flood::default(),
             metrics: config::Metrics::default(),
             fleet: None,
+            sync: None,
         }
     }
 

@@ -9,6 +9,7 @@
 //! [`mem`] hands the heap's freed pages back to the kernel after start-up's parse.
 //! [`bpfmem`] maps a BPF array's values into our memory (the flow cache's front table).
 //! [`xdp`] replaces an attached XDP program with another in one step.
+//! [`signal`] gives short commands SIGPIPE's default back (a closed pipe ends them quietly).
 //! Everything else in the workspace is `#![forbid(unsafe_code)]` and reaches the kernel
 //! through these safe functions or through maintained crates (libbpf-rs, rtnetlink, nix).
 //! Each module opts in with `#![allow(unsafe_code)]`, and every `unsafe` block carries a
@@ -20,6 +21,7 @@ pub mod bpfmem;
 pub mod ethtool;
 pub mod mem;
 pub mod packet;
+pub mod signal;
 pub mod sockopt;
 pub mod xdp;
 pub mod xsk;

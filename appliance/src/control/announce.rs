@@ -137,6 +137,17 @@ pub fn wanted(
         .as_ref()
         .map(|b| b.communities.clone())
         .unwrap_or_default();
+    // Every VIP of an address must have settled, the ones with no backend up yet included:
+    // a UDP VIP whose checks decided first must not announce the address while the TCP VIP
+    // beside it still has none of its backends (CI's flow-sync test: the returning
+    // appliance took the TCP flows' synced entries, found their backends not up yet and
+    // scheduled them afresh, resetting them).
+    let unsettled: std::collections::HashSet<IpAddr> = config
+        .vips
+        .iter()
+        .filter(|v| !settled(v))
+        .map(|v| v.address)
+        .collect();
     let mut found: BTreeMap<IpAddr, (Vec<Community>, bool, &Announce)> = BTreeMap::new();
     for (slot, v) in tables.vips.iter().enumerate() {
         let healthy = v.backends.clone().any(|b| tables.eligible[b as usize]);
@@ -155,7 +166,7 @@ pub fn wanted(
             .entry(cv.address)
             .or_insert_with(|| (global.clone(), true, &cv.announce));
         e.0.extend(cv.communities.iter().copied());
-        e.1 &= settled(cv);
+        e.1 &= !unsettled.contains(&cv.address);
     }
     let standby = config.bgp.as_ref().map(|b| &b.standby);
     found
@@ -367,6 +378,29 @@ address = "10.1.0.11"
         assert!(wanted(&cfg, &down, &|_| true).is_empty());
         // Unsettled health: wanted but not settled (not announced for the first time).
         assert!(!wanted(&cfg, &tables, &|_| false)[&vip].settled);
+    }
+
+    /// Two VIPs on one address (UDP and TCP): the UDP one's checks decided, its backends up;
+    /// the TCP one's not yet, none of its backends up. The address is wanted (UDP serves)
+    /// but not settled: it is not announced for the first time until the TCP VIP decided.
+    #[test]
+    fn an_address_waits_for_every_vip_on_it_even_one_with_no_backend_up_yet() {
+        let cfg = Config::from_toml_str(
+            "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n\
+             [[vip]]\nname = \"dns\"\naddress = \"192.0.2.10\"\nport = 53\nprotocol = \"udp\"\n\
+             [[vip.backend]]\naddress = \"10.1.0.11\"\n\n\
+             [[vip]]\nname = \"web\"\naddress = \"192.0.2.10\"\nport = 80\n\
+             [[vip.backend]]\naddress = \"10.1.0.12\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let vip: IpAddr = "192.0.2.10".parse().expect("literal");
+        let udp_up = |v: &config::Vip, _: &config::Backend| v.name == "dns";
+        let tables = Tables::build(&cfg, &udp_up, 1).expect("tables");
+        let only_udp_settled = |v: &config::Vip| v.name == "dns";
+        let w = wanted(&cfg, &tables, &only_udp_settled);
+        assert!(!w[&vip].settled, "the TCP VIP has not decided yet");
+        let w = wanted(&cfg, &tables, &|_| true);
+        assert!(w[&vip].settled, "both decided");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! keeps its backend while its VIP still exists (same address, port, protocol and name),
 //! the backend is still in the VIP's pool and `keeps_flows()` (drained backends do, disabled
 //! and unhealthy ones do not), the egress (route lookup: interface and MACs) is unchanged
-//! and the mode still rewrites the same way. Anything else is evicted, so the next frame goes to the engine,
+//! and the mode still rewrites the same way, and the VIP's allow and deny lists still admit
+//! the client (`lb::acl`: a list change ends the flows it denies in the same commit). Anything else is evicted, so the next frame goes to the engine,
 //! which re-chooses. Evicting more than needed only costs speed; keeping one entry too many
 //! would forward a flow the engine would not, so every doubt evicts.
 //!
@@ -201,7 +202,7 @@ pub fn still_forwarded(t: &Tables, id: &BackendId, key: &FlowKey, e: &CacheEntry
     // Client → VIP: the key's destination is the VIP.
     if let Some(vi) = t.vip_lookup(key.dst, key.dport, key.proto) {
         let v = &t.vips[vi as usize];
-        if v.name != vip_name {
+        if v.name != vip_name || !v.allows(key.src) {
             return false;
         }
         let Some(slot) = t.backend_slot(vi, baddr, bport) else {
@@ -252,6 +253,9 @@ pub fn still_forwarded(t: &Tables, id: &BackendId, key: &FlowKey, e: &CacheEntry
     // The client: the frame's destination for NAT, the rewritten one for FullNAT; the next
     // hop picked by the same hash the engine used (`lb::egress::return_hash`).
     let client = dst.map_or(key.dst, |d| d.0);
+    if !v.allows(client) {
+        return false;
+    }
     let Ok(gw) = t.route(client, key.v6, return_hash(key)) else {
         return false;
     };
@@ -308,6 +312,7 @@ pub fn counters(cache: &FlowCache, entries: usize) -> CacheStats {
             packets: t.packets,
             bytes: t.bytes,
             new_flows: 0,
+            quic: Default::default(),
         };
         backends.insert(id, t);
     }

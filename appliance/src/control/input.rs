@@ -174,6 +174,9 @@ pub enum Input {
     },
     /// SIGTERM or SIGINT.
     Terminate(&'static str),
+    /// Connection sync has every peer's flows (or stopped waiting for them): the VIPs may
+    /// be announced.
+    SyncCaughtUp,
 }
 
 impl Input {

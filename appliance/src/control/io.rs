@@ -445,9 +445,11 @@ impl Io {
     /// Makes the XDP program steer `to`; on failure the maps hold `from` again (each set is
     /// replaced whole or not at all; the VIP set is put back when the return set fails).
     fn steer(&self, to: &Steering, from: &Steering) -> Result<(), CommitError> {
-        self.dp.set_vips(&to.vips).map_err(CommitError::Steering)?;
+        self.dp
+            .set_vips(&to.vips, &to.acls)
+            .map_err(CommitError::Steering)?;
         if let Err(e) = self.dp.set_return_keys(&to.returns) {
-            if let Err(back) = self.dp.set_vips(&from.vips) {
+            if let Err(back) = self.dp.set_vips(&from.vips, &from.acls) {
                 error!("steering maps: cannot put the running VIP keys back: {back}");
             }
             return Err(CommitError::Steering(e));

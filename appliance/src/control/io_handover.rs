@@ -34,14 +34,7 @@ impl Io {
                     Kind::Takeover,
                     "a new process takes over: workers stopped, the flow cache forwards".into(),
                 );
-                let mut handlers = self.dp.stop_for_handover();
-                let now_ns = instant_ns(Instant::now());
-                let mut bundle = verdicts(st);
-                bundle.exported_ns = now_ns;
-                bundle.workers = handlers
-                    .iter_mut()
-                    .map(|h| h.export_flows(now_ns))
-                    .collect();
+                let (handlers, bundle) = self.stop_and_export(st);
                 let flows = bundle.flows();
                 let bytes = bundle.encode();
                 drop(bundle);
@@ -72,6 +65,53 @@ impl Io {
         }
     }
 
+    /// SIGTERM as the stop half of a restart (see [`super::takeover::restarting`]): the
+    /// workers stop, their tables go to the hand-over file for the next process, the XDP
+    /// program stays attached and held (its flow cache forwards), the BGP sessions close
+    /// without a word (graceful restart keeps the routes), and the loop ends. `false`: the
+    /// file could not be written; the workers run again and the stop goes on as usual.
+    pub fn hand_over_to_file(&mut self, st: &State) -> Result<bool, DatapathError> {
+        let path = super::takeover::file_path(&st.config.api.socket);
+        let started = Instant::now();
+        let (handlers, bundle) = self.stop_and_export(st);
+        let flows = bundle.flows();
+        match super::takeover::write_file(&path, &bundle.encode()) {
+            Ok(()) => {
+                info!(
+                    flows,
+                    file = %path.display(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "restart: the connection tables are handed to the next process; the XDP program stays attached"
+                );
+                self.stopping();
+                self.abandon_speaker();
+                Ok(true)
+            }
+            Err(e) => {
+                error!(
+                    file = %path.display(),
+                    "restart: cannot write the hand-over ({e}); stopping as usual"
+                );
+                self.resume(st, handlers)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Stops the workers (the program stays attached and held) and bundles their tables with
+    /// the running version and verdicts; the handlers are kept for a resume.
+    fn stop_and_export(&mut self, st: &State) -> (Vec<Box<dyn FrameHandler>>, Bundle) {
+        let mut handlers = self.dp.stop_for_handover();
+        let now_ns = instant_ns(Instant::now());
+        let mut bundle = verdicts(st);
+        bundle.exported_ns = now_ns;
+        bundle.workers = handlers
+            .iter_mut()
+            .map(|h| h.export_flows(now_ns))
+            .collect();
+        (handlers, bundle)
+    }
+
     /// Starts the workers again with `handlers` (their tables as they were) and the steering
     /// the running version needs; the program a failed new process may have left attached
     /// is replaced.
@@ -85,6 +125,7 @@ impl Io {
             Arc::clone(&self.shared),
             st.config.appliance.conntrack_capacity as usize,
             None,
+            self.shared.flow_sync.get().cloned(),
         );
         let factory = {
             let kept = Arc::clone(&kept);
@@ -104,7 +145,7 @@ impl Io {
             self.shared.flow_cache.clone(),
             factory,
         )?;
-        dp.set_vips(&st.steering.vips)?;
+        dp.set_vips(&st.steering.vips, &st.steering.acls)?;
         dp.set_return_keys(&st.steering.returns)?;
         dp.set_flood(&st.config.flood)?;
         dp.set_stateless(&st.tables, self.shared.flow_cache.as_deref())?;

@@ -16,11 +16,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+mod acl;
 mod builder;
 mod conntrack;
 mod fleet;
+mod flowsync;
 mod lvs;
 mod mtu;
+mod quic;
 mod watch;
 
 use builder::{Builder, Labels, gset, labels, set};
@@ -44,10 +47,12 @@ pub fn render(s: &Shared) -> String {
     config_sync(&mut b, s, &agg);
     datapath(&mut b, &view, &agg);
     watch::families(&mut b, s, &view);
+    acl::families(&mut b, &view, &tables);
     conntrack::families(&mut b, &agg);
     mtu::families(&mut b, &agg);
     lvs::families(&mut b, s);
     flood(&mut b, &view);
+    quic::families(&mut b, view.config.as_deref(), &agg);
     if let Some(cfg) = &view.config {
         vips(&mut b, cfg, &view, &tables, &agg);
     } else {
@@ -58,6 +63,9 @@ pub fn render(s: &Shared) -> String {
     bgp(&mut b, &view);
     if let Some(f) = s.fleet.lock().ok().and_then(|f| f.clone()) {
         fleet::families(&mut b, &f);
+    }
+    if let Some(h) = s.flow_sync.get() {
+        flowsync::families(&mut b, h);
     }
     vip_probes(&mut b, &s.counters.vip_probes);
     b.counter1(
@@ -812,6 +820,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
                     },
                     ..SteerCounters::default()
                 },
+                acl_drops: Vec::new(),
             }),
             config: Some(Arc::clone(&config)),
             ..View::default()
@@ -837,6 +846,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
             commands: tokio::sync::mpsc::channel(1).0,
             fleet: Default::default(),
             takeover: Default::default(),
+            flow_sync: Default::default(),
             flow_cache: None,
             counters: Counters {
                 api_errors: AtomicU64::new(4),
@@ -979,6 +989,95 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
         );
     }
 
+    /// Every series the Grafana dashboard (docs/grafana) and the alert rules
+    /// (docs/prometheus) name is one the appliance exports, a fleet member's families
+    /// included: a renamed metric fails here, not on an operator's empty graph.
+    #[test]
+    fn the_dashboard_and_the_alert_rules_read_exported_series() {
+        let s = shared();
+        *s.fleet.lock().expect("fresh") = Some(api::FleetStatus {
+            fleet: "edge".into(),
+            member: "lb1".into(),
+            members: vec![api::FleetMember {
+                name: "lb1".into(),
+                prepared: 3,
+                readiness: "ready".into(),
+                running: 3,
+                sync_lag_ms: Some(4),
+                error: None,
+                table_fingerprint: String::new(),
+            }],
+            disagreements: vec![api::Disagreement {
+                backend: "web/10.1.0.11:80".into(),
+                fleet_up: true,
+                up_votes: 2,
+                down_votes: 1,
+                members: vec!["lb1".into()],
+            }],
+            ..Default::default()
+        });
+        let text = render(&s);
+        let mut exported = std::collections::BTreeSet::new();
+        for l in text.lines() {
+            let Some(rest) = l.strip_prefix("# TYPE ") else {
+                continue;
+            };
+            match rest.split_once(' ') {
+                Some((name, "counter")) => exported.insert(format!("{name}_total")),
+                Some((name, _)) => exported.insert(name.to_string()),
+                None => false,
+            };
+        }
+        assert!(exported.contains("sluice_fleet_stale"), "{exported:?}");
+        for (file, doc) in [
+            (
+                "docs/grafana/sluice.json",
+                include_str!("../../../docs/grafana/sluice.json"),
+            ),
+            (
+                "docs/prometheus/sluice.rules.yml",
+                include_str!("../../../docs/prometheus/sluice.rules.yml"),
+            ),
+        ] {
+            let named: std::collections::BTreeSet<&str> = doc
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("sluice_"))
+                .collect();
+            assert!(
+                named.len() > 8,
+                "{file} names the metrics it reads: {named:?}"
+            );
+            let unknown: Vec<&&str> = named.iter().filter(|n| !exported.contains(**n)).collect();
+            assert!(
+                unknown.is_empty(),
+                "{file} reads {unknown:?}, which are not exported"
+            );
+        }
+    }
+
+    /// The manual's reference explains every metric family and every drop reason the
+    /// appliance exports (a fleet member's families included).
+    #[test]
+    fn the_reference_explains_every_metric_and_drop_reason() {
+        let reference = include_str!("../../../docs/manual/reference.md");
+        let s = shared();
+        *s.fleet.lock().expect("fresh") = Some(api::FleetStatus::default());
+        let text = render(&s);
+        let families = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next());
+        let reasons = crate::lb::DropReason::ALL.iter().map(|r| r.name());
+        let missing: Vec<&str> = families
+            .chain(reasons)
+            .filter(|n| !reference.contains(&format!("| `{n}` |")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/manual/reference.md has no row for {missing:?}"
+        );
+    }
+
     #[test]
     fn renders_a_fixed_state_byte_for_byte() {
         let got = rendered();
@@ -1024,6 +1123,7 @@ sluice_passed_packets_total 12
 # TYPE sluice_dropped_packets counter
 sluice_dropped_packets_total{reason="bad_checksum"} 0
 sluice_dropped_packets_total{reason="bad_length"} 1
+sluice_dropped_packets_total{reason="denied"} 0
 sluice_dropped_packets_total{reason="family_mismatch"} 0
 sluice_dropped_packets_total{reason="fragment_ambiguous"} 0
 sluice_dropped_packets_total{reason="fragment_no_first"} 0

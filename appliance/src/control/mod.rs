@@ -30,6 +30,7 @@ pub mod api;
 mod batch;
 pub mod cache;
 pub mod change;
+pub mod cookie_secret;
 pub mod cores;
 pub mod counters;
 mod decide;

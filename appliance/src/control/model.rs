@@ -55,6 +55,8 @@ pub struct View {
     pub ramps: HashMap<BackendId, Instant>,
     /// The agents' last answers.
     pub agents: super::policy::Agents,
+    /// On a fleet member, the fleet's verdicts the tables follow (empty off a fleet).
+    pub fleet_health: HashMap<BackendId, bool>,
 }
 
 /// When the last commit was published and when every worker ran it.
@@ -85,6 +87,8 @@ pub struct Shared {
     pub flow_cache: Option<Arc<crate::datapath::flowcache::FlowCache>>,
     /// The fleet document (`GET /v1/fleet`); `None` without `[fleet]`.
     pub fleet: Mutex<Option<api::FleetStatus>>,
+    /// Connection sync (`[sync]`), set once it started.
+    pub flow_sync: std::sync::OnceLock<crate::sync::SyncHandle>,
     pub counters: Counters,
     /// How this process took over from the one before it (`None`: it started cold).
     pub takeover: Mutex<Option<api::Takeover>>,
@@ -161,8 +165,7 @@ impl Shared {
     pub fn status(&self) -> api::Status {
         let view = self.view.load();
         let agg = self.aggregate();
-        // One version for the number and its fingerprint.
-        let tables = self.published.current();
+        let tables = self.published.current(); // one version: the number and its fingerprint
         let version = tables.version;
         let sync = self.sync.lock().map(|s| *s).ok();
         let (interfaces, rx, tx) = match &view.datapath {
@@ -236,6 +239,7 @@ impl Shared {
             flood: view.datapath.as_ref().map(|d| flood_doc(d.steer.flood)),
             takeover: self.takeover.lock().ok().and_then(|t| t.clone()),
             lvs: self.lvs_doc(&agg),
+            sync: self.flow_sync.get().map(crate::sync::status),
         }
     }
 
@@ -388,6 +392,10 @@ impl Shared {
                         vtep: b.vtep.map(|a| a.to_string()),
                         role: if b.sorry { "sorry" } else { "primary" }.to_string(),
                         agent: super::policy::agent_word(&view.agents, &key),
+                        fleet_health: view
+                            .fleet_health
+                            .get(&key)
+                            .map(|up| if *up { "up" } else { "down" }.to_string()),
                     }
                 })
                 .collect(),

@@ -33,6 +33,12 @@ const RESOLVE_BUDGET: usize = 256;
 const RESOLVE_EVERY: Duration = Duration::from_secs(1);
 /// How long route notifications are gathered before one re-dump.
 const ROUTE_SETTLE: Duration = Duration::from_millis(20);
+/// How long after asking the kernel for a neighbour a worker missed the tables are re-read:
+/// a neighbour the kernel already knew changes no state and sends no notification. (Seen in
+/// CI: a NAT backend the kernel knew was missing from the datapath's table for 25 s, until
+/// the 30 s re-read; its VIP probe failed 62 times and the first connections of
+/// tests/drain_reuse.rs timed out.)
+const MISS_REREAD: Duration = Duration::from_millis(300);
 /// A full re-dump this often repairs anything a lost notification left behind.
 const RESYNC_EVERY: Duration = Duration::from_secs(30);
 
@@ -155,7 +161,8 @@ async fn run(
     let mut poll = tokio::time::interval(Duration::from_millis(10));
     let mut resync = tokio::time::interval(RESYNC_EVERY);
     resync.reset();
-    let mut dump_at: Option<tokio::time::Instant> = None;
+    // Re-read at once: what the kernel learned since the first snapshot sent no notification.
+    let mut dump_at: Option<tokio::time::Instant> = Some(tokio::time::Instant::now());
     loop {
         let dump_due = async {
             match dump_at {
@@ -206,6 +213,8 @@ async fn run(
                     if asked.admit(u, now) {
                         debug!(addr = %u.addr, ifindex = u.ifindex, "datapath missed a neighbour: resolving");
                         neigh::provoke_resolution(u.addr, u.ifindex);
+                        // One the kernel knows sends no notification (see MISS_REREAD).
+                        dump_at.get_or_insert(tokio::time::Instant::now() + MISS_REREAD);
                     }
                 }
             }

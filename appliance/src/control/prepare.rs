@@ -29,6 +29,9 @@ pub struct Steering {
     pub vips: Vec<VipKey>,
     /// Return traffic the engine owns (NAT backends, FullNAT local addresses).
     pub returns: Vec<ReturnKey>,
+    /// The allow and deny lists of the VIPs that have them (not tenant VIPs: the engine
+    /// checks those).
+    pub acls: Vec<crate::datapath::AclKey>,
 }
 
 /// The backends' health as a change sees it.
@@ -267,7 +270,16 @@ fn healthy(config: &Config, health: &HashMap<BackendId, bool>, v: &Vip, b: &Back
 pub fn steering(config: &Config) -> Steering {
     let mut vips = Vec::new();
     let mut ret = Vec::new();
+    let mut acls = Vec::new();
     for (slot, v) in config.vips.iter().enumerate() {
+        if !v.acl.is_open() && v.tenant_vni.is_none() {
+            acls.push(crate::datapath::AclKey {
+                slot: slot as u32,
+                vip: v.name.clone(),
+                v6: v.address.is_ipv6(),
+                acl: v.acl.clone(),
+            });
+        }
         vips.push(VipKey {
             addr: v.address,
             port: v.port,
@@ -300,7 +312,11 @@ pub fn steering(config: &Config) -> Steering {
     }
     ret.sort_by_key(|k| format!("{k:?}"));
     ret.dedup();
-    Steering { vips, returns: ret }
+    Steering {
+        vips,
+        returns: ret,
+        acls,
+    }
 }
 
 /// The pairs BGP still waits for: while `settling`, those whose probes have not decided;

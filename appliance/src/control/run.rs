@@ -38,10 +38,9 @@ use super::kept::Keeper;
 use super::model::{Shared, Sync};
 use super::neighbours::{self, NetEvent};
 use super::state::{First, State};
-use super::takeover::Taking;
 use super::takeover::{Asked, Offer, TakeoverError};
 use super::takeover_run::{
-    Handed, Imports, finish_takeover, handed_over, offer_takeover, take_flows,
+    Handed, Imports, Source, fail, finish_takeover, handed_over, offer_takeover, take_flows,
 };
 use super::{api, cache, notify, prepare, view};
 use crate::config;
@@ -73,18 +72,10 @@ pub enum RunError {
     Fleet(#[from] FleetError),
     #[error("cannot start the flow cache's walker thread: {0} (out of threads or memory?)")]
     Thread(#[source] std::io::Error),
-    #[error("takeover: {0}")]
+    #[error("{0}")]
     Takeover(#[from] TakeoverError),
-    #[error(
-        "an appliance already runs on {0} (stop it first, or start with --takeover to take its connections over)"
-    )]
-    AlreadyRunning(String),
-    #[error("cannot listen for a takeover on {path}: {source}")]
-    TakeoverSocket {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{0}")]
+    Sync(#[from] crate::sync::SyncError),
 }
 
 /// Where the loop's events come from.
@@ -95,6 +86,8 @@ struct Sources {
     fleet: Option<mpsc::Receiver<Update>>,
     /// A new process asking to take over (see [`super::takeover`]).
     takeover: Option<Offer>,
+    /// Fires once connection sync caught up (`None` without `[sync]`, or after).
+    sync: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 /// `sluice run`: brings the datapath up with `path`'s config and runs until SIGTERM or
@@ -136,12 +129,17 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
         ),
         None => None,
     };
-    let (dp, report) = forward(&st, &shared, taking, &handed).await?;
+    // Connection sync (`crate::sync`): the workers attach to it; the loop hears when it
+    // caught up with the peers' flows, and the VIPs are held back until then.
+    let (sync, sync_done) = start_sync(&st, &shared)?;
+    let sync_handle = sync.as_ref().map(|s| s.handle.clone());
+    let over_socket = matches!(taking, Some(Source::Socket(_)));
+    let (dp, report) = forward(&st, &shared, taking, &handed, sync_handle).await?;
     view::restart_sync_clock(&shared, Instant::now());
     let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await
         .map_err(RunError::Api)?;
-    let offer = offer_takeover(&api_socket)?;
+    let offer = offer_takeover(&api_socket, over_socket)?;
     say_running(&st);
     let quick = took_over(&shared, report, &handed);
     let sync_task = tokio::spawn(view::watch_sync(Arc::clone(&shared)));
@@ -155,16 +153,7 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
     // The speaker starts now that the datapath forwards; VIPs are announced as their health
     // checks settle (every tick re-syncs).
     let announcer = io::start_speaker(st.config.bgp.as_ref()).await;
-    let (session, updates) = match &st.config.fleet {
-        Some(f) => {
-            let name = st.config.appliance.name.clone();
-            let (s, updates) = Session::start(f, &name)?;
-            let restored = start.restored.as_ref();
-            st.fleet = Some(Membership::new(f, &name, restored, Instant::now()));
-            (Some(s), Some(updates))
-        }
-        None => (None, None),
-    };
+    let (session, updates) = join_fleet(&mut st, start.restored.as_ref())?;
     let (net, net_events) = neighbours::spawn(resolver, misses);
     let mut io = Io::new(
         shared, dp, prober, announcer, net, session, walker, listeners, sync_task,
@@ -177,8 +166,25 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
         net: net_events,
         fleet: updates,
         takeover: offer,
+        sync: sync_done,
     };
+    // `sync` lives until the loop ends (its thread stops when it drops).
     event_loop(&mut st, &mut io, sources).await
+}
+
+/// Joins the fleet's etcd session when `[fleet]` is set (`restored`: the last good revision
+/// kept on disk).
+fn join_fleet(
+    st: &mut State,
+    restored: Option<&fleet::lastgood::LastGood>,
+) -> Result<(Option<Session>, Option<mpsc::Receiver<Update>>), RunError> {
+    let Some(f) = &st.config.fleet else {
+        return Ok((None, None));
+    };
+    let name = st.config.appliance.name.clone();
+    let (s, updates) = Session::start(f, &name)?;
+    st.fleet = Some(Membership::new(f, &name, restored, Instant::now()));
+    Ok((Some(s), Some(updates)))
 }
 
 /// Starts the datapath with the first version (with a takeover: the program loaded while the
@@ -187,14 +193,15 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
 async fn forward(
     st: &State,
     shared: &Arc<Shared>,
-    mut taking: Option<Taking>,
+    mut taking: Option<Source>,
     handed: &Handed,
+    sync: Option<crate::sync::SyncHandle>,
 ) -> Result<(Datapath, Option<::api::Takeover>), RunError> {
     // The program is loaded, verified and given the first version's steering while the old
     // process still forwards: from its attach on, every VIP frame is the engine's.
     let mut loaded = Loaded::load(shared.flow_cache.as_deref())?;
     let steer = loaded.steer();
-    steer.set_vips(&st.steering.vips)?;
+    steer.set_vips_with_acls(&st.steering.vips, &st.steering.acls)?;
     steer.set_return_keys(&st.steering.returns)?;
     steer.set_flood(&st.config.flood)?;
     steer.set_stateless(&st.tables, shared.flow_cache.as_deref())?;
@@ -204,16 +211,16 @@ async fn forward(
     };
     let taken = flows.as_ref().map(|b| b.flows());
     let imports = flows.map(|b| Imports::new(b.workers));
-    let dp = match start_datapath(st, shared, loaded, imports.clone()) {
+    let dp = match start_datapath(st, shared, loaded, imports.clone(), sync) {
         Ok(dp) => dp,
         Err(e) => {
             if let Some(t) = taking.take() {
-                t.fail().await;
+                fail(t).await;
             }
             return Err(e);
         }
     };
-    dp.set_vips(&st.steering.vips)?;
+    dp.set_vips(&st.steering.vips, &st.steering.acls)?;
     dp.set_return_keys(&st.steering.returns)?;
     dp.set_flood(&st.config.flood)?;
     dp.set_stateless(&st.tables, shared.flow_cache.as_deref())?;
@@ -234,6 +241,38 @@ fn took_over(shared: &Shared, report: Option<::api::Takeover>, handed: &Handed) 
         *t = Some(r);
     }
     quick
+}
+
+/// Starts connection sync when `[sync]` is set, and shows it to the API and metrics.
+fn start_sync(
+    st: &State,
+    shared: &Shared,
+) -> Result<
+    (
+        Option<crate::sync::service::Service>,
+        Option<tokio::sync::oneshot::Receiver<()>>,
+    ),
+    RunError,
+> {
+    let Some(c) = &st.config.sync else {
+        return Ok((None, None));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let s = crate::sync::service::Service::start(c, st.config.appliance.timeouts, tx)?;
+    let _ = shared.flow_sync.set(s.handle.clone());
+    Ok((Some(s), Some(rx)))
+}
+
+/// Resolves once sync caught up (or its thread is gone: the VIPs are not held forever).
+async fn sync_caught_up(rx: &mut Option<tokio::sync::oneshot::Receiver<()>>) -> Option<()> {
+    match rx {
+        Some(r) => {
+            let _ = r.await;
+            *rx = None;
+            Some(())
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// The clocks now and `host_addresses`, for the first version (nothing probes yet).
@@ -280,14 +319,19 @@ fn shared(
     taking_over: bool,
 ) -> Result<Shared, RunError> {
     let flow_cache = if st.config.appliance.flow_cache {
-        // Taking over (or after a crash): the attached program's cache, whose entries go
-        // on forwarding; else a new one.
-        let attached = st
-            .config
-            .appliance
-            .interfaces
-            .iter()
-            .find_map(|i| crate::datapath::steer::attached_sluice(i));
+        // Taking over: the attached program's cache, whose entries go on forwarding; else a
+        // new one. After a crash the cache is not kept: its entries stopped at the crash
+        // while the flows may have gone on through other appliances (sequence windows,
+        // states), and no table holds their flows any more.
+        let attached = match taking_over {
+            true => st
+                .config
+                .appliance
+                .interfaces
+                .iter()
+                .find_map(|i| crate::datapath::steer::attached_sluice(i)),
+            false => None,
+        };
         let adopted = attached.and_then(|id| FlowCache::adopt(id, flowcache::CACHE_ENTRIES));
         match adopted {
             Some(c) => {
@@ -302,7 +346,13 @@ fn shared(
     } else {
         None
     };
-    let published = Arc::new(Published::new(Arc::clone(&st.tables)));
+    let (cookie_key, kept) = super::cookie_secret::load_or_draw(&st.config.api.socket);
+    let published = Published::new(Arc::clone(&st.tables)).with_cookie_key(
+        cookie_key,
+        kept,
+        crate::datapath::monotonic_ns(),
+    );
+    let published = Arc::new(published);
     Ok(Shared {
         flow_cache,
         started: Instant::now(),
@@ -320,6 +370,7 @@ fn shared(
         sync_changed: tokio::sync::Notify::new(),
         commands,
         fleet: Default::default(),
+        flow_sync: Default::default(),
         counters: Default::default(),
         takeover: Default::default(),
     })
@@ -333,9 +384,10 @@ fn start_datapath(
     shared: &Arc<Shared>,
     loaded: Loaded,
     imports: Option<Imports>,
+    sync: Option<crate::sync::SyncHandle>,
 ) -> Result<Datapath, RunError> {
     let capacity = st.config.appliance.conntrack_capacity as usize;
-    let factory = worker_factory(Arc::clone(shared), capacity, imports);
+    let factory = worker_factory(Arc::clone(shared), capacity, imports, sync);
     let dp_cfg = DatapathConfig::from(&st.config.appliance);
     Ok(Datapath::start_loaded(
         dp_cfg,
@@ -351,6 +403,7 @@ pub(super) fn worker_factory(
     shared: Arc<Shared>,
     capacity: usize,
     imports: Option<Imports>,
+    sync: Option<crate::sync::SyncHandle>,
 ) -> impl Fn(usize, usize) -> Box<dyn FrameHandler> {
     move |worker: usize, workers: usize| -> Box<dyn FrameHandler> {
         let out = Arc::new(Mutex::new(CounterSnapshot::default()));
@@ -369,6 +422,10 @@ pub(super) fn worker_factory(
             out,
             running,
         );
+        let h = match &sync {
+            Some(s) => h.with_sync(s),
+            None => h,
+        };
         let mut h = match &shared.flow_cache {
             Some(c) => h.with_flow_cache(Arc::clone(c)),
             None => h,
@@ -389,6 +446,8 @@ enum Got {
     Watch,
     Stall(Duration),
     Takeover(Asked),
+    /// SIGTERM: a stop, or the stop half of a restart.
+    Term,
 }
 
 /// How often the datapath watch checks every interface: a program taken away is back (or
@@ -409,7 +468,7 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
         // A far deadline stands in while nothing is due (the branch is disabled then).
         let far = Instant::now() + Duration::from_secs(3600);
         let got = tokio::select! {
-            _ = term.recv() => Got::Input(Input::Terminate("SIGTERM")),
+            _ = term.recv() => Got::Term,
             _ = int.recv() => Got::Input(Input::Terminate("SIGINT")),
             _ = hup.recv() => Got::Input(Input::Hangup),
             Some(cmd) = src.commands.recv() => Got::Command(cmd),
@@ -424,6 +483,7 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
             }
             Some(u) = next_update(&mut src.fleet) => Got::Input(Input::Fleet(u)),
             Some(asked) = next_asked(&mut src.takeover) => Got::Takeover(asked),
+            Some(()) = sync_caught_up(&mut src.sync) => Got::Input(Input::SyncCaughtUp),
             Some(ev) = src.net.recv() => {
                 Got::Input(Input::Net(queued(ev, || src.net.try_recv().ok())))
             }
@@ -442,6 +502,12 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
             Got::Stall(d) => {
                 stall_runtime(d).await;
                 continue;
+            }
+            Got::Term => {
+                if super::takeover::restarting() && io.hand_over_to_file(st)? {
+                    return Ok(());
+                }
+                Input::Terminate("SIGTERM")
             }
             Got::Takeover(asked) => match io.hand_over(st, asked).await? {
                 Flow::Stop => return Ok(()),

@@ -108,6 +108,8 @@ pub struct State {
     /// The datapath interfaces that do not forward, in words (the datapath watch): while
     /// any does, nothing is announced.
     pub datapath_faults: Vec<String>,
+    /// With `[sync]`, the appliance announces nothing until it has its peers' flows.
+    pub sync_hold: bool,
     /// The slow-start ramps the running version was built with.
     pub ramps: Ramps,
     /// When the next slow-start level is due.
@@ -152,6 +154,7 @@ impl State {
     pub(super) fn new(f: First, p: Prepared, versions: Versions, now: Instant) -> State {
         let mut withdrawn = f.withdrawn;
         withdrawn.retain(|n| p.config.vip(n).is_some());
+        let sync_hold = p.config.sync.is_some();
         State {
             path: f.path,
             settle_by: now + super::prepare::settle_time(&p.config),
@@ -169,6 +172,7 @@ impl State {
             speaker: false,
             fleet_hold: false,
             datapath_faults: Vec::new(),
+            sync_hold,
             ramps: p.ramps,
             ramp_due: p.ramp_due,
             policy: PolicyState::of(p.combined, p.agents),

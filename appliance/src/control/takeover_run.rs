@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{info, warn};
 
-use super::run::RunError;
-use super::takeover::{self, Bundle, Offer, Taking};
+use super::takeover::{self, Bundle, Offer, TakeoverError, Taking};
+
 use crate::engine::{Imported, LbHandler};
 use crate::lb::BackendId;
 use crate::lb::conntrack::FlowRecord;
@@ -23,30 +23,50 @@ pub(super) struct Handed {
     pub cold: Option<String>,
 }
 
+/// Where the state a process before this one handed over comes from.
+pub(super) enum Source {
+    /// The running appliance, over the takeover socket.
+    Socket(Taking),
+    /// The file a process stopped for a restart left (`None`: unreadable, start cold).
+    File {
+        bundle: Option<Bundle>,
+        read: std::time::Instant,
+        /// When the process before exported it (`CLOCK_MONOTONIC`, ns).
+        exported_ns: u64,
+    },
+}
+
 /// Asks the running appliance for its verdicts (with `takeover`); without, refuses to start
-/// beside one that runs (it would take its interfaces away from under it).
+/// beside one that runs (it would take its interfaces away from under it), and reads the
+/// state a process stopped for a restart left, if there is one.
 pub(super) async fn handed_over(
     api_socket: &Path,
     takeover: bool,
-) -> Result<(Option<Taking>, Handed), RunError> {
+) -> Result<(Option<Source>, Handed), TakeoverError> {
     let path = takeover::socket_path(api_socket);
     if !takeover {
         let live = |p: &Path| std::os::unix::net::UnixStream::connect(p).is_ok();
         if live(api_socket) || live(&path) {
-            return Err(RunError::AlreadyRunning(api_socket.display().to_string()));
+            return Err(TakeoverError::AlreadyRunning(
+                api_socket.display().to_string(),
+            ));
         }
-        return Ok((None, Handed::default()));
+        return Ok(from_file(&takeover::file_path(api_socket)));
     }
     let (t, b) = Taking::hello(&path).await?;
-    let handed = match b {
+    Ok((Some(Source::Socket(t)), handed_of(b.as_ref())))
+}
+
+fn handed_of(b: Option<&Bundle>) -> Handed {
+    match b {
         Some(b) => {
             info!(
                 version = b.version,
                 verdicts = b.health.len(),
-                "takeover: the running appliance's verdicts read"
+                "takeover: the verdicts of the process before read"
             );
             Handed {
-                health: b.health,
+                health: b.health.clone(),
                 version: b.version,
                 cold: None,
             }
@@ -55,14 +75,67 @@ pub(super) async fn handed_over(
             cold: Some("its state is in a format this build cannot read".into()),
             ..Handed::default()
         },
+    }
+}
+
+/// The hand-over file of a restart, read and removed (it is used once). A file older than
+/// [`takeover::ANSWER_TIME`] (on the monotonic clock, so never one from before a reboot) is
+/// stale: its flows would have moved on.
+fn from_file(path: &Path) -> (Option<Source>, Handed) {
+    let Ok(bytes) = std::fs::read(path) else {
+        return (None, Handed::default());
     };
-    Ok((Some(t), handed))
+    if let Err(e) = std::fs::remove_file(path) {
+        warn!(file = %path.display(), "restart: the hand-over file cannot be removed: {e}");
+    }
+    let read = std::time::Instant::now();
+    let now_ns = crate::datapath::instant_ns(read);
+    let bundle = match Bundle::decode(&bytes) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            tracing::error!(
+                file = %path.display(),
+                "restart: the state the process before left cannot be read ({e}): starting cold, its connections are lost"
+            );
+            None
+        }
+    };
+    if let Some(b) = &bundle {
+        let age = now_ns.checked_sub(b.exported_ns);
+        if age.is_none_or(|a| a > takeover::ANSWER_TIME.as_nanos() as u64) {
+            warn!(file = %path.display(), "restart: the hand-over file is stale, ignored");
+            return (None, Handed::default());
+        }
+        info!(
+            flows = b.flows(),
+            age_ms = age.unwrap_or(0) / 1_000_000,
+            "restart: taking over the connection tables the process before left"
+        );
+    }
+    let handed = handed_of(bundle.as_ref());
+    let exported_ns = bundle.as_ref().map_or(now_ns, |b| b.exported_ns);
+    let source = Source::File {
+        bundle,
+        read,
+        exported_ns,
+    };
+    (Some(source), handed)
 }
 
 /// Asks for the connection tables (the old process's workers stop); `None` when they come
 /// in a format this build cannot read.
-pub(super) async fn take_flows(t: &mut Taking) -> Result<Option<Bundle>, RunError> {
-    Ok(t.take().await?)
+pub(super) async fn take_flows(source: &mut Source) -> Result<Option<Bundle>, TakeoverError> {
+    match source {
+        Source::Socket(t) => Ok(t.take().await?),
+        Source::File { bundle, .. } => Ok(bundle.take()),
+    }
+}
+
+/// This process could not start: a running old one resumes.
+pub(super) async fn fail(source: Source) {
+    if let Source::Socket(t) = source {
+        t.fail().await;
+    }
 }
 
 /// The handed-over flows, waiting for their workers.
@@ -118,19 +191,34 @@ impl Imports {
     }
 }
 
-/// Says DONE and waits for the old process's exit; the outcome for status and events.
+/// Says DONE and waits for the old process's exit (a takeover over the socket); the outcome
+/// for status and events.
 pub(super) async fn finish_takeover(
-    t: Taking,
+    source: Source,
     handed: &Handed,
     taken: Option<usize>,
     imports: Option<&Imports>,
 ) -> api::Takeover {
-    let held_from = t.took.unwrap_or(t.started);
-    let held_ms = held_from.elapsed().as_millis() as u64;
-    let started = t.started;
-    if let Err(e) = t.done().await {
-        warn!("takeover: the process before did not exit: {e}");
-    }
+    let (held_ms, total_ms) = match source {
+        Source::Socket(t) => {
+            let held_from = t.took.unwrap_or(t.started);
+            let held_ms = held_from.elapsed().as_millis() as u64;
+            let started = t.started;
+            if let Err(e) = t.done().await {
+                warn!("takeover: the process before did not exit: {e}");
+            }
+            (held_ms, started.elapsed().as_millis() as u64)
+        }
+        // The gap from the old process's export to this one's workers, and from this
+        // one's reading of the file.
+        Source::File {
+            read, exported_ns, ..
+        } => {
+            let now_ns = crate::datapath::instant_ns(std::time::Instant::now());
+            let held = now_ns.saturating_sub(exported_ns) / 1_000_000;
+            (held, read.elapsed().as_millis() as u64)
+        }
+    };
     let done = imports.map(Imports::done).unwrap_or_default();
     let cold = match (&handed.cold, taken) {
         (Some(why), _) => Some(why.clone()),
@@ -144,19 +232,23 @@ pub(super) async fn finish_takeover(
         flows_lost: done.refused as u64,
         flows_cached: done.cached as u64,
         held_ms,
-        total_ms: started.elapsed().as_millis() as u64,
+        total_ms,
         cold,
     };
     info!("{report}");
     report
 }
 
-/// Listens for the next process's takeover beside the API socket.
-pub(super) fn offer_takeover(api_socket: &Path) -> Result<Option<Offer>, RunError> {
+/// Listens for the next process's takeover beside the API socket (`took_over`: this
+/// process took over through that socket, see [`takeover::listen`]).
+pub(super) fn offer_takeover(
+    api_socket: &Path,
+    took_over: bool,
+) -> Result<Option<Offer>, TakeoverError> {
     let path = takeover::socket_path(api_socket);
-    takeover::listen(&path)
+    takeover::listen(&path, took_over)
         .map(Some)
-        .map_err(|source| RunError::TakeoverSocket {
+        .map_err(|source| TakeoverError::Listen {
             path: path.display().to_string(),
             source,
         })

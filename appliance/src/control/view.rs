@@ -31,6 +31,9 @@ pub fn publish(
     datapath: Option<DatapathStats>,
 ) {
     let mut health = HashMap::new();
+    // `health` is this appliance's own verdicts; on a fleet member the tables follow the
+    // fleet's (st.health there), shown beside them as `fleet_health`.
+    let own = st.fleet.as_ref().map_or(&st.health, |f| &f.local);
     for s in status {
         let Some(pairs) = st.targets.get(&s.key) else {
             continue;
@@ -47,7 +50,7 @@ pub fn publish(
                 .cloned()
                 .or_else(|| s.last_failure.as_ref().map(|f| f.to_string()));
             // A backend of several checks shows their combined verdict once it has one.
-            let state = match (st.policy.combined.contains(p), st.health.get(p)) {
+            let state = match (st.policy.combined.contains(p), own.get(p)) {
                 (true, Some(true)) => "up",
                 (true, Some(false)) => "down",
                 _ => state,
@@ -80,6 +83,10 @@ pub fn publish(
         datapath: datapath.or_else(|| old.datapath.clone()),
         ramps: ramps(st),
         agents: st.policy.agents.clone(),
+        fleet_health: match &st.fleet {
+            Some(_) => st.health.clone(),
+            None => HashMap::new(),
+        },
     }));
 }
 

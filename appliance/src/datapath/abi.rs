@@ -29,10 +29,10 @@ mod generated {
 }
 
 pub(crate) use generated::{
-    cache_action, cache_carry, cache_counter, cache_key4, cache_key6, cache_set, cache_stat,
-    cache_track, cache_val, flood_conf, flood_counter, flood_cpu, hairpin_tx, hash_fields,
-    ip_family, rodata, stateless_hop, stateless_vip, steer_counter, steer_key, steer_kind,
-    steer_val, vip_mode, vip_ring, xdp_md,
+    acl_key4, acl_key6, acl_val, acl_verdict, cache_action, cache_carry, cache_counter, cache_key4,
+    cache_key6, cache_set, cache_stat, cache_track, cache_val, flood_conf, flood_counter,
+    flood_cpu, hairpin_tx, hash_fields, ip_family, rodata, stateless_hop, stateless_vip,
+    steer_counter, steer_key, steer_kind, steer_val, vip_mode, vip_ring, xdp_md,
 };
 
 /// One of the program's maps as the object declares it.
@@ -106,6 +106,7 @@ macro_rules! code_field {
     )*};
 }
 code_field!(
+    acl_verdict,
     steer_kind,
     ip_family,
     vip_mode,
@@ -160,7 +161,10 @@ macro_rules! map_bytes {
 
 map_bytes! {
     steer_key { addr, port, proto, kind, family, vni }
-    steer_val { vip, ring, mode }
+    steer_val { vip, ring, mode, acl }
+    acl_key4 { prefixlen, id, addr }
+    acl_key6 { prefixlen, id, addr }
+    acl_val { verdict, counter }
     stateless_vip { vip, base, m, hash }
     stateless_hop { dst_mac, src_mac, ifindex, ok, tx, tx_port }
     cache_key4 { src, dst, sport, dport, proto }

@@ -15,6 +15,14 @@ pub enum DatapathError {
     /// The settings cannot work.
     #[error("invalid datapath settings: {0}")]
     Config(#[from] SettingsError),
+    /// The XDP program has no room left for the VIPs' allow and deny lists.
+    #[error(
+        "the XDP program has no room for more allow and deny {what}: fewer VIPs with          lists, or fewer lists per VIP"
+    )]
+    AclFull {
+        /// What ran out.
+        what: &'static str,
+    },
     /// A BPF step needs privileges the process lacks.
     #[error(
         "not permitted: {what}: {source} (run as root, or with CAP_NET_ADMIN, CAP_BPF and \

@@ -43,7 +43,9 @@ use sys::xsk;
 pub use error::{DatapathError, SettingsError};
 pub use frame::{Frame, FrameHandler, HEADROOM};
 pub use ntuple::ReturnSteering;
-pub use steer::{AttachMode, Attached, FloodCounters, ReturnKey, SteerCounters, VipKey};
+pub use steer::{
+    AclDrops, AclKey, AttachMode, Attached, FloodCounters, ReturnKey, SteerCounters, VipKey,
+};
 pub use watch::{LinkState, WatchEvent, WatchReport};
 pub use worker::{instant_ns, monotonic_ns};
 
@@ -144,6 +146,8 @@ pub struct DatapathStats {
     pub interfaces: Vec<InterfaceStatus>,
     /// The steering program's counters.
     pub steer: SteerCounters,
+    /// Frames the program dropped for the VIPs' allow and deny lists, per (VIP, list).
+    pub acl_drops: AclDrops,
 }
 
 /// The running datapath. Dropping it stops it.
@@ -560,9 +564,14 @@ impl Datapath {
         self.steer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Replaces the set of VIPs the program steers.
-    pub fn set_vips(&self, vips: &[VipKey]) -> Result<(), DatapathError> {
-        self.steer().set_vips(vips)
+    /// Replaces the set of VIPs the program steers, with their allow and deny lists.
+    pub fn set_vips(&self, vips: &[VipKey], acls: &[AclKey]) -> Result<(), DatapathError> {
+        self.steer().set_vips_with_acls(vips, acls)
+    }
+
+    /// Frames the program dropped for the VIPs' allow and deny lists, per (VIP, list).
+    pub fn acl_drops(&self) -> Result<AclDrops, DatapathError> {
+        self.steer().acl_drops()
     }
 
     /// Replaces the set of return-traffic keys the program steers, and the ntuple rules
@@ -642,10 +651,16 @@ impl Datapath {
                 }
             }
         }
+        // One lock for both reads: a guard held by a temporary lives to the statement's end.
+        let (steer, acl_drops) = {
+            let s = self.steer();
+            (s.counters()?, s.acl_drops()?)
+        };
         Ok(DatapathStats {
             workers,
             interfaces,
-            steer: self.steer().counters()?,
+            steer,
+            acl_drops,
         })
     }
 

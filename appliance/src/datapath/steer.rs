@@ -6,6 +6,7 @@
 //! Attaching first removes a Sluice program a crashed run left behind, and refuses to touch
 //! anybody else's program.
 
+mod acl;
 mod keys;
 
 use std::mem::offset_of;
@@ -14,6 +15,7 @@ use std::os::fd::{AsFd, RawFd};
 
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
+pub use self::acl::{AclDrops, AclKey};
 use self::keys::{KeySet, SteerKey};
 use super::DatapathError;
 use super::abi::{
@@ -63,6 +65,8 @@ pub struct SteerCounters {
     /// Frames for the engine dropped because no socket took them while the program was
     /// held (a hand-over between processes, or a crashed one): never the kernel's.
     pub held: u64,
+    /// Frames to a VIP its allow and deny lists refused, dropped in the program (bpf/acl.h).
+    pub denied: u64,
     /// Flood mode.
     pub flood: FloodCounters,
 }
@@ -153,6 +157,9 @@ pub struct Steer {
     returns: KeySet,
     hosts: KeySet,
     stateless: stateless::Held,
+    /// The VIPs' allow and deny lists (bpf/acl.h), and the ids the VIP keys point at.
+    acls: acl::AclState,
+    acls_used: std::collections::HashSet<u16>,
 }
 
 impl std::fmt::Debug for Steer {
@@ -227,6 +234,8 @@ impl Steer {
             returns: KeySet::new(),
             hosts: KeySet::new(),
             stateless: stateless::Held::default(),
+            acls: acl::AclState::default(),
+            acls_used: Default::default(),
         })
     }
 
@@ -415,14 +424,63 @@ impl Steer {
         Ok(())
     }
 
-    /// Replaces the VIP set.
+    /// Replaces the VIP set; no VIP has allow or deny lists.
     pub fn set_vips(&mut self, vips: &[VipKey]) -> Result<(), DatapathError> {
+        self.set_vips_with_acls(vips, &[])
+    }
+
+    /// Replaces the VIP set and the VIPs' allow and deny lists: a VIP's new lists are
+    /// written before its key points at them, its old ones removed after (steer/acl.rs).
+    pub fn set_vips_with_acls(
+        &mut self,
+        vips: &[VipKey],
+        acls: &[AclKey],
+    ) -> Result<(), DatapathError> {
+        let mut state = std::mem::take(&mut self.acls);
+        let ids = state.write(self, acls);
+        self.acls = state;
+        let ids = ids?;
         let rings = stateless::ring_slots(vips.iter().map(|v| (v.slot, v.mode)));
         let want = vips
             .iter()
-            .flat_map(|v| keys::vip_entries(v, rings.get(&v.slot).copied()))
+            .flat_map(|v| {
+                let acl = ids.get(&v.slot).copied().unwrap_or(0);
+                keys::vip_entries(v, rings.get(&v.slot).copied(), acl)
+            })
             .collect();
-        self.sync(Which::Vips, want)
+        let synced = self.sync(Which::Vips, want);
+        if synced.is_ok() {
+            self.acls_used = ids.values().copied().collect();
+        }
+        let mut state = std::mem::take(&mut self.acls);
+        state.retire(self, &self.acls_used);
+        self.acls = state;
+        synced
+    }
+
+    /// Frames the program dropped for a VIP's lists, per (VIP, list).
+    pub fn acl_drops(&self) -> Result<AclDrops, DatapathError> {
+        let map = self.map(maps::ACL_DROPS)?;
+        let mut out = Vec::new();
+        for (slot, k) in self.acls.slots() {
+            let per_cpu = map
+                .lookup_percpu(&u32::from(slot).to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| bpf_err("reading allow and deny counters", e))?
+                .unwrap_or_default();
+            let n: u64 = per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                .map(u64::from_ne_bytes)
+                .sum();
+            out.push((k, n));
+        }
+        Ok(out)
+    }
+
+    /// The entries of the IPv4 and IPv6 tries (for tests: a change leaves no stale ones).
+    pub fn acl_entries(&self) -> Result<(usize, usize), DatapathError> {
+        let n = |def| self.map(def).map(|m| m.keys().count());
+        Ok((n(maps::ACL4)?, n(maps::ACL6)?))
     }
 
     /// Replaces the return-traffic set.
@@ -504,6 +562,7 @@ impl Steer {
             tenant: at(steer_counter::CNT_TENANT),
             deep: at(steer_counter::CNT_DEEP),
             held: at(steer_counter::CNT_HELD),
+            denied: at(steer_counter::CNT_DENIED),
             flood: self.flood_counters()?,
         })
     }

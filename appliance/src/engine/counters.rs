@@ -13,6 +13,8 @@ pub struct VipTotals {
     pub packets: u64,
     pub bytes: u64,
     pub new_flows: u64,
+    /// QUIC-LB outcomes, by [`lb::quic::Counter`] (zero unless the VIP has `quic_lb`).
+    pub quic: [u64; lb::quic::COUNTERS],
 }
 
 /// Counters of one backend of one VIP, kept across table versions.
@@ -41,6 +43,7 @@ pub struct CounterSnapshot {
     pub vip_packets: Vec<u64>,
     pub vip_bytes: Vec<u64>,
     pub vip_new_flows: Vec<u64>,
+    pub vip_quic: Vec<[u64; lb::quic::COUNTERS]>,
     /// Per backend slot of `version`.
     pub backend_packets: Vec<u64>,
     pub backend_bytes: Vec<u64>,
@@ -65,6 +68,9 @@ impl std::ops::AddAssign for VipTotals {
         self.packets += o.packets;
         self.bytes += o.bytes;
         self.new_flows += o.new_flows;
+        for (a, b) in self.quic.iter_mut().zip(o.quic) {
+            *a += b;
+        }
     }
 }
 
@@ -81,6 +87,7 @@ pub(super) struct SlotCounters<'a> {
     pub(super) vip_packets: &'a [u64],
     pub(super) vip_bytes: &'a [u64],
     pub(super) vip_new_flows: &'a [u64],
+    pub(super) vip_quic: &'a [[u64; lb::quic::COUNTERS]],
     pub(super) backend_packets: &'a [u64],
     pub(super) backend_bytes: &'a [u64],
     pub(super) backend_new_flows: &'a [u64],
@@ -100,6 +107,7 @@ impl SlotCounters<'_> {
                 packets: at(self.vip_packets, i),
                 bytes: at(self.vip_bytes, i),
                 new_flows: at(self.vip_new_flows, i),
+                quic: self.vip_quic.get(i).copied().unwrap_or_default(),
             };
         }
         for i in 0..t.backends.len() {
@@ -129,6 +137,7 @@ impl CounterSnapshot {
                 vip_packets: &self.vip_packets,
                 vip_bytes: &self.vip_bytes,
                 vip_new_flows: &self.vip_new_flows,
+                vip_quic: &self.vip_quic,
                 backend_packets: &self.backend_packets,
                 backend_bytes: &self.backend_bytes,
                 backend_new_flows: &self.backend_new_flows,

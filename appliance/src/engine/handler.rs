@@ -47,6 +47,8 @@ pub struct LbHandler {
     /// Rung when a new version is published (`None` if no eventfd could be had: the
     /// worker then ticks every 10 ms to notice new tables).
     doorbell: Option<Doorbell>,
+    /// Connection sync's queue, when `[sync]` is on.
+    sync: Option<crate::sync::Outbox>,
 }
 
 impl LbHandler {
@@ -72,6 +74,7 @@ impl LbHandler {
         state.set_persistence(Arc::clone(published.persistence()));
         state.set_cookie_key(published.cookie_key());
         state.set_flood_flag(Arc::clone(published.flood_flag()));
+        state.set_cookies_until(Arc::clone(published.cookies_until()));
         let doorbell = published
             .doorbell()
             .inspect_err(|e| {
@@ -97,6 +100,7 @@ impl LbHandler {
             workers: workers.max(1),
             frag_owners: Default::default(),
             doorbell,
+            sync: None,
         }
     }
 
@@ -105,6 +109,15 @@ impl LbHandler {
     pub fn with_flow_cache(mut self, cache: Arc<FlowCache>) -> Self {
         self.flow_cache = Some(WorkerCache::new(cache));
         self.ct.journal(true);
+        self
+    }
+
+    /// Connection sync (`crate::sync`): this worker consults the standby table on a miss
+    /// and sends the flows it establishes and ends.
+    pub fn with_sync(mut self, sync: &crate::sync::SyncHandle) -> Self {
+        self.state.set_standby(Arc::clone(&sync.standby));
+        self.ct.note_news(true);
+        self.sync = Some(sync.outbox.clone());
         self
     }
 
@@ -126,6 +139,7 @@ impl LbHandler {
                 vip_packets: &st.vip_packets,
                 vip_bytes: &st.vip_bytes,
                 vip_new_flows: &st.vip_new_flows,
+                vip_quic: &st.quic,
                 backend_packets: &st.backend_packets,
                 backend_bytes: &st.backend_bytes,
                 backend_new_flows: &st.backend_new_flows,
@@ -170,6 +184,7 @@ impl LbHandler {
         s.vip_packets.clone_from(&self.state.vip_packets);
         s.vip_bytes.clone_from(&self.state.vip_bytes);
         s.vip_new_flows.clone_from(&self.state.vip_new_flows);
+        s.vip_quic.clone_from(&self.state.quic);
         s.backend_packets.clone_from(&self.state.backend_packets);
         s.backend_bytes.clone_from(&self.state.backend_bytes);
         s.backend_new_flows
@@ -272,6 +287,15 @@ impl FrameHandler for LbHandler {
         }
         self.ct.expire(now_ns, 256);
         self.evict_removed();
+        if let Some(o) = &self.sync {
+            use crate::sync::Note;
+            let lost = self.ct.drain_news(
+                now_ns,
+                |r| o.send(Note::Established(r)),
+                |k| o.send(Note::Ended(*k)),
+            );
+            o.lost(lost);
+        }
         // Connections that closed or expired reach the other workers' limit checks.
         if !self.tables.limited.is_empty() && self.state.version() == Some(self.tables.version) {
             lb::process::publish_all_counts(&self.tables, &self.ct);

@@ -16,4 +16,4 @@ mod published;
 pub use counters::{BackendTotals, CounterSnapshot, VipTotals};
 pub use handler::{LbHandler, PUBLISH_EVERY};
 pub use handover::Imported;
-pub use published::Published;
+pub use published::{Published, draw_cookie_key};

@@ -15,15 +15,13 @@ use crate::lb::process::CookieKey;
 
 /// 128 bits from the kernel's random source; where it cannot be read, from the standard
 /// library's per-process random hash keys (themselves drawn from the kernel at start).
-fn draw_cookie_key() -> CookieKey {
+pub fn draw_cookie_key() -> CookieKey {
     use std::hash::{BuildHasher, RandomState};
     use std::io::Read;
     let mut b = [0u8; 16];
     let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
     if read.is_ok() {
-        let (lo, hi) = b.split_at(8);
-        let word = |x: &[u8]| u64::from_le_bytes(x.try_into().unwrap_or_default());
-        return CookieKey([word(lo), word(hi)]);
+        return CookieKey::from_bytes(b);
     }
     let s = RandomState::new();
     CookieKey([s.hash_one(1_u64), s.hash_one(2_u64)])
@@ -37,9 +35,12 @@ pub struct Published {
     /// The persistence table every worker shares; it outlives table versions, so a
     /// client's backend is remembered across pool changes.
     persistence: Arc<PersistTable>,
-    /// The SYN proxy's cookie secret, drawn once per process and shared by the workers (a
-    /// cookie one worker made checks on any other).
+    /// The SYN proxy's cookie secret, shared by the workers (a cookie one worker made
+    /// checks on any other) and by the processes of a restart (`control::cookie_secret`).
     cookie_key: CookieKey,
+    /// Until when (`CLOCK_MONOTONIC` ns) a cookie made here, or by the process before, may
+    /// come back: the workers check flow-less ACKs to `"flood"` VIPs only until then.
+    cookies_until: Arc<AtomicU64>,
     /// Flood mode is on (the control plane sets it at each tick that sees the XDP program
     /// switch it): the SYN proxy then answers `syn_proxy = "flood"` VIPs' SYNs too.
     flood: Arc<AtomicBool>,
@@ -56,6 +57,7 @@ impl Published {
             tables: ArcSwap::new(tables),
             persistence: Arc::new(PersistTable::default()),
             cookie_key: draw_cookie_key(),
+            cookies_until: Arc::default(),
             flood: Arc::default(),
             bells: Bells::default(),
         }
@@ -89,6 +91,22 @@ impl Published {
     /// The SYN proxy's cookie secret.
     pub fn cookie_key(&self) -> CookieKey {
         self.cookie_key
+    }
+
+    /// Runs with `key` as the cookie secret; `kept`: a process before this one used it, so
+    /// its cookies may come back for two periods from `now_ns`.
+    pub fn with_cookie_key(mut self, key: CookieKey, kept: bool, now_ns: u64) -> Published {
+        self.cookie_key = key;
+        if kept {
+            let until = now_ns.saturating_add(2 * crate::lb::process::syn_cookie::PERIOD_NS);
+            self.cookies_until.store(until, Ordering::Relaxed);
+        }
+        self
+    }
+
+    /// The time the workers' SYN proxies share: until when cookies may come back.
+    pub fn cookies_until(&self) -> &Arc<AtomicU64> {
+        &self.cookies_until
     }
 
     /// The flag the workers' SYN proxies read for flood mode.

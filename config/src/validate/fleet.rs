@@ -1,6 +1,6 @@
 //! `[fleet]`: the etcd cluster this appliance takes its VIPs from, and how the fleet
 //! decides; and the merge of the fleet's configuration (one TOML document in etcd) with the
-//! local file. The fleet supplies what every member must share (`[[vip]]`,
+//! local file. The fleet supplies what every member must share (`[[vip]]`, `[[prefix_list]]`,
 //! `[[health_check]]`, `[flood]`); the local file supplies only what is per appliance
 //! (`[appliance]`, `[api]`, `[bgp]`, `[fleet]`), and a `[[vip]]` it still lists must be the
 //! fleet's, unchanged.
@@ -13,7 +13,7 @@ use crate::model::{Fleet, FleetTls};
 use crate::reader::Table;
 
 /// The sections the fleet's configuration holds; everything else is per appliance.
-pub const FLEET_SECTIONS: [&str; 3] = ["vip", "health_check", "flood"];
+pub const FLEET_SECTIONS: [&str; 4] = ["vip", "health_check", "flood", "prefix_list"];
 /// The VIP keys a local `[[vip]]` may not contradict.
 const IDENTITY: [&str; 4] = ["address", "port", "protocol", "mode"];
 

@@ -2,9 +2,10 @@
 //! and cross-reference, and collecting all errors of a file. One file per section:
 //! `[appliance]`, `[api]`, `[bgp]`, `[[health_check]]`, `[[vip]]` with its backends, `[flood]`
 //! and the scale keys (ring sizes, `health_batch`, `[metrics]`), `[fleet]` (with the merge
-//! of a fleet's configuration); this
+//! of a fleet's configuration), `[sync]`; this
 //! one walks the top level and holds what the sections share.
 
+mod acl;
 mod api;
 mod appliance;
 mod bgp;
@@ -17,8 +18,10 @@ mod outbound;
 mod placed;
 mod placeholder;
 mod policy;
+mod quic;
 mod scale;
 mod syn_proxy;
+mod sync;
 mod tenant;
 mod vip;
 
@@ -32,12 +35,14 @@ use super::error::ConfigErrors;
 use super::model::*;
 use super::reader::Table;
 
+pub use acl::MAX_ACL_RULES;
 pub use api::{DEFAULT_METRICS, DEFAULT_SOCKET};
 pub use fleet::{FLEET_SECTIONS, merge};
 pub use scale::{
     DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND,
     default_table_size, min_table_size, prime_at_least,
 };
+pub use sync::{DEFAULT_SYNC_RATE, DEFAULT_SYNC_STANDBY};
 
 /// The longest duration any key accepts unless it says otherwise.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
@@ -67,7 +72,15 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
         .iter()
         .map(|c| (c.name.clone(), c.kind.name()))
         .collect();
-    let vips = vip::vips(&mut top, &check_names, appliance.as_ref(), &mut errs);
+    let lists = acl::prefix_lists(&mut top, &mut errs);
+    let vips = vip::vips(
+        &mut top,
+        &check_names,
+        &lists,
+        appliance.as_ref(),
+        &mut errs,
+    );
+    acl::total_rules(&vips, &mut errs);
     let peers: Vec<IpAddr> = bgp
         .iter()
         .flatten()
@@ -85,6 +98,9 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
     let fleet = top
         .table("fleet", &mut errs)
         .and_then(|t| fleet::fleet(t, &mut errs));
+    let sync = top
+        .table("sync", &mut errs)
+        .and_then(|t| sync::sync(t, &mut errs));
     top.finish(&mut errs);
     placeholder::placeholders(root, &mut errs);
 
@@ -101,6 +117,7 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
             flood,
             metrics,
             fleet,
+            sync,
         }),
         // A part that failed always records an error, so this is unreachable in practice;
         // stay total anyway.

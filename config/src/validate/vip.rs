@@ -16,6 +16,7 @@ use crate::reader::{Table, element_path};
 pub(super) fn vips(
     top: &mut Table<'_>,
     checks: &HashMap<String, &'static str>,
+    lists: &[crate::acl::PrefixList],
     appliance: Option<&Appliance>,
     errs: &mut ConfigErrors,
 ) -> Vec<Vip> {
@@ -30,7 +31,7 @@ pub(super) fn vips(
     for (i, map) in raw {
         let path = element_path("", "vip", i, map);
         let mut t = Table::new(path.clone(), map);
-        let vip = vip(&mut t, checks, appliance, errs);
+        let vip = vip(&mut t, checks, lists, appliance, errs);
         t.finish(errs);
         let Some(vip) = vip else { continue };
         if names.insert(vip.name.clone(), i).is_some() {
@@ -50,6 +51,7 @@ pub(super) fn vips(
 fn vip(
     t: &mut Table<'_>,
     checks: &HashMap<String, &'static str>,
+    lists: &[crate::acl::PrefixList],
     appliance: Option<&Appliance>,
     errs: &mut ConfigErrors,
 ) -> Option<Vip> {
@@ -57,13 +59,7 @@ fn vip(
     check_name(t, name.as_ref(), errs);
     let address = address(t, errs);
     let port = t.req_int("port", 0..=65535, errs).map(|n| n as u16);
-    let protocol = t
-        .choice(
-            "protocol",
-            &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)],
-            errs,
-        )
-        .unwrap_or(Protocol::Tcp);
+    let protocol = protocol(t, errs);
     let (mode_name, mode) = mode(t, errs);
     let tenant_vni = super::tenant::tenant_vni(t, mode, errs);
     let mode = super::tenant::backend_vni(t, mode, tenant_vni);
@@ -86,12 +82,12 @@ fn vip(
     };
     let lvs = lvs::vip_keys(t, &facts, errs);
     let outbound = super::outbound::outbound(t, port, mode, errs);
-    // A tenant VIP's backends need their VTEP even when its tenant_vni is refused.
-    let tenant = t.has("tenant_vni");
-    let backends = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
+    let tenant = t.has("tenant_vni"); // its backends need their VTEP even if it is refused
+    let (backends, quic_lb) = backends(t, port, &facts, lvs.udp_one_packet, tenant, checks, errs);
     let maglev_table_size = super::scale::vip_table_size(t, appliance, backends.len(), errs);
     let (inhibit_on_failure, fallback, announce) = super::policy::vip(t, &backends, errs);
     Some(Vip {
+        acl: super::acl::vip_acl(t, lists, address, errs),
         name: name?,
         address: address?,
         port: port?,
@@ -119,6 +115,7 @@ fn vip(
         udp_one_packet: lvs.udp_one_packet,
         outbound,
         tenant_vni,
+        quic_lb,
     })
 }
 
@@ -138,6 +135,16 @@ fn all_ports(
             ),
         );
     }
+}
+
+/// `protocol`: tcp (the default) or udp.
+fn protocol(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Protocol {
+    t.choice(
+        "protocol",
+        &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)],
+        errs,
+    )
+    .unwrap_or(Protocol::Tcp)
 }
 
 /// `hash`: the flow hash's fields (5-tuple by default); `sh` and `dh` hash addresses as LVS
@@ -345,6 +352,8 @@ fn snat(
     snat
 }
 
+/// The backends, and the VIP's `quic_lb` with their server IDs (read here: a backend may
+/// set its own).
 fn backends(
     t: &mut Table<'_>,
     vip_port: Option<u16>,
@@ -353,7 +362,8 @@ fn backends(
     tenant: bool,
     checks: &HashMap<String, &'static str>,
     errs: &mut ConfigErrors,
-) -> Vec<Backend> {
+) -> (Vec<Backend>, Option<crate::QuicLb>) {
+    let quic = super::quic::quic_lb(t, facts.protocol, one_packet, errs);
     let raw = t.tables("backend", errs);
     if raw.is_empty() && !t.has("backend") {
         errs.push(
@@ -366,12 +376,14 @@ fn backends(
     // (with the first backend behind each).
     let mut seen: HashSet<(IpAddr, u16)> = HashSet::with_capacity(raw.len());
     let mut vteps: HashMap<(IpAddr, u16), IpAddr> = HashMap::new();
+    let mut server_ids = Vec::new();
     for (i, map) in raw {
         let mut b = Table::new(format!("{}[{i}]", t.key("backend")), map);
         let backend = backend(&mut b, facts.address, vip_port, facts.mode, errs);
         let vtep = super::tenant::vtep(&mut b, tenant, errs);
         let keys = lvs::backend_keys(&mut b, facts, one_packet, errs);
         let policy = super::policy::backend(&mut b, checks, errs);
+        let server_id = super::quic::backend_server_id(&mut b, quic.as_ref(), errs);
         // Only a tenant's backends have a VTEP to be ambiguous about.
         let at = tenant.then(|| b.key("vtep"));
         b.finish(errs);
@@ -402,9 +414,13 @@ fn backends(
         if let Some(v) = backend.vtep {
             vteps.entry((v, port)).or_insert(address);
         }
+        if let Some(id) = server_id {
+            server_ids.push((address, port, id));
+        }
         out.push(backend);
     }
-    out
+    let quic = quic.and_then(|q| super::quic::finish(&t.path, q, &out, server_ids, errs));
+    (out, quic)
 }
 
 /// One `[[vip.backend]]`; `None` when its address is missing or unreadable.

@@ -40,6 +40,7 @@ pub mod budget;
 pub mod codec;
 mod flow;
 mod index;
+mod news;
 mod record;
 mod snat;
 pub mod state;
@@ -48,6 +49,7 @@ mod tests;
 pub mod track;
 
 pub use flow::{Carry, Flow, Proxied, Rescale, RevKey};
+pub use news::NEWS_MAX;
 pub use record::{FlowRecord, ImportError};
 pub use snat::{SNAT_PORT_MIN, SNAT_PROBES};
 pub use state::{CLASSES, Evidence, FlowState, Seen, first_state, is_syn, tcp_flags};
@@ -148,6 +150,8 @@ pub struct ConnTable {
     worker: u16,
     workers: u16,
     journal: Option<Journal>,
+    /// Keys for connection sync ([`news`]), when it is on.
+    news: Option<news::News>,
     /// Live FullNAT flows (each holds a local port).
     snat_flows: usize,
     budgets: budget::Budgets,
@@ -236,6 +240,7 @@ impl ConnTable {
             worker: worker % workers,
             workers,
             journal: None,
+            news: None,
             snat_flows: 0,
             budgets: budget::Budgets::default(),
             stats: ConnStats::default(),
@@ -488,6 +493,11 @@ impl ConnTable {
         if old.is_embryonic() && !state.is_embryonic() {
             let k = self.slots[id as usize].flow.key;
             self.budgets.left_embryonic(k.src, k.zone);
+            if let Some(n) = &mut self.news
+                && state != FlowState::TcpClosing
+            {
+                news::News::note(&mut n.established, &mut n.lost, k);
+            }
         }
         self.unlink(id);
         self.slots[id as usize].flow.state = state;
@@ -521,6 +531,11 @@ impl ConnTable {
             self.budgets.left_embryonic(flow.key.src, flow.key.zone);
         }
         self.budgets.left_zone(flow.key.zone);
+        if let Some(n) = &mut self.news
+            && !flow.state.is_embryonic()
+        {
+            news::News::note(&mut n.ended, &mut n.lost, flow.key);
+        }
         if let Some(j) = &mut self.journal {
             j.removed.push(flow.key);
             if flow.snat.is_some()

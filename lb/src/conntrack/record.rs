@@ -135,6 +135,14 @@ impl ConnTable {
                 ImportError::Full
             }
         })?;
+        // A flow taken in (from a peer's sync, or a process before this one) is this
+        // table's now: its peers hear of it as of any flow established here.
+        if let Some(n) = &mut self.news
+            && !r.state.is_embryonic()
+            && r.state != FlowState::TcpClosing
+        {
+            super::news::News::note(&mut n.established, &mut n.lost, r.key);
+        }
         Ok(id)
     }
 }

@@ -148,6 +148,10 @@ pub(super) fn flow_for(
     if let Some(id) = ct.lookup(key, now) {
         return found(tables, ct, worker, vip, p, id, now).map(Some);
     }
+    // A flow a peer synced is established: its ACKs carry no cookie of ours.
+    if let Some(id) = worker.standby_flow(key, tables, ct, now) {
+        return found(tables, ct, worker, vip, p, id, now).map(Some);
+    }
     if proxy.takes(p.flags) {
         return Ok(None);
     }
@@ -171,7 +175,7 @@ fn unheld(
             } else {
                 Track::default()
             };
-            new_flow(tables, ct, worker, vip, key, (st, track), now)
+            new_flow(tables, ct, worker, vip, key, (st, track), now, None)
         }
         None => {
             worker.stats.stateless_no_entry += 1;
@@ -207,7 +211,7 @@ fn reopens(tables: &Tables, ct: &ConnTable, id: u32, p: &Packet<'_>) -> bool {
 }
 
 /// [`flow_for`] for a packet of flow `id`, which the table holds.
-fn found(
+pub(super) fn found(
     tables: &Tables,
     ct: &mut ConnTable,
     worker: &mut WorkerState,
@@ -221,7 +225,7 @@ fn found(
         worker.stats.reopened += 1;
         ct.remove(id);
         let fresh = (FlowState::TcpSyn, Track::opened(&p.segment()));
-        return new_flow(tables, ct, worker, vip, key, fresh, now);
+        return new_flow(tables, ct, worker, vip, key, fresh, now, None);
     }
     let f = *ct.flow(id);
     let keeps = f.backend != NONE
@@ -252,7 +256,7 @@ fn found(
     worker.stats.rechosen += 1;
     // The flow earned its state with the old backend; it keeps it with the new one.
     ct.remove(id);
-    new_flow(tables, ct, worker, vip, key, (f.state, f.track), now)
+    new_flow(tables, ct, worker, vip, key, (f.state, f.track), now, None)
 }
 
 /// A datagram of a `udp_one_packet` VIP: scheduled like a new flow (persistence and limits
@@ -297,11 +301,13 @@ fn stateless(tables: &Tables, vip: u32, hash: u32) -> Result<FlowHit, DropReason
     })
 }
 
-/// The new-flow half of [`flow_for`] for a flow that starts in `state`: ageing, scheduling,
-/// FullNAT port allocation and the insert. Kept out of line so the established path, inlined into [`forward`], does not
+/// The new-flow half of [`flow_for`] for a flow that starts in `state`: ageing, scheduling
+/// (unless `pinned` names the backend: a QUIC connection ID's), FullNAT port allocation and
+/// the insert. Kept out of line so the established path, inlined into [`forward`], does not
 /// carry this code's stack frame and register spills on every packet.
 #[inline(never)]
-fn new_flow(
+#[allow(clippy::too_many_arguments)]
+pub(super) fn new_flow(
     tables: &Tables,
     ct: &mut ConnTable,
     worker: &mut WorkerState,
@@ -309,13 +315,17 @@ fn new_flow(
     key: &FlowKey,
     (state, track): (FlowState, Track),
     now: u64,
+    pinned: Option<u32>,
 ) -> Result<FlowHit, DropReason> {
     let v = &tables.vips[vip as usize];
     // New flows pay for a little ageing so expired flows leave the LVS connection counts
     // even when nothing else sweeps the table.
     ct.expire(now, 2);
     let hash = key.hash(v.hash);
-    let backend = admit(tables, ct, worker, vip, key, hash, now)?;
+    let backend = match pinned {
+        Some(b) => b,
+        None => admit(tables, ct, worker, vip, key, hash, now)?,
+    };
     worker.count_new_flow(vip, backend);
     let b = tables.backends[backend as usize];
     let snat = fullnat::snat_for(ct, v, key, &b, hash, now)?;

@@ -60,7 +60,12 @@ pub(super) fn forward<R: Record>(
     s: &Seg<'_>,
 ) -> Verdict {
     let v = &cx.tables.vips[s.vip as usize];
-    let nat = matches!(v.mode, Mode::Nat | Mode::FullNat);
+    if !v.admits(s.key.src) {
+        // Before any state: a denied source makes no entry, no answer and no reset.
+        return cx.worker.drop(DropReason::Denied);
+    }
+    let mode = v.mode;
+    let nat = matches!(mode, Mode::Nat | Mode::FullNat);
     if nat && frame.data()[s.ip.ttl_at()] <= 1 {
         return ttl_expired(frame, cx, s);
     }
@@ -70,9 +75,17 @@ pub(super) fn forward<R: Record>(
     {
         catch_up(cx.ct, id, cx.rec);
     }
-    let ask = synproxy::ask(v, s.ip, cx.worker.flood_on());
-    let p = s.packet();
-    let hit = match flow_for(cx.tables, cx.ct, cx.worker, s.vip, p, ask, cx.now) {
+    let flood = cx.worker.flood_on();
+    let ask = synproxy::ask(v, s.ip, flood, flood || cx.worker.cookies_out(cx.now));
+    let found = match &v.quic {
+        Some(q) if s.ip.proto == IpProtocol::UDP => {
+            let payload = frame.data().get(s.ip.l4 + 8..s.ip.end()).unwrap_or(&[]);
+            let (t, p) = (cx.tables, s.packet());
+            super::quic::flow_for_cid(t, cx.ct, cx.worker, s.vip, q, p, payload, cx.now).map(Some)
+        }
+        _ => flow_for(cx.tables, cx.ct, cx.worker, s.vip, s.packet(), ask, cx.now),
+    };
+    let hit = match found {
         Ok(Some(x)) => x,
         Ok(None) => return proxied(frame, cx, s),
         Err(r) => return reset::refuse(frame, cx.tables, cx.worker, s.ip, s.l4, r),

@@ -231,6 +231,9 @@ fn stateless(
     now: u64,
 ) -> Verdict {
     let v: &VipEntry = &tables.vips[vip as usize];
+    if !v.admits(ip.src) {
+        return worker.drop(DropReason::Denied);
+    }
     let fields = if v.hash == HashFields::TwoTuple {
         HashFields::TwoTuple
     } else {

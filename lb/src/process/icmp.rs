@@ -62,6 +62,12 @@ pub(super) fn icmp(
     };
     if echo {
         let vip = tables.vip_by_address(ip.dst).unwrap_or(NONE);
+        // The lists of the address's first VIP (in config order) decide who may ping it.
+        if let Some(v) = tables.vips.get(vip as usize)
+            && !v.admits(ip.src)
+        {
+            return worker.drop(DropReason::Denied);
+        }
         if !worker.icmp.allow(vip, ip.v6, now) {
             worker.stats.icmp_rate_limited += 1;
             return worker.drop(DropReason::IcmpRateLimited);

@@ -23,6 +23,10 @@
 //!   with TTL <= 1 toward a VIP is answered with ICMP time-exceeded from the VIP (counted in
 //!   [`DropReason::TtlExceeded`] too); return traffic with TTL <= 1 is dropped. DR and tunnel
 //!   leave the inner TTL alone: the appliance is a bump in the wire there, like Katran.
+//! - **Source lists.** A VIP's `allow` and `deny` (`lb::acl`) are checked before any state:
+//!   a denied client's frames (fragments and echo requests too) and the replies toward it
+//!   are `Drop(Denied)`, counted per VIP and list; a swap to lists that deny a source ends
+//!   its flows ([`WorkerState::adopt`]).
 //! - **Fragments.** Fragments of DR and tunnel VIPs go statelessly by 3-tuple Maglev; those
 //!   of NAT and FullNAT VIPs (and their replies) follow their first fragment's decision,
 //!   remembered in the worker's fragment table (see `fragment` and `fragtable`).
@@ -38,6 +42,8 @@
 //!   fit the egress MTU with ICMP too-big (see `mss`). Outer UDP checksums
 //!   are zero over IPv4 (RFC 7348, draft-ietf-intarea-gue) and computed over IPv6.
 
+#[cfg(test)]
+mod acl_tests;
 mod admit;
 #[cfg(test)]
 mod budget_tests;
@@ -58,11 +64,18 @@ mod nat;
 mod outbound;
 mod owner;
 mod proxyhdr;
+mod quic;
+#[cfg(test)]
+mod quic_tests;
 mod ratelimit;
 #[cfg(test)]
 mod record_tests;
 mod reset;
+#[cfg(test)]
+mod standby_tests;
 mod synproxy;
+#[cfg(test)]
+mod synproxy_tests;
 mod tcpopt;
 mod tenant;
 #[cfg(test)]
@@ -91,7 +104,7 @@ use crate::tables::{NextHop, Tables};
 use config::Mode;
 use headers::{Ip, L4, parse_ip, parse_l4};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use wire::{EthernetFrame, IpProtocol, l3_offset};
 
 /// Bytes the datapath reserves in front of every frame for encapsulation: outer IPv6 (40) +
@@ -153,6 +166,8 @@ pub enum DropReason {
     /// A new flow while every eligible backend of its VIP is at its `max_connections`
     /// (`overflow = "drop"` or `"reset"`).
     Overflow,
+    /// The source is not allowed to reach the VIP (its `allow` and `deny` lists, `lb::acl`).
+    Denied,
     /// A client segment of a flow the SYN proxy opened, before its backend answered (the
     /// client sends it again).
     ProxyOpening,
@@ -160,7 +175,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Number of reasons (the counter array length).
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 24;
 
     /// All reasons in index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -186,6 +201,7 @@ impl DropReason {
         DropReason::FragmentOversize,
         DropReason::TooBig,
         DropReason::Overflow,
+        DropReason::Denied,
         DropReason::ProxyOpening,
     ];
 
@@ -220,6 +236,7 @@ impl DropReason {
             DropReason::FragmentOversize => "fragment_oversize",
             DropReason::TooBig => "too_big",
             DropReason::Overflow => "overflow",
+            DropReason::Denied => "denied",
             DropReason::ProxyOpening => "proxy_opening",
         }
     }
@@ -357,6 +374,8 @@ pub struct WorkerState {
     pub backend_new_flows: Vec<u64>,
     /// Other counters.
     pub stats: WorkerStats,
+    /// QUIC-LB counters per VIP slot, by [`crate::quic::Counter`] (zero for other VIPs).
+    pub quic: Vec<[u64; crate::quic::COUNTERS]>,
     sched: Vec<SchedState>,
     /// Per VIP slot: a fingerprint of the pool `sched` was built for.
     sched_prints: Vec<u64>,
@@ -376,6 +395,42 @@ pub struct WorkerState {
     pub(crate) cookie_key: CookieKey,
     /// Flood mode, as the control plane last saw it (the SYN proxy's `"flood"` setting).
     flood: Option<Arc<AtomicBool>>,
+    /// Until when (the workers' clock, ns) a cookie this appliance made may come back in
+    /// an ACK (see [`WorkerState::cookies_out`]); shared by the workers.
+    cookies_until: Option<Arc<AtomicU64>>,
+    /// The appliance's standby flows (connection sync), consulted on a miss.
+    standby: Option<Arc<crate::standby::Standby>>,
+}
+
+/// Imports the synced record `r` into `ct` unless its FullNAT port is another flow's here.
+fn take_standby(
+    sb: &crate::standby::Standby,
+    r: &crate::conntrack::FlowRecord,
+    tables: &Tables,
+    ct: &mut ConnTable,
+    now: u64,
+) -> Option<u32> {
+    let port_taken = r.snat.is_some_and(|(local, local_port)| {
+        let rk = crate::conntrack::RevKey {
+            proto: r.key.proto,
+            backend: r.backend.0,
+            backend_port: r.backend.1,
+            local,
+            local_port,
+        };
+        ct.lookup_rev(&rk, now)
+            .is_some_and(|id| ct.flow(id).key != r.key)
+    });
+    match (port_taken, ct.import(r, tables, now)) {
+        (false, Ok(id)) => {
+            sb.taken();
+            Some(id)
+        }
+        _ => {
+            sb.refused();
+            None
+        }
+    }
 }
 
 /// Identifies a VIP's pool as the schedulers see it: name, scheduler, and each backend's
@@ -411,6 +466,7 @@ impl WorkerState {
             backend_bytes: Vec::new(),
             backend_new_flows: Vec::new(),
             stats: WorkerStats::default(),
+            quic: Vec::new(),
             sched: Vec::new(),
             sched_prints: Vec::new(),
             learned: Default::default(),
@@ -421,6 +477,8 @@ impl WorkerState {
             persist: None,
             cookie_key: CookieKey::default(),
             flood: None,
+            cookies_until: None,
+            standby: None,
         }
     }
 
@@ -448,6 +506,69 @@ impl WorkerState {
             .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Shares the time until which cookies may come back (see [`WorkerState::cookies_out`]);
+    /// without it, a worker checks every flow-less ACK to a `"flood"` VIP.
+    pub fn set_cookies_until(&mut self, until: Arc<AtomicU64>) {
+        self.cookies_until = Some(until);
+    }
+
+    /// Whether an ACK without a flow may carry a cookie this appliance made: one was made
+    /// less than two cookie periods ago (a cookie is good for one to two periods), or the
+    /// process before this one may have made one (the control plane starts the window at a
+    /// takeover). A worker without the shared time checks always.
+    #[inline(always)]
+    fn cookies_out(&self, now: u64) -> bool {
+        self.cookies_until
+            .as_ref()
+            .is_none_or(|u| now < u.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// A cookie was made at `now`: ACKs are checked for two periods more. The shared word
+    /// is written at most once a second, so a SYN flood answered on every CPU does not
+    /// bounce its cache line.
+    #[inline(always)]
+    fn cookie_made(&self, now: u64) {
+        if let Some(u) = &self.cookies_until {
+            let until = now.saturating_add(2 * synproxy::cookie::PERIOD_NS);
+            let relaxed = std::sync::atomic::Ordering::Relaxed;
+            if u.load(relaxed) < until.saturating_sub(1_000_000_000) {
+                u.fetch_max(until, relaxed);
+            }
+        }
+    }
+
+    /// Shares the appliance's standby table (connection sync) with this worker.
+    pub fn set_standby(&mut self, table: Arc<crate::standby::Standby>) {
+        self.standby = Some(table);
+    }
+
+    /// The flow a peer synced for the client → VIP `key`, taken into `ct` as a flow of
+    /// `tables` (see [`crate::standby`]): its id, or `None` (nothing synced, or refused).
+    pub(crate) fn standby_flow(
+        &self,
+        key: &FlowKey,
+        tables: &Tables,
+        ct: &mut ConnTable,
+        now: u64,
+    ) -> Option<u32> {
+        let sb = self.standby.as_deref()?;
+        let r = sb.find(key, now)?;
+        take_standby(sb, &r, tables, ct, now)
+    }
+
+    /// [`WorkerState::standby_flow`] for a FullNAT return frame carrying `rk`.
+    pub(crate) fn standby_return(
+        &self,
+        rk: &crate::conntrack::RevKey,
+        tables: &Tables,
+        ct: &mut ConnTable,
+        now: u64,
+    ) -> Option<u32> {
+        let sb = self.standby.as_deref()?;
+        let r = sb.find_rev(rk, now)?;
+        take_standby(sb, &r, tables, ct, now)
+    }
+
     /// The persistence table (a private one is made at first use if none was set).
     pub fn persistence(&mut self) -> &PersistTable {
         self.persist.get_or_insert_with(Default::default)
@@ -460,8 +581,9 @@ impl WorkerState {
 
     /// Switches to a new table version: resizes counters (per-slot counters restart, the
     /// control plane has aggregated the old ones), resets scheduler state and re-binds every
-    /// connection to the new slots (a flow whose VIP is gone is dropped; a flow whose
-    /// backend is gone is re-chosen on its next packet). Allocates; runs once per swap. A
+    /// connection to the new slots (a flow whose VIP is gone, or whose source the VIP's
+    /// lists now deny, is dropped; a flow whose backend is gone is re-chosen on its next
+    /// packet). Allocates; runs once per swap. A
     /// version that shares the running core (a route or neighbour change) keeps scheduler
     /// state and bindings and only restarts the counters.
     pub fn adopt(&mut self, tables: &Tables, ct: &mut ConnTable) {
@@ -477,6 +599,7 @@ impl WorkerState {
             ] {
                 c.fill(0);
             }
+            self.quic.fill([0; crate::quic::COUNTERS]);
             self.version = Some(tables.version);
             return;
         }
@@ -487,6 +610,7 @@ impl WorkerState {
         self.backend_packets = vec![0; tables.backends.len()];
         self.backend_bytes = vec![0; tables.backends.len()];
         self.backend_new_flows = vec![0; tables.backends.len()];
+        self.quic = vec![[0; crate::quic::COUNTERS]; tables.vips.len()];
         // A VIP whose pool is unchanged keeps its scheduler state (round-robin cursor, wrr
         // position, locality cache): health changes elsewhere must not reset it.
         let prints: Vec<u64> = (0..tables.vips.len())
@@ -510,6 +634,10 @@ impl WorkerState {
         ct.set_budgets(tables.embryonic_per_source, &tables.tenant_zones());
         ct.adopt(tables.version, tables.backends.len(), |f| {
             let vip = tables.vip_of_key(&f.key)?;
+            // A source the VIP's lists now deny loses its flows in this swap (`lb::acl`).
+            if !tables.vips[vip as usize].allows(f.key.src) {
+                return None;
+            }
             let backend = tables
                 .backend_slot(vip, f.backend_addr, f.backend_port)
                 .unwrap_or(NONE);

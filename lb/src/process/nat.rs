@@ -154,7 +154,15 @@ pub(super) fn reverse<R: Record>(
         super::catch_up(ct, id, rec);
     }
     let found = if fullnat {
-        fullnat::reverse_flow(ct, ip, l4, &rk, now).map_err(|r| worker.drop(r))
+        fullnat::reverse_flow(ct, ip, l4, &rk, now)
+            .or_else(|e| {
+                // A return frame of a flow a peer synced, before any of the client's.
+                worker
+                    .standby_return(&rk, tables, ct, now)
+                    .map(|id| from_flow(ct, id, ip, l4, now))
+                    .ok_or(e)
+            })
+            .map_err(|r| worker.drop(r))
     } else {
         nat_return(tables, ct, worker, ip, l4, &rk, now)
     };
@@ -170,6 +178,13 @@ pub(super) fn reverse<R: Record>(
     }
     let client = fullnat.then_some(r.client);
     let to = client.map_or(ip.dst, |c| c.0);
+    // A reply to a client the VIP's lists deny goes nowhere (a stateless NAT return
+    // included): nothing is forwarded for a denied source's flows, either way.
+    if let Some(v) = tables.vips.get(r.vip as usize)
+        && !v.admits(to)
+    {
+        return worker.drop(DropReason::Denied);
+    }
     let gw =
         match tables
             .egress()
@@ -192,14 +207,7 @@ pub(super) fn reverse<R: Record>(
         synproxy::shift_reverse(d, ip, l4, p);
     }
     set_macs(d, &gw);
-    if let Some(c) = worker.vip_packets.get_mut(r.vip as usize) {
-        *c += 1;
-        worker.vip_bytes[r.vip as usize] += len;
-    }
-    if let Some(c) = worker.backend_packets.get_mut(r.backend as usize) {
-        *c += 1;
-        worker.backend_bytes[r.backend as usize] += len;
-    }
+    count_return(worker, r.vip as usize, r.backend as usize, len);
     if R::ON {
         rec.decision(reverse_decision(
             tables, ct, ip, l4, &rk, &r, client, gw, now,
@@ -239,6 +247,18 @@ fn proxy_answered(
     };
     ct.set_carry(id, carry);
     synproxy::backend_answered(frame, worker, ip, l4, (p, open), &n)
+}
+
+/// A return frame of `len` bytes in its VIP's and backend's counters.
+fn count_return(worker: &mut WorkerState, vip: usize, backend: usize, len: u64) {
+    if let Some(c) = worker.vip_packets.get_mut(vip) {
+        *c += 1;
+        worker.vip_bytes[vip] += len;
+    }
+    if let Some(c) = worker.backend_packets.get_mut(backend) {
+        *c += 1;
+        worker.backend_bytes[backend] += len;
+    }
 }
 
 /// The hash that picks a multipath route's next hop for return traffic: the received

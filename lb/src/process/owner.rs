@@ -198,6 +198,8 @@ mod tests {
             udp_one_packet: false,
             outbound: None,
             tenant_vni: None,
+            quic_lb: None,
+            acl: Default::default(),
         }];
         Tables::build(&c, &|_, _| true, 1).expect("tables")
     }

@@ -50,6 +50,10 @@ pub(super) fn arrive(
         return None;
     }
     let (at, ip, l4, vip) = inner(frame.data(), tables, outer)?;
+    // The tenant's lists judge the inner source; a denied frame is dropped as it came.
+    if !tables.vips[vip as usize].admits(ip.src) {
+        return Some(worker.drop(super::DropReason::Denied));
+    }
     // The frame is the tenant's inner Ethernet frame from here on.
     frame.pull_front(at).ok()?;
     let len = frame.len() as u64;

@@ -127,6 +127,8 @@ pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
         udp_one_packet: false,
         outbound: None,
         tenant_vni: None,
+        quic_lb: None,
+        acl: Default::default(),
     }];
     c
 }

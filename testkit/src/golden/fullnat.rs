@@ -38,7 +38,12 @@ pub(super) fn fnat4_given() -> Given {
 }
 
 /// `p` as FullNAT forwards it: from `local:lport`, to `backend:port`, TTL - 1.
-fn to_backend(p: &Pkt, mac: [u8; 6], local: (&str, u16), backend: (&str, u16)) -> Vec<u8> {
+pub(super) fn to_backend(
+    p: &Pkt,
+    mac: [u8; 6],
+    local: (&str, u16),
+    backend: (&str, u16),
+) -> Vec<u8> {
     let out = p.clone().sport(local.1).dport(backend.1).macs(mac, OUR_MAC);
     out.src(local.0).dst(backend.0).ttl(p.ttl - 1).build()
 }

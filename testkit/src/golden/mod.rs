@@ -9,6 +9,7 @@
 //! test. The rows are grouped by what they show, one file each; [`fixtures`] lists them
 //! all, in a fixed order, for the tests, the benches and the XDP flow-cache parity test.
 
+mod acl;
 pub mod build;
 mod clientaddr;
 mod dr;
@@ -215,7 +216,7 @@ type Row = fn(&Tables) -> Fixture;
 /// Every fixture, in a fixed order (the digests in `tests/golden_digests.txt` follow it).
 pub fn fixtures() -> Vec<Fixture> {
     let t = tables();
-    let groups: [&[Row]; 16] = [
+    let groups: [&[Row]; 17] = [
         nat::ROWS,
         fullnat::ROWS,
         dr::ROWS,
@@ -231,6 +232,7 @@ pub fn fixtures() -> Vec<Fixture> {
         outbound::ROWS,
         tenant::ROWS,
         teardown::ROWS,
+        acl::ROWS,
         synproxy::ROWS,
     ];
     groups

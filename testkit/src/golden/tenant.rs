@@ -27,7 +27,7 @@ pub(super) const ROWS: &[super::Row] = &[
 
 /// The tenants' gateway (its VTEP) and the appliance's own address it sends to.
 const GW4: &str = "10.0.0.200";
-const US4: &str = "10.0.0.254";
+pub(super) const US4: &str = "10.0.0.254";
 const GW6: &str = "2001:db8:a::200";
 const US6: &str = "2001:db8:a::fe";
 /// The gateway's MAC inside the tunnel (the inner frame's source).
@@ -40,14 +40,14 @@ const VIP6: &str = "2001:db8::40";
 const I_FLAG: u8 = 0x08;
 
 /// A client's TCP segment to VIP:`dport` inside the tenant's network.
-fn inner(v6: bool, dport: u16, flags: u8) -> Pkt {
+pub(super) fn inner(v6: bool, dport: u16, flags: u8) -> Pkt {
     let (c, v) = if v6 { (CLIENT6, VIP6) } else { (CLIENT4, VIP4) };
     let payload: &[u8] = if flags & SYN != 0 { b"" } else { b"GET /" };
     Pkt::new(c, v, TCP, tcp(40000, dport, flags, 77, payload)).macs(OUR_MAC, GW_INNER_MAC)
 }
 
 /// `inner`'s whole Ethernet frame in VXLAN from the gateway to `to` (UDP 4789).
-fn arrival(to: &str, vni: u32, flags: u8, inner: &Pkt) -> Vec<u8> {
+pub(super) fn arrival(to: &str, vni: u32, flags: u8, inner: &Pkt) -> Vec<u8> {
     let gw = if ip(to).is_ipv6() { GW6 } else { GW4 };
     let mut body = vec![flags, 0, 0, 0];
     body.extend_from_slice(&(vni << 8).to_be_bytes());

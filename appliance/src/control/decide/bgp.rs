@@ -9,6 +9,7 @@ use super::out::Out;
 use crate::config::{self, Vip};
 use crate::control::announce::{self, Wanted};
 use crate::control::effect::Effect;
+use crate::control::events::Kind;
 use crate::control::input::Now;
 use crate::control::prepare;
 use crate::control::state::State;
@@ -27,6 +28,19 @@ pub(super) fn sync_bgp(st: &State, now: &Now, out: &mut Out) {
         wanted,
         initial_done,
     });
+}
+
+/// Connection sync caught up: the VIPs may be announced now.
+pub(super) fn sync_caught_up(st: &mut State, now: &Now, out: &mut Out) {
+    if !st.sync_hold {
+        return;
+    }
+    st.sync_hold = false;
+    out.event(
+        Kind::Bgp,
+        "sync: caught up with the peers' flows; announcing".to_string(),
+    );
+    sync_bgp(st, now, out);
 }
 
 /// The BGP decision for the running tables: a VIP is wanted once the tables can serve it
@@ -48,9 +62,10 @@ pub fn announcements(
             })
     };
     let mut wanted = announce::wanted(&st.config, tables, &settled);
-    if st.fleet_hold || !st.datapath_faults.is_empty() {
+    if st.fleet_hold || st.sync_hold || !st.datapath_faults.is_empty() {
         // A fleet member that came back behind the fleet catches up before it announces;
-        // a datapath that does not forward on every interface attracts nothing.
+        // so does an appliance that does not have its peers' flows yet (`crate::sync`); a
+        // datapath that does not forward on every interface attracts nothing.
         wanted.clear();
     }
     let all_settled = !settling || st.config.vips.iter().all(settled);
@@ -81,26 +96,7 @@ mod tests {
     use super::*;
     use crate::control::decide::tests::state;
 
-    const CFG: &str = r#"
-[appliance]
-name = "lb1"
-interfaces = ["eth0"]
-
-[bgp]
-asn = 65001
-router_id = "192.0.2.1"
-[[bgp.peer]]
-address = "192.0.2.254"
-asn = 65000
-
-[[vip]]
-name = "web"
-address = "192.0.2.10"
-port = 80
-[[vip.backend]]
-address = "10.1.0.11"
-port = 8080
-"#;
+    use crate::control::decide::tests::ONE_BACKEND as CFG;
 
     #[test]
     fn a_vip_is_wanted_while_it_can_serve_and_no_operator_withdrew_it() {

@@ -64,26 +64,7 @@ mod tests {
     use crate::control::input::Input;
     use crate::datapath::{AttachMode, LinkState, WatchEvent};
 
-    const CFG: &str = r#"
-[appliance]
-name = "lb1"
-interfaces = ["eth0"]
-
-[bgp]
-asn = 65001
-router_id = "192.0.2.1"
-[[bgp.peer]]
-address = "192.0.2.254"
-asn = 65000
-
-[[vip]]
-name = "web"
-address = "192.0.2.10"
-port = 80
-[[vip.backend]]
-address = "10.1.0.11"
-port = 8080
-"#;
+    use crate::control::decide::tests::ONE_BACKEND as CFG;
 
     fn report(state: LinkState) -> WatchReport {
         WatchReport {

@@ -123,7 +123,10 @@ pub(super) fn tick(st: &mut State, now: &Now, out: &mut Out) {
         return;
     };
     if f.connected {
-        let actions = f.member.on_view(&f.view, now.wall_ms);
+        let mut actions = f.member.on_view(&f.view, now.wall_ms);
+        // The tables' digest goes to etcd within a second of a commit, so `sluice fleet
+        // status` compares the members' tables without asking each one.
+        actions.extend(f.member.tables_are(&fingerprint(&st.tables)));
         f.actions.extend(actions);
         drive(st, now, out);
     }

@@ -67,6 +67,7 @@ pub fn handle(st: &mut State, input: Input, now: &Now) -> Vec<Effect> {
         Input::Staged(s) => commit::staged(st, now, o, s),
         Input::Datapath { report, stats } => datapath::seen(st, now, o, report, stats),
         Input::Terminate(signal) => watch::terminate(st, o, signal),
+        Input::SyncCaughtUp => bgp::sync_caught_up(st, now, o),
     }
     go_on(st, now, &mut out);
     out.effects

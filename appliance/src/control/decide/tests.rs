@@ -43,6 +43,28 @@ pub(crate) fn state(text: &str) -> State {
     state_at(text, Instant::now())
 }
 
+/// One VIP of one backend, and a BGP peer (the BGP and datapath-watch decisions' tests).
+pub(crate) const ONE_BACKEND: &str = r#"
+[appliance]
+name = "lb1"
+interfaces = ["eth0"]
+
+[bgp]
+asn = 65001
+router_id = "192.0.2.1"
+[[bgp.peer]]
+address = "192.0.2.254"
+asn = 65000
+
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+[[vip.backend]]
+address = "10.1.0.11"
+port = 8080
+"#;
+
 /// One VIP of two NAT backends behind a TCP check, and a BGP peer.
 const BASE: &str = r#"
 [appliance]
@@ -765,7 +787,52 @@ const ROWS: &[Row] = &[
         }],
         check: |st| assert!(st.withdrawn.is_empty()),
     },
+    Row {
+        name: "with [sync], the VIPs wait for the peers' flows before they are announced",
+        config: with_sync,
+        speaker: true,
+        steps: &[
+            Step {
+                at: 0,
+                input: ups,
+                effects: &[
+                    "count health transitions",
+                    "event health: tcp tcp 10.1.0.11:8080: down -> up (connected)",
+                    "count health transitions",
+                    "event health: tcp tcp 10.1.0.12:8080: down -> up (connected)",
+                ],
+            },
+            Step {
+                at: 10,
+                input: |_| Input::HealthDue,
+                effects: &[
+                    "publish version 2",
+                    "event commit: version 2: health: 2 transitions",
+                    "announce [] (initial done)",
+                    "view",
+                    "count health commits",
+                ],
+            },
+            Step {
+                at: 20,
+                input: |_| Input::SyncCaughtUp,
+                effects: &[
+                    "event bgp: sync: caught up with the peers' flows; announcing",
+                    "announce [192.0.2.10] (initial done)",
+                ],
+            },
+        ],
+        check: |st| assert!(!st.sync_hold),
+    },
 ];
+
+/// `BASE` with connection sync.
+fn with_sync() -> String {
+    format!(
+        "{BASE}\n[sync]\nlisten = \"10.0.0.11:7946\"\npeers = [\"10.0.0.12:7946\"]\n\
+         key_file = \"/etc/sluice/sync.key\"\n"
+    )
+}
 
 /// `BASE` with another ASN: the speaker restarts.
 fn other_asn() -> String {
@@ -866,6 +933,7 @@ fn flood_tick(cpus: u32, full: u64) -> Input {
             workers: Vec::new(),
             interfaces: Vec::new(),
             steer,
+            acl_drops: Default::default(),
         }),
         peers: Vec::new(),
         drops: 0,

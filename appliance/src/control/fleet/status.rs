@@ -51,6 +51,7 @@ pub fn status(p: Parts<'_>, me: &str, announcing: bool, fingerprint: &str) -> Fl
             running: m.running,
             sync_lag_ms: m.sync_lag_ms,
             error: m.error.clone(),
+            table_fingerprint: m.fingerprint.clone(),
         })
         .collect();
     FleetStatus {
@@ -63,13 +64,14 @@ pub fn status(p: Parts<'_>, me: &str, announcing: bool, fingerprint: &str) -> Fl
         config_revision: v.config.as_ref().map_or(0, |c| c.revision),
         activated_revision: v.activated(),
         running_revision: p.running,
-        refused: p
-            .refused
-            .filter(|(r, _)| v.activated() < *r)
-            .map(|(revision, by)| Refusal {
-                revision: *revision,
-                by: by.clone(),
-            }),
+        refused: refusal(v).or_else(|| {
+            p.refused
+                .filter(|(r, _)| v.activated() < *r)
+                .map(|(revision, by)| Refusal {
+                    revision: *revision,
+                    by: by.clone(),
+                })
+        }),
         activation_spread_ms: spread(v),
         disagreements: disagreements(p.verdicts),
         members,
@@ -78,6 +80,23 @@ pub fn status(p: Parts<'_>, me: &str, announcing: bool, fingerprint: &str) -> Fl
         running_from_disk: p.from_disk,
         last_good_errors: p.last_good_errors,
     }
+}
+
+/// The live members that refused the newest pushed revision, whether or not it was
+/// activated (a member that reported after the activation timeout, or rejoined with a file
+/// that contradicts the fleet, refuses an activated revision and keeps running its own).
+pub fn refusal(v: &View) -> Option<Refusal> {
+    let pushed = v.config.as_ref()?.revision;
+    let by: Vec<(String, String)> = v
+        .members
+        .iter()
+        .filter(|(_, m)| m.prepared == pushed && m.readiness == Readiness::Refused)
+        .map(|(n, m)| (n.clone(), m.error.clone().unwrap_or_default()))
+        .collect();
+    (!by.is_empty()).then_some(Refusal {
+        revision: pushed,
+        by,
+    })
 }
 
 /// First to last switch to the activated revision, once every live member runs it.
@@ -119,6 +138,7 @@ mod tests {
             running,
             activated_at_ms: at,
             sync_lag_ms: Some(3),
+            fingerprint: String::new(),
         }
     }
 
@@ -173,5 +193,51 @@ mod tests {
         assert!(s.stale);
         assert_eq!((s.activated_revision, s.running_revision), (5, 5));
         assert_eq!(s.members.len(), 2);
+    }
+
+    #[test]
+    fn a_refusal_of_an_activated_revision_is_reported() {
+        let mut v = View {
+            config: Some(::fleet::view::ConfigAt {
+                revision: 9,
+                text: String::new(),
+            }),
+            activation: Some(Activation {
+                revision: 9,
+                by: "lb1".into(),
+                at_ms: 100,
+                all_ready: false,
+            }),
+            ..View::default()
+        };
+        v.members.insert("lb1".into(), member(9, 1_000));
+        let mut late = member(8, 900);
+        late.prepared = 9;
+        late.readiness = Readiness::Refused;
+        late.error = Some("vip \"web\".address: contradicts the fleet".into());
+        v.members.insert("lb3".into(), late);
+        let verdicts = BTreeMap::new();
+        let s = status(
+            Parts {
+                name: "edge",
+                view: &v,
+                connected: true,
+                stale_for: None,
+                last_error: None,
+                running: 9,
+                verdicts: &verdicts,
+                refused: None,
+                from_disk: false,
+                last_good_errors: 0,
+            },
+            "lb1",
+            true,
+            "00",
+        );
+        let r = s
+            .refused
+            .expect("lb3's refusal of the activated revision 9 is shown");
+        assert_eq!(r.revision, 9);
+        assert_eq!(r.by[0].0, "lb3");
     }
 }

@@ -241,9 +241,38 @@ mod tests {
         }
     }
 
+    /// The committed format-1 bundle of [`sample`]: what a release of this format hands the
+    /// next one (an upgrade reads it), so a build that changes the layout without a new
+    /// format number fails here.
+    const FORMAT_1: &str = include_str!("format1.hex");
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    #[test]
+    fn a_format_1_bundle_of_an_earlier_release_still_reads_the_same() {
+        let bytes = unhex(FORMAT_1);
+        assert_eq!(Bundle::decode(&bytes), Ok(sample()));
+        assert_eq!(sample().encode(), bytes, "the layout of format 1 changed");
+    }
+
     #[test]
     fn a_bundle_survives_its_bytes() {
         let b = sample();
+        if std::env::var_os("SLUICE_WRITE_FORMAT_FIXTURE").is_some() {
+            let hex: Vec<String> = b
+                .encode()
+                .chunks(32)
+                .map(|c| c.iter().map(|x| format!("{x:02x}")).collect())
+                .collect();
+            std::fs::write("src/control/takeover/format1.hex", hex.join("\n") + "\n")
+                .expect("write the fixture");
+        }
         assert_eq!(Bundle::decode(&b.encode()), Ok(b.clone()));
         assert_eq!(b.flows(), 3);
     }

@@ -59,6 +59,16 @@ pub enum TakeoverError {
     Timeout,
     #[error("the running appliance refused the hand-over: {0}")]
     Refused(String),
+    #[error(
+        "an appliance already runs on {0} (stop it first, or start with --takeover to take its connections over)"
+    )]
+    AlreadyRunning(String),
+    #[error("cannot listen for a takeover on {path}: {source}")]
+    Listen {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The hand-over socket for the API socket at `api_socket`.
@@ -213,12 +223,16 @@ pub enum Asked {
 pub type Offer = (tokio::task::JoinHandle<()>, mpsc::Receiver<Asked>);
 
 /// Listens for a new process on `path` (created root-only beside the API socket); each
-/// request reaches the loop through the returned channel.
+/// request reaches the loop through the returned channel. `replace`: this process took over
+/// from the one that listened there, whose listener may outlive the end of the hand-over by
+/// a moment (it closes with that process's exit, not before its stream): the path is taken
+/// without asking who answers on it.
 pub fn listen(
     path: &Path,
+    replace: bool,
 ) -> std::io::Result<(tokio::task::JoinHandle<()>, mpsc::Receiver<Asked>)> {
     if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        if !replace && std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
                 format!("{}: another appliance listens there", path.display()),
@@ -293,5 +307,114 @@ async fn serve(mut s: UnixStream, loop_tx: &mpsc::Sender<Asked>) {
             std::future::pending::<()>().await;
         }
         return;
+    }
+}
+
+// ---- a restart under systemd: the hand-over through a file ----
+
+/// The file a process stopped for a restart leaves its state in, beside the API socket (in
+/// the image: `/run/sluice`, kept across `systemctl restart` by
+/// `RuntimeDirectoryPreserve=restart`).
+pub fn file_path(api_socket: &Path) -> PathBuf {
+    let mut s = api_socket.as_os_str().to_owned();
+    s.push(".handover");
+    PathBuf::from(s)
+}
+
+/// The test hook that makes SIGTERM hand over through the file as a restart would.
+pub const ON_TERM_ENV: &str = "SLUICE_TEST_HANDOVER_ON_TERM";
+
+/// Whether this SIGTERM is the stop half of a restart, after which a new process starts on
+/// the same config: under systemd, a `restart` job of this process's unit is running (what
+/// `systemctl restart` makes); or the test hook is set.
+pub fn restarting() -> bool {
+    if std::env::var_os(ON_TERM_ENV).is_some() {
+        return true;
+    }
+    if std::env::var_os("INVOCATION_ID").is_none() {
+        return false;
+    }
+    let Some(unit) = own_unit() else { return false };
+    let out = std::process::Command::new("systemctl")
+        .args(["list-jobs", "--no-legend", "--plain", "--no-pager"])
+        .output();
+    let Ok(out) = out else { return false };
+    restart_job_of(&String::from_utf8_lossy(&out.stdout), &unit)
+}
+
+/// The unit whose cgroup this process is in (`sluice.service`).
+fn own_unit() -> Option<String> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    cg.lines()
+        .filter_map(|l| l.rsplit('/').next())
+        .find(|u| u.ends_with(".service"))
+        .map(str::to_string)
+}
+
+/// Whether `systemctl list-jobs` shows a restart job for `unit` (lines: id, unit, type,
+/// state).
+fn restart_job_of(list: &str, unit: &str) -> bool {
+    list.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 3 && f[1] == unit && f[2] == "restart"
+    })
+}
+
+/// Writes `bytes` to `path` whole or not at all (a temporary file renamed), root-only.
+pub fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restart_job_of_this_unit_is_told_from_others() {
+        let list = "1234 sluice.service restart running\n77 other.service restart waiting\n";
+        assert!(restart_job_of(list, "sluice.service"));
+        assert!(!restart_job_of(list, "nginx.service"));
+        let stop = "1234 sluice.service stop running\n";
+        assert!(!restart_job_of(stop, "sluice.service"));
+        assert!(!restart_job_of("", "sluice.service"));
+    }
+
+    #[test]
+    fn the_files_sit_beside_the_api_socket() {
+        let api = Path::new("/run/sluice/api.sock");
+        assert_eq!(socket_path(api), Path::new("/run/sluice/api.sock.takeover"));
+        assert_eq!(file_path(api), Path::new("/run/sluice/api.sock.handover"));
+    }
+
+    /// CI caught this: the process taken over still listened for a moment after the
+    /// hand-over's stream closed, and the new process refused to start its own offer.
+    #[tokio::test]
+    async fn a_process_that_took_over_takes_the_path_of_a_lingering_listener() {
+        let dir = std::env::temp_dir().join(format!("sluice-takeover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("api.sock.takeover");
+        let _ = std::fs::remove_file(&path);
+        let lingering = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let refused = listen(&path, false).err().map(|e| e.kind());
+        assert_eq!(refused, Some(std::io::ErrorKind::AddrInUse));
+        let (task, _asked) = listen(&path, true).expect("a takeover replaces the path");
+        drop(lingering);
+        // The path is this process's now: a client reaches the new listener.
+        tokio::net::UnixStream::connect(&path).await.unwrap();
+        task.abort();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

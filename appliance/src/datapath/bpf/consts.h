@@ -66,7 +66,14 @@ enum steer_counter : __u32 {
 	CNT_HELD = 7,	  // frames for the engine while no socket takes them and `hold` is set
 			  // (a hand-over between two processes, or a crashed one): dropped, never
 			  // the kernel's, which would reset their connections
-	CNT_MAX = 8,
+	CNT_DENIED = 8,	  // frames to a VIP whose allow and deny lists deny their source (acl.h)
+	CNT_MAX = 9,
+};
+
+// acl_val.verdict (acl.h).
+enum acl_verdict : __u8 {
+	ACL_ALLOW = 0,
+	ACL_DENY = 1,
 };
 
 // The slots of `cache_counters` (as `counters`): misses (owned frames that went to the engine), hits dropped
@@ -161,6 +168,8 @@ enum steer_limits {
 	BACKEND_SLOTS = 4096,
 	FRONT_BITS = 11, // the flow cache's front table: FRONT_SLOTS copies per family per CPU
 	FRONT_SLOTS = 1 << FRONT_BITS,
+	ACL_RULES = 65536,   // each family's trie (config MAX_ACL_RULES)
+	ACL_COUNTERS = 4096, // acl_drops: one slot per (VIP, list)
 };
 
 // ---- protocol constants -----------------------------------------------------------------

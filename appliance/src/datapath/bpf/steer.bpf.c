@@ -15,7 +15,8 @@
 // (every map and the counter bumps), parse.h (headers and the steering keys), tenant.h
 // (VXLAN tenant VIPs), csum.h, tx.h (how a frame leaves), flowcache.h with front.h (each
 // CPU's copies of the entries it hit) and carry.h (the client's address through FullNAT),
-// stateless.h (a DR VIP's answer from its Maglev ring) and flood.h.
+// stateless.h (a DR VIP's answer from its Maglev ring), flood.h and acl.h (a VIP's allow
+// and deny lists).
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -30,6 +31,7 @@
 #include "flowcache.h"
 #include "stateless.h"
 #include "flood.h"
+#include "acl.h"
 
 // Whether the running appliance holds the engine's frames (see maps.h `hold`).
 static __always_inline int held(void)
@@ -85,6 +87,9 @@ int sluice_steer(struct xdp_md *ctx)
 	if (tenant)
 		owned = 1;
 	else if ((vip = lookup(f.dst, f.dport, f.proto, KIND_VIP, f.family, f.has_ports))) {
+		// Who may reach the VIP, before flood mode's buckets or answer (acl.h).
+		if (acl_denied(&f, vip))
+			return XDP_DROP;
 		int act = flood_action(ctx, &f, vip);
 		if (act >= 0)
 			return act;

@@ -28,6 +28,7 @@ struct steer_val {
 				// keys: the port owner's backend slot (mode VMODE_DR), or NO_RING
 	enum vip_mode mode;
 	__u8 pad;
+	__u16 acl; // the id of the VIP's allow and deny lists in acl.h's tries; 0: none
 };
 
 struct vlan_hdr {

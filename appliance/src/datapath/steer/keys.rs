@@ -89,7 +89,7 @@ fn vni_bytes(vni: u32) -> [u8; 3] {
 
 /// The value of a `steer_keys` entry (bpf/structs.h `struct steer_val`): a VIP's mode, slot
 /// and stateless ring slot.
-fn steer_value(vip: Option<(Mode, u32, Option<u16>)>) -> [u8; steer_val::LEN] {
+fn steer_value(vip: Option<(Mode, u32, Option<u16>)>, acl: u16) -> [u8; steer_val::LEN] {
     let (mode, slot, ring) = match vip {
         None => (vip_mode::VMODE_NONE, 0, None),
         Some((m, slot, ring)) => {
@@ -106,6 +106,7 @@ fn steer_value(vip: Option<(Mode, u32, Option<u16>)>) -> [u8; steer_val::LEN] {
         vip: slot,
         ring: ring.map_or(vip_ring::NO_RING, vip_ring),
         mode,
+        acl,
         ..Default::default()
     }
     .to_bytes()
@@ -115,7 +116,7 @@ fn steer_value(vip: Option<(Mode, u32, Option<u16>)>) -> [u8; steer_val::LEN] {
 /// slot and, for a DR VIP, the owner's backend slot in `ring` with mode DR (the program
 /// forwards the answer itself); otherwise no mode, and the frame goes to the engine.
 pub(super) fn return_entries(k: &ReturnKey) -> Vec<(SteerKey, [u8; steer_val::LEN])> {
-    let none = steer_value(None);
+    let none = steer_value(None, 0);
     match *k {
         ReturnKey::Backend { addr, port, proto } => SteerKey::pair(addr, port, proto, KIND_BACKEND)
             .map(|k| (k, none))
@@ -132,7 +133,7 @@ pub(super) fn return_entries(k: &ReturnKey) -> Vec<(SteerKey, [u8; steer_val::LE
         } => {
             let key = SteerKey::new(addr, port, proto.number(), KIND_OUTBOUND);
             let val = match owner {
-                Some(b) => steer_value(Some((Mode::Dr, vip, Some(b)))),
+                Some(b) => steer_value(Some((Mode::Dr, vip, Some(b))), 0),
                 None => none,
             };
             vec![(key, val)]
@@ -143,8 +144,12 @@ pub(super) fn return_entries(k: &ReturnKey) -> Vec<(SteerKey, [u8; steer_val::LE
 /// The `steer_keys` entries of one VIP whose stateless ring slot is `ring`: its key with its
 /// address-only twin, or for a tenant VIP the one key that matches inside VXLAN (no twin,
 /// nothing in the underlay, where the tenant's address means nothing).
-pub(super) fn vip_entries(v: &VipKey, ring: Option<u16>) -> Vec<(SteerKey, [u8; steer_val::LEN])> {
-    let val = steer_value(Some((v.mode, v.slot, ring)));
+pub(super) fn vip_entries(
+    v: &VipKey,
+    ring: Option<u16>,
+    acl: u16,
+) -> Vec<(SteerKey, [u8; steer_val::LEN])> {
+    let val = steer_value(Some((v.mode, v.slot, ring)), acl);
     match v.tenant_vni {
         Some(vni) => vec![(SteerKey::tenant(vni, v.addr, v.port, v.proto), val)],
         None => SteerKey::pair(v.addr, v.port, v.proto, KIND_VIP)
@@ -157,7 +162,7 @@ pub(super) fn vip_entries(v: &VipKey, ring: Option<u16>) -> Vec<(SteerKey, [u8; 
 pub(super) fn host_entry(addr: IpAddr) -> (SteerKey, [u8; steer_val::LEN]) {
     (
         SteerKey::new(addr, 0, 0, KIND_HOST | KIND_ADDR),
-        steer_value(None),
+        steer_value(None, 0),
     )
 }
 

@@ -81,9 +81,37 @@ impl Options {
     }
 }
 
-/// The appliance's secret: one per process, drawn at start, shared by its workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The appliance's secret, shared by its workers (and kept for the next process: the
+/// appliance's `control::cookie_secret`). Its `Debug` does not print it.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct CookieKey(pub [u64; 2]);
+
+impl std::fmt::Debug for CookieKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CookieKey(..)")
+    }
+}
+
+impl CookieKey {
+    /// The key from its 16 bytes (two little-endian words).
+    pub fn from_bytes(b: [u8; 16]) -> CookieKey {
+        let (lo, hi) = b.split_at(8);
+        let word = |x: &[u8]| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(x);
+            u64::from_le_bytes(w)
+        };
+        CookieKey([word(lo), word(hi)])
+    }
+
+    /// The key's 16 bytes.
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.0[0].to_le_bytes());
+        b[8..].copy_from_slice(&self.0[1].to_le_bytes());
+        b
+    }
+}
 
 /// The period `now` falls in.
 #[inline]

@@ -71,11 +71,12 @@ impl Ask {
 }
 
 /// What the proxy takes of VIP `v`'s TCP segments: SYNs while it answers them (always, or
-/// in flood mode), ACKs whenever it may have answered (a cookie outlives flood mode by up
-/// to two minutes). Tenant VIPs are left alone: their clients are behind VXLAN, where the
-/// appliance originates nothing.
+/// in flood mode), ACKs while it may have answered (`cookies_out`: flood mode is on, or a
+/// cookie this appliance made may still come back, see [`WorkerState::cookies_out`]), so
+/// that without a flood a flow-less ACK costs no cookie check. Tenant VIPs are left alone:
+/// their clients are behind VXLAN, where the appliance originates nothing.
 #[inline(always)]
-pub(super) fn ask(v: &VipEntry, ip: &Ip, flood: bool) -> Ask {
+pub(super) fn ask(v: &VipEntry, ip: &Ip, flood: bool, cookies_out: bool) -> Ask {
     if ip.proto != IpProtocol::TCP || ip.zone != 0 || !matches!(v.mode, Mode::Nat | Mode::FullNat) {
         return Ask::NONE;
     }
@@ -83,7 +84,7 @@ pub(super) fn ask(v: &VipEntry, ip: &Ip, flood: bool) -> Ask {
         SynProxy::Off => Ask::NONE,
         SynProxy::Flood => Ask {
             syn: flood,
-            ack: true,
+            ack: flood || cookies_out,
         },
         SynProxy::Always => Ask {
             syn: true,
@@ -180,6 +181,7 @@ pub(super) fn answer(
     };
     let o = syn_options(frame.data(), ip);
     let cookie = cookie::make(&worker.cookie_key, key, l4.seq, o, now);
+    worker.cookie_made(now);
     let mut opts = [0u8; 12];
     let len = handshake_options(o, OUR_WSCALE, &mut opts);
     let syn_ack = TcpRepr {

@@ -1,0 +1,181 @@
+//! `sluice fleet` as an operator uses it against a real three-member etcd cluster (Debian's
+//! etcd-server, on the loopback of a namespace the test creates), with no appliance running:
+//! member reports are written with etcdctl as members write them. It checks what the fleet
+//! chapter of the manual promises: `--json` and `--config` are taken before or after the
+//! subcommand; the status document names the member whose file was given, with the revision
+//! it runs and its tables' digest as it reported them; a push that does not validate names
+//! the pushed file, and each of its errors once; a member that refused a revision the others
+//! activated is reported in `refused` and in the table. Needs root, etcd-server and
+//! etcd-client.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use lab::etcd::EtcdCluster;
+use lab::netns::Netns;
+use lab::testing::{Said, TempDir};
+
+/// Client ports 23900, 23910, 23920 (peers one above): apart from tests/fleet.rs's.
+const ETCD_PORT: u16 = 23900;
+const FLEET: &str = "dcf";
+const DIGEST: &str = "00c0ffee12345678";
+
+const GOOD: &str = r#"
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+mode = "dr"
+
+[[vip.backend]]
+address = "10.1.0.11"
+"#;
+
+const BAD: &str = r#"
+[[vip]]
+name = "web"
+address = "192.0.2.10"
+port = 80
+mode = "dr"
+scheduler = "fastest"
+
+[[vip.backend]]
+address = "10.1.0.11"
+weight = 70000
+"#;
+
+fn sluice(ns: &Netns, args: &[&str]) -> Said {
+    lab::sluice!().inside(ns).run(args)
+}
+
+fn put(etcd: &EtcdCluster, ns: &Netns, key: &str, value: &str) {
+    let out = etcd
+        .ctl(ns, &["put", &format!("/sluice/{FLEET}/{key}"), value])
+        .unwrap_or_else(|e| panic!("etcdctl put {key}: {e}"));
+    assert!(out.status.success(), "etcdctl put {key}: {out:?}");
+}
+
+fn member_file(dir: &Path, endpoints: &[String]) -> String {
+    let eps: Vec<String> = endpoints.iter().map(|e| format!("{e:?}")).collect();
+    format!(
+        "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n[api]\nsocket = \"{}\"\n\n\
+         [fleet]\nname = \"{FLEET}\"\nendpoints = [{}]\nstate_dir = \"{}\"\n",
+        dir.join("api.sock").display(),
+        eps.join(", "),
+        dir.display()
+    )
+}
+
+#[test]
+fn fleet_status_and_push_say_what_an_operator_needs() {
+    lab::netns::require_root();
+    let ns = Netns::new("dc");
+    let tmp = TempDir::new("dc-fleet-cli");
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    let etcd_dir = tmp.dir().join("etcd");
+    std::fs::create_dir_all(&etcd_dir).expect("etcd dir");
+    let etcd =
+        EtcdCluster::start(&ns, ip, ETCD_PORT, &etcd_dir).unwrap_or_else(|e| panic!("etcd: {e}"));
+    let member = tmp.dir().join("lb1.toml");
+    std::fs::write(&member, member_file(tmp.dir(), &etcd.endpoints())).expect("member file");
+    let m = member.to_string_lossy().into_owned();
+    let bad = tmp.dir().join("bad-fleet.toml");
+    std::fs::write(&bad, BAD).expect("bad file");
+    let good = tmp.dir().join("fleet.toml");
+    std::fs::write(&good, GOOD).expect("good file");
+
+    // A bad push names the pushed file, and each error once.
+    let said = sluice(
+        &ns,
+        &["fleet", "--config", &m, "push", &bad.to_string_lossy()],
+    );
+    assert!(!said.ok(), "a bad file is not pushed: {said:?}");
+    let first = said.stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("sluice fleet: {}: not pushed", bad.display())),
+        "the first line names the pushed file: {}",
+        said.stderr
+    );
+    for e in ["\"fastest\" is not one of", "70000 is out of range"] {
+        assert_eq!(
+            said.stderr.matches(e).count(),
+            1,
+            "{e:?} once: {}",
+            said.stderr
+        );
+    }
+
+    // A good push, then lb1 running it and lb3 refusing it after the activation.
+    let said = sluice(
+        &ns,
+        &["fleet", "push", &good.to_string_lossy(), "--config", &m],
+    );
+    assert!(said.ok(), "push: {said:?}");
+    let rev: u64 = said
+        .stdout
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("pushed ... as revision R: {:?}", said.stdout));
+    put(
+        &etcd,
+        &ns,
+        "members/lb1",
+        &format!(
+            r#"{{"prepared":{rev},"readiness":"ready","running":{rev},"activated_at_ms":5,"sync_lag_ms":3,"fingerprint":"{DIGEST}"}}"#
+        ),
+    );
+    put(
+        &etcd,
+        &ns,
+        "members/lb3",
+        &format!(
+            r#"{{"prepared":{rev},"readiness":"refused","error":"vip \"web\".address: contradicts the fleet","running":0}}"#
+        ),
+    );
+    put(
+        &etcd,
+        &ns,
+        "activate",
+        &format!(r#"{{"revision":{rev},"by":"lb1","at_ms":2,"all_ready":false}}"#),
+    );
+
+    // --json before and after the subcommand, --config after it.
+    let before = sluice(&ns, &["fleet", "--json", "--config", &m, "status"]);
+    let after = sluice(&ns, &["fleet", "status", "--json", "--config", &m]);
+    assert!(before.ok() && after.ok(), "{before:?}\n{after:?}");
+    let doc: api::FleetStatus = serde_json::from_str(&after.stdout)
+        .unwrap_or_else(|e| panic!("status --json: {e}: {}", after.stdout));
+    let doc_before: api::FleetStatus = serde_json::from_str(&before.stdout).expect("json");
+    assert_eq!(doc, doc_before, "the same document either way");
+    assert_eq!(doc.member, "lb1", "the member whose file was given");
+    assert_eq!(doc.running_revision, rev, "lb1 runs the pushed revision");
+    assert_eq!(
+        doc.table_fingerprint, DIGEST,
+        "lb1's tables as it reported them"
+    );
+    let lb1 = doc.members.iter().find(|x| x.name == "lb1").expect("lb1");
+    assert_eq!(lb1.table_fingerprint, DIGEST);
+    let refused = doc.refused.as_ref().unwrap_or_else(|| {
+        panic!("lb3's refusal of the activated revision is in `refused`: {doc:?}")
+    });
+    assert_eq!(refused.revision, rev);
+    assert_eq!(refused.by[0].0, "lb3");
+
+    let table = sluice(&ns, &["fleet", "status", "--config", &m]);
+    assert!(table.ok(), "{table:?}");
+    assert!(
+        table.stdout.contains(&format!(
+            "revision {rev} refused by lb3: vip \"web\".address"
+        )),
+        "{}",
+        table.stdout
+    );
+    assert!(
+        table.stdout.contains("activated on the others"),
+        "{}",
+        table.stdout
+    );
+    assert!(table.stdout.contains(DIGEST), "{}", table.stdout);
+}
