@@ -7,9 +7,11 @@
 //! packet has a fresh client address, so every call runs the Maglev lookup and a connection
 //! table insert; the table is emptied outside the timed region whenever it fills.
 //! ACKs without a flow (`process_ack_no_flow`): what a blind ACK (or one of a flow whose
-//! entry is gone) costs a NAT or FullNAT TCP VIP with `syn_proxy = "off"` and with the
-//! default `"flood"` (flood mode off: the ACK is checked as a cookie first, then handled as
-//! without the proxy), side by side; no state is made either way.
+//! entry is gone) costs a NAT or FullNAT TCP VIP with `syn_proxy = "off"`, with the default
+//! `"flood"` while no cookie may come back (flood mode off and none made for two periods:
+//! the appliance's usual state, no cookie check), and with `"flood"` while cookies may come
+//! back (`flood/cookies_out`: the ACK is checked as a cookie first, then handled as without
+//! the proxy), side by side; no state is made either way.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -152,8 +154,16 @@ fn ack_no_flow(c: &mut Criterion) {
     let mut g = c.benchmark_group("process_ack_no_flow");
     g.throughput(Throughput::Elements(1));
     for (name, vip, client) in [CASES[0], CASES[2]] {
-        for (setting, proxy) in [("off", SynProxy::Off), ("flood", SynProxy::Flood)] {
+        for (setting, proxy, until) in [
+            ("off", SynProxy::Off, 0),
+            ("flood", SynProxy::Flood, 0),
+            ("flood_cookies_out", SynProxy::Flood, u64::MAX),
+        ] {
             let (mut t, mut ct, mut w) = golden::setup();
+            // As the appliance's workers run: the flood flag off, the shared time until
+            // which cookies may come back.
+            w.set_flood_flag(Default::default());
+            w.set_cookies_until(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(until)));
             let v = t
                 .vips
                 .iter()

@@ -59,6 +59,17 @@ fn read(file: &Path) -> Result<Option<CookieKey>, String> {
 }
 
 fn write(file: &Path, key: &CookieKey) -> std::io::Result<()> {
+    // The API socket's directory may not exist yet (the API creates it 0700 a moment later).
+    if let Some(dir) = file.parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.exists()
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
     let mut tmp = file.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
