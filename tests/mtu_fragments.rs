@@ -173,22 +173,6 @@ fn start_small_underlay() -> Lab {
     lab
 }
 
-/// CRC-32 (IEEE), as Python's `zlib.crc32` computes it.
-fn crc32(data: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in data {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0xedb8_8320
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
-}
-
 /// One HTTP/1.1 request with `body` (POST) or without (GET); the response body.
 fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Write};
@@ -256,7 +240,7 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
             "{vip}: download corrupted"
         );
         let up: Vec<u8> = (0..4u32 << 20).map(|i| (i * 13 + i / 509) as u8).collect();
-        let want = format!("{} {}", up.len(), crc32(&up));
+        let want = format!("{} {}", up.len(), lab::crc32(&up));
         let got = lab
             .from_client(move || http(vip, "POST", "/upload", &up))
             .expect("client thread")

@@ -111,22 +111,6 @@ fn start_nginx(lab: &Lab) -> Nginx {
     Nginx::start(&lab.backends[0], &dir, 256, &http, NGINX_PORT)
 }
 
-/// The CRC-32 (IEEE) the backend answers an upload with (Python's zlib.crc32).
-fn crc32(data: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in data {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0xedb8_8320
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
-}
-
 /// One request on a keep-alive connection; the answer's body.
 fn request(s: &mut TcpStream, head: &str, body: &[u8]) -> std::io::Result<Vec<u8>> {
     s.write_all(head.as_bytes())?;
@@ -189,7 +173,7 @@ fn exchange(s: &mut TcpStream, proxy_v2: bool, tag: &str) -> Result<(), String> 
     } else {
         let post =
             format!("POST /upload HTTP/1.1\r\nHost: lab\r\nContent-Length: {UPLOAD}\r\n\r\n");
-        let want = format!("{UPLOAD} {}", crc32(&up)).into_bytes();
+        let want = format!("{UPLOAD} {}", lab::crc32(&up)).into_bytes();
         (post, up, want)
     };
     let said = request(s, &head, &body).map_err(|e| format!("{tag} upload: {e}"))?;

@@ -163,7 +163,9 @@ fn ack_no_flow(c: &mut Criterion) {
             // As the appliance's workers run: the flood flag off, the shared time until
             // which cookies may come back.
             w.set_flood_flag(Default::default());
-            w.set_cookies_until(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(until)));
+            w.set_cookies_until(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(
+                until,
+            )));
             let v = t
                 .vips
                 .iter()

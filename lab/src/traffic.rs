@@ -21,6 +21,46 @@ pub fn blob() -> Vec<u8> {
         .collect()
 }
 
+/// CRC-32 (IEEE), as Python's `zlib.crc32` computes it: what the lab backend answers a
+/// `POST /upload` with.
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// `POST /upload` of `body` over a new connection: the backend's answer, `"<length> <crc32>"`
+/// (compare with [`crc32`]).
+pub fn upload(addr: SocketAddr, body: &[u8], timeout: Duration) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "POST /upload HTTP/1.1\r\nHost: lab\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    s.write_all(body)?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    Ok(String::from_utf8_lossy(&buf[split + 4..])
+        .trim()
+        .to_string())
+}
+
 /// One HTTP/1.1 GET over a new connection; returns the status and body.
 pub fn http_get(
     addr: SocketAddr,
