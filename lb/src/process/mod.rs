@@ -71,6 +71,7 @@ mod ratelimit;
 #[cfg(test)]
 mod record_tests;
 mod reset;
+mod standby;
 #[cfg(test)]
 mod standby_tests;
 mod synproxy;
@@ -402,37 +403,6 @@ pub struct WorkerState {
     standby: Option<Arc<crate::standby::Standby>>,
 }
 
-/// Imports the synced record `r` into `ct` unless its FullNAT port is another flow's here.
-fn take_standby(
-    sb: &crate::standby::Standby,
-    r: &crate::conntrack::FlowRecord,
-    tables: &Tables,
-    ct: &mut ConnTable,
-    now: u64,
-) -> Option<u32> {
-    let port_taken = r.snat.is_some_and(|(local, local_port)| {
-        let rk = crate::conntrack::RevKey {
-            proto: r.key.proto,
-            backend: r.backend.0,
-            backend_port: r.backend.1,
-            local,
-            local_port,
-        };
-        ct.lookup_rev(&rk, now)
-            .is_some_and(|id| ct.flow(id).key != r.key)
-    });
-    match (port_taken, ct.import(r, tables, now)) {
-        (false, Ok(id)) => {
-            sb.taken();
-            Some(id)
-        }
-        _ => {
-            sb.refused();
-            None
-        }
-    }
-}
-
 /// Identifies a VIP's pool as the schedulers see it: name, scheduler, and each backend's
 /// address, port, weight and eligibility, in slot order.
 fn pool_fingerprint(tables: &Tables, vip: usize) -> u64 {
@@ -485,88 +455,6 @@ impl WorkerState {
     /// Shares the appliance's persistence table with this worker.
     pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
         self.persist = Some(table);
-    }
-
-    /// Sets the SYN proxy's cookie secret (drawn once per appliance).
-    pub fn set_cookie_key(&mut self, key: CookieKey) {
-        self.cookie_key = key;
-    }
-
-    /// Shares the flag that says flood mode is on (the SYN proxy answers `"flood"` VIPs'
-    /// SYNs while it is set).
-    pub fn set_flood_flag(&mut self, flag: Arc<AtomicBool>) {
-        self.flood = Some(flag);
-    }
-
-    /// Whether flood mode is on.
-    #[inline(always)]
-    fn flood_on(&self) -> bool {
-        self.flood
-            .as_ref()
-            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
-    /// Shares the time until which cookies may come back (see [`WorkerState::cookies_out`]);
-    /// without it, a worker checks every flow-less ACK to a `"flood"` VIP.
-    pub fn set_cookies_until(&mut self, until: Arc<AtomicU64>) {
-        self.cookies_until = Some(until);
-    }
-
-    /// Whether an ACK without a flow may carry a cookie this appliance made: one was made
-    /// less than two cookie periods ago (a cookie is good for one to two periods), or the
-    /// process before this one may have made one (the control plane starts the window at a
-    /// takeover). A worker without the shared time checks always.
-    #[inline(always)]
-    fn cookies_out(&self, now: u64) -> bool {
-        self.cookies_until
-            .as_ref()
-            .is_none_or(|u| now < u.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
-    /// A cookie was made at `now`: ACKs are checked for two periods more. The shared word
-    /// is written at most once a second, so a SYN flood answered on every CPU does not
-    /// bounce its cache line.
-    #[inline(always)]
-    fn cookie_made(&self, now: u64) {
-        if let Some(u) = &self.cookies_until {
-            let until = now.saturating_add(2 * synproxy::cookie::PERIOD_NS);
-            let relaxed = std::sync::atomic::Ordering::Relaxed;
-            if u.load(relaxed) < until.saturating_sub(1_000_000_000) {
-                u.fetch_max(until, relaxed);
-            }
-        }
-    }
-
-    /// Shares the appliance's standby table (connection sync) with this worker.
-    pub fn set_standby(&mut self, table: Arc<crate::standby::Standby>) {
-        self.standby = Some(table);
-    }
-
-    /// The flow a peer synced for the client → VIP `key`, taken into `ct` as a flow of
-    /// `tables` (see [`crate::standby`]): its id, or `None` (nothing synced, or refused).
-    pub(crate) fn standby_flow(
-        &self,
-        key: &FlowKey,
-        tables: &Tables,
-        ct: &mut ConnTable,
-        now: u64,
-    ) -> Option<u32> {
-        let sb = self.standby.as_deref()?;
-        let r = sb.find(key, now)?;
-        take_standby(sb, &r, tables, ct, now)
-    }
-
-    /// [`WorkerState::standby_flow`] for a FullNAT return frame carrying `rk`.
-    pub(crate) fn standby_return(
-        &self,
-        rk: &crate::conntrack::RevKey,
-        tables: &Tables,
-        ct: &mut ConnTable,
-        now: u64,
-    ) -> Option<u32> {
-        let sb = self.standby.as_deref()?;
-        let r = sb.find_rev(rk, now)?;
-        take_standby(sb, &r, tables, ct, now)
     }
 
     /// The persistence table (a private one is made at first use if none was set).

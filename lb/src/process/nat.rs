@@ -153,20 +153,7 @@ pub(super) fn reverse<R: Record>(
     {
         super::catch_up(ct, id, rec);
     }
-    let found = if fullnat {
-        fullnat::reverse_flow(ct, ip, l4, &rk, now)
-            .or_else(|e| {
-                // A return frame of a flow a peer synced, before any of the client's.
-                worker
-                    .standby_return(&rk, tables, ct, now)
-                    .map(|id| from_flow(ct, id, ip, l4, now))
-                    .ok_or(e)
-            })
-            .map_err(|r| worker.drop(r))
-    } else {
-        nat_return(tables, ct, worker, ip, l4, &rk, now)
-    };
-    let r = match found {
+    let r = match return_flow(tables, ct, worker, ip, l4, &rk, fullnat, now) {
         Ok(r) => r,
         Err(v) => return v,
     };
@@ -214,6 +201,33 @@ pub(super) fn reverse<R: Record>(
         ));
     }
     worker.tx(gw.ifindex)
+}
+
+/// The flow of a return frame carrying `rk` (FullNAT: by its local address and port, else
+/// the NAT entry or the stateless answer).
+#[allow(clippy::too_many_arguments)]
+fn return_flow(
+    tables: &Tables,
+    ct: &mut ConnTable,
+    worker: &mut WorkerState,
+    ip: &Ip,
+    l4: &L4,
+    rk: &RevKey,
+    fullnat: bool,
+    now: u64,
+) -> Result<Return, Verdict> {
+    if !fullnat {
+        return nat_return(tables, ct, worker, ip, l4, rk, now);
+    }
+    fullnat::reverse_flow(ct, ip, l4, rk, now)
+        .or_else(|e| {
+            // A return frame of a flow a peer synced, before any of the client's.
+            worker
+                .standby_return(rk, tables, ct, now)
+                .map(|id| from_flow(ct, id, ip, l4, now))
+                .ok_or(e)
+        })
+        .map_err(|r| worker.drop(r))
 }
 
 const SYN_ACK: u8 = wire::tcp::flags::SYN | wire::tcp::flags::ACK;

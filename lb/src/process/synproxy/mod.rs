@@ -19,6 +19,8 @@
 pub mod cookie;
 
 use std::net::Ipv6Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use wire::{EtherType, IpProtocol, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr, tcp};
 
@@ -405,4 +407,58 @@ pub(super) fn shift_reverse(d: &mut [u8], ip: &Ip, l4: &L4, p: Proxied) {
         _ => return,
     };
     l4.csum.patch_delta(d, acc);
+}
+
+/// The worker's SYN-proxy state: the secret, the flood flag and the time until which
+/// cookies may come back, shared with the appliance's other workers.
+impl WorkerState {
+    /// Sets the SYN proxy's cookie secret (drawn once per appliance).
+    pub fn set_cookie_key(&mut self, key: CookieKey) {
+        self.cookie_key = key;
+    }
+
+    /// Shares the flag that says flood mode is on (the SYN proxy answers `"flood"` VIPs'
+    /// SYNs while it is set).
+    pub fn set_flood_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.flood = Some(flag);
+    }
+
+    /// Whether flood mode is on.
+    #[inline(always)]
+    pub(in crate::process) fn flood_on(&self) -> bool {
+        self.flood
+            .as_ref()
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Shares the time until which cookies may come back (see [`WorkerState::cookies_out`]);
+    /// without it, a worker checks every flow-less ACK to a `"flood"` VIP.
+    pub fn set_cookies_until(&mut self, until: Arc<AtomicU64>) {
+        self.cookies_until = Some(until);
+    }
+
+    /// Whether an ACK without a flow may carry a cookie this appliance made: one was made
+    /// less than two cookie periods ago (a cookie is good for one to two periods), or the
+    /// process before this one may have made one (the control plane starts the window at a
+    /// takeover). A worker without the shared time checks always.
+    #[inline(always)]
+    pub(in crate::process) fn cookies_out(&self, now: u64) -> bool {
+        self.cookies_until
+            .as_ref()
+            .is_none_or(|u| now < u.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// A cookie was made at `now`: ACKs are checked for two periods more. The shared word
+    /// is written at most once a second, so a SYN flood answered on every CPU does not
+    /// bounce its cache line.
+    #[inline(always)]
+    pub(in crate::process) fn cookie_made(&self, now: u64) {
+        if let Some(u) = &self.cookies_until {
+            let until = now.saturating_add(2 * cookie::PERIOD_NS);
+            let relaxed = std::sync::atomic::Ordering::Relaxed;
+            if u.load(relaxed) < until.saturating_sub(1_000_000_000) {
+                u.fetch_max(until, relaxed);
+            }
+        }
+    }
 }
