@@ -268,7 +268,14 @@ fn watch_routes(lab: &Lab) -> (Arc<AtomicBool>, std::thread::JoinHandle<(u32, u3
 }
 
 fn start(lab: &mut Lab) -> std::path::PathBuf {
-    let log = lab.start_appliance(lab::sluice!().path()).expect("start");
+    start_with(lab, lab::sluice!().path())
+}
+
+/// Starts `sluice` (the binary or a wrapper) and waits until the router has every VIP: the
+/// appliance announces them once their checks settled, and traffic before that finds no
+/// route (CI: a download sent too early never got its headers).
+fn start_with(lab: &mut Lab, sluice: &std::path::Path) -> std::path::PathBuf {
+    let log = lab.start_appliance(sluice).expect("start");
     let router = lab.router.name.clone();
     let all: Vec<IpAddr> = vips().into_iter().map(|(_, a)| a).collect();
     assert!(
@@ -469,7 +476,7 @@ fn restarting_sluice(lab: &Lab) -> std::path::PathBuf {
 fn a_restart_hands_over_through_its_file_and_a_wrong_format_starts_cold() {
     let mut lab = lab("tf");
     let sluice = restarting_sluice(&lab);
-    lab.start_appliance(&sluice).expect("start");
+    start_with(&mut lab, &sluice);
     let traffic = start_traffic(&lab, 80, 40, 80);
     std::thread::sleep(Duration::from_secs(1));
     assert!(lab.stop_appliance(), "clean exit on SIGTERM");
