@@ -46,6 +46,10 @@ pub(crate) struct BenchArgs {
     /// every round, next to the default run.
     #[arg(long, requires = "cps")]
     flood_off: bool,
+    /// --cps: also run this build with `syn_proxy = "always"` on the NAT VIP in every
+    /// round, next to the default run (what the SYN proxy's handshake costs).
+    #[arg(long, requires = "cps")]
+    syn_proxy: bool,
     /// --cps and --idle: queues per veth (the appliance runs one worker per queue).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     queues: u32,
@@ -68,6 +72,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         queues,
         baseline,
         flood_off,
+        syn_proxy,
         json,
     } = args;
     if baseline.is_some() && !idle && !cps && flows.is_none() {
@@ -94,6 +99,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
             queues,
             busy_poll,
             flood_off,
+            syn_proxy,
             baseline,
         })
     } else {
@@ -170,6 +176,32 @@ fn run_bench(mut mode: BenchMode, json: bool) -> ExitCode {
         Err(e) => {
             eprintln!("sluice bench: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, SynProxy};
+    use bench::CpsVariant;
+
+    /// Every variant of the connection-rate bench is a config the appliance takes, and only
+    /// `--syn-proxy`'s proxies the NAT VIP (the DR VIP cannot be).
+    #[test]
+    fn the_cps_bench_configs_are_valid_and_proxy_only_when_asked() {
+        let sock = std::path::Path::new("/run/bench/api.sock");
+        for (flood, syn_proxy) in [(true, false), (false, false), (true, true)] {
+            let v = CpsVariant { flood, syn_proxy };
+            let c = Config::from_toml_str(&bench::cps_config(sock, false, v))
+                .unwrap_or_else(|e| panic!("{v:?}: {e}"));
+            let nat = c.vips.iter().find(|v| v.name == "nat").expect("nat VIP");
+            let want = if syn_proxy {
+                SynProxy::Always
+            } else {
+                SynProxy::Flood
+            };
+            assert_eq!(nat.syn_proxy, want, "{v:?}");
+            assert_eq!(c.flood.enabled, flood, "{v:?}");
         }
     }
 }

@@ -67,22 +67,48 @@ pub struct CpsOptions {
     /// Also run Sluice with `[flood] enabled = false`, next to the default run in each
     /// round: what flood mode's shedding costs the one busy client address.
     pub flood_off: bool,
+    /// Also run Sluice with `syn_proxy = "always"` on the NAT VIP, next to the default run
+    /// in each round: what the SYN proxy's cookie handshake costs a connection.
+    pub syn_proxy: bool,
     /// Also run this other `sluice` binary (an older build) with the default settings in
     /// each round: before and after in one invocation.
     pub baseline: Option<PathBuf>,
 }
 
+/// How a Sluice run of the connection-rate bench is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    /// Flood mode on (the default); off adds `[flood] enabled = false`.
+    pub flood: bool,
+    /// The NAT VIP has `syn_proxy = "always"`.
+    pub syn_proxy: bool,
+}
+
+impl Variant {
+    /// The appliance's defaults.
+    pub const DEFAULT: Variant = Variant {
+        flood: true,
+        syn_proxy: false,
+    };
+}
+
 /// The `sluice run` configuration of the connection-rate bench: both VIPs on the one
-/// backend, two-arm on eth0 and eth1, no health check (nginx is up before the appliance);
-/// `flood = false` adds `[flood] enabled = false`.
-pub fn cps_config(api_socket: &Path, busy_poll: bool, flood: bool) -> String {
+/// backend, two-arm on eth0 and eth1, no health check (nginx is up before the appliance),
+/// as `variant` says.
+pub fn cps_config(api_socket: &Path, busy_poll: bool, variant: Variant) -> String {
     let vip = |name: &str, addr: Ipv4Addr, mode: &str| {
+        let proxy = if variant.syn_proxy && mode == "nat" {
+            "syn_proxy = \"always\"\n"
+        } else {
+            ""
+        };
         format!(
             "[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = {HTTP}\nprotocol = \"tcp\"\n\
-             scheduler = \"maglev\"\nmode = \"{mode}\"\n\
+             scheduler = \"maglev\"\nmode = \"{mode}\"\n{proxy}\
              [[vip.backend]]\naddress = \"{CPS_BACKEND}\"\nport = {HTTP}\n\n"
         )
     };
+    let flood = variant.flood;
     format!(
         "[appliance]\nname = \"bench-cps\"\ninterfaces = [\"eth0\", \"eth1\"]\nxdp_mode = \"auto\"\n\
          busy_poll = {busy_poll}\n\n[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n{}{}{}",
@@ -280,9 +306,9 @@ impl CpsBench {
         &mut self,
         sluice: &Path,
         busy_poll: bool,
-        flood: bool,
+        variant: Variant,
     ) -> Result<u32, BenchError> {
-        let config = cps_config(&self.api_socket(), busy_poll, flood);
+        let config = cps_config(&self.api_socket(), busy_poll, variant);
         let a = Appliance::start(&self.lb, sluice, &self.dir, &config)?;
         let pid = a.pid();
         self.appliance = Some(a);
@@ -375,16 +401,33 @@ impl CpsBench {
     ) -> Result<Vec<CpsRun>, BenchError> {
         let mut runs = self.sluice_runs(
             &options.sluice,
-            true,
-            [RunKind::SluiceNat, RunKind::SluiceDr],
+            Variant::DEFAULT,
+            &[RunKind::SluiceNat, RunKind::SluiceDr],
             options,
             stop,
         )?;
         if options.flood_off {
+            let off = Variant {
+                flood: false,
+                ..Variant::DEFAULT
+            };
             runs.extend(self.sluice_runs(
                 &options.sluice,
-                false,
-                [RunKind::SluiceNatFloodOff, RunKind::SluiceDrFloodOff],
+                off,
+                &[RunKind::SluiceNatFloodOff, RunKind::SluiceDrFloodOff],
+                options,
+                stop,
+            )?);
+        }
+        if options.syn_proxy {
+            let proxy = Variant {
+                syn_proxy: true,
+                ..Variant::DEFAULT
+            };
+            runs.extend(self.sluice_runs(
+                &options.sluice,
+                proxy,
+                &[RunKind::SluiceNatSynProxy],
                 options,
                 stop,
             )?);
@@ -392,8 +435,8 @@ impl CpsBench {
         if let Some(old) = &options.baseline {
             runs.extend(self.sluice_runs(
                 old,
-                true,
-                [RunKind::BaselineNat, RunKind::BaselineDr],
+                Variant::DEFAULT,
+                &[RunKind::BaselineNat, RunKind::BaselineDr],
                 options,
                 stop,
             )?);
@@ -401,25 +444,35 @@ impl CpsBench {
         Ok(runs)
     }
 
-    /// One Sluice variant's two runs: `sluice` started (flood mode on or off), both VIPs
-    /// measured as `kinds`, stopped.
+    /// One Sluice variant's runs: `sluice` started as `variant` says, the VIPs measured as
+    /// `kinds`, stopped.
     fn sluice_runs(
         &mut self,
         sluice: &Path,
-        flood: bool,
-        kinds: [RunKind; 2],
+        variant: Variant,
+        kinds: &[RunKind],
         options: &CpsOptions,
         stop: &Arc<AtomicBool>,
     ) -> Result<Vec<CpsRun>, BenchError> {
-        let pid = self.start_appliance(sluice, options.busy_poll, flood)?;
+        let pid = self.start_appliance(sluice, options.busy_poll, variant)?;
         eprintln!(
-            "bench: started {} in {}{}",
+            "bench: started {} in {}{}{}",
             sluice.display(),
             self.lb.name,
-            if flood { "" } else { ", flood mode off" }
+            if variant.flood {
+                ""
+            } else {
+                ", flood mode off"
+            },
+            if variant.syn_proxy {
+                ", the NAT VIP with syn_proxy = always"
+            } else {
+                ""
+            }
         );
         let runs = kinds
-            .into_iter()
+            .iter()
+            .copied()
             .map(|k| self.measure(k, options, Some(pid), stop))
             .collect::<Result<Vec<_>, _>>();
         if !self.stop_appliance() {

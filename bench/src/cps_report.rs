@@ -28,6 +28,9 @@ pub enum RunKind {
     SluiceNatFloodOff,
     /// `sluice run`'s DR VIP with flood mode off (`--flood-off`).
     SluiceDrFloodOff,
+    /// `sluice run`'s NAT VIP with `syn_proxy = "always"` (`--syn-proxy`): every
+    /// handshake answered by the appliance's SYN cookie first.
+    SluiceNatSynProxy,
     /// The `--baseline` binary's NAT VIP (an older build, default settings).
     BaselineNat,
     /// The `--baseline` binary's DR VIP.
@@ -36,12 +39,13 @@ pub enum RunKind {
 
 impl RunKind {
     /// Every run, in the order of the report.
-    pub const ALL: [RunKind; 9] = [
+    pub const ALL: [RunKind; 10] = [
         RunKind::Direct,
         RunKind::KernelNat,
         RunKind::BaselineNat,
         RunKind::SluiceNat,
         RunKind::SluiceNatFloodOff,
+        RunKind::SluiceNatSynProxy,
         RunKind::KernelDr,
         RunKind::BaselineDr,
         RunKind::SluiceDr,
@@ -55,6 +59,7 @@ impl RunKind {
             self,
             RunKind::SluiceNatFloodOff
                 | RunKind::SluiceDrFloodOff
+                | RunKind::SluiceNatSynProxy
                 | RunKind::BaselineNat
                 | RunKind::BaselineDr
         )
@@ -70,6 +75,7 @@ impl RunKind {
             RunKind::SluiceDr => "sluice DR VIP",
             RunKind::SluiceNatFloodOff => "sluice NAT VIP, flood mode off",
             RunKind::SluiceDrFloodOff => "sluice DR VIP, flood mode off",
+            RunKind::SluiceNatSynProxy => "sluice NAT VIP, syn_proxy = always",
             RunKind::BaselineNat => "baseline sluice NAT VIP",
             RunKind::BaselineDr => "baseline sluice DR VIP",
         }
@@ -82,6 +88,7 @@ impl RunKind {
             RunKind::KernelNat
             | RunKind::SluiceNat
             | RunKind::SluiceNatFloodOff
+            | RunKind::SluiceNatSynProxy
             | RunKind::BaselineNat => nat,
             RunKind::KernelDr
             | RunKind::SluiceDr
@@ -93,9 +100,10 @@ impl RunKind {
     /// The kernel run Sluice's run is compared with.
     pub fn peer(self) -> Option<RunKind> {
         match self {
-            RunKind::SluiceNat | RunKind::SluiceNatFloodOff | RunKind::BaselineNat => {
-                Some(RunKind::KernelNat)
-            }
+            RunKind::SluiceNat
+            | RunKind::SluiceNatFloodOff
+            | RunKind::SluiceNatSynProxy
+            | RunKind::BaselineNat => Some(RunKind::KernelNat),
             RunKind::SluiceDr | RunKind::SluiceDrFloodOff | RunKind::BaselineDr => {
                 Some(RunKind::KernelDr)
             }
@@ -422,6 +430,7 @@ mod tests {
             queues: 1,
             busy_poll: false,
             flood_off: false,
+            syn_proxy: false,
             baseline: None,
         };
         let round = |d, k, s| {

@@ -141,7 +141,7 @@ fn window(
     busy_poll: bool,
     stop: &AtomicBool,
 ) -> Result<IdleRun, BenchError> {
-    let pid = bench.start_appliance(sluice, busy_poll, true)?;
+    let pid = bench.start_appliance(sluice, busy_poll, crate::cps::Variant::DEFAULT)?;
     let label = if busy_poll { "idle, busy_poll" } else { "idle" };
     // Forwarding proves the VIPs are up; the probe is the last traffic before the window.
     bench.wait_answers(label, (CPS_NAT_VIP, 80).into(), stop)?;
