@@ -213,8 +213,8 @@ fn rewrite<R>(
         if let Proxied::Opening { .. } = proxy
             && !is_syn(l4.flags)
         {
-            cx.worker.stats.syn_proxy_early += u64::from(l4.len > 0);
-            return cx.worker.drop(DropReason::ProxyOpening);
+            let plain = hit.carry.kind == config::ClientAddress::None;
+            return synproxy::early(frame, cx.worker, ip, l4, &s.key, plain, cx.now);
         }
         synproxy::shift_forward(frame.data_mut(), ip, l4, proxy);
     }

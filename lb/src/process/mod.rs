@@ -399,6 +399,8 @@ pub struct WorkerState {
     /// Until when (the workers' clock, ns) a cookie this appliance made may come back in
     /// an ACK (see [`WorkerState::cookies_out`]); shared by the workers.
     cookies_until: Option<Arc<AtomicU64>>,
+    /// Client data of opening proxied flows, kept for the backend's answer.
+    early: synproxy::EarlyData,
     /// The appliance's standby flows (connection sync), consulted on a miss.
     standby: Option<Arc<crate::standby::Standby>>,
 }
@@ -448,6 +450,7 @@ impl WorkerState {
             cookie_key: CookieKey::default(),
             flood: None,
             cookies_until: None,
+            early: Default::default(),
             standby: None,
         }
     }

@@ -260,7 +260,8 @@ fn proxy_answered(
         ..ct.flow(id).carry
     };
     ct.set_carry(id, carry);
-    synproxy::backend_answered(frame, worker, ip, l4, (p, open), &n)
+    let key = ct.flow(id).key;
+    synproxy::backend_answered(frame, worker, ip, l4, (p, open), &key, &n)
 }
 
 /// A return frame of `len` bytes in its VIP's and backend's counters.

@@ -93,3 +93,68 @@ fn flow_less_acks_are_checked_only_while_cookies_may_come_back() {
     run(&t, &mut ct3, &mut next, ack_of(4000, cookie), now + SEC);
     assert_eq!(next.stats.syn_proxy_opened, 1);
 }
+
+/// A client that speaks first (HTTP): its request comes right after its ACK, before the
+/// backend answered the appliance's SYN. The request is kept and goes to the backend with
+/// the handshake's last ACK, so the client does not wait for its retransmission.
+#[test]
+fn the_clients_first_data_goes_with_the_handshakes_last_ack() {
+    let mut c = one_vip(Mode::Nat, Scheduler::Maglev, 1);
+    c.vips[0].syn_proxy = SynProxy::Always;
+    let t = tables(&c, 1, &|_| true);
+    let now = 1_000 * SEC;
+    let (mut w, _, _) = worker(false, 0);
+    let mut ct = ct_for(&t, 64);
+    let answer = run(&t, &mut ct, &mut w, tcp(4000, 80, SYN, ISN, &[]), now);
+    let cookie = u32::from_be_bytes(answer[38..42].try_into().expect("seq"));
+    let syn = run(&t, &mut ct, &mut w, ack_of(4000, cookie), now + 1000);
+    assert_eq!(syn[47], SYN, "the cookie's ACK became the client's SYN");
+    let backend = std::net::Ipv4Addr::from(<[u8; 4]>::try_from(&syn[30..34]).expect("dst"));
+    let bport = u16::from_be_bytes([syn[36], syn[37]]);
+
+    // The request, before the backend answered: dropped, kept.
+    let get = b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n";
+    let mut data = tcp(4000, 80, ACK | 0x08, ISN + 1, get);
+    data[8..12].copy_from_slice(&cookie.wrapping_add(1).to_be_bytes());
+    let input = Pkt::new("198.51.100.7", "192.0.2.100", 6, data).build();
+    let mut buf = vec![0u8; HEADROOM + input.len() + 128];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).expect("frame");
+    let v = process(&mut f, &t, &mut ct, &mut w, now + 2000);
+    assert!(
+        matches!(v, Verdict::Drop(DropReason::ProxyOpening)),
+        "{v:?}"
+    );
+    assert_eq!(w.early.len(), 1);
+
+    // The backend's SYN-ACK becomes the last ACK, carrying the request.
+    let mut sa = tcp(bport, 4000, SYN | ACK, 0x5000_0000, &[]);
+    sa[8..12].copy_from_slice(&(ISN + 1).to_be_bytes());
+    let out = run_from(&t, &mut ct, &mut w, &backend.to_string(), sa, now + 3000);
+    let l4 = 14 + 20;
+    let hlen = usize::from(out[l4 + 12] >> 4) * 4;
+    assert_eq!(out[l4 + 13], ACK | 0x08, "ACK and PSH");
+    assert_eq!(
+        u32::from_be_bytes(out[l4 + 4..l4 + 8].try_into().expect("seq")),
+        ISN + 1
+    );
+    assert_eq!(&out[l4 + hlen..], get, "the request rides on the ACK");
+    assert_eq!(w.early.len(), 0, "kept once, sent once");
+}
+
+fn run_from(
+    t: &Tables,
+    ct: &mut ConnTable,
+    w: &mut WorkerState,
+    src: &str,
+    l4: Vec<u8>,
+    now: u64,
+) -> Vec<u8> {
+    let input = Pkt::new(src, "198.51.100.7", 6, l4).build();
+    let mut buf = vec![0u8; HEADROOM + input.len() + 256];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).expect("frame");
+    let v = process(&mut f, t, ct, w, now);
+    assert!(matches!(v, Verdict::Tx { .. }), "{v:?}");
+    f.data().to_vec()
+}
