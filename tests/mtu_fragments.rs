@@ -173,27 +173,6 @@ fn start_small_underlay() -> Lab {
     lab
 }
 
-/// One HTTP/1.1 request with `body` (POST) or without (GET); the response body.
-fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Result<Vec<u8>> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    s.set_write_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: lab\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    s.write_all(body)?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf)?;
-    let split = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    Ok(buf[split + 4..].to_vec())
-}
-
 /// The MSS option of the first SYN tcpdump printed (`... options [mss 1310,...]`).
 fn mss_in(tcpdump: &str) -> Option<u16> {
     let at = tcpdump.find("mss ")? + 4;
@@ -227,7 +206,9 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
             &["-l", "-nn", "-v", "-c", "1", "-i", dev, filter],
         );
         let down = lab
-            .from_client(move || http(vip, "GET", "/blob4", b""))
+            .from_client(move || {
+                lab::http_request(vip, "GET", "/blob4", b"", Duration::from_secs(30))
+            })
             .expect("client thread")
             .unwrap_or_else(|e| panic!("{vip}: download: {e}"));
         let out = cap.wait_with_output().expect("tcpdump output");
@@ -242,7 +223,9 @@ fn vxlan_through_a_smaller_underlay_clamps_the_mss_and_answers_too_big() {
         let up: Vec<u8> = (0..4u32 << 20).map(|i| (i * 13 + i / 509) as u8).collect();
         let want = format!("{} {}", up.len(), lab::crc32(&up));
         let got = lab
-            .from_client(move || http(vip, "POST", "/upload", &up))
+            .from_client(move || {
+                lab::http_request(vip, "POST", "/upload", &up, Duration::from_secs(30))
+            })
             .expect("client thread")
             .unwrap_or_else(|e| panic!("{vip}: upload: {e}"));
         assert_eq!(String::from_utf8_lossy(&got), want, "{vip}: upload");

@@ -38,15 +38,21 @@ pub fn crc32(data: &[u8]) -> u32 {
     !c
 }
 
-/// `POST /upload` of `body` over a new connection: the backend's answer, `"<length> <crc32>"`
-/// (compare with [`crc32`]).
-pub fn upload(addr: SocketAddr, body: &[u8], timeout: Duration) -> std::io::Result<String> {
+/// One HTTP/1.1 request over a new connection (`Connection: close`), with `body` (empty for
+/// a GET): the response's body.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> std::io::Result<Vec<u8>> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     write!(
         s,
-        "POST /upload HTTP/1.1\r\nHost: lab\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: lab\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )?;
     s.write_all(body)?;
@@ -56,9 +62,14 @@ pub fn upload(addr: SocketAddr, body: &[u8], timeout: Duration) -> std::io::Resu
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    Ok(String::from_utf8_lossy(&buf[split + 4..])
-        .trim()
-        .to_string())
+    Ok(buf[split + 4..].to_vec())
+}
+
+/// `POST /upload` of `body` over a new connection: the backend's answer, `"<length> <crc32>"`
+/// (compare with [`crc32`]).
+pub fn upload(addr: SocketAddr, body: &[u8], timeout: Duration) -> std::io::Result<String> {
+    let answer = http_request(addr, "POST", "/upload", body, timeout)?;
+    Ok(String::from_utf8_lossy(&answer).trim().to_string())
 }
 
 /// One HTTP/1.1 GET over a new connection; returns the status and body.
