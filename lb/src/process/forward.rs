@@ -75,8 +75,7 @@ pub(super) fn forward<R: Record>(
     {
         catch_up(cx.ct, id, cx.rec);
     }
-    let flood = cx.worker.flood_on();
-    let ask = synproxy::ask(v, s.ip, flood, flood || cx.worker.cookies_out(cx.now));
+    let ask = synproxy::ask(v, s.ip, cx.worker, cx.now);
     let found = match &v.quic {
         Some(q) if s.ip.proto == IpProtocol::UDP => {
             let payload = frame.data().get(s.ip.l4 + 8..s.ip.end()).unwrap_or(&[]);

@@ -73,21 +73,24 @@ impl Ask {
 }
 
 /// What the proxy takes of VIP `v`'s TCP segments: SYNs while it answers them (always, or
-/// in flood mode), ACKs while it may have answered (`cookies_out`: flood mode is on, or a
+/// in flood mode), ACKs while it may have answered (flood mode is on, or a
 /// cookie this appliance made may still come back, see [`WorkerState::cookies_out`]), so
 /// that without a flood a flow-less ACK costs no cookie check. Tenant VIPs are left alone:
 /// their clients are behind VXLAN, where the appliance originates nothing.
 #[inline(always)]
-pub(super) fn ask(v: &VipEntry, ip: &Ip, flood: bool, cookies_out: bool) -> Ask {
+pub(super) fn ask(v: &VipEntry, ip: &Ip, worker: &WorkerState, now: u64) -> Ask {
     if ip.proto != IpProtocol::TCP || ip.zone != 0 || !matches!(v.mode, Mode::Nat | Mode::FullNat) {
         return Ask::NONE;
     }
     match v.syn_proxy {
         SynProxy::Off => Ask::NONE,
-        SynProxy::Flood => Ask {
-            syn: flood,
-            ack: flood || cookies_out,
-        },
+        SynProxy::Flood => {
+            let flood = worker.flood_on();
+            Ask {
+                syn: flood,
+                ack: flood || worker.cookies_out(now),
+            }
+        }
         SynProxy::Always => Ask {
             syn: true,
             ack: true,
