@@ -201,6 +201,8 @@ struct Tally {
     modes: std::collections::BTreeSet<String>,
     /// Compared frames whose entry carries a client-address shift or hold.
     carried: usize,
+    /// Compared frames whose entry carries the SYN proxy's shift.
+    shifted: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -262,6 +264,7 @@ fn run_one(
             );
             tally.compared += 1;
             tally.carried += usize::from(e.carry != flowcache::CacheCarry::None);
+            tally.shifted += usize::from(e.shift != flowcache::CacheShift::None);
             tally.modes.insert(format!(
                 "{:?} {} {} {}",
                 d.mode,
@@ -361,9 +364,9 @@ fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
     );
     let tally = &tallies[0];
     eprintln!(
-        "flow cache parity: {} compared ({} with a client-address shift), {} declined by the \
-         program, {} not cached; modes: {:?}",
-        tally.compared, tally.carried, tally.declined, tally.not_cached, tally.modes
+        "flow cache parity: {} compared ({} with a client-address shift, {} with the SYN \
+         proxy's), {} declined by the program, {} not cached; modes: {:?}",
+        tally.compared, tally.carried, tally.shifted, tally.declined, tally.not_cached, tally.modes
     );
     assert!(
         tally.compared >= 20,
@@ -375,6 +378,13 @@ fn golden_fixtures_come_out_of_the_cache_as_out_of_the_engine() {
     assert!(
         tally.carried >= 5,
         "too few client-address frames compared: {tally:?}"
+    );
+    // The SYN proxy's flows: the client's data and SACK (acknowledgements and edges into
+    // the backend's space) and the backend's data (sequence numbers back), NAT IPv4 and
+    // FullNAT IPv6, and both windows behind a backend without window scaling.
+    assert!(
+        tally.shifted >= 7,
+        "too few SYN-proxied frames compared: {tally:?}"
     );
     for m in [
         "Nat v4 tcp forward",

@@ -695,6 +695,7 @@ impl CachedLab {
         let entry = CacheEntry {
             action: CacheAction::Dr,
             carry: Default::default(),
+            shift: Default::default(),
             v6: false,
             dst_mac: [2, 0, 0, 0, 0, 0x21],
             src_mac: [2, 0, 0, 0, 0, 0x0a],

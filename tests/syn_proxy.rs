@@ -5,12 +5,14 @@
 //! acknowledgements, SACK edges and windows toward the backend), the counters show that
 //! every handshake was the proxy's, and slow downloads opened through the proxy carry on
 //! across a takeover by a new process (the shift is part of the flow record), which checks
-//! cookies with the secret the old one kept. Needs root, python3 and curl.
+//! cookies with the secret the old one kept. Once the backend answered, the XDP flow cache
+//! forwards the flows with their shift (most of the transfers' frames are its hits). Needs
+//! root, python3 and curl.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lab::testing::file_text;
+use lab::testing::{Api, file_text};
 use lab::{Lab, LabMode, LabOptions, blob, crc32, http_get, slow_download, upload};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,6 +74,14 @@ fn metric(lab: &Lab, family: &str, label: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// Frames the XDP flow cache forwarded so far.
+fn cache_hits(lab: &Lab) -> u64 {
+    let status = Api::unix(&lab.api_socket_at(0))
+        .call(|c| c.status())
+        .expect("status");
+    status.flow_cache.expect("the flow cache is on").hits
+}
+
 fn steps(lab: &Lab) -> [u64; 4] {
     ["answered", "opened", "established", "bad_cookie"]
         .map(|s| metric(lab, "sluice_syn_proxy_total", &format!("step=\"{s}\"")))
@@ -82,6 +92,7 @@ fn real_clients_get_every_byte_through_the_syn_proxy_and_keep_it_across_a_takeov
     let _serial = lab::testing::serial();
     let mut lab = start();
     let before = steps(&lab);
+    let hits_before = cache_hits(&lab);
     let expected = blob();
     let up: Vec<u8> = (0..1_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
     let want_up = format!("{} {}", up.len(), crc32(&up));
@@ -124,6 +135,14 @@ fn real_clients_get_every_byte_through_the_syn_proxy_and_keep_it_across_a_takeov
         "established {established} < {connections}"
     );
     assert_eq!(bad, 0, "a client's ACK failed its cookie");
+    // Once the backend answered, the kernel forwards the flows with their shift: each
+    // download's ACKs and each upload's data (about 700 segments a MB) are cache hits.
+    let hits = cache_hits(&lab) - hits_before;
+    println!("MEASURE syn_proxy: {hits} frames forwarded by the XDP flow cache");
+    assert!(
+        hits > 100 * connections,
+        "the flow cache forwarded {hits} frames of {connections} proxied connections"
+    );
 
     // Slow downloads through the proxy, then a takeover: they finish byte for byte.
     let (tx, rx) = std::sync::mpsc::channel();

@@ -171,7 +171,8 @@ map_bytes! {
     cache_key6 { src, dst, sport, dport, proto }
     cache_val {
         last_seen, new_src, new_dst, new_sport, new_dport, dst_mac, src_mac, ifindex, stat,
-        action, flags, tx, tx_port, carry_base, carry, carry_delta, track, seq_next, ack_max,
+        action, flags, tx, tx_port, carry_base, carry, carry_delta, track, px_scale, seq_next,
+        ack_max, px_shift,
     }
     cache_stat { packets, bytes }
     flood_conf { threshold, src_rate, src_burst }

@@ -161,7 +161,7 @@ pub(super) fn reverse<R: Record>(
         && ip.proto == wire::IpProtocol::TCP
         && l4.flags & SYN_ACK == SYN_ACK
     {
-        return proxy_answered(frame, tables, ct, worker, ip, l4, &r, (id, p));
+        return proxy_answered(frame, (tables, ct, worker), ip, l4, &r, (id, p), now, rec);
     }
     let client = fullnat.then_some(r.client);
     let to = client.map_or(ip.dst, |c| c.0);
@@ -234,18 +234,23 @@ const SYN_ACK: u8 = wire::tcp::flags::SYN | wire::tcp::flags::ACK;
 
 /// The backend's SYN-ACK of a flow the SYN proxy opened (`synproxy`): the flow learns its
 /// shift, the client-address carry its SYN-ACK bookkeeping, and the frame becomes the
-/// handshake's last ACK toward the backend.
+/// handshake's last ACK toward the backend. That ACK is the client's (its ACK of the
+/// cookie, in the cookie's space), so the flow steps with it to established, and its
+/// client → backend direction is recorded as any established flow's: a flow cache forwards
+/// the client's next segments (without it a short connection, whose client sends nothing
+/// between its request, held as early data, and its FIN, would never reach the cache, and
+/// in flood mode never pay its source's bucket back).
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn proxy_answered(
+fn proxy_answered<R: Record>(
     frame: &mut Frame<'_>,
-    tables: &Tables,
-    ct: &mut ConnTable,
-    worker: &mut WorkerState,
+    (tables, ct, worker): (&Tables, &mut ConnTable, &mut WorkerState),
     ip: &Ip,
     l4: &L4,
     r: &Return,
     (id, p): (u32, Proxied),
+    now: u64,
+    rec: &mut R,
 ) -> Verdict {
     let n = match tables.backend_egress(r.backend) {
         Ok(n) => n,
@@ -261,7 +266,44 @@ fn proxy_answered(
     };
     ct.set_carry(id, carry);
     let key = ct.flow(id).key;
-    synproxy::backend_answered(frame, worker, ip, l4, (p, open), &key, &n)
+    let (verdict, sent) = synproxy::backend_answered(frame, worker, ip, l4, (p, open), &key, &n);
+    if !matches!(verdict, Verdict::Tx { .. }) {
+        return verdict;
+    }
+    let flags = match sent {
+        0 => wire::tcp::flags::ACK,
+        _ => wire::tcp::flags::ACK | wire::tcp::flags::PSH,
+    };
+    let seen = Seen {
+        reverse: false,
+        both_ways: true,
+        payload: sent > 0,
+        seq: l4.ack,
+        ack: l4.seq.wrapping_add(1).wrapping_sub(carry.isn_shift()),
+        len: sent,
+        closes: false,
+    };
+    ct.step(id, now, flags, seen);
+    if R::ON {
+        let f = *ct.flow(id);
+        let b = &tables.backends[r.backend as usize];
+        rec.decision(Decision {
+            key,
+            reverse: false,
+            mode: tables.vips[r.vip as usize].mode,
+            vip: r.vip,
+            backend: r.backend,
+            src: f.snat,
+            dst: Some((b.address, b.port)),
+            next_hop: n,
+            flow: Some((key, f.state)),
+            tcp_flags: flags,
+            carry: f.carry,
+            teardown: false,
+            track: f.track,
+        });
+    }
+    verdict
 }
 
 /// A return frame of `len` bytes in its VIP's and backend's counters.

@@ -130,7 +130,23 @@ fn the_clients_first_data_goes_with_the_handshakes_last_ack() {
     // The backend's SYN-ACK becomes the last ACK, carrying the request.
     let mut sa = tcp(bport, 4000, SYN | ACK, 0x5000_0000, &[]);
     sa[8..12].copy_from_slice(&(ISN + 1).to_be_bytes());
-    let out = run_from(&t, &mut ct, &mut w, &backend.to_string(), sa, now + 3000);
+    let (out, d) = run_from(&t, &mut ct, &mut w, &backend.to_string(), sa, now + 3000);
+    // That ACK was the client's: the flow is established, and its client → backend
+    // direction is recorded (a flow cache forwards the client's next segments), with the
+    // request counted in the client's sequence space.
+    let d = d.expect("the client's direction is recorded");
+    assert!(!d.reverse);
+    assert_eq!((d.key.sport, d.key.dport), (4000, 80));
+    assert_eq!(d.dst.map(|(_, p)| p), Some(bport));
+    assert_eq!(d.tcp_flags, ACK | 0x08);
+    assert!(
+        matches!(d.carry.proxy, crate::conntrack::Proxied::Open { .. }),
+        "{:?}",
+        d.carry
+    );
+    let id = ct.lookup(&d.key, now + 3000).expect("flow");
+    assert_eq!(ct.flow(id).state, FlowState::TcpEstablished);
+    assert_eq!(ct.flow(id).track.client_next, ISN + 1 + get.len() as u32);
     let l4 = 14 + 20;
     let hlen = usize::from(out[l4 + 12] >> 4) * 4;
     assert_eq!(out[l4 + 13], ACK | 0x08, "ACK and PSH");
@@ -149,12 +165,13 @@ fn run_from(
     src: &str,
     l4: Vec<u8>,
     now: u64,
-) -> Vec<u8> {
+) -> (Vec<u8>, Option<Decision>) {
     let input = Pkt::new(src, "198.51.100.7", 6, l4).build();
     let mut buf = vec![0u8; HEADROOM + input.len() + 256];
     buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
     let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).expect("frame");
-    let v = process(&mut f, t, ct, w, now);
+    let mut rec: Option<Decision> = None;
+    let v = process_recorded(&mut f, t, ct, w, now, &mut rec);
     assert!(matches!(v, Verdict::Tx { .. }), "{v:?}");
-    f.data().to_vec()
+    (f.data().to_vec(), rec)
 }

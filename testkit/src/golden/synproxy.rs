@@ -28,9 +28,14 @@ pub(super) const ROWS: &[super::Row] = &[
     nat4_data_before_backend_dropped,
     nat4_off_path_rst_closes_nothing,
     nat4_backend_refuses,
+    nat4_client_sack_shifted,
+    nat4_unscaled_backend_client_window,
+    nat4_unscaled_backend_window,
     fnat6_syn_answered,
     fnat6_cookie_ack_opens,
     fnat6_spoofed_ack_no_state,
+    fnat6_client_data_shifted,
+    fnat6_backend_data_shifted,
 ];
 
 const PSH: u8 = 0x08;
@@ -42,6 +47,10 @@ const ISN: u32 = 7000;
 const SYN_OPTS: [u8; 12] = [2, 4, 0x05, 0xb4, 1, 1, 4, 2, 1, 3, 3, 7];
 /// The backend's SYN-ACK options: MSS 1460, window scale 7.
 const BACKEND_OPTS: [u8; 8] = [2, 4, 0x05, 0xb4, 1, 3, 3, 7];
+/// A backend's SYN-ACK that declines window scaling: MSS 1460 only.
+const UNSCALED_OPTS: [u8; 4] = [2, 4, 0x05, 0xb4];
+/// The backend's first bytes in the rows that need some: 30 of them.
+const RESPONSE: &[u8; 30] = b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\n";
 
 /// A TCP segment with every field given; window 65535.
 fn seg(ports: (u16, u16), flags: u8, seq: u32, ack: u32, opts: &[u8], payload: &[u8]) -> Vec<u8> {
@@ -165,17 +174,59 @@ impl Conn {
     /// The handshake with the appliance done (the cookie's ACK), and, with `answered`,
     /// the backend's SYN-ACK.
     fn open(&self, t: &Tables, answered: bool) -> Vec<Given> {
-        let mut g = vec![Given::from_client(&self.cookie_ack())];
         if answered {
-            g.push(Given {
-                frame: self
-                    .backend(t, SYNACK, PEER_ISN, ISN + 1, &BACKEND_OPTS, b"")
-                    .build(),
-                ifindex: BACKENDS,
-            });
+            return self.open_with(t, &BACKEND_OPTS);
         }
-        g
+        vec![Given::from_client(&self.cookie_ack())]
     }
+
+    /// The handshake with the appliance done and the backend's SYN-ACK with `opts`.
+    fn open_with(&self, t: &Tables, opts: &[u8]) -> Vec<Given> {
+        vec![
+            Given::from_client(&self.cookie_ack()),
+            self.backend_given(t, SYNACK, PEER_ISN, ISN + 1, opts, b""),
+        ]
+    }
+
+    /// A backend → client segment as a given frame.
+    fn backend_given(
+        &self,
+        t: &Tables,
+        flags: u8,
+        seq: u32,
+        ack: u32,
+        opts: &[u8],
+        payload: &[u8],
+    ) -> Given {
+        Given {
+            frame: self.backend(t, flags, seq, ack, opts, payload).build(),
+            ifindex: BACKENDS,
+        }
+    }
+
+    /// The client's first data ("GET /") as the client sends it, acknowledging the cookie.
+    fn request(&self) -> Pkt {
+        self.client(
+            PSH | ACK,
+            ISN + 1,
+            self.cookie().wrapping_add(1),
+            &[],
+            b"GET /",
+        )
+    }
+
+    /// A VIP → client segment as the appliance forwards it.
+    fn to_client(&self, flags: u8, seq: u32, ack: u32, payload: &[u8]) -> Pkt {
+        let l4 = seg((self.vport, self.cport), flags, seq, ack, &[], payload);
+        Pkt::new(self.vip, self.client, TCP, l4)
+            .ttl(63)
+            .macs(ROUTER_MAC, OUR_MAC)
+    }
+}
+
+/// `p` with its TCP window field set to `w`.
+fn window(p: Pkt, w: u16) -> Pkt {
+    p.with(|p| p.l4[14..16].copy_from_slice(&w.to_be_bytes()))
 }
 
 /// An appliance-built header: TTL 64, DF, identification 0.
@@ -235,52 +286,121 @@ fn nat4_backend_syn_ack_finishes(t: &Tables) -> Fixture {
     .counting(Counter::SynProxyEstablished)
 }
 
+fn client_data_shifted(c: &Conn, t: &Tables, what: &'static str) -> Fixture {
+    let out = c
+        .client(PSH | ACK, ISN + 1, PEER_ISN + 1, &[], b"GET /")
+        .ttl(63);
+    Fixture::tx(what, c.request().build(), BACKENDS, c.to_backend(t, out))
+        .given(c.open(t, true))
+        .leaving(FlowState::TcpEstablished)
+}
+
+fn backend_data_shifted(c: &Conn, t: &Tables, what: &'static str) -> Fixture {
+    let data = c.backend(t, PSH | ACK, PEER_ISN + 1, ISN + 6, &[], b"HTTP/1.1");
+    let seq = PEER_ISN.wrapping_sub(c.shift()) + 1;
+    let out = c.to_client(PSH | ACK, seq, ISN + 6, b"HTTP/1.1");
+    let mut given = c.open(t, true);
+    given.push(Given::from_client(&c.request()));
+    Fixture::tx(what, data.build(), UPLINK, out.build())
+        .arriving_on(BACKENDS)
+        .given(given)
+        .leaving(FlowState::TcpEstablished)
+}
+
 fn nat4_client_data_shifted(t: &Tables) -> Fixture {
+    client_data_shifted(
+        &PNAT4,
+        t,
+        "synproxy nat4: the client's data goes on acknowledging in the backend's space",
+    )
+}
+
+fn nat4_backend_data_shifted(t: &Tables) -> Fixture {
+    backend_data_shifted(
+        &PNAT4,
+        t,
+        "synproxy nat4: the backend's data reaches the client in the cookie's space",
+    )
+}
+
+fn fnat6_client_data_shifted(t: &Tables) -> Fixture {
+    client_data_shifted(
+        &PFNAT6,
+        t,
+        "synproxy fnat6: the client's data goes from the FullNAT source, acknowledging in the \
+         backend's space",
+    )
+}
+
+fn fnat6_backend_data_shifted(t: &Tables) -> Fixture {
+    backend_data_shifted(
+        &PFNAT6,
+        t,
+        "synproxy fnat6: the backend's data reaches the client in the cookie's space",
+    )
+}
+
+/// A client's ACK with a SACK block (NOP NOP SACK, one block): bytes 0..10 and 20..30 of
+/// the response came, 10..20 did not; both the acknowledgement and the block's edges move
+/// into the backend's space.
+fn nat4_client_sack_shifted(t: &Tables) -> Fixture {
     let c = PNAT4;
-    let data = c.client(
-        PSH | ACK,
-        ISN + 1,
-        c.cookie().wrapping_add(1),
-        &[],
-        b"GET /",
-    );
+    let cookie = c.cookie().wrapping_add(1);
+    let sack = |base: u32| {
+        let mut o = vec![1, 1, 5, 10];
+        o.extend_from_slice(&base.wrapping_add(20).to_be_bytes());
+        o.extend_from_slice(&base.wrapping_add(30).to_be_bytes());
+        o
+    };
+    let ack = c.client(ACK, ISN + 6, cookie + 10, &sack(cookie), b"");
+    let out = c
+        .client(ACK, ISN + 6, PEER_ISN + 1 + 10, &sack(PEER_ISN + 1), b"")
+        .ttl(63);
+    let mut given = c.open(t, true);
+    given.push(Given::from_client(&c.request()));
+    given.push(c.backend_given(t, PSH | ACK, PEER_ISN + 1, ISN + 6, &[], RESPONSE));
+    Fixture::tx(
+        "synproxy nat4: a client's SACK block reaches the backend in its space",
+        ack.build(),
+        BACKENDS,
+        c.to_backend(t, out),
+    )
+    .given(given)
+    .leaving(FlowState::TcpEstablished)
+}
+
+/// The backend declined window scaling (its SYN-ACK without the option) after the
+/// appliance told the client its scale was 7: the client's window field (its scale 7)
+/// reaches the backend unscaled, 100 << 7.
+fn nat4_unscaled_backend_client_window(t: &Tables) -> Fixture {
+    let c = PNAT4;
     let out = c
         .client(PSH | ACK, ISN + 1, PEER_ISN + 1, &[], b"GET /")
         .ttl(63);
     Fixture::tx(
-        "synproxy nat4: the client's data goes on acknowledging in the backend's space",
-        data.build(),
+        "synproxy nat4: behind a backend without window scaling the client's window is unscaled",
+        window(c.request(), 100).build(),
         BACKENDS,
-        c.to_backend(t, out),
+        c.to_backend(t, window(out, 100 << 7)),
     )
-    .given(c.open(t, true))
+    .given(c.open_with(t, &UNSCALED_OPTS))
     .leaving(FlowState::TcpEstablished)
 }
 
-fn nat4_backend_data_shifted(t: &Tables) -> Fixture {
+/// The same backend's window field (unscaled) reaches the client in the scale the
+/// appliance announced, 7: 1000 >> 7.
+fn nat4_unscaled_backend_window(t: &Tables) -> Fixture {
     let c = PNAT4;
-    let data = c.backend(t, PSH | ACK, PEER_ISN + 1, ISN + 6, &[], b"HTTP/1.1");
-    let l4 = seg(
-        (c.vport, c.cport),
-        PSH | ACK,
-        PEER_ISN.wrapping_sub(c.shift()) + 1,
-        ISN + 6,
-        &[],
-        b"HTTP/1.1",
+    let data = window(
+        c.backend(t, PSH | ACK, PEER_ISN + 1, ISN + 6, &[], b"HTTP/1.1"),
+        1000,
     );
-    let out = Pkt::new(c.vip, c.client, TCP, l4)
-        .ttl(63)
-        .macs(ROUTER_MAC, OUR_MAC);
-    let mut given = c.open(t, true);
-    given.push(Given::from_client(&c.client(
-        PSH | ACK,
-        ISN + 1,
-        c.cookie().wrapping_add(1),
-        &[],
-        b"GET /",
-    )));
+    let seq = PEER_ISN.wrapping_sub(c.shift()) + 1;
+    let out = window(c.to_client(PSH | ACK, seq, ISN + 6, b"HTTP/1.1"), 1000 >> 7);
+    let mut given = c.open_with(t, &UNSCALED_OPTS);
+    given.push(Given::from_client(&c.request()));
     Fixture::tx(
-        "synproxy nat4: the backend's data reaches the client in the cookie's space",
+        "synproxy nat4: a backend's unscaled window reaches the client in the scale it was told",
         data.build(),
         UPLINK,
         out.build(),

@@ -2,7 +2,8 @@
 //
 // The client's address through FullNAT in the flow cache (cache_val.carry): the sequence
 // and acknowledgement numbers lb::process's proxyhdr and toa shift, repeated on the
-// segments of an established flow.
+// segments of an established flow; and the SYN proxy's shift and window rescale
+// (lb::process::synproxy `shift_forward`, `shift_reverse`) on a flow it opened.
 
 #ifndef SLUICE_CARRY_H
 #define SLUICE_CARRY_H
@@ -61,9 +62,25 @@ static __always_inline int carry_find_sack(__u8 *l4, void *end, __u32 *sack, __u
 	return 0;
 }
 
+// The SYN proxy's window rescale (lb::conntrack::Rescale::apply): the same window in the
+// receiver's scale, rounded down, at most 16 bits. Its checksum change is added to `l4_acc`.
+static __always_inline void px_window(__u8 *l4, __u8 scale, __u64 *l4_acc)
+{
+	__u32 from = scale & 0x0f, to = scale >> 4;
+	if (from == to)
+		return;
+	__u16 *wp = (__u16 *)(l4 + 14);
+	__u16 o = *wp;
+	__u32 w = ((__u32)bpf_ntohs(o) << from) >> to;
+	__u16 n = bpf_htons(w > 0xffff ? 0xffff : w);
+	*wp = n;
+	*l4_acc += not16(o) + n;
+}
+
 // The client-address part of an entry (cache_val.carry) on a TCP segment at `l4` (20 bytes
-// known to be in the frame): 0 with the sequence numbers rewritten and their checksum
-// change added to `l4_acc`, -1 for a frame the engine must see.
+// known to be in the frame), or the SYN proxy's: 0 with the sequence numbers (and the
+// proxy's window) rewritten and their checksum change added to `l4_acc`, -1 for a frame the
+// engine must see.
 static __always_inline int carry_tcp(__u8 *l4, void *end, const struct cache_val *v,
 				     __u64 *l4_acc)
 {
@@ -74,26 +91,35 @@ static __always_inline int carry_tcp(__u8 *l4, void *end, const struct cache_val
 	__u32 *ackp = (__u32 *)(l4 + 8);
 	__u32 base = v->carry_base;
 	int ack = l4[13] & 0x10;
-	// Every check before any store: a declined frame goes to the engine untouched.
+	int px = v->carry & CARRY_PX;
+	// Every check before any store: a declined frame goes to the engine untouched. The
+	// proxy's shift never comes with a client-address kind (flowcache/mod.rs `cacheable`).
+	if (px && (v->carry & ~CARRY_PX))
+		return -1;
 	if ((v->carry & CARRY_TOA) && ack && bpf_ntohl(*ackp) == base)
 		return -1;
 	if ((v->carry & CARRY_SEQ) && bpf_ntohl(*seqp) == base)
 		return -1;
 	__u32 sack = 0, slen = 0;
-	if ((v->carry & CARRY_ACK) && carry_find_sack(l4, end, &sack, &slen))
+	int px_ack = (v->carry & CARRY_PX_ACK) && ack;
+	if (((v->carry & CARRY_ACK) || px_ack) && carry_find_sack(l4, end, &sack, &slen))
 		return -1;
-	if (v->carry & CARRY_SEQ) {
+	if (v->carry & (CARRY_SEQ | CARRY_PX_SEQ)) {
 		__u32 o = *seqp;
-		__u32 n = bpf_htonl(bpf_ntohl(o) + v->carry_delta);
+		__u32 by = px ? v->px_shift : v->carry_delta;
+		__u32 n = bpf_htonl(bpf_ntohl(o) + by);
 		*seqp = n;
 		*l4_acc += not32(o) + n;
 	}
-	if ((v->carry & CARRY_ACK) && ack) {
+	if (((v->carry & CARRY_ACK) && ack) || px_ack) {
 		__u32 o = *ackp;
-		__u32 n = bpf_htonl(carry_unshift(bpf_ntohl(o), base, v->carry_delta));
+		__u32 h = bpf_ntohl(o);
+		__u32 n = bpf_htonl(px ? h + v->px_shift : carry_unshift(h, base, v->carry_delta));
 		*ackp = n;
 		*l4_acc += not32(o) + n;
 	}
+	if (px)
+		px_window(l4, v->px_scale, l4_acc);
 	if (sack) {
 		// Edges at sack + 2, + 6, ...: carry_find_sack checked the option lies inside the
 		// header, which lies inside the frame; the bounds below are for the verifier.
@@ -106,7 +132,9 @@ static __always_inline int carry_tcp(__u8 *l4, void *end, const struct cache_val
 			if ((void *)(w + 1) > end)
 				break;
 			__u32 o = *w;
-			__u32 n = bpf_htonl(carry_unshift(bpf_ntohl(o), base, v->carry_delta));
+			__u32 h = bpf_ntohl(o);
+			__u32 n = bpf_htonl(px ? h + v->px_shift
+					       : carry_unshift(h, base, v->carry_delta));
 			*w = n;
 			*l4_acc += not32(o) + n;
 		}

@@ -137,7 +137,14 @@ enum cache_carry : __u8 {
 	CARRY_ACK = 2, // backend -> client: ack and SACK edges beyond base less delta
 	CARRY_TOA = 4, // client -> backend: segments acknowledging exactly base go to the
 		       // engine, which adds the TOA option
+	// A flow the SYN proxy opened (lb::process::synproxy), never with the kinds above
+	// (flowcache/mod.rs `cacheable`): px_shift is what the field gains, px_scale the window
+	// field's rescale (low nibble: the sender's scale, high: the receiver's).
+	CARRY_PX_ACK = 8,  // client -> backend: the acknowledgement and SACK edges of a segment
+			   // with ACK + px_shift (the backend's space)
+	CARRY_PX_SEQ = 16, // backend -> client: seq + px_shift (the cookie's space)
 };
+#define CARRY_PX (CARRY_PX_ACK | CARRY_PX_SEQ)
 
 // cache_val.tx, stateless_hop.tx: how a frame that leaves through the interface it came in
 // on is sent.

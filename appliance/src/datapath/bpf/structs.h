@@ -92,11 +92,12 @@ struct cache_val {
 	enum cache_carry carry;
 	__u8 carry_delta;  // bytes the backend's view of the client's stream runs ahead
 	enum cache_track track;
-	__u8 pad;
+	__u8 px_scale; // CARRY_PX_*: the window's rescale, sender's scale | receiver's << 4
 	// TCP, as the frames of this direction arrive (before any rewrite), host order: moved on
 	// by every frame forwarded here, read by the engine when a FIN or RST reaches it.
 	__u32 seq_next; // TRACK_SEQ: the end of the furthest segment
 	__u32 ack_max;	// TRACK_ACK: the highest acknowledgement
+	__u32 px_shift; // CARRY_PX_*: what the sequence field gains (host order, mod 2^32)
 };
 _Static_assert(__builtin_offsetof(struct cache_val, src_mac) ==
 		       __builtin_offsetof(struct cache_val, dst_mac) + 6 &&

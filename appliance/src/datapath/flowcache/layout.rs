@@ -3,11 +3,12 @@
 //! datapath/abi.rs, with the codes bpf/consts.h gives their fields), and the front table's
 //! slot of a key.
 
-use super::{CacheAction, CacheCarry, CacheEntry};
+use super::{CacheAction, CacheCarry, CacheEntry, CacheShift};
 use crate::datapath::abi::{
     cache_action, cache_carry, cache_key4, cache_key6, cache_set, cache_track, cache_val, defines,
     maps,
 };
+use crate::lb::conntrack::Rescale;
 use crate::lb::hash::FlowKey;
 
 /// How a [`FlowKey`] holds an IPv4 address: IPv4-mapped (`::ffff:a.b.c.d`).
@@ -166,6 +167,14 @@ impl CacheEntry {
             CacheCarry::Ack { base, delta } => (cache_carry::CARRY_ACK, base, delta),
             CacheCarry::Toa { base } => (cache_carry::CARRY_TOA, base, 0),
         };
+        let (px, shift, window) = match self.shift {
+            CacheShift::None => (0, 0, Rescale::default()),
+            CacheShift::Ack { shift, window } => (cache_carry::CARRY_PX_ACK.0, shift, window),
+            CacheShift::Seq { shift, window } => (cache_carry::CARRY_PX_SEQ.0, shift, window),
+        };
+        v.carry.0 |= px;
+        v.px_shift = shift;
+        v.px_scale = (window.from & 0x0f) | (window.to & 0x0f) << 4;
         v
     }
 
@@ -184,7 +193,24 @@ impl CacheEntry {
             _ => return None,
         };
         let (base, delta) = (v.carry_base, v.carry_delta);
-        let carry = match v.carry {
+        let px = cache_carry::CARRY_PX_ACK.0 | cache_carry::CARRY_PX_SEQ.0;
+        let window = Rescale {
+            from: v.px_scale & 0x0f,
+            to: v.px_scale >> 4,
+        };
+        let shift = match v.carry.0 & px {
+            0 => CacheShift::None,
+            b if b == cache_carry::CARRY_PX_ACK.0 => CacheShift::Ack {
+                shift: v.px_shift,
+                window,
+            },
+            b if b == cache_carry::CARRY_PX_SEQ.0 => CacheShift::Seq {
+                shift: v.px_shift,
+                window,
+            },
+            _ => return None,
+        };
+        let carry = match cache_carry(v.carry.0 & !px) {
             cache_carry::CARRY_NONE => CacheCarry::None,
             cache_carry::CARRY_SEQ => CacheCarry::Seq { base, delta },
             cache_carry::CARRY_ACK => CacheCarry::Ack { base, delta },
@@ -194,6 +220,7 @@ impl CacheEntry {
         Some(CacheEntry {
             action,
             carry,
+            shift,
             v6,
             dst_mac: v.dst_mac,
             src_mac: v.src_mac,
@@ -268,6 +295,7 @@ mod tests {
                 dst: Some((v4([10, 0, 0, 1]), 8080)),
             },
             carry: CacheCarry::None,
+            shift: CacheShift::None,
             v6: false,
             dst_mac: [2, 0, 0, 0, 1, 1],
             src_mac: [2, 0, 0, 0, 0, 0xaa],
@@ -322,6 +350,56 @@ mod tests {
             let back = cache_val::from_bytes(&v.to_bytes()).expect("whole value");
             assert_eq!(CacheEntry::from_value(&back, false), Some(c));
         }
+    }
+
+    /// The SYN proxy's shift and rescale land in px_shift and px_scale (sender's scale in
+    /// the low nibble) with one CARRY_PX_* bit, and come back; two PX bits at once are no
+    /// entry the Rust side wrote.
+    #[test]
+    fn proxied_entries_carry_their_shift_and_rescale() {
+        let e = CacheEntry {
+            action: CacheAction::Nat {
+                src: None,
+                dst: Some((v4([10, 0, 0, 1]), 8080)),
+            },
+            carry: CacheCarry::None,
+            shift: CacheShift::None,
+            v6: false,
+            dst_mac: [2, 0, 0, 0, 1, 1],
+            src_mac: [2, 0, 0, 0, 0, 0xaa],
+            ifindex: 2,
+            stat: 7,
+            last_seen: 0,
+            seq_next: None,
+            ack_max: None,
+        };
+        let window = Rescale { from: 2, to: 7 };
+        for (shift, bit) in [
+            (
+                CacheShift::Ack {
+                    shift: 0x8000_0001,
+                    window,
+                },
+                cache_carry::CARRY_PX_ACK,
+            ),
+            (
+                CacheShift::Seq {
+                    shift: 0x7fff_ffff,
+                    window,
+                },
+                cache_carry::CARRY_PX_SEQ,
+            ),
+        ] {
+            let c = CacheEntry { shift, ..e };
+            let v = c.value();
+            assert_eq!(v.carry, bit);
+            assert_eq!(v.px_scale, 0x72);
+            let back = cache_val::from_bytes(&v.to_bytes()).expect("whole value");
+            assert_eq!(CacheEntry::from_value(&back, false), Some(c));
+        }
+        let mut both = e.value();
+        both.carry.0 = cache_carry::CARRY_PX_ACK.0 | cache_carry::CARRY_PX_SEQ.0;
+        assert_eq!(CacheEntry::from_value(&both, false), None);
     }
 
     /// The program's front slots (bpf/front.h) spread one client's ports about

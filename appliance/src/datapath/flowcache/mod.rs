@@ -47,7 +47,7 @@ use super::steer::bpf_err;
 use crate::config::{ClientAddress, Mode};
 use crate::lb::BackendId;
 use crate::lb::FlowState;
-use crate::lb::conntrack::{Proxied, tcp_flags};
+use crate::lb::conntrack::{Proxied, Rescale, tcp_flags};
 use crate::lb::hash::FlowKey;
 use crate::lb::process::Decision;
 use layout::{FRONT_SLOTS, front_index, key_bytes, key_from_bytes};
@@ -149,6 +149,32 @@ pub enum CacheCarry {
     },
 }
 
+/// What the kernel repeats of the SYN proxy's rewrite on a flow it opened
+/// (`lb::process::synproxy` `shift_forward`, `shift_reverse`): the sequence space the
+/// backend chose against the cookie's, and the window scales the two handshakes agreed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheShift {
+    /// Not a proxied flow.
+    #[default]
+    None,
+    /// Client → backend: a segment with ACK has its acknowledgement and SACK edges
+    /// `shift` on (a SACK option in neither layout of bpf/carry.h `carry_find_sack` goes to
+    /// the engine); the window field is rescaled.
+    Ack {
+        /// The backend's initial sequence number less the cookie.
+        shift: u32,
+        /// The client's window field for the backend.
+        window: Rescale,
+    },
+    /// Backend → client: the sequence number `shift` back; the window field rescaled.
+    Seq {
+        /// The backend's initial sequence number less the cookie.
+        shift: u32,
+        /// The backend's window field for the client.
+        window: Rescale,
+    },
+}
+
 /// One cache entry: the rewrite, the MACs and egress, the counter slot, last-seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheEntry {
@@ -156,6 +182,8 @@ pub struct CacheEntry {
     pub action: CacheAction,
     /// The client-address part of the rewrite.
     pub carry: CacheCarry,
+    /// The SYN proxy's part of the rewrite (never with a client-address part).
+    pub shift: CacheShift,
     /// Addresses are IPv6.
     pub v6: bool,
     /// Destination MAC written.
@@ -200,10 +228,14 @@ pub fn cacheable(d: &Decision) -> bool {
     if d.carry.kind != ClientAddress::None && !d.carry.armed {
         return false;
     }
-    // A flow the SYN proxy opened: its sequence shift is the engine's alone for now (the
-    // program's carry knows the client-address kinds only).
-    if d.carry.proxy != Proxied::No {
-        return false;
+    // A flow the SYN proxy opened: the program repeats its shift once the backend answered
+    // (the shift is known), and not beside a client-address carry, whose checks read the
+    // numbers the shift moves (the engine keeps those flows).
+    let established = matches!(d.flow, Some((_, FlowState::TcpEstablished)));
+    match d.carry.proxy {
+        Proxied::No => {}
+        Proxied::Open { .. } if established && d.carry.kind == ClientAddress::None => {}
+        _ => return false,
     }
     match d.flow {
         Some((_, FlowState::TcpEstablished)) => {
@@ -247,10 +279,19 @@ pub fn entry_for(d: &Decision, stat: u32) -> Option<CacheEntry> {
         (ClientAddress::Toa, false) => CacheCarry::Toa { base: c.base },
         (ClientAddress::Toa, true) | (ClientAddress::None, _) => CacheCarry::None,
     };
+    let shift = match (c.proxy, d.reverse) {
+        (Proxied::Open { shift, fwd, .. }, false) => CacheShift::Ack { shift, window: fwd },
+        (Proxied::Open { shift, rev, .. }, true) => CacheShift::Seq {
+            shift: shift.wrapping_neg(),
+            window: rev,
+        },
+        _ => CacheShift::None,
+    };
     let (seq_next, ack_max) = tracked(d);
     Some(CacheEntry {
         action,
         carry,
+        shift,
         v6: d.key.v6,
         dst_mac: d.next_hop.dst_mac.0,
         src_mac: d.next_hop.src_mac.0,
@@ -812,22 +853,65 @@ mod tests {
         assert_eq!(entry_for(&t, 1).expect("entry").carry, CacheCarry::None);
     }
 
-    /// A flow the SYN proxy opened is the engine's: the program does not know its shift.
+    /// A flow the SYN proxy opened is cached once established: client → backend with its
+    /// shift on acknowledgements, backend → client with it back on sequence numbers, each
+    /// with its direction's rescale. Not while opening (no shift yet), not its backend's
+    /// SYN-ACK, and not beside a client-address carry.
     #[test]
-    fn syn_proxied_flows_are_not_cached() {
-        use crate::lb::conntrack::{Carry, Rescale};
+    fn syn_proxied_flows_are_cached_with_their_shift() {
+        use crate::lb::conntrack::Carry;
         let est = decision(Mode::Nat, FlowState::TcpEstablished, tcp_flags::ACK);
-        assert!(cacheable(&est));
+        let (fwd, rev) = (Rescale { from: 7, to: 0 }, Rescale { from: 0, to: 7 });
         let proxied = Carry {
             proxy: Proxied::Open {
                 shift: 12345,
-                fwd: Rescale::default(),
-                rev: Rescale::default(),
+                fwd,
+                rev,
+            },
+            ..Carry::default()
+        };
+        let d = Decision {
+            carry: proxied,
+            ..est
+        };
+        assert!(cacheable(&d));
+        let e = entry_for(&d, 1).expect("entry");
+        assert_eq!(
+            e.shift,
+            CacheShift::Ack {
+                shift: 12345,
+                window: fwd
+            }
+        );
+        assert_eq!(e.carry, CacheCarry::None);
+        let back = entry_for(&Decision { reverse: true, ..d }, 1).expect("entry");
+        assert_eq!(
+            back.shift,
+            CacheShift::Seq {
+                shift: 12345u32.wrapping_neg(),
+                window: rev
+            }
+        );
+        let opening = Carry {
+            proxy: Proxied::Opening {
+                cookie: 1,
+                options: 0,
+                window: 100,
             },
             ..Carry::default()
         };
         assert!(!cacheable(&Decision {
-            carry: proxied,
+            carry: opening,
+            ..est
+        }));
+        let with_header = Carry {
+            kind: ClientAddress::ProxyV2,
+            armed: true,
+            delta: 28,
+            ..proxied
+        };
+        assert!(!cacheable(&Decision {
+            carry: with_header,
             ..est
         }));
         let answer = decision(
@@ -841,6 +925,11 @@ mod tests {
             ..answer
         };
         assert!(!cacheable(&answer));
+        assert_eq!(
+            entry_for(&est, 1).expect("plain").shift,
+            CacheShift::None,
+            "a flow the proxy did not open has no shift"
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! (its initial sequence number less the cookie) on their way to the client, and the
 //! client's acknowledgements and SACK edges gain it on theirs ([`shift_forward`],
 //! [`shift_reverse`]), with window fields rescaled where the two handshakes agreed on
-//! different window scales.
+//! different window scales. The ACK toward the backend is the client's own (its ACK of
+//! the cookie), so with it the flow is established and its client → backend direction is
+//! recorded for a flow cache, which repeats the shift and the rescale in the kernel
+//! (appliance bpf/carry.h, `CARRY_PX_*`) for flows without a client-address carry.
 //!
 //! What the cookie cannot carry is lost, as with Linux's cookies without timestamps: the
 //! client's timestamps option (the connection runs without timestamps), and the data of a
@@ -328,7 +331,7 @@ pub(super) fn open_with(p: Proxied, backend_isn: u32, backend_ws: Option<u8>) ->
 /// the handshake's last ACK from the client's side (the client's address, or the FullNAT
 /// source, and port) toward the backend, over `n`, with the window the client's ACK
 /// announced. The client already finished its handshake with the appliance: it never sees
-/// the SYN-ACK.
+/// the SYN-ACK. With the verdict, the bytes of the client's early data the ACK carries.
 pub(super) fn backend_answered(
     frame: &mut Frame<'_>,
     worker: &mut WorkerState,
@@ -337,7 +340,7 @@ pub(super) fn backend_answered(
     (opening, open): (Proxied, Proxied),
     key: &FlowKey,
     n: &NextHop,
-) -> Verdict {
+) -> (Verdict, u32) {
     let window = match (opening, open) {
         (Proxied::Opening { window, .. }, Proxied::Open { fwd, .. }) => fwd.apply(window),
         // A SYN-ACK sent again after the flow opened: the window is the backend's to
@@ -363,11 +366,11 @@ pub(super) fn backend_answered(
         payload: &data,
     };
     if let Err(r) = emit(frame, ip, (ip.dst, ip.src), OUTER_TTL, &ack) {
-        return worker.drop(r);
+        return (worker.drop(r), 0);
     }
     set_macs(frame.data_mut(), n);
     worker.stats.syn_proxy_established += 1;
-    worker.tx(n.ifindex)
+    (worker.tx(n.ifindex), data.len() as u32)
 }
 
 /// Client data that came before the backend answered: the first segment of each opening
