@@ -198,7 +198,7 @@ mod tests {
             let want = if syn_proxy {
                 SynProxy::Always
             } else {
-                SynProxy::Off
+                SynProxy::Flood
             };
             assert_eq!(nat.syn_proxy, want, "{v:?}");
             assert_eq!(c.flood.enabled, flood, "{v:?}");

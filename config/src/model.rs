@@ -490,10 +490,10 @@ impl ClientAddress {
 /// spent only on a client that answered the cookie (`lb::process::synproxy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SynProxy {
-    /// Never: every SYN goes to a backend (the default).
-    #[default]
+    /// Never: every SYN goes to a backend (what VIPs the proxy cannot serve get).
     Off,
-    /// While flood mode is on (`[flood]`).
+    /// While flood mode is on (`[flood]`): the default of NAT and FullNAT TCP VIPs.
+    #[default]
     Flood,
     /// Every SYN.
     Always,
