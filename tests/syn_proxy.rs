@@ -170,10 +170,29 @@ fn real_clients_get_every_byte_through_the_syn_proxy_and_keep_it_across_a_takeov
         .expect("spawn the new process");
     assert!(exited, "the old process did not exit:\n{}", file_text(&log));
     for (vip, h) in vips().into_iter().zip(slow) {
-        let body = h
-            .join()
-            .expect("download thread")
-            .unwrap_or_else(|e| panic!("slow download via {vip} across the takeover: {e}"));
+        let body = h.join().expect("download thread").unwrap_or_else(|e| {
+            // What the new process saw: its log, its drops and the proxy's steps.
+            let drops = Api::unix(&lab.api_socket_at(0))
+                .call(|c| c.status())
+                .map(|s| {
+                    s.drops
+                        .iter()
+                        .filter(|c| c.value > 0)
+                        .map(|c| format!("{}={}", c.name, c.value))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            panic!(
+                "slow download via {vip} across the takeover: {e}
+drops {drops:?}, proxy                  steps {:?}
+new process:
+{}
+{}",
+                steps(&lab),
+                file_text(&log),
+                lab.logs_tail(30)
+            )
+        });
         assert!(
             body == expected,
             "{vip}: {} bytes after the takeover",
