@@ -287,9 +287,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn values_carry_the_rewrite_and_round_trip() {
-        let e = CacheEntry {
+    /// A FullNAT entry toward 10.0.0.1:8080 from 10.1.0.1:1025, its client's next sequence
+    /// number tracked.
+    fn nat_entry() -> CacheEntry {
+        CacheEntry {
             action: CacheAction::Nat {
                 src: Some((v4([10, 1, 0, 1]), 1025)),
                 dst: Some((v4([10, 0, 0, 1]), 8080)),
@@ -304,7 +305,12 @@ mod tests {
             last_seen: 0,
             seq_next: Some(0xffff_fff0),
             ack_max: None,
-        };
+        }
+    }
+
+    #[test]
+    fn values_carry_the_rewrite_and_round_trip() {
+        let e = nat_entry();
         let v = e.value();
         assert_eq!(v.track.0, cache_track::TRACK_SEQ.0);
         assert_eq!(v.seq_next, 0xffff_fff0);
@@ -362,16 +368,8 @@ mod tests {
                 src: None,
                 dst: Some((v4([10, 0, 0, 1]), 8080)),
             },
-            carry: CacheCarry::None,
-            shift: CacheShift::None,
-            v6: false,
-            dst_mac: [2, 0, 0, 0, 1, 1],
-            src_mac: [2, 0, 0, 0, 0, 0xaa],
-            ifindex: 2,
-            stat: 7,
-            last_seen: 0,
             seq_next: None,
-            ack_max: None,
+            ..nat_entry()
         };
         let window = Rescale { from: 2, to: 7 };
         for (shift, bit) in [
