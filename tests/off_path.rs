@@ -16,7 +16,7 @@
 //! established flow kept its carry, the PROXY v2 connections' later bytes were shifted.
 //!
 //! Spoofed SYNs: for 50 s, 3,000 SYNs a second to the FullNAT IPv6 VIP from 4,000 unused
-//! addresses of the client's subnet (`off_path/spoof.py`, AF_PACKET; the router blackholes
+//! addresses of the client's subnet (`off_path/spray.py`, AF_PACKET; the router blackholes
 //! them), under flood mode's threshold and each source under its rate, with `tcp_syn =
 //! "120s"` and a table larger than the VIP's pool of ports: 150,000 handshakes that never
 //! finish, more than the 129,000 ports of two backends behind one SNAT address. Meanwhile a
@@ -28,6 +28,10 @@
 //! runs so far (printed as `after >= 1 s`), with no drop counted by the appliance or the
 //! backends' kernels.
 //!
+//! The flood matrix (`off_path/matrix.rs`): a UDP two-datagram spray, SYNs under flood
+//! mode's threshold and SYNs over it, from 3,000 sources against a NAT, a FullNAT and a DR
+//! VIP at once, each with a steady client and a download that must not notice.
+//!
 //! Needs root and python3.
 
 use std::io::{Read, Write};
@@ -37,6 +41,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use lab::testing::Nginx;
+
+#[path = "off_path/matrix.rs"]
+mod matrix;
 use lab::{BLOB_SIZE, Lab, LabMode, LabOptions, SNAT4, SNAT6, blob};
 
 /// `[appliance.timeouts] tcp_closing`: how long an entry wrongly closed would outlive the
@@ -45,15 +52,20 @@ const CLOSING: Duration = Duration::from_secs(2);
 /// The upload's size.
 const UPLOAD: usize = 64 * 1024;
 
-/// The lab; `extra` is appended to its config, `capacity` replaces its connection-table
-/// capacity.
+/// The lab of NAT and FullNAT VIPs; `extra` is appended to its config, `capacity` replaces
+/// its connection-table capacity.
 fn start(extra: &str, capacity: u32) -> Lab {
+    start_modes(&[LabMode::Nat, LabMode::FullNat], "sp", extra, capacity)
+}
+
+/// The lab of `modes`' VIPs, its namespaces named from `prefix`.
+fn start_modes(modes: &[LabMode], prefix: &'static str, extra: &str, capacity: u32) -> Lab {
     lab::netns::require_root();
     lab::netns::require_program("python3", "python3");
     let mut lab = lab::testing::build(LabOptions {
         backends: 2,
-        modes: vec![LabMode::Nat, LabMode::FullNat],
-        prefix: "sp",
+        modes: modes.to_vec(),
+        prefix,
         ..LabOptions::default()
     });
     let mut config = lab.config(&lab.api_socket_at(0)).replace(
@@ -61,9 +73,18 @@ fn start(extra: &str, capacity: u32) -> Lab {
         &format!("conntrack_capacity = {capacity}"),
     );
     assert!(config.contains(&format!("conntrack_capacity = {capacity}")));
+    // The lab's health checks (300 ms timeout, two misses) show failover fast; under a flood
+    // on these two shared cores a probe answered late would mark a backend down and move
+    // flows, which is not what these tests look at.
+    let fast = "interval = \"500ms\"\ntimeout = \"300ms\"\nrise = 2\nfall = 2";
+    assert!(config.contains(fast), "the lab's health checks changed");
+    config = config.replace(
+        fast,
+        "interval = \"1s\"\ntimeout = \"900ms\"\nrise = 2\nfall = 4",
+    );
     config.push_str(extra);
     lab.write_config(&config).expect("write config");
-    let vips: Vec<SocketAddr> = [LabMode::Nat, LabMode::FullNat]
+    let vips: Vec<SocketAddr> = modes
         .iter()
         .flat_map(|m| [false, true].map(|v6| SocketAddr::new(m.vip(v6), 80)))
         .collect();
@@ -424,32 +445,16 @@ fn spoofed_syns_take_neither_state_nor_ports_from_real_clients() {
             lab::testing::steady_client(vip, Duration::from_millis(100), Duration::from_secs(3), st)
         })
         .expect("client thread");
-    let mac = |m: [u8; 6]| {
-        m.iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/off_path/spoof.py");
-    let out = lab.client.output(&[
-        "python3",
-        script,
-        "eth0",
-        &mac(lab.client.mac("eth0")),
-        &mac(lab.router.mac("client")),
-        SPOOF_PREFIX,
-        &SPOOF_SOURCES.to_string(),
-        &vip.ip().to_string(),
-        "80",
-        &SPOOF_RATE.to_string(),
-        &SPOOF_SECONDS.to_string(),
-    ]);
-    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(
-        out.status.success(),
-        "the flood did not run: {said} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = lab::testing::Spray {
+        prefix: SPOOF_PREFIX,
+        sources: SPOOF_SOURCES,
+        kind: lab::testing::SprayKind::Syn,
+        port: 80,
+        rate: SPOOF_RATE,
+        seconds: SPOOF_SECONDS.into(),
+        vips: vec![vip.ip()],
+    }
+    .send(&lab);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let steady = client.join().expect("client");
     let mut failures = Vec::new();

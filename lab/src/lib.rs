@@ -133,7 +133,8 @@ pub fn appliance_addr(k: usize, v6: bool) -> IpAddr {
     text.parse().expect("lab appliance addresses are literals")
 }
 
-pub(crate) fn backend_addr(i: usize, v6: bool) -> String {
+/// Backend `i`'s address in the lab's backend subnet (IPv6 or IPv4).
+pub fn backend_addr(i: usize, v6: bool) -> String {
     if v6 {
         format!("2001:db8:a::{}", 21 + i)
     } else {

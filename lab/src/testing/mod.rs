@@ -3,7 +3,8 @@
 //! ([`Sluice`], [`crate::sluice!`]), labs built and served for a test ([`build`],
 //! [`Lab::start_serving`]), bounded waits ([`poll`], [`wait_for`], [`wait_until`]), the
 //! client's view of a VIP ([`Whoami`], [`steady_client`]), the API from a test thread
-//! ([`Api`]), routers and servers a test starts ([`BirdRouter`], [`Frr`], [`Nginx`]), and
+//! ([`Api`]), routers and servers a test starts ([`BirdRouter`], [`Frr`], [`Nginx`]), spoofed
+//! floods ([`Spray`]), and
 //! the small things around them (scratch directories, daemons killed on drop, log tails,
 //! metric samples).
 //!
@@ -21,6 +22,7 @@ mod labs;
 mod nginx;
 mod routers;
 mod sluice;
+mod spray;
 mod wait;
 
 pub use api::{Api, async_in};
@@ -30,6 +32,7 @@ pub use labs::{build, golden_netns, serial};
 pub use nginx::Nginx;
 pub use routers::{BirdRouter, Frr, kernel_route};
 pub use sluice::{Said, Sluice};
+pub use spray::{Spray, SprayKind};
 pub use wait::{FAILOVER_POLL, poll, wait_for, wait_until};
 
 #[allow(unused_imports)] // for the doc links above
