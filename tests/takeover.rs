@@ -168,7 +168,17 @@ struct Traffic {
 }
 
 fn start_traffic(lab: &Lab, tcp: usize, udp: usize, port: u16) -> Traffic {
-    let all = vips();
+    start_traffic_on(lab, tcp, udp, port, &vips())
+}
+
+/// [`start_traffic`] over the VIPs `all`.
+fn start_traffic_on(
+    lab: &Lab,
+    tcp: usize,
+    udp: usize,
+    port: u16,
+    all: &[(LabMode, IpAddr)],
+) -> Traffic {
     let (tx, rx) = std::sync::mpsc::channel();
     let downloads = (0..tcp)
         .map(|i| {
@@ -449,6 +459,57 @@ fn a_second_run_without_takeover_is_refused() {
 
 /// A `sluice` that hands over through its file on SIGTERM, as under `systemctl restart`
 /// (the test hook `SLUICE_TEST_HANDOVER_ON_TERM`): a wrapper script beside the lab's config.
+/// A crash (SIGKILL: no hand-over, no withdraw, the XDP program and its flow cache left
+/// attached), then a plain start: the new run rebuilds its connection tables from the flows
+/// the cache holds, so downloads and UDP flows through the NAT, FullNAT and DR VIPs (on
+/// `wrr`, whose choice a fresh table would not repeat) go on, and FINs find their flows.
+/// VXLAN tunnel VIPs are left out: the cache never holds their flows, so nothing of them
+/// survives a crash (on Maglev their ring choice does).
+#[test]
+fn a_crash_keeps_the_flows_its_flow_cache_held() {
+    let mut lab = lab("tc");
+    start(&mut lab);
+    let cached: Vec<(LabMode, IpAddr)> = vips()
+        .into_iter()
+        .filter(|(m, _)| *m != LabMode::Vxlan)
+        .collect();
+    let traffic = start_traffic_on(&lab, 90, 30, 80, &cached);
+    // Every download is past its headers; let the cache take the flows' data.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = status(&lab);
+    assert!(lab.kill_appliance_at(0), "SIGKILL");
+    let log = start(&mut lab);
+    let said = poll(Duration::from_secs(20), Duration::from_millis(100), || {
+        file_text(&log).contains("flows rebuilt from its flow cache")
+    });
+    let after = status(&lab);
+    let out = finish(traffic);
+    let line = file_text(&log)
+        .lines()
+        .find(|l| l.contains("flows rebuilt"))
+        .unwrap_or_default()
+        .to_string();
+    println!(
+        "MEASURE crash: entries before {} after {}; {line}; {} broken, worst stall {:?}, \
+         udp moved {}, worst udp loss in a row {}",
+        before.conntrack_entries,
+        after.conntrack_entries,
+        out.broken.len(),
+        out.worst_stall,
+        out.udp_moved,
+        out.udp_worst_loss
+    );
+    assert!(
+        said.is_some(),
+        "no rebuild in the log:\n{}",
+        file_text(&log)
+    );
+    assert!(out.broken.is_empty(), "broken downloads: {:?}", out.broken);
+    assert_eq!(out.udp_unanswered, 0, "UDP flows never answered");
+    assert_eq!(out.udp_moved, 0, "UDP flows that changed backend");
+    assert!(lab.stop_appliance(), "clean exit");
+}
+
 fn restarting_sluice(lab: &Lab) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let dir = lab

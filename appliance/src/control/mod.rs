@@ -43,6 +43,7 @@ mod input;
 mod io;
 mod io_handover;
 pub mod kept;
+mod leftovers;
 pub mod metrics;
 pub mod model;
 mod neighbours;

@@ -35,6 +35,7 @@ use super::fleet::{self, FleetError, Membership, Session};
 use super::input::{Input, Now};
 use super::io::{self, Flow, Io};
 use super::kept::Keeper;
+use super::leftovers;
 use super::model::{Shared, Sync};
 use super::neighbours::{self, NetEvent};
 use super::state::{First, State};
@@ -108,6 +109,8 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
     let (next_hops, misses) = neighbours::first(&resolver)
         .await
         .map_err(RunError::Netlink)?;
+    // A run that died without a hand-over left its flow cache: its flows come back.
+    let left = leftovers::read(&start.config, &next_hops.net, taking.is_some());
     let first = First {
         path: path.to_path_buf(),
         file: Arc::new(start.config),
@@ -116,12 +119,12 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
         keeper,
         next_hops,
         exec: &Cores,
-        health: handed.health.iter().cloned().collect(),
+        health: handed.health.iter().chain(&left.health).cloned().collect(),
         versions_from: handed.version,
     };
     let mut st = decide::first(first, &reading(crate::datapath::host_addresses()))?;
     let (cmd_tx, commands) = mpsc::channel::<Command>(64);
-    let shared = Arc::new(shared(&st, path, cmd_tx, taking.is_some())?);
+    let shared = Arc::new(shared(&st, path, cmd_tx, taking.is_some(), left.cache)?);
     let walker = match &shared.flow_cache {
         Some(c) => Some(
             cache::Walker::spawn(Arc::clone(c), Arc::clone(&shared.published))
@@ -134,7 +137,7 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
     let (sync, sync_done) = start_sync(&st, &shared)?;
     let sync_handle = sync.as_ref().map(|s| s.handle.clone());
     let over_socket = matches!(taking, Some(Source::Socket(_)));
-    let (dp, report) = forward(&st, &shared, taking, &handed, sync_handle).await?;
+    let (dp, report) = forward(&st, &shared, (taking, left.imports), &handed, sync_handle).await?;
     view::restart_sync_clock(&shared, Instant::now());
     let listeners = api::start(Arc::clone(&shared), &st.config.api)
         .await
@@ -193,7 +196,7 @@ fn join_fleet(
 async fn forward(
     st: &State,
     shared: &Arc<Shared>,
-    mut taking: Option<Source>,
+    (mut taking, rebuilt): (Option<Source>, Option<Imports>),
     handed: &Handed,
     sync: Option<crate::sync::SyncHandle>,
 ) -> Result<(Datapath, Option<::api::Takeover>), RunError> {
@@ -210,7 +213,7 @@ async fn forward(
         None => None,
     };
     let taken = flows.as_ref().map(|b| b.flows());
-    let imports = flows.map(|b| Imports::new(b.workers));
+    let imports = flows.map(|b| Imports::new(b.workers)).or(rebuilt);
     let dp = match start_datapath(st, shared, loaded, imports.clone(), sync) {
         Ok(dp) => dp,
         Err(e) => {
@@ -228,6 +231,16 @@ async fn forward(
         Some(t) => Some(finish_takeover(t, handed, taken, imports.as_ref()).await),
         None => None,
     };
+    if let (None, Some(i)) = (taken, &imports) {
+        let d = i.done();
+        let text = format!(
+            "the run before stopped without a hand-over: {} flows rebuilt from its flow \
+             cache ({} with their cache entries), {} refused",
+            d.flows, d.cached, d.refused
+        );
+        info!("{text}");
+        view::event(shared, super::events::Kind::Takeover, text);
+    }
     Ok((dp, report))
 }
 
@@ -311,29 +324,22 @@ fn probe_context(shared: &Arc<Shared>) -> health::ProbeContext {
     health::ProbeContext::new().with_vip_prober(Arc::new(vip))
 }
 
-/// What the loop shares with the API and metrics, before the workers exist.
+/// What the loop shares with the API and metrics, before the workers exist: the flow cache
+/// is the attached program's when taking over, a crashed run's when it `left` one (see
+/// [`leftovers`]), else a new one.
 fn shared(
     st: &State,
     path: &Path,
     commands: mpsc::Sender<Command>,
     taking_over: bool,
+    left: Option<FlowCache>,
 ) -> Result<Shared, RunError> {
     let flow_cache = if st.config.appliance.flow_cache {
-        // Taking over: the attached program's cache, whose entries go on forwarding; else a
-        // new one. After a crash the cache is not kept: its entries stopped at the crash
-        // while the flows may have gone on through other appliances (sequence windows,
-        // states), and no table holds their flows any more.
-        let attached = match taking_over {
-            true => st
-                .config
-                .appliance
-                .interfaces
-                .iter()
-                .find_map(|i| crate::datapath::steer::attached_sluice(i)),
-            false => None,
+        let kept = match taking_over {
+            true => leftovers::attached_cache(&st.config),
+            false => left,
         };
-        let adopted = attached.and_then(|id| FlowCache::adopt(id, flowcache::CACHE_ENTRIES));
-        match adopted {
+        match kept {
             Some(c) => {
                 info!(
                     taking_over,
@@ -353,7 +359,7 @@ fn shared(
         crate::datapath::monotonic_ns(),
     );
     let published = Arc::new(published);
-    Ok(Shared {
+    let shared = Shared {
         flow_cache,
         started: Instant::now(),
         config_path: path.to_path_buf(),
@@ -373,7 +379,8 @@ fn shared(
         flow_sync: Default::default(),
         counters: Default::default(),
         takeover: Default::default(),
-    })
+    };
+    Ok(shared)
 }
 
 /// Starts the datapath with one engine per worker, each registered with `shared` so the

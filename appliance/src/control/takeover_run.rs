@@ -10,6 +10,7 @@ use tracing::{info, warn};
 
 use super::takeover::{self, Bundle, Offer, TakeoverError, Taking};
 
+use crate::engine::rebuild::Owner;
 use crate::engine::{Imported, LbHandler};
 use crate::lb::BackendId;
 use crate::lb::conntrack::FlowRecord;
@@ -147,6 +148,9 @@ pub(super) struct Imports {
 struct ImportState {
     /// Per worker of the old process, its records (taken as the new workers are built).
     records: Vec<Vec<FlowRecord>>,
+    /// Flows rebuilt from the flow cache of a run that stopped without a hand-over
+    /// (`engine::rebuild`), each for the workers its owner names.
+    owned: Vec<(FlowRecord, Owner)>,
     done: Imported,
 }
 
@@ -155,9 +159,19 @@ impl Imports {
         Imports {
             inner: Arc::new(Mutex::new(ImportState {
                 records,
+                owned: Vec::new(),
                 done: Imported::default(),
             })),
         }
+    }
+
+    /// The flows rebuilt from a flow cache (see [`crate::engine::rebuild`]).
+    pub fn rebuilt(flows: Vec<(FlowRecord, Owner)>) -> Imports {
+        let i = Imports::new(Vec::new());
+        if let Ok(mut st) = i.inner.lock() {
+            st.owned = flows;
+        }
+        i
     }
 
     /// Gives worker `worker` of `workers` its flows: those of the old process's worker with
@@ -180,13 +194,26 @@ impl Imports {
         for old in (worker..n).step_by(workers.max(1)) {
             let records = std::mem::take(&mut st.records[old]);
             let got = h.import_flows(&records, now_ns);
-            st.done.flows += got.flows;
-            st.done.refused += got.refused;
-            st.done.cached += got.cached;
+            st.done.add(got);
+        }
+        // A flow whose owner the record names goes to that worker; one any worker may see
+        // (DR) to each, counted once.
+        let (named, any): (Vec<_>, Vec<_>) = st
+            .owned
+            .iter()
+            .filter(|(_, o)| o.takes(worker, workers))
+            .partition(|(_, o)| *o != Owner::Any);
+        let named: Vec<FlowRecord> = named.into_iter().map(|(r, _)| r).collect();
+        let any: Vec<FlowRecord> = any.into_iter().map(|(r, _)| r).collect();
+        let got = h.import_flows(&named, now_ns);
+        st.done.add(got);
+        let got = h.import_flows(&any, now_ns);
+        if worker == 0 {
+            st.done.add(got);
         }
     }
 
-    fn done(&self) -> Imported {
+    pub fn done(&self) -> Imported {
         self.inner.lock().map(|s| s.done).unwrap_or_default()
     }
 }

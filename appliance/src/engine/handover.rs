@@ -19,6 +19,15 @@ pub struct Imported {
     pub cached: usize,
 }
 
+impl Imported {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: Imported) {
+        self.flows += other.flows;
+        self.refused += other.refused;
+        self.cached += other.cached;
+    }
+}
+
 /// The map key of a flow's return direction in the flow cache (the frame's own 5-tuple:
 /// backend → client for NAT, backend → SNAT address for FullNAT).
 fn return_key(f: &Flow) -> Option<FlowKey> {

@@ -12,6 +12,9 @@ mod counters;
 mod handler;
 mod handover;
 mod published;
+pub mod rebuild;
+#[cfg(test)]
+mod rebuild_tests;
 
 pub use counters::{BackendTotals, CounterSnapshot, VipTotals};
 pub use handler::{LbHandler, PUBLISH_EVERY};

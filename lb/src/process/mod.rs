@@ -87,7 +87,7 @@ mod tunnel;
 pub use admit::publish_all_counts;
 pub use flow::{Choice, Load, choose_backend};
 pub use fragtable::{FragOwners, FragStats, FragTable};
-pub use owner::owner;
+pub use owner::{nat_owner, owner};
 pub use ratelimit::IcmpLimiter;
 pub use synproxy::{CookieKey, OUR_WSCALE as SYN_PROXY_WSCALE, cookie as syn_cookie};
 pub use tenant::VXLAN_PORT as TENANT_VXLAN_PORT;
