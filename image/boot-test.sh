@@ -18,8 +18,10 @@
 #    lines on the console, the state partition grown to the disk, sluice.service ready, BIRD's
 #    session and the VIP route, HTTP through the VIP to the routed backend, the VLAN address
 #    answering, and the console on the serial line. Then, from the root shell on the serial
-#    line: a drain, and `sluice image update` of this build (version bumped) from a disk into
-#    slot B while a client requests through the VIP every 100 ms.
+#    line: a drain; `systemctl restart sluice` while a client requests through the VIP every
+#    100 ms (no request may fail: the tables are handed over, BGP graceful restart keeps the
+#    route); and `sluice image update` of this build (version bumped) from a disk into slot B
+#    while the client requests again.
 # 2. Slot B on trial: ready, marked good (boot counting); the outage in seconds; the config
 #    and the drain survived. Then a deliberately broken build (its sluice exits 1) into slot A,
 #    by URL from the mirror with its sha256, after an unsigned bundle from the mirror was
@@ -247,6 +249,7 @@ metrics = ""
 asn = 65110
 router_id = "172.30.22.10"
 graceful_shutdown_wait = "1s"
+graceful_restart = { enabled = true, restart_time = "120s" }
 
 [[bgp.peer]]
 address = "172.30.22.1"
@@ -520,14 +523,14 @@ wait_exit() {
     qemu_pid=
 }
 
-# traffic VIP: a client requesting through VIP every 100 ms, one line per request in
-# $work/traffic.log ("TIME ok" or "TIME fail").
+# traffic VIP [SECONDS]: a client requesting through VIP every 100 ms, each request given
+# SECONDS (default 1), one line per request in $work/traffic.log ("TIME ok" or "TIME fail").
 traffic() {
     # ip netns exec, not nsx: $! must be the loop itself (ip execs it), not a subshell whose
     # kill would leave the loop running after the test.
     ip netns exec "$cns" bash -c 'while :; do
         t=$(date +%s.%N)
-        if [ "$(curl -s --max-time 1 "http://'"$1"'/")" = "'"$token"'" ]; then echo "$t ok"; else echo "$t fail"; fi
+        if [ "$(curl -s --max-time '"${2:-1}"' "http://'"$1"'/")" = "'"$token"'" ]; then echo "$t ok"; else echo "$t fail"; fi
         sleep 0.1
     done' >"$work/traffic.log" 2>&1 &
     traffic_pid=$!
@@ -669,6 +672,28 @@ shell_open
 guest "sluice ctl drain web-seed 172.30.23.22:8080"
 [ "$rc" = 0 ] || fail "sluice ctl drain failed in the guest"
 echo "boot-test: the operator drained 172.30.23.22:8080 of web-seed (sluice ctl, serial console)"
+# --- systemctl restart while a client requests through the VIP every 100 ms: the stopping
+# process leaves its tables in /run/sluice (RuntimeDirectoryPreserve=restart) and its XDP
+# program attached and holding, BGP graceful restart keeps BIRD's route, the next process
+# takes the tables: no request fails (one whose SYN fell in the gap is answered after its
+# client sends the SYN again, so each is given 20 s)
+traffic 203.0.113.80 20
+sleep 2
+t0=$SECONDS
+guest "systemctl restart sluice" 300
+[ "$rc" = 0 ] || fail "systemctl restart sluice failed in the guest"
+restart_s=$((SECONDS - t0))
+sleep 3
+stop "$traffic_pid"
+traffic_pid=
+read -r gap requests answered < <(outage)
+failed=$(grep -c ' fail$' "$work/traffic.log" || true)
+echo "boot-test: systemctl restart sluice took ${restart_s} s: longest gap between answers ${gap} s, $answered of $requests requests answered, $failed failed"
+[ "$failed" = 0 ] || fail "$failed requests through the VIP failed across systemctl restart sluice"
+guest "journalctl -b -u sluice -o cat | grep 'took over from version' | tail -n 1"
+console_has "took over from version [0-9]+: [0-9]+ of [0-9]+ flows carried" ||
+    fail "the restarted sluice did not take the stopped one's tables over (journal above)"
+check_http 203.0.113.80
 traffic 203.0.113.80
 t0=$SECONDS
 guest "sluice image update /dev/disk/by-id/virtio-bundle" 900
