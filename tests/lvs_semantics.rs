@@ -317,7 +317,7 @@ fn sh_and_dh(rig: &Rig) {
     );
 }
 
-fn persistence(rig: &Rig) {
+fn persistence(rig: &mut Rig) {
     let me = vec![src(40)];
     let t = Rig::totals(&rig.http(PERSIST, 50, &me));
     assert_eq!(t.len(), 1, "persistent client spread: {t:?}");
@@ -340,6 +340,39 @@ fn persistence(rig: &Rig) {
     // backends above are the semantic check, this one only that hits are counted.
     assert!(s.lvs.persistence_hits >= 90, "{:?}", s.lvs);
     assert!(s.lvs.persistence_entries >= 1, "{:?}", s.lvs);
+    // A takeover carries the table: the entries are there before any new connection, and
+    // the client stays on its backend (a fresh table would give it the ring's choice).
+    let entries = s.lvs.persistence_entries;
+    let (exited, log) = rig
+        .lab
+        .take_over_at(0, lab::sluice!().path(), 1, Duration::from_secs(30))
+        .expect("take over");
+    assert!(
+        exited,
+        "the old process did not exit:\n{}",
+        lab::testing::file_text(&log)
+    );
+    let mut carried = 0;
+    lab::testing::poll(Duration::from_secs(20), Duration::from_millis(200), || {
+        carried = rig
+            .api
+            .call(|c| c.status())
+            .map(|s| s.lvs.persistence_entries)
+            .unwrap_or(0);
+        carried > 0
+    });
+    println!("MEASURE lvs persistence entries before a takeover {entries}, after {carried}");
+    assert!(
+        carried >= 1,
+        "the takeover lost the persistence table:\n{}",
+        lab::testing::file_text(&log)
+    );
+    let t = Rig::totals(&rig.http(PERSIST, 20, &me));
+    assert_eq!(
+        t.keys().collect::<Vec<_>>(),
+        vec![&first],
+        "moved by the takeover"
+    );
     // Disable the client's backend: its next connections move at once, and stay together.
     let n: usize = first
         .trim_start_matches("be")
@@ -506,6 +539,6 @@ fn lvs_semantics_through_the_datapath() {
     sh_and_dh(&rig);
     limits(&rig);
     one_packet(&rig);
-    persistence(&rig);
+    persistence(&mut rig);
     assert!(rig.lab.stop_appliance(), "clean exit:\n{}", rig.log());
 }

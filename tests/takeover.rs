@@ -589,7 +589,7 @@ fn a_restart_hands_over_through_its_file_and_a_wrong_format_starts_cold() {
     assert!(t.cold.is_some(), "a wrong format must start cold: {t}");
     let text = file_text(&log);
     assert!(
-        text.contains("hand-over format 999; this build reads format 1")
+        text.contains("hand-over format 999; this build reads formats 1 and 2")
             && text.contains("starting cold"),
         "the log says why it started cold:\n{text}"
     );

@@ -104,6 +104,7 @@ fn main() {
             exported_ns: now,
             health: Vec::new(),
             workers: vec![records],
+            persistence: Vec::new(),
         };
         let t = Instant::now();
         let b = bundle.encode();

@@ -168,6 +168,34 @@ impl PersistTable {
         }
     }
 
+    /// Every live entry at `now_s` as its two words (key, value): what a hand-over carries
+    /// to the next process (a scan, never on the packet path). Deadlines are on the
+    /// workers' clock (`CLOCK_MONOTONIC` seconds), which the next process shares.
+    pub fn export(&self, now_s: u32) -> Vec<(u64, u64)> {
+        (0..self.keys.len())
+            .filter_map(|i| {
+                let k = self.keys[i].load(Ordering::Acquire);
+                let v = self.vals[i].load(Ordering::Acquire);
+                (k != 0 && self.keys[i].load(Ordering::Acquire) == k && deadline(v) > now_s)
+                    .then_some((k, v))
+            })
+            .collect()
+    }
+
+    /// Takes in entries [`PersistTable::export`] gave: each live one whose check bits agree
+    /// with its key is remembered as it was (backend token and deadline); the rest are
+    /// skipped. Returns how many were taken.
+    pub fn import(&self, entries: &[(u64, u64)], now_s: u32) -> usize {
+        let mut n = 0;
+        for &(k, v) in entries {
+            if k != 0 && (v >> 32) & 0xff == check_bits(k) && deadline(v) > now_s {
+                self.remember(k, (v >> 40) as u32, now_s, deadline(v));
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Live entries now (a scan: for the API, never on the packet path).
     pub fn entries(&self, now_s: u32) -> usize {
         (0..self.keys.len())
@@ -279,6 +307,30 @@ mod tests {
             .collect();
         for h in handles {
             h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn entries_cross_to_another_table_with_their_backends_and_deadlines() {
+        let old = PersistTable::new(64);
+        let keys: Vec<u64> = (1..=20u64).map(|i| mix64(i) | 1).collect();
+        for (i, k) in keys.iter().enumerate() {
+            // Half live until 500, half already past at 200.
+            let until = if i % 2 == 0 { 500 } else { 150 };
+            old.remember(*k, 1000 + i as u32, 100, until);
+        }
+        let out = old.export(200);
+        assert_eq!(out.len(), 10, "only the live entries leave");
+        let new = PersistTable::new(64);
+        // A forged word (check bits that do not match its key) and an expired one stay out.
+        let mut input = out.clone();
+        input.push((keys[0] ^ (1 << 60), out[0].1));
+        input.push((keys[2], pack(5, keys[2], 199)));
+        assert_eq!(new.import(&input, 200), 10);
+        for (i, k) in keys.iter().enumerate() {
+            let want = (i % 2 == 0).then_some(1000 + i as u32);
+            assert_eq!(new.recall(*k, 200), want, "entry {i}");
+            assert_eq!(new.recall(*k, 500), None, "entry {i} keeps its deadline");
         }
     }
 }

@@ -109,6 +109,9 @@ impl Io {
             .iter_mut()
             .map(|h| h.export_flows(now_ns))
             .collect();
+        // Persistent clients keep their backends (the table the workers shared).
+        let now_s = (now_ns / 1_000_000_000) as u32;
+        bundle.persistence = self.shared.published.persistence().export(now_s);
         (handlers, bundle)
     }
 
@@ -165,5 +168,6 @@ fn verdicts(st: &State) -> Bundle {
         exported_ns: 0,
         health,
         workers: Vec::new(),
+        persistence: Vec::new(),
     }
 }

@@ -213,6 +213,11 @@ async fn forward(
         None => None,
     };
     let taken = flows.as_ref().map(|b| b.flows());
+    if let Some(b) = &flows {
+        let now_s = (crate::datapath::instant_ns(Instant::now()) / 1_000_000_000) as u32;
+        let kept = shared.published.persistence().import(&b.persistence, now_s);
+        info!(kept, "takeover: persistence entries carried over");
+    }
     let imports = flows.map(|b| Imports::new(b.workers)).or(rebuilt);
     let dp = match start_datapath(st, shared, loaded, imports.clone(), sync) {
         Ok(dp) => dp,

@@ -8,7 +8,10 @@
 //! 24 health count u32, then per verdict: name length u8, the VIP's name, family u8 (4 or
 //!    6), the backend's address (4 or 16 bytes), port u16, up u8
 //! then per worker: record bytes u32, then a flow-record batch
+//! format 2 only: persistence entries u32, then per entry: key u64, value u64 (the shared
+//!    persistence table's words, `lb::persist`: a client's backend token and deadline)
 //! ```
+//! Format 1 (no persistence entries) is still read: an older release hands over to this one.
 //! A reader never guesses: another format, or a batch of another record version, is
 //! refused with what it was, and the new process starts cold and says so.
 
@@ -20,8 +23,8 @@ use crate::lb::conntrack::codec::{self, CodecError};
 
 /// The first bytes of a bundle.
 pub const MAGIC: [u8; 4] = *b"SLHO";
-/// The layout this build writes and reads.
-pub const FORMAT: u16 = 1;
+/// The layout this build writes (it reads this one and format 1).
+pub const FORMAT: u16 = 2;
 
 /// One process's state for the next.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -34,6 +37,8 @@ pub struct Bundle {
     pub health: Vec<(BackendId, bool)>,
     /// Each worker's flows, in worker order.
     pub workers: Vec<Vec<FlowRecord>>,
+    /// The persistence table's live entries (key, value; see `lb::persist`).
+    pub persistence: Vec<(u64, u64)>,
 }
 
 /// Why a bundle was refused.
@@ -41,10 +46,12 @@ pub struct Bundle {
 pub enum BundleError {
     #[error("not a hand-over bundle (no SLHO magic)")]
     BadMagic,
-    #[error("hand-over format {found}; this build reads format {FORMAT}")]
+    #[error("hand-over format {found}; this build reads formats 1 and {FORMAT}")]
     Format { found: u16 },
     #[error("hand-over cut short at byte {at}")]
     Truncated { at: usize },
+    #[error("hand-over has bytes past its end, from byte {at}")]
+    Trailing { at: usize },
     #[error("hand-over health verdict {index}: {what}")]
     BadVerdict { index: usize, what: &'static str },
     #[error("hand-over flows of worker {worker}: {source}")]
@@ -92,6 +99,11 @@ impl Bundle {
             out.extend_from_slice(&(batch.len() as u32).to_le_bytes());
             out.extend_from_slice(&batch);
         }
+        out.extend_from_slice(&(self.persistence.len() as u32).to_le_bytes());
+        for (k, v) in &self.persistence {
+            out.extend_from_slice(&k.to_le_bytes());
+            out.extend_from_slice(&v.to_le_bytes());
+        }
         out
     }
 
@@ -102,7 +114,7 @@ impl Bundle {
             return Err(BundleError::BadMagic);
         }
         let found = r.u16()?;
-        if found != FORMAT {
+        if found != FORMAT && found != 1 {
             return Err(BundleError::Format { found });
         }
         let workers = usize::from(r.u16()?);
@@ -130,11 +142,23 @@ impl Bundle {
             }
             out.push(records);
         }
+        let mut persistence = Vec::new();
+        if found >= 2 {
+            let n = r.u32()? as usize;
+            persistence.reserve(n.min(1 << 20));
+            for _ in 0..n {
+                persistence.push((r.u64()?, r.u64()?));
+            }
+        }
+        if r.at != b.len() {
+            return Err(BundleError::Trailing { at: r.at });
+        }
         Ok(Bundle {
             version,
             exported_ns,
             health,
             workers: out,
+            persistence,
         })
     }
 }
@@ -238,6 +262,15 @@ mod tests {
                 ),
             ],
             workers: vec![vec![record(1000), record(1001)], vec![], vec![record(2000)]],
+            persistence: Vec::new(),
+        }
+    }
+
+    /// [`sample`] with persistence entries: what format 2 adds.
+    fn sample2() -> Bundle {
+        Bundle {
+            persistence: vec![(0x1234_5678_9abc_def0, 0xabcd_eff0_0000_7fff), (7, 9)],
+            ..sample()
         }
     }
 
@@ -245,6 +278,8 @@ mod tests {
     /// next one (an upgrade reads it), so a build that changes the layout without a new
     /// format number fails here.
     const FORMAT_1: &str = include_str!("format1.hex");
+    /// The committed format-2 bundle of [`sample2`].
+    const FORMAT_2: &str = include_str!("format2.hex");
 
     fn unhex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
@@ -258,33 +293,45 @@ mod tests {
     fn a_format_1_bundle_of_an_earlier_release_still_reads_the_same() {
         let bytes = unhex(FORMAT_1);
         assert_eq!(Bundle::decode(&bytes), Ok(sample()));
-        assert_eq!(sample().encode(), bytes, "the layout of format 1 changed");
+    }
+
+    #[test]
+    fn a_format_2_bundle_reads_the_same_and_this_build_writes_it() {
+        let bytes = unhex(FORMAT_2);
+        assert_eq!(Bundle::decode(&bytes), Ok(sample2()));
+        assert_eq!(sample2().encode(), bytes, "the layout of format 2 changed");
     }
 
     #[test]
     fn a_bundle_survives_its_bytes() {
-        let b = sample();
+        let b = sample2();
         if std::env::var_os("SLUICE_WRITE_FORMAT_FIXTURE").is_some() {
             let hex: Vec<String> = b
                 .encode()
                 .chunks(32)
                 .map(|c| c.iter().map(|x| format!("{x:02x}")).collect())
                 .collect();
-            std::fs::write("src/control/takeover/format1.hex", hex.join("\n") + "\n")
+            std::fs::write("src/control/takeover/format2.hex", hex.join("\n") + "\n")
                 .expect("write the fixture");
         }
         assert_eq!(Bundle::decode(&b.encode()), Ok(b.clone()));
         assert_eq!(b.flows(), 3);
+        let mut longer = b.encode();
+        longer.push(0);
+        assert!(matches!(
+            Bundle::decode(&longer),
+            Err(BundleError::Trailing { .. })
+        ));
     }
 
     #[test]
     fn another_format_or_cut_bytes_are_refused_not_misread() {
         let bytes = sample().encode();
         let mut other = bytes.clone();
-        other[4..6].copy_from_slice(&2u16.to_le_bytes());
+        other[4..6].copy_from_slice(&3u16.to_le_bytes());
         assert_eq!(
             Bundle::decode(&other),
-            Err(BundleError::Format { found: 2 })
+            Err(BundleError::Format { found: 3 })
         );
         let mut magic = bytes.clone();
         magic[0] = b'X';
