@@ -716,7 +716,8 @@ pub struct Fleet {
     /// The fleet's keys are under `{prefix}/{name}/`.
     pub prefix: String,
     /// Live members that must see a backend up for the fleet to use it (capped at the
-    /// members reporting); `None`: a majority of them.
+    /// members reporting); `None`: half of them rounded up (a backend goes down only when
+    /// a strict majority sees it down).
     pub quorum: Option<u32>,
     /// How long a version waits for every live member to be ready before it is activated
     /// with those that are.

@@ -2,9 +2,11 @@
 //! so every member builds its tables from the same health. A backend is up when at least
 //! `need` of the live members that have a verdict on it see it up, where `need` is the
 //! configured quorum capped at the number of such members (so a fleet that lost members
-//! still decides), or a majority of them when no quorum is configured. A member whose own
-//! verdict differs from the fleet's is a disagreement: its path to that backend is suspect,
-//! and the backend is not flipped for everyone because of it.
+//! still decides), or, when no quorum is configured, half of them rounded up: a backend goes
+//! down only when a strict majority sees it down, so with two members one member's failing
+//! probes do not take it down for both (a tie keeps it up). A member whose own verdict
+//! differs from the fleet's is a disagreement: its path to that backend is suspect, and the
+//! backend is not flipped for everyone because of it.
 
 use std::collections::BTreeMap;
 
@@ -37,7 +39,7 @@ pub fn decide(
         .map(|(backend, v)| {
             let voters = v.len();
             let up_votes = v.iter().filter(|(_, up)| *up).count();
-            let need = quorum.unwrap_or(voters / 2 + 1).clamp(1, voters.max(1));
+            let need = quorum.unwrap_or(voters.div_ceil(2)).clamp(1, voters.max(1));
             let up = up_votes >= need;
             let dissent = v
                 .iter()
@@ -103,9 +105,27 @@ mod tests {
     }
 
     #[test]
-    fn a_split_without_majority_is_down() {
+    fn one_of_two_members_cannot_take_a_backend_down_for_both() {
+        // Two members: the one whose probes fail is the disagreement, as with three.
         let v = verdict(&[("lb1", true), ("lb2", false)], None);
-        assert!(!v.up);
-        assert_eq!(v.dissent, vec!["lb1".to_string()]);
+        assert!(v.up);
+        assert_eq!(v.dissent, vec!["lb2".to_string()]);
+        // Both see it down: down.
+        assert!(!verdict(&[("lb1", false), ("lb2", false)], None).up);
+        // Four members split two and two: no majority sees it down, it stays up; three of
+        // four down take it down.
+        let four = |downs: usize| {
+            let rows: Vec<(&str, bool)> = ["lb1", "lb2", "lb3", "lb4"]
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (*m, i >= downs))
+                .collect();
+            verdict(&rows, None).up
+        };
+        assert!(four(1) && four(2));
+        assert!(!four(3));
+        // One member alone decides by its own verdict.
+        assert!(!verdict(&[("lb1", false)], None).up);
+        assert!(verdict(&[("lb1", true)], None).up);
     }
 }
