@@ -261,15 +261,7 @@ impl Lab {
             netns::require("birdc", "bird2")?;
             netns::require("nft", "nftables")?;
         }
-        // Unique per process and per lab, so labs in parallel tests never share a name.
-        static LABS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = LABS.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{}{n}", std::process::id() % 10_000);
-        let dir = std::env::temp_dir().join(format!("sluice-lab-{id}"));
-        std::fs::create_dir_all(&dir).map_err(|e| LabError {
-            command: format!("mkdir {}", dir.display()),
-            detail: e.to_string(),
-        })?;
+        let (id, dir) = lab_dir()?;
         let prefix = options.prefix;
         let ns = |role: &str| Netns::create(&format!("{prefix}{id}{role}"));
         let client = ns("cl")?;
@@ -356,6 +348,30 @@ impl Lab {
 
 /// File-name suffix of appliance `k`: none for the first (the single-appliance names stay
 /// what they always were), `2`, `3`, ... after it.
+/// A short id for the lab's namespace names and a directory of its own: unique per process
+/// and per lab, so labs in parallel tests never share a name, and created anew (never an
+/// existing one), so a lab of another test process whose short id happens to be the same
+/// (two pids equal modulo 10,000, or "12" + "34" and "123" + "4") never shares its files,
+/// API socket included.
+fn lab_dir() -> std::result::Result<(String, PathBuf), LabError> {
+    static LABS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    loop {
+        let n = LABS.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}{n}", std::process::id() % 10_000);
+        let dir = std::env::temp_dir().join(format!("sluice-lab-{id}"));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok((id, dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => continue,
+            Err(e) => {
+                return Err(LabError {
+                    command: format!("mkdir {}", dir.display()),
+                    detail: e.to_string(),
+                });
+            }
+        }
+    }
+}
+
 fn suffix(k: usize) -> String {
     if k == 0 {
         String::new()
