@@ -48,9 +48,30 @@ fn sluice(ns: &Netns, args: &[&str]) -> Said {
     lab::sluice!().inside(ns).run(args)
 }
 
+/// Puts `value` at the fleet's `key`; a member's keys go under a lease, as a member writes
+/// them (the fleet does not count a member key written without one).
 fn put(etcd: &EtcdCluster, ns: &Netns, key: &str, value: &str) {
+    let mut args = vec![
+        "put".to_string(),
+        format!("/sluice/{FLEET}/{key}"),
+        value.to_string(),
+    ];
+    if key.starts_with("members/") || key.starts_with("health/") {
+        let out = etcd
+            .ctl(ns, &["lease", "grant", "300"])
+            .unwrap_or_else(|e| panic!("etcdctl lease grant: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        // "lease 694d9b0b2a4f4c1a granted with TTL(300s)"
+        let id = text
+            .split_whitespace()
+            .nth(1)
+            .filter(|_| out.status.success())
+            .unwrap_or_else(|| panic!("etcdctl lease grant: {out:?}"));
+        args.push(format!("--lease={id}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = etcd
-        .ctl(ns, &["put", &format!("/sluice/{FLEET}/{key}"), value])
+        .ctl(ns, &args)
         .unwrap_or_else(|e| panic!("etcdctl put {key}: {e}"));
     assert!(out.status.success(), "etcdctl put {key}: {out:?}");
 }
@@ -141,6 +162,19 @@ fn fleet_status_and_push_say_what_an_operator_needs() {
         &format!(r#"{{"revision":{rev},"by":"lb1","at_ms":2,"all_ready":false}}"#),
     );
 
+    // A member key written by hand without a lease: not a live member, and said so.
+    let out = etcd
+        .ctl(
+            &ns,
+            &[
+                "put",
+                &format!("/sluice/{FLEET}/members/lb9"),
+                r#"{"prepared":1,"readiness":"ready","running":1}"#,
+            ],
+        )
+        .expect("etcdctl put");
+    assert!(out.status.success(), "{out:?}");
+
     // --json before and after the subcommand, --config after it.
     let before = sluice(&ns, &["fleet", "--json", "--config", &m, "status"]);
     let after = sluice(&ns, &["fleet", "status", "--json", "--config", &m]);
@@ -154,6 +188,18 @@ fn fleet_status_and_push_say_what_an_operator_needs() {
     assert_eq!(
         doc.table_fingerprint, DIGEST,
         "lb1's tables as it reported them"
+    );
+    assert!(
+        doc.members.iter().all(|x| x.name != "lb9"),
+        "a leaseless member key counted: {doc:?}"
+    );
+    let lb9 = format!("/sluice/{FLEET}/members/lb9");
+    assert!(
+        doc.ignored_keys
+            .get(&lb9)
+            .is_some_and(|why| why.contains("without a lease")),
+        "{:?}",
+        doc.ignored_keys
     );
     let lb1 = doc.members.iter().find(|x| x.name == "lb1").expect("lb1");
     assert_eq!(lb1.table_fingerprint, DIGEST);
@@ -178,4 +224,11 @@ fn fleet_status_and_push_say_what_an_operator_needs() {
         table.stdout
     );
     assert!(table.stdout.contains(DIGEST), "{}", table.stdout);
+    assert!(
+        table
+            .stdout
+            .contains(&format!("ignored {lb9}: written without a lease")),
+        "{}",
+        table.stdout
+    );
 }

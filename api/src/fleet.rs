@@ -2,6 +2,8 @@
 //! member's readiness and sync lag, health disagreements), for `sluice ctl`, `sluice fleet
 //! status` and the console's Fleet view.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The fleet as this member sees it.
@@ -46,6 +48,11 @@ pub struct FleetStatus {
     pub running_from_disk: bool,
     /// Failed writes or reads of the last good revision under `[fleet] state_dir`.
     pub last_good_errors: u64,
+    /// Keys under the fleet's root this member does not act on, with why: a document that
+    /// does not decode, a member's key written without a lease, an override the API would
+    /// refuse, an activation above the config's revision.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ignored_keys: BTreeMap<String, String>,
 }
 
 /// One live member.

@@ -233,6 +233,9 @@ pub fn format(s: &api::FleetStatus) -> String {
             ));
         }
     }
+    for (key, why) in &s.ignored_keys {
+        out.push_str(&format!("ignored {key}: {why}\n"));
+    }
     out.push_str(&format!(
         "{:<16} {:>9} {:<9} {:>8} {:>9}  {}\n",
         "member", "prepared", "readiness", "running", "sync lag", "tables"

@@ -195,7 +195,7 @@ pub async fn read(client: &mut Client, keys: &Keys) -> Result<View, ClientError>
     };
     for kv in resp.kvs() {
         if let Ok(k) = kv.key_str() {
-            view.put(keys, k, kv.value(), kv.mod_revision());
+            view.put(keys, k, kv.value(), kv.mod_revision(), kv.lease());
         }
     }
     Ok(view)
@@ -362,7 +362,7 @@ fn apply(
         let Some(kv) = ev.kv() else { continue };
         let Ok(k) = kv.key_str() else { continue };
         match ev.event_type() {
-            EventType::Put => view.put(keys, k, kv.value(), kv.mod_revision()),
+            EventType::Put => view.put(keys, k, kv.value(), kv.mod_revision(), kv.lease()),
             EventType::Delete => view.delete(keys, k),
         }
     }

@@ -70,6 +70,27 @@ pub struct OverrideDoc {
     pub weight: Option<u32>,
 }
 
+/// The highest weight the API takes (and the tables keep).
+pub const MAX_WEIGHT: u32 = 65535;
+
+impl OverrideDoc {
+    /// Why the override cannot be applied, as the API would have refused it: a state
+    /// other than "active", "drain" or "disabled", or a weight over [`MAX_WEIGHT`].
+    pub fn problem(&self) -> Option<String> {
+        if let Some(s) = &self.state
+            && !matches!(s.as_str(), "active" | "drain" | "disabled")
+        {
+            return Some(format!(
+                "state {s:?} is none of \"active\", \"drain\", \"disabled\""
+            ));
+        }
+        match self.weight {
+            Some(w) if w > MAX_WEIGHT => Some(format!("weight {w} is over {MAX_WEIGHT}")),
+            _ => None,
+        }
+    }
+}
+
 /// The name a backend has in health documents: `vip/address:port`.
 pub fn backend_name(vip: &str, addr: &std::net::SocketAddr) -> String {
     format!("{vip}/{addr}")

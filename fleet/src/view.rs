@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use crate::doc::{Activation, HealthReport, MemberReport, OverrideDoc};
 use crate::keys::{Key, Keys};
 
+/// Why a member's key written without a lease is not counted.
+pub const LEASELESS: &str = "written without a lease: not counted as a live member";
+
 /// The config key's value at one revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigAt {
@@ -34,8 +37,9 @@ pub struct View {
 }
 
 impl View {
-    /// Applies a put of `value` at `key` (mod revision `modrev`).
-    pub fn put(&mut self, keys: &Keys, key: &str, value: &[u8], modrev: i64) {
+    /// Applies a put of `value` at `key` (mod revision `modrev`, under lease `lease`; 0: no
+    /// lease).
+    pub fn put(&mut self, keys: &Keys, key: &str, value: &[u8], modrev: i64, lease: i64) {
         self.undecodable.remove(key);
         let bad = |e: String, v: &mut View| {
             v.undecodable.insert(key.to_string(), e);
@@ -57,6 +61,12 @@ impl View {
                 }
                 Err(e) => bad(e.to_string(), self),
             },
+            // A member's keys live under its lease: one written without (a hand edit, a
+            // restore of a snapshot) would count as a live member forever.
+            Some(Key::Member(_) | Key::Health(_)) if lease == 0 => {
+                self.forget(keys, key);
+                bad(LEASELESS.to_string(), self);
+            }
             Some(Key::Member(m)) => match serde_json::from_slice(value) {
                 Ok(r) => {
                     self.members.insert(m.to_string(), r);
@@ -69,13 +79,53 @@ impl View {
                 }
                 Err(e) => bad(e.to_string(), self),
             },
-            Some(Key::Override(vip, b)) => match serde_json::from_slice(value) {
-                Ok(o) => {
-                    self.overrides.insert((vip.to_string(), b.to_string()), o);
-                }
+            Some(Key::Override(vip, b)) => match serde_json::from_slice::<OverrideDoc>(value) {
+                Ok(o) => match o.problem() {
+                    None => {
+                        self.overrides.insert((vip.to_string(), b.to_string()), o);
+                    }
+                    Some(p) => {
+                        self.overrides.remove(&(vip.to_string(), b.to_string()));
+                        bad(p, self);
+                    }
+                },
                 Err(e) => bad(e.to_string(), self),
             },
             None => {}
+        }
+        self.check_activation(keys);
+    }
+
+    /// Forgets what `key` held (its document is no longer one to act on).
+    fn forget(&mut self, keys: &Keys, key: &str) {
+        match keys.parse(key) {
+            Some(Key::Member(m)) => {
+                self.members.remove(m);
+            }
+            Some(Key::Health(m)) => {
+                self.health.remove(m);
+            }
+            _ => {}
+        }
+    }
+
+    /// An activation naming a revision above the config key's (a hand edit, or a key left
+    /// from before etcd went back to an older snapshot) activates nothing: it is named in
+    /// `undecodable`, and the fleet activates the config's revision over it.
+    fn check_activation(&mut self, keys: &Keys) {
+        let k = keys.activate();
+        match (&self.activation, &self.config) {
+            (Some(a), Some(c)) if a.revision > c.revision => {
+                let why = format!(
+                    "names revision {}, above the config's {}: ignored",
+                    a.revision, c.revision
+                );
+                self.undecodable.insert(k, why);
+            }
+            (Some(_), _) => {
+                self.undecodable.remove(&k);
+            }
+            (None, _) => {}
         }
     }
 
@@ -99,11 +149,17 @@ impl View {
             }
             None => {}
         }
+        self.check_activation(keys);
     }
 
-    /// The activated revision (0: none).
+    /// The activated revision (0: none, or one above the config's, see
+    /// [`View::check_activation`]).
     pub fn activated(&self) -> u64 {
-        self.activation.as_ref().map_or(0, |a| a.revision)
+        match (&self.activation, &self.config) {
+            (Some(a), Some(c)) if a.revision > c.revision => 0,
+            (Some(a), _) => a.revision,
+            (None, _) => 0,
+        }
     }
 
     /// The health reports of live members only: a report outliving its member's key is not
@@ -126,7 +182,7 @@ mod tests {
     fn puts_and_deletes_follow_the_keys() {
         let k = Keys::new("/s", "f");
         let mut v = View::default();
-        v.put(&k, &k.config(), b"[[vip]]", 7);
+        v.put(&k, &k.config(), b"[[vip]]", 7, 0);
         assert_eq!(v.config.as_ref().map(|c| c.revision), Some(7));
         let r = MemberReport {
             prepared: 7,
@@ -137,15 +193,16 @@ mod tests {
             sync_lag_ms: None,
             fingerprint: String::new(),
         };
-        v.put(&k, &k.member("lb1"), &serde_json::to_vec(&r).unwrap(), 8);
+        v.put(&k, &k.member("lb1"), &serde_json::to_vec(&r).unwrap(), 8, 5);
         assert_eq!(v.members.get("lb1"), Some(&r));
         v.put(
             &k,
             &k.health("lb1"),
             br#"{"backends":{"web/10.0.0.1:80":true}}"#,
             9,
+            5,
         );
-        v.put(&k, &k.health("lb9"), br#"{"backends":{}}"#, 9);
+        v.put(&k, &k.health("lb9"), br#"{"backends":{}}"#, 9, 6);
         assert_eq!(v.live_health().len(), 1, "lb9 has no member key");
         v.delete(&k, &k.member("lb1"));
         assert!(v.members.is_empty());
@@ -156,7 +213,7 @@ mod tests {
     fn a_bad_document_is_kept_out_and_named() {
         let k = Keys::new("/s", "f");
         let mut v = View::default();
-        v.put(&k, &k.activate(), b"{not json", 3);
+        v.put(&k, &k.activate(), b"{not json", 3, 0);
         assert!(v.activation.is_none());
         assert!(v.undecodable.contains_key(&k.activate()));
         v.put(
@@ -164,9 +221,59 @@ mod tests {
             &k.activate(),
             br#"{"revision":2,"by":"lb1","at_ms":1,"all_ready":true}"#,
             4,
+            0,
         );
         assert_eq!(v.activated(), 2);
         assert_eq!(v.activation_mod, 4);
         assert!(v.undecodable.is_empty());
+    }
+
+    #[test]
+    fn an_activation_above_the_config_activates_nothing_and_is_named() {
+        let k = Keys::new("/s", "f");
+        let mut v = View::default();
+        v.put(&k, &k.config(), b"[[vip]]", 7, 0);
+        v.put(
+            &k,
+            &k.activate(),
+            br#"{"revision":999,"by":"hand","at_ms":1,"all_ready":true}"#,
+            8,
+            0,
+        );
+        assert_eq!(v.activated(), 0, "a bogus activation holds nothing back");
+        assert_eq!(v.activation_mod, 8, "the fleet's next write replaces it");
+        assert!(v.undecodable[&k.activate()].contains("above the config's 7"));
+        // A newer config that reaches it makes it a real activation again.
+        v.put(&k, &k.config(), b"[[vip]]", 999, 0);
+        assert_eq!(v.activated(), 999);
+        assert!(v.undecodable.is_empty());
+    }
+
+    #[test]
+    fn leaseless_member_keys_and_overrides_the_api_would_refuse_are_kept_out() {
+        let k = Keys::new("/s", "f");
+        let mut v = View::default();
+        let report = br#"{"prepared":1,"readiness":"ready","running":1}"#;
+        v.put(&k, &k.member("lb1"), report, 3, 0);
+        v.put(&k, &k.health("lb1"), br#"{"backends":{}}"#, 3, 0);
+        assert!(v.members.is_empty() && v.health.is_empty());
+        assert_eq!(v.undecodable[&k.member("lb1")], LEASELESS);
+        // The same member under a lease counts.
+        v.put(&k, &k.member("lb1"), report, 4, 77);
+        assert_eq!(v.members.len(), 1);
+        assert!(!v.undecodable.contains_key(&k.member("lb1")));
+        let key = k.override_key("web", "10.0.0.1:80");
+        for (doc, why) in [
+            (&br#"{"weight":70000}"#[..], "weight 70000 is over 65535"),
+            (&br#"{"state":"paused"}"#[..], "state \"paused\" is none of"),
+        ] {
+            v.put(&k, &key, doc, 5, 0);
+            assert!(v.overrides.is_empty(), "{why}");
+            assert!(v.undecodable[&key].contains(why), "{:?}", v.undecodable);
+        }
+        v.put(&k, &key, br#"{"weight":7,"state":"drain"}"#, 6, 0);
+        assert_eq!(v.overrides.len(), 1);
+        assert!(!v.undecodable.contains_key(&key));
+        assert_eq!(v.undecodable[&k.health("lb1")], LEASELESS);
     }
 }

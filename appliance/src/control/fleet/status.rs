@@ -79,6 +79,7 @@ pub fn status(p: Parts<'_>, me: &str, announcing: bool, fingerprint: &str) -> Fl
         announcing,
         running_from_disk: p.from_disk,
         last_good_errors: p.last_good_errors,
+        ignored_keys: v.undecodable.clone(),
     }
 }
 
