@@ -76,6 +76,16 @@ impl Member {
         self.running = revision;
     }
 
+    /// The member's own file was read again (a reload): a revision it refused is prepared
+    /// again at the next view, since the refusal may have been its file's (a local setting
+    /// that contradicted the fleet, now fixed). A revision it prepared well stays prepared.
+    pub fn reconsider(&mut self) {
+        if matches!(&self.prepared, Some((_, Err(_)))) {
+            self.preparing = None;
+            self.prepared = None;
+        }
+    }
+
     /// The revision the tables run (0: none from the fleet yet).
     pub fn running(&self) -> u64 {
         self.running
@@ -283,6 +293,37 @@ mod tests {
         );
         assert!(a.on_view(&v, 61_000).is_empty(), "told once");
         assert_eq!(b.report().readiness, Readiness::Refused);
+    }
+
+    #[test]
+    fn a_member_that_refused_prepares_again_after_its_file_is_reloaded() {
+        let t = Duration::from_secs(1);
+        let mut a = Member::new("lb1", t);
+        let mut b = Member::new("lb2", t);
+        let v = fleet(9, &[&a, &b]);
+        prepare_ok(&mut a, &v, 0);
+        b.on_view(&v, 0);
+        b.prepared_result(9, Err("vip \"web\".address: contradicts the fleet".into()));
+        let v = fleet(9, &[&a, &b]);
+        let acts = b.on_view(&v, 1_000);
+        assert!(
+            !acts.iter().any(|a| matches!(a, Action::Prepare { .. })),
+            "no new revision: no new preparation without a reload: {acts:?}"
+        );
+        b.reconsider();
+        let acts = b.on_view(&v, 2_000);
+        assert!(
+            matches!(acts.as_slice(), [Action::Prepare { revision: 9, .. }]),
+            "{acts:?}"
+        );
+        let acts = b.prepared_result(9, Ok(()));
+        assert!(
+            matches!(&acts[..], [Action::Report(r)] if r.readiness == Readiness::Ready),
+            "{acts:?}"
+        );
+        // A member that prepared well keeps its result across a reload.
+        a.reconsider();
+        assert_eq!(a.prepared(), Some((9, None)));
     }
 
     #[test]

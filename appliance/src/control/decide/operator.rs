@@ -74,6 +74,10 @@ pub(super) fn loaded(
         Ok(f) => Arc::new(f),
         Err(e) => return answer(out, reload, Err(ChangeError::ConfigRejected(e))),
     };
+    // A fleet member whose file refused the fleet's revision prepares it again with this one.
+    if let Some(f) = st.fleet.as_mut() {
+        f.member.reconsider();
+    }
     // A fleet member reloads on the fleet's health, anyone else on the prober's.
     let next = Next {
         file: Some(&file),
