@@ -105,6 +105,7 @@ fn main() {
             health: Vec::new(),
             workers: vec![records],
             persistence: Vec::new(),
+            outbound: Vec::new(),
         };
         let t = Instant::now();
         let b = bundle.encode();

@@ -216,6 +216,43 @@ impl<K: Ord + Clone> Outbound<K> {
     }
 }
 
+/// One VIP's outbound state as a hand-over carries it to the next process: the pool of
+/// the assignment in force and, during a drain, the pool drained toward and when the drain
+/// ends (ns on `CLOCK_MONOTONIC`, which the next process on the host shares). The shares
+/// follow from pool and range ([`Assignment::new`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carried {
+    /// The VIP's name: the next process's VIP of the same name takes it on.
+    pub name: String,
+    pub range: PortRange,
+    pub current: Vec<IpAddr>,
+    pub next: Option<(Vec<IpAddr>, u64)>,
+}
+
+impl Outbound<IpAddr> {
+    /// What a hand-over carries of this state, for the VIP `name`.
+    pub fn carried(&self, name: &str) -> Carried {
+        Carried {
+            name: name.to_string(),
+            range: self.current.range,
+            current: self.current.pool.clone(),
+            next: self.next.as_ref().map(|(a, end)| (a.pool.clone(), *end)),
+        }
+    }
+
+    /// The state `c` carried (a drain goes on toward the same pool until the same time).
+    pub fn from_carried(c: &Carried) -> Outbound<IpAddr> {
+        let next = c
+            .next
+            .as_ref()
+            .map(|(pool, end)| (Assignment::new(c.range, pool.iter().copied()), *end));
+        Outbound {
+            current: Assignment::new(c.range, c.current.iter().copied()),
+            next,
+        }
+    }
+}
+
 /// One VIP's outbound state in a table version (`Tables::outbound_for`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VipOutbound {
@@ -247,6 +284,43 @@ impl Tables {
     /// own connections), carried on from the VIP of the same name in `previous` with a drain
     /// from `now` (ns, the datapath's clock) when the pool changed.
     pub fn set_outbound(&mut self, config: &Config, previous: Option<&Tables>, now: u64) {
+        let before = |name: &str| {
+            previous
+                .and_then(|p| p.outbound.values().find(|x| x.name == name))
+                .map(|x| x.state.clone())
+        };
+        self.set_outbound_with(config, &before, now);
+    }
+
+    /// [`Tables::set_outbound`] carried on from a process before this one's states
+    /// (`carried`, a hand-over's), instead of a previous version's.
+    pub fn carry_outbound(&mut self, config: &Config, carried: &[Carried], now: u64) {
+        let before = |name: &str| {
+            carried
+                .iter()
+                .find(|c| c.name == name)
+                .map(Outbound::from_carried)
+        };
+        self.set_outbound_with(config, &before, now);
+    }
+
+    /// Every VIP's outbound state as a hand-over carries it.
+    pub fn outbound_carried(&self) -> Vec<Carried> {
+        let mut out: Vec<Carried> = self
+            .outbound
+            .values()
+            .map(|v| v.state.carried(&v.name))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    fn set_outbound_with(
+        &mut self,
+        config: &Config,
+        before: &dyn Fn(&str) -> Option<Outbound<IpAddr>>,
+        now: u64,
+    ) {
         let mut map = super::tables::FastMap::default();
         for (slot, v) in config.vips.iter().enumerate() {
             let Some(o) = v.outbound else { continue };
@@ -257,10 +331,8 @@ impl Tables {
                 .map(|b| b.address);
             let a = Assignment::new(o.range, pool);
             let drain = u64::try_from(o.drain.as_nanos()).unwrap_or(u64::MAX);
-            let before = previous.and_then(|p| p.outbound.values().find(|x| x.name == v.name));
-            let state = match before {
-                Some(b) => {
-                    let mut s = b.state.clone();
+            let state = match before(&v.name) {
+                Some(mut s) => {
                     s.tick(now);
                     s.update(a, now, drain);
                     s
@@ -482,5 +554,44 @@ mod tests {
             t3.outbound_for(vip, 6).unwrap().state.drain_ends(),
             Some(end)
         );
+    }
+
+    #[test]
+    fn a_drain_under_way_goes_on_in_the_next_process() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let vip = addr_to_u128(ip("192.0.2.10"));
+        let two = config(&[("10.1.0.12", "active"), ("10.1.0.11", "active")]);
+        let three = config(&[
+            ("10.1.0.12", "active"),
+            ("10.1.0.11", "active"),
+            ("10.1.0.13", "active"),
+        ]);
+        let t1 = tables(&two, None, 0);
+        let t2 = tables(&three, Some(&t1), 1_000);
+        let end = 1_000 + 10_000_000_000;
+        let carried = t2.outbound_carried();
+        assert_eq!(carried.len(), 1);
+        assert_eq!(carried[0].name, "web");
+        assert_eq!(
+            Outbound::from_carried(&carried[0]),
+            t2.outbound_for(vip, 6).unwrap().state
+        );
+        // A new process's first version: without the carry, the new shares at once (40900
+        // would go to .13 while .12's connections from it are open); with it, the drain.
+        let fresh = tables(&three, None, 2_000);
+        assert_eq!(
+            fresh
+                .outbound_for(vip, 6)
+                .unwrap()
+                .state
+                .forward_at(40900, 2_000),
+            Some(&ip("10.1.0.13"))
+        );
+        let mut next = Tables::build(&three, &|_, _| true, 1).expect("tables");
+        next.carry_outbound(&three, &carried, 2_000);
+        let o = &next.outbound_for(vip, 6).unwrap().state;
+        assert_eq!(o.drain_ends(), Some(end));
+        assert_eq!(o.forward_at(40900, 2_000), Some(&ip("10.1.0.12")));
+        assert_eq!(o.forward_at(40900, end), Some(&ip("10.1.0.13")));
     }
 }

@@ -169,5 +169,6 @@ fn verdicts(st: &State) -> Bundle {
         health,
         workers: Vec::new(),
         persistence: Vec::new(),
+        outbound: st.tables.outbound_carried(),
     }
 }

@@ -109,7 +109,6 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
     let (next_hops, misses) = neighbours::first(&resolver)
         .await
         .map_err(RunError::Netlink)?;
-    // A run that died without a hand-over left its flow cache: its flows come back.
     let left = leftovers::read(&start.config, &next_hops.net, taking.is_some());
     let first = First {
         path: path.to_path_buf(),
@@ -121,6 +120,7 @@ pub async fn run(path: &Path, takeover: bool) -> Result<(), RunError> {
         exec: &Cores,
         health: handed.health.iter().chain(&left.health).cloned().collect(),
         versions_from: handed.version,
+        outbound: handed.outbound.clone(),
     };
     let mut st = decide::first(first, &reading(crate::datapath::host_addresses()))?;
     let (cmd_tx, commands) = mpsc::channel::<Command>(64);

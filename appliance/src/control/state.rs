@@ -147,6 +147,9 @@ pub struct First {
     pub health: HashMap<BackendId, bool>,
     /// The last version number the process before handed out: this one numbers on.
     pub versions_from: u64,
+    /// The outbound states the process before ran (a takeover; empty otherwise): a drain
+    /// under way goes on.
+    pub outbound: Vec<crate::lb::outbound::Carried>,
 }
 
 impl State {

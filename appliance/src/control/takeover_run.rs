@@ -20,6 +20,8 @@ use crate::lb::conntrack::FlowRecord;
 pub(super) struct Handed {
     pub health: Vec<(BackendId, bool)>,
     pub version: u64,
+    /// Its VIPs' outbound states (drains under way).
+    pub outbound: Vec<crate::lb::outbound::Carried>,
     /// The old process's state could not be read: this one starts cold.
     pub cold: Option<String>,
 }
@@ -69,6 +71,7 @@ fn handed_of(b: Option<&Bundle>) -> Handed {
             Handed {
                 health: b.health.clone(),
                 version: b.version,
+                outbound: b.outbound.clone(),
                 cold: None,
             }
         }

@@ -69,6 +69,11 @@ pub fn first(f: First, now: &Now) -> Result<State, PrepareError> {
         agents: &Agents::new(),
         exec: f.exec,
     })?;
+    let mut p = p;
+    if !f.outbound.is_empty() {
+        let config = Arc::clone(&p.config);
+        p.tables.carry_outbound(&config, &f.outbound, now.ns);
+    }
     Ok(State::new(f, p, versions, now.at))
 }
 

@@ -34,6 +34,7 @@ pub(crate) fn state_at(text: &str, now: Instant) -> State {
         exec: &Serial,
         health: HashMap::new(),
         versions_from: 0,
+        outbound: Vec::new(),
     };
     first(f, &Now::at(now)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -903,6 +904,7 @@ fn a_takeover_starts_on_the_verdicts_and_versions_handed_over() {
             exec: &Serial,
             health,
             versions_from,
+            outbound: Vec::new(),
         };
         first(f, &Now::at(Instant::now())).unwrap_or_else(|e| panic!("{e}"))
     };

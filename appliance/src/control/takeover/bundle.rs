@@ -9,7 +9,10 @@
 //!    6), the backend's address (4 or 16 bytes), port u16, up u8
 //! then per worker: record bytes u32, then a flow-record batch
 //! format 2 only: persistence entries u32, then per entry: key u64, value u64 (the shared
-//!    persistence table's words, `lb::persist`: a client's backend token and deadline)
+//!    persistence table's words, `lb::persist`: a client's backend token and deadline);
+//!    then outbound VIPs u32, then per VIP (`lb::outbound::Carried`): name length u8, the
+//!    name, range first u16, last u16, the pool in force (count u16, then per backend:
+//!    family u8 and address), drain u8 (0 or 1), with 1: its end ns u64 and its pool
 //! ```
 //! Format 1 (no persistence entries) is still read: an older release hands over to this one.
 //! A reader never guesses: another format, or a batch of another record version, is
@@ -20,6 +23,7 @@ use std::net::IpAddr;
 use crate::lb::BackendId;
 use crate::lb::conntrack::FlowRecord;
 use crate::lb::conntrack::codec::{self, CodecError};
+use crate::lb::outbound::{Carried, PortRange};
 
 /// The first bytes of a bundle.
 pub const MAGIC: [u8; 4] = *b"SLHO";
@@ -39,6 +43,8 @@ pub struct Bundle {
     pub workers: Vec<Vec<FlowRecord>>,
     /// The persistence table's live entries (key, value; see `lb::persist`).
     pub persistence: Vec<(u64, u64)>,
+    /// The VIPs' outbound states (drains under way go on).
+    pub outbound: Vec<Carried>,
 }
 
 /// Why a bundle was refused.
@@ -54,6 +60,8 @@ pub enum BundleError {
     Trailing { at: usize },
     #[error("hand-over health verdict {index}: {what}")]
     BadVerdict { index: usize, what: &'static str },
+    #[error("hand-over outbound state {index}: {what}")]
+    BadOutbound { index: usize, what: &'static str },
     #[error("hand-over flows of worker {worker}: {source}")]
     Flows {
         worker: usize,
@@ -81,16 +89,7 @@ impl Bundle {
             let name = &id.vip.as_bytes()[..id.vip.len().min(255)];
             out.push(name.len() as u8);
             out.extend_from_slice(name);
-            match id.address {
-                IpAddr::V4(a) => {
-                    out.push(4);
-                    out.extend_from_slice(&a.octets());
-                }
-                IpAddr::V6(a) => {
-                    out.push(6);
-                    out.extend_from_slice(&a.octets());
-                }
-            }
+            put_addr(&mut out, &id.address);
             out.extend_from_slice(&id.port.to_le_bytes());
             out.push(u8::from(*up));
         }
@@ -103,6 +102,23 @@ impl Bundle {
         for (k, v) in &self.persistence {
             out.extend_from_slice(&k.to_le_bytes());
             out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.outbound.len() as u32).to_le_bytes());
+        for c in &self.outbound {
+            let name = &c.name.as_bytes()[..c.name.len().min(255)];
+            out.push(name.len() as u8);
+            out.extend_from_slice(name);
+            out.extend_from_slice(&c.range.first.to_le_bytes());
+            out.extend_from_slice(&c.range.last.to_le_bytes());
+            put_pool(&mut out, &c.current);
+            match &c.next {
+                None => out.push(0),
+                Some((pool, end)) => {
+                    out.push(1);
+                    out.extend_from_slice(&end.to_le_bytes());
+                    put_pool(&mut out, pool);
+                }
+            }
         }
         out
     }
@@ -143,11 +159,16 @@ impl Bundle {
             out.push(records);
         }
         let mut persistence = Vec::new();
+        let mut outbound = Vec::new();
         if found >= 2 {
             let n = r.u32()? as usize;
             persistence.reserve(n.min(1 << 20));
             for _ in 0..n {
                 persistence.push((r.u64()?, r.u64()?));
+            }
+            let n = r.u32()? as usize;
+            for index in 0..n {
+                outbound.push(r.outbound(index)?);
             }
         }
         if r.at != b.len() {
@@ -159,7 +180,30 @@ impl Bundle {
             health,
             workers: out,
             persistence,
+            outbound,
         })
+    }
+}
+
+/// A pool of addresses: count u16, then per address its family (4 or 6) and bytes.
+fn put_pool(out: &mut Vec<u8>, pool: &[IpAddr]) {
+    let n = pool.len().min(usize::from(u16::MAX));
+    out.extend_from_slice(&(n as u16).to_le_bytes());
+    for a in &pool[..n] {
+        put_addr(out, a);
+    }
+}
+
+fn put_addr(out: &mut Vec<u8>, a: &IpAddr) {
+    match a {
+        IpAddr::V4(a) => {
+            out.push(4);
+            out.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            out.push(6);
+            out.extend_from_slice(&a.octets());
+        }
     }
 }
 
@@ -194,22 +238,62 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
-    fn verdict(&mut self, index: usize) -> Result<(BackendId, bool), BundleError> {
-        let bad = |what| BundleError::BadVerdict { index, what };
-        let n = usize::from(self.take(1)?[0]);
-        let name = std::str::from_utf8(self.take(n)?).map_err(|_| bad("name is not UTF-8"))?;
-        let address = match self.take(1)?[0] {
+    fn addr(&mut self) -> Result<Option<IpAddr>, BundleError> {
+        Ok(match self.take(1)?[0] {
             4 => {
                 let s = self.take(4)?;
-                IpAddr::from([s[0], s[1], s[2], s[3]])
+                Some(IpAddr::from([s[0], s[1], s[2], s[3]]))
             }
             6 => {
                 let mut a = [0u8; 16];
                 a.copy_from_slice(self.take(16)?);
-                IpAddr::from(a)
+                Some(IpAddr::from(a))
             }
-            _ => return Err(bad("family is neither 4 nor 6")),
+            _ => None,
+        })
+    }
+
+    fn pool(&mut self, index: usize) -> Result<Vec<IpAddr>, BundleError> {
+        let n = usize::from(self.u16()?);
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let a = self.addr()?.ok_or(BundleError::BadOutbound {
+                index,
+                what: "family is neither 4 nor 6",
+            })?;
+            out.push(a);
+        }
+        Ok(out)
+    }
+
+    fn outbound(&mut self, index: usize) -> Result<Carried, BundleError> {
+        let bad = |what| BundleError::BadOutbound { index, what };
+        let n = usize::from(self.take(1)?[0]);
+        let name = std::str::from_utf8(self.take(n)?).map_err(|_| bad("name is not UTF-8"))?;
+        let (first, last) = (self.u16()?, self.u16()?);
+        let range = PortRange::new(first, last).ok_or(bad("range is empty or reversed"))?;
+        let current = self.pool(index)?;
+        let next = match self.take(1)?[0] {
+            0 => None,
+            1 => {
+                let end = self.u64()?;
+                Some((self.pool(index)?, end))
+            }
+            _ => return Err(bad("drain is neither 0 nor 1")),
         };
+        Ok(Carried {
+            name: name.to_string(),
+            range,
+            current,
+            next,
+        })
+    }
+
+    fn verdict(&mut self, index: usize) -> Result<(BackendId, bool), BundleError> {
+        let bad = |what| BundleError::BadVerdict { index, what };
+        let n = usize::from(self.take(1)?[0]);
+        let name = std::str::from_utf8(self.take(n)?).map_err(|_| bad("name is not UTF-8"))?;
+        let address = self.addr()?.ok_or(bad("family is neither 4 nor 6"))?;
         let port = self.u16()?;
         let up = match self.take(1)?[0] {
             0 => false,
@@ -263,6 +347,7 @@ mod tests {
             ],
             workers: vec![vec![record(1000), record(1001)], vec![], vec![record(2000)]],
             persistence: Vec::new(),
+            outbound: Vec::new(),
         }
     }
 
@@ -270,6 +355,20 @@ mod tests {
     fn sample2() -> Bundle {
         Bundle {
             persistence: vec![(0x1234_5678_9abc_def0, 0xabcd_eff0_0000_7fff), (7, 9)],
+            outbound: vec![
+                Carried {
+                    name: "out".into(),
+                    range: PortRange::new(40000, 40999).unwrap(),
+                    current: vec!["10.1.0.11".parse().unwrap(), "10.1.0.12".parse().unwrap()],
+                    next: Some((vec!["2001:db8::13".parse().unwrap()], 99)),
+                },
+                Carried {
+                    name: "still".into(),
+                    range: PortRange::new(5, 5).unwrap(),
+                    current: Vec::new(),
+                    next: None,
+                },
+            ],
             ..sample()
         }
     }
