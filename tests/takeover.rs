@@ -375,6 +375,15 @@ fn five_takeovers_in_a_row_keep_every_connection_and_route() {
             before.config_version,
             after.config_version
         );
+        // The program's flood maps went to the new program with the flow cache: its
+        // counters go on from the old ones (a fresh program's start at 0).
+        let first = |s: &api::Status| s.flood.map_or(0, |f| f.first_packets);
+        assert!(
+            first(&before) > 0 && first(&after) >= first(&before),
+            "takeover {n}: flood mode's counters did not carry over ({} -> {})",
+            first(&before),
+            first(&after)
+        );
     }
     let out = finish(traffic);
     stop_watch.store(true, Ordering::Relaxed);

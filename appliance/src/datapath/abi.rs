@@ -30,9 +30,9 @@ mod generated {
 
 pub(crate) use generated::{
     acl_key4, acl_key6, acl_val, acl_verdict, cache_action, cache_carry, cache_counter, cache_key4,
-    cache_key6, cache_set, cache_stat, cache_track, cache_val, flood_conf, flood_counter,
-    flood_cpu, hairpin_tx, hash_fields, ip_family, rodata, stateless_hop, stateless_vip,
-    steer_counter, steer_key, steer_kind, steer_val, vip_mode, vip_ring, xdp_md,
+    cache_key6, cache_set, cache_stat, cache_track, cache_val, flood_bucket, flood_conf,
+    flood_counter, flood_cpu, flood_src, hairpin_tx, hash_fields, ip_family, rodata, stateless_hop,
+    stateless_vip, steer_counter, steer_key, steer_kind, steer_val, vip_mode, vip_ring, xdp_md,
 };
 
 /// One of the program's maps as the object declares it.

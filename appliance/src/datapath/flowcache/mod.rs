@@ -34,6 +34,7 @@ use std::sync::{Mutex, RwLock};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
+mod adopt;
 mod layout;
 mod worker;
 
@@ -369,6 +370,12 @@ pub struct FlowCache {
     slots: Mutex<HashMap<BackendId, u32>>,
     /// Egress interfaces by ifindex: their slot in `tx_ports` and how hairpins are sent.
     egress: RwLock<HashMap<u32, (u8, Hairpin)>>,
+    /// The program's own maps (beside the cache's) that the program attached before this
+    /// run hands to the next one, when their geometry is this build's: flood mode's
+    /// per-source buckets, its CPUs' state and its counters. A takeover in a flood then
+    /// neither lets every source's burst through again nor waits for the mode to switch
+    /// on. Empty for a new cache.
+    carried: HashMap<String, MapHandle>,
 }
 
 impl std::fmt::Debug for FlowCache {
@@ -456,89 +463,7 @@ impl FlowCache {
             next_gen: AtomicU64::new(0),
             slots: Mutex::new(HashMap::new()),
             egress: RwLock::new(HashMap::new()),
-        })
-    }
-
-    /// The cache of the Sluice program attached before this run (`prog`, its id: a run
-    /// handing over to this one, or one that crashed), when its maps have the geometry this
-    /// build gives them: their entries go on forwarding through the hand-over, and the
-    /// engine can read the flows back. `None` when one is missing or differs (another
-    /// build's layout): the caller creates a new cache.
-    pub fn adopt(prog: u32, entries: u32) -> Option<FlowCache> {
-        const U32: u32 = size_of::<u32>() as u32;
-        let mut found: HashMap<String, MapHandle> = prog_map_ids(prog)
-            .into_iter()
-            .filter_map(|id| MapHandle::from_map_id(id).ok())
-            .map(|m| (m.name().to_string_lossy().into_owned(), m))
-            .collect();
-        let mut take = |def: MapDef, ty: MapType, key: u32, value: u32, n: u32| {
-            let m = found.remove(def.name)?;
-            let same = m.map_type() == ty
-                && m.key_size() == key
-                && m.value_size() == value
-                && m.max_entries() == n;
-            if !same {
-                tracing::info!(
-                    map = def.name,
-                    "the flow cache of the run before has another layout"
-                );
-            }
-            same.then_some(m)
-        };
-        let (lru, per_cpu) = (MapType::LruHash, MapType::PercpuArray);
-        let (val, n, u64_len) = (
-            cache_val::LEN as u32,
-            entries.max(1),
-            size_of::<u64>() as u32,
-        );
-        let cache4 = take(maps::FLOW_CACHE4, lru, cache_key4::LEN as u32, val, n)?;
-        let cache6 = take(maps::FLOW_CACHE6, lru, cache_key6::LEN as u32, val, n)?;
-        let stat_len = cache_stat::LEN as u32;
-        let stats = take(
-            maps::CACHE_STATS,
-            per_cpu,
-            U32,
-            stat_len,
-            maps::CACHE_STATS.entries,
-        )?;
-        let counters = take(
-            maps::CACHE_COUNTERS,
-            per_cpu,
-            U32,
-            u64_len,
-            maps::CACHE_COUNTERS.entries,
-        )?;
-        let tx_ports = take(
-            maps::TX_PORTS,
-            MapType::Devmap,
-            U32,
-            U32,
-            maps::TX_PORTS.entries,
-        )?;
-        let front_gen = take(
-            maps::FRONT_GEN,
-            MapType::Array,
-            U32,
-            u64_len,
-            maps::FRONT_GEN.entries,
-        )?;
-        let gens = MappedWords::map(front_gen.as_fd(), 2 * FRONT_SLOTS).ok()?;
-        // Numbers keep growing from the largest the run before wrote, so none repeats.
-        let start = (0..2 * FRONT_SLOTS)
-            .map(|i| gens.load(i))
-            .max()
-            .unwrap_or(0);
-        Some(FlowCache {
-            cache4,
-            cache6,
-            stats,
-            counters,
-            tx_ports,
-            front_gen,
-            gens,
-            next_gen: AtomicU64::new(start),
-            slots: Mutex::new(HashMap::new()),
-            egress: RwLock::new(HashMap::new()),
+            carried: HashMap::new(),
         })
     }
 
@@ -556,8 +481,10 @@ impl FlowCache {
             (maps::TX_PORTS, &self.tx_ports),
             (maps::FRONT_GEN, &self.front_gen),
         ];
-        let (_, map) = own.into_iter().find(|(m, _)| m.name == name)?;
-        Some(map.as_fd())
+        match own.into_iter().find(|(m, _)| m.name == name) {
+            Some((_, map)) => Some(map.as_fd()),
+            None => self.carried.get(name).map(|m| m.as_fd()),
+        }
     }
 
     /// Lets hits leave through `ifindex` (a datapath interface), the interface of `slot`
@@ -746,15 +673,6 @@ impl FlowCache {
         }
         out
     }
-}
-
-/// The ids of the maps program `prog` uses (none when it is gone or cannot be read).
-fn prog_map_ids(prog: u32) -> Vec<u32> {
-    use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
-    ProgInfoIter::with_query_opts(ProgInfoQueryOptions::default().include_map_ids(true))
-        .find(|p| p.id == prog)
-        .map(|p| p.map_ids)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
