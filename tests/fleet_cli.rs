@@ -232,3 +232,37 @@ fn fleet_status_and_push_say_what_an_operator_needs() {
         table.stdout
     );
 }
+
+/// `sluice trace` on a fleet member traces what it forwards with: its file merged with the
+/// fleet's last activated revision (kept under `[fleet] state_dir`), not its file alone,
+/// which holds no VIP. No etcd is asked.
+#[test]
+fn trace_on_a_member_traces_the_fleets_revision() {
+    let tmp = TempDir::new("dc-fleet-trace");
+    let member = tmp.dir().join("lb1.toml");
+    let m = member.to_string_lossy().into_owned();
+    std::fs::write(
+        &member,
+        member_file(tmp.dir(), &["http://127.0.0.1:1".to_string()]),
+    )
+    .expect("member file");
+    let flow = "tcp 198.51.100.7:40000 -> 192.0.2.10:80";
+    let alone = lab::sluice!().run(&["trace", "--config", &m, "--flow", flow]);
+    assert!(
+        alone.stderr.contains("without an activated revision") || !alone.ok(),
+        "{alone:?}"
+    );
+    let kept = serde_json::json!({ "fleet": FLEET, "revision": 42, "text": GOOD });
+    std::fs::write(
+        tmp.dir().join(format!("fleet-{FLEET}.last-good.json")),
+        kept.to_string(),
+    )
+    .expect("last good file");
+    let traced = lab::sluice!().run(&["trace", "--config", &m, "--flow", flow]);
+    assert!(traced.ok(), "{traced:?}");
+    assert!(
+        traced.stderr.contains("tracing the fleet's revision 42"),
+        "{traced:?}"
+    );
+    assert!(traced.stdout.contains("web"), "the fleet's VIP: {traced:?}");
+}

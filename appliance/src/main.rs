@@ -326,6 +326,28 @@ fn trace(path: &std::path::Path, flow: &str, vni: Option<u32>, cid: Option<&str>
             return ExitCode::FAILURE;
         }
     };
+    // A fleet member runs its file merged with the fleet's last activated revision (kept
+    // under [fleet] state_dir): that is what it forwards with, so that is what is traced.
+    let cfg = match cfg.fleet.is_some() {
+        false => cfg,
+        true => {
+            let start = sluice::control::fleet::start_from(path, cfg);
+            match (&start.restored, &start.problem) {
+                (Some(lg), _) => eprintln!(
+                    "sluice trace: fleet member: tracing the fleet's revision {} with {}",
+                    lg.revision,
+                    path.display()
+                ),
+                (None, Some(p)) => eprintln!("sluice trace: {p}"),
+                (None, None) => eprintln!(
+                    "sluice trace: fleet member without an activated revision kept yet: \
+                     tracing {} alone",
+                    path.display()
+                ),
+            }
+            start.config
+        }
+    };
     // The egress lines need the kernel's routes; without them the rest still stands.
     let net = sluice::trace::kernel_routes()
         .map_err(|e| eprintln!("sluice trace: routes not read ({e}); no egress shown"))
