@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use crate::doc::{Activation, HealthReport, MemberReport, OverrideDoc};
 use crate::keys::{Key, Keys};
 
+/// How an activation above the config's revision is named.
+const ABOVE: &str = "names revision";
+
 /// Why a member's key written without a lease is not counted.
 pub const LEASELESS: &str = "written without a lease: not counted as a live member";
 
@@ -117,15 +120,21 @@ impl View {
         match (&self.activation, &self.config) {
             (Some(a), Some(c)) if a.revision > c.revision => {
                 let why = format!(
-                    "names revision {}, above the config's {}: ignored",
+                    "{ABOVE} {}, above the config's {}: ignored",
                     a.revision, c.revision
                 );
                 self.undecodable.insert(k, why);
             }
-            (Some(_), _) => {
+            // Only this check's own word goes: a later write that did not decode stays
+            // named (the activation before it is kept).
+            _ if self
+                .undecodable
+                .get(&k)
+                .is_some_and(|w| w.starts_with(ABOVE)) =>
+            {
                 self.undecodable.remove(&k);
             }
-            (None, _) => {}
+            _ => {}
         }
     }
 
@@ -226,6 +235,10 @@ mod tests {
         assert_eq!(v.activated(), 2);
         assert_eq!(v.activation_mod, 4);
         assert!(v.undecodable.is_empty());
+        // A later write that does not decode is named, the activation before it kept.
+        v.put(&k, &k.activate(), b"{not json either", 5, 0);
+        assert_eq!(v.activated(), 2);
+        assert!(v.undecodable.contains_key(&k.activate()));
     }
 
     #[test]
