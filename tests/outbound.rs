@@ -567,9 +567,13 @@ fn backends_open_outbound_connections_through_two_appliances() {
         DRAIN + Duration::from_secs(15),
         POLL,
         || {
-            let d = shares(&lab, "dr4-tcp");
+            // Each appliance ends the drain at its own commit: until both have, they may
+            // show different shares, so agreement is asserted only once both ended.
+            let ended = docs(&lab, "dr4-tcp")
+                .iter()
+                .all(|d| d.drain_ends_in_seconds.is_none());
             let committed = (0..2).all(|k| drain_ended(&lab, k));
-            (d.drain_ends_in_seconds.is_none() && committed).then_some(d)
+            (ended && committed).then(|| shares(&lab, "dr4-tcp"))
         },
     );
     share_is(&settled, 0, Some("40000-40333"));
