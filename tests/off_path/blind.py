@@ -13,6 +13,8 @@ import struct
 import sys
 import threading
 
+from inet import csum
+
 IFACE, SRC, DST = sys.argv[1], sys.argv[2], sys.argv[3]
 SPORT, DPORT = int(sys.argv[4]), int(sys.argv[5])
 V6 = ":" in SRC
@@ -21,15 +23,6 @@ SRC_B, DST_B = socket.inet_pton(FAM, SRC), socket.inet_pton(FAM, DST)
 
 seen = {}
 lock = threading.Lock()
-
-
-def csum(data):
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return (~s) & 0xFFFF
 
 
 def sniff(sock):

@@ -15,6 +15,8 @@ import struct
 import sys
 import time
 
+from inet import csum
+
 IFACE = sys.argv[1]
 SRC_MAC, DST_MAC = (bytes.fromhex(m.replace(":", "")) for m in sys.argv[2:4])
 PREFIX, SOURCES, KIND = sys.argv[4], int(sys.argv[5]), sys.argv[6]
@@ -26,15 +28,6 @@ BASE = int.from_bytes(socket.inet_pton(FAMILY, PREFIX), "big")
 WIDTH = 16 if V6 else 4
 assert KIND in ("syn", "udp2"), KIND
 assert VIPS, "no VIP"
-
-
-def csum(data):
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return (~s) & 0xFFFF
 
 
 def ip_header(src, dst, proto, length):
