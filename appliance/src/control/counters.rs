@@ -114,6 +114,7 @@ fn add_stats(a: &mut crate::lb::process::WorkerStats, st: &crate::lb::process::W
     a.syn_proxy_opened += st.syn_proxy_opened;
     a.syn_proxy_bad_cookies += st.syn_proxy_bad_cookies;
     a.syn_proxy_early += st.syn_proxy_early;
+    a.syn_proxy_resent += st.syn_proxy_resent;
     a.syn_proxy_established += st.syn_proxy_established;
 }
 

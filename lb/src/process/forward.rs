@@ -206,14 +206,25 @@ fn rewrite<R>(
     b: &BackendEntry,
 ) -> Verdict {
     let v = &cx.tables.vips[s.vip as usize];
-    let (ip, l4) = (s.ip, s.l4);
+    let (mut ip, mut l4) = (s.ip, s.l4);
+    let resent;
     let proxy = hit.carry.proxy;
     if proxy != Proxied::No && ip.proto == IpProtocol::TCP {
         if let Proxied::Opening { .. } = proxy
             && !is_syn(l4.flags)
         {
-            let plain = hit.carry.kind == config::ClientAddress::None;
-            return synproxy::early(frame, cx.worker, ip, l4, &s.key, plain, cx.now);
+            let again = synproxy::again(frame, cx.worker, (ip, l4), &s.key, proxy, cx.now);
+            match again {
+                Some(Ok(rebuilt)) => {
+                    resent = rebuilt;
+                    (ip, l4) = (&resent.0, &resent.1);
+                }
+                Some(Err(r)) => return cx.worker.drop(r),
+                None => {
+                    let plain = hit.carry.kind == config::ClientAddress::None;
+                    return synproxy::early(frame, cx.worker, ip, l4, &s.key, plain, cx.now);
+                }
+            }
         }
         synproxy::shift_forward(frame.data_mut(), ip, l4, proxy);
     }

@@ -352,6 +352,9 @@ pub struct WorkerStats {
     /// Client data that came before the backend answered a proxied flow (dropped; the
     /// client sends it again).
     pub syn_proxy_early: u64,
+    /// SYNs sent to the backend again: the client sent its kept first segment again, the
+    /// backend had not answered the first SYN.
+    pub syn_proxy_resent: u64,
     /// Backends' SYN-ACKs of proxied flows turned into the handshake's last ACK.
     pub syn_proxy_established: u64,
 }

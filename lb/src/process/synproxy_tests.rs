@@ -175,3 +175,81 @@ fn run_from(
     assert!(matches!(v, Verdict::Tx { .. }), "{v:?}");
     (f.data().to_vec(), rec)
 }
+
+/// A client segment of an opening flow, through `process`: its verdict and the frame.
+fn client_data(
+    t: &Tables,
+    ct: &mut ConnTable,
+    w: &mut WorkerState,
+    cookie: u32,
+    body: &[u8],
+    now: u64,
+) -> (Verdict, Vec<u8>) {
+    let mut data = tcp(4000, 80, ACK | 0x08, ISN + 1, body);
+    data[8..12].copy_from_slice(&cookie.wrapping_add(1).to_be_bytes());
+    let input = Pkt::new("198.51.100.7", "192.0.2.100", 6, data).build();
+    let mut buf = vec![0u8; HEADROOM + input.len() + 128];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).expect("frame");
+    let v = process(&mut f, t, ct, w, now);
+    (v, f.data().to_vec())
+}
+
+/// The SYN the appliance sends the backend on the client's ACK is lost: the client sends
+/// its request again after its retransmission timer, and that copy becomes the SYN again
+/// (same sequence number, window and options), while copies sooner than [`RETRY_NS`] are
+/// only dropped; the backend's SYN-ACK then gets the kept request with the last ACK.
+/// Before, every copy was dropped and the connection waited until its client gave up.
+#[test]
+fn a_lost_syn_to_the_backend_is_sent_again_on_the_clients_retransmission() {
+    use super::synproxy::RETRY_NS;
+    let mut c = one_vip(Mode::Nat, Scheduler::Maglev, 1);
+    c.vips[0].syn_proxy = SynProxy::Always;
+    let t = tables(&c, 1, &|_| true);
+    let now = 1_000 * SEC;
+    let (mut w, _, _) = worker(false, 0);
+    let mut ct = ct_for(&t, 64);
+    let answer = run(&t, &mut ct, &mut w, tcp(4000, 80, SYN, ISN, &[]), now);
+    let cookie = u32::from_be_bytes(answer[38..42].try_into().expect("seq"));
+    let first = run(&t, &mut ct, &mut w, ack_of(4000, cookie), now + 1000);
+    assert_eq!(first[47], SYN);
+    let get = b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n";
+    // The request at once, and a duplicate soon after: kept, then dropped.
+    for at in [2000, 2000 + RETRY_NS / 2] {
+        let (v, _) = client_data(&t, &mut ct, &mut w, cookie, get, now + at);
+        assert!(
+            matches!(v, Verdict::Drop(DropReason::ProxyOpening)),
+            "{v:?}"
+        );
+    }
+    assert_eq!(w.stats.syn_proxy_resent, 0);
+    // The client's retransmission after its timer: the SYN again, to the same backend.
+    let (v, again) = client_data(&t, &mut ct, &mut w, cookie, get, now + 2000 + RETRY_NS);
+    assert!(matches!(v, Verdict::Tx { .. }), "{v:?}");
+    assert_eq!(w.stats.syn_proxy_resent, 1);
+    assert_eq!(again.len(), first.len(), "no payload: the SYN alone");
+    assert_eq!(again[47], SYN);
+    // Addresses, ports, sequence number, window and options as the first SYN's (the IP
+    // identification and checksums aside).
+    assert_eq!(&again[26..34], &first[26..34], "addresses");
+    assert_eq!(
+        &again[34..50],
+        &first[34..50],
+        "ports, sequence, flags, window"
+    );
+    assert_eq!(&again[54..], &first[54..], "options");
+    // The next copy waits for its own timer again.
+    let (v, _) = client_data(&t, &mut ct, &mut w, cookie, get, now + 2001 + RETRY_NS);
+    assert!(matches!(v, Verdict::Drop(DropReason::ProxyOpening)));
+    assert_eq!(w.stats.syn_proxy_resent, 1);
+    // The backend answers: the kept request goes with the handshake's last ACK.
+    let backend = std::net::Ipv4Addr::from(<[u8; 4]>::try_from(&first[30..34]).expect("dst"));
+    let bport = u16::from_be_bytes([first[36], first[37]]);
+    let mut sa = tcp(bport, 4000, SYN | ACK, 0x5000_0000, &[]);
+    sa[8..12].copy_from_slice(&(ISN + 1).to_be_bytes());
+    let t3 = now + 3000 + RETRY_NS;
+    let (out, _) = run_from(&t, &mut ct, &mut w, &backend.to_string(), sa, t3);
+    let l4 = 14 + 20;
+    let hlen = usize::from(out[l4 + 12] >> 4) * 4;
+    assert_eq!(&out[l4 + hlen..], get, "the request rides on the ACK");
+}

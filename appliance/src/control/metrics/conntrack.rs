@@ -86,6 +86,7 @@ fn syn_proxy(b: &mut Builder, agg: &Aggregate) {
         ("bad_cookie", st.syn_proxy_bad_cookies),
         ("established", st.syn_proxy_established),
         ("early", st.syn_proxy_early),
+        ("resent", st.syn_proxy_resent),
     ] {
         set(&handshakes, labels(&[("step", step)]), v);
     }

@@ -395,6 +395,10 @@ struct Early {
 
 /// Flows a worker keeps early data for at most (a few MB at most).
 const EARLY_FLOWS: usize = 2048;
+/// How long after its kept first segment (or the last SYN sent again) a client's
+/// retransmission of it sends the SYN to the backend again: a client's retransmission timer
+/// is at least 200 ms, so a sooner copy is a duplicate, not a sign of a lost SYN.
+pub(crate) const RETRY_NS: u64 = 200_000_000;
 /// Early data older than this is dropped when room is needed (the backend never answered).
 const EARLY_AGE_NS: u64 = 3_000_000_000;
 
@@ -421,6 +425,19 @@ impl EarlyData {
         true
     }
 
+    /// Whether a segment at `seq` of flow `key` is the client sending its kept first
+    /// segment again at least [`RETRY_NS`] after it was kept (or the SYN last sent again):
+    /// the backend has not answered, so its SYN may be lost. Restarts the clock when it is.
+    fn retry_due(&mut self, key: &FlowKey, seq: u32, now: u64) -> bool {
+        match self.held.get_mut(key) {
+            Some(e) if e.seq == seq && now.saturating_sub(e.at) >= RETRY_NS => {
+                e.at = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The data kept for flow `key` if it starts at `seq` (the byte the backend expects).
     fn take(&mut self, key: &FlowKey, seq: u32) -> Option<Vec<u8>> {
         let e = self.held.remove(key)?;
@@ -432,6 +449,68 @@ impl EarlyData {
     pub(crate) fn len(&self) -> usize {
         self.held.len()
     }
+}
+
+/// A client segment of an opening flow, when it is the client's kept first segment sent
+/// again after [`RETRY_NS`] (the backend has not answered the SYN, which may be lost):
+/// rebuilt in place as that SYN (the same sequence number, window and options as the
+/// first, from `proxy`), whose new headers are returned for the frame's way to the
+/// backend. `None` for any other segment ([`early`] then keeps or drops it). DPVS does the
+/// same on a client's retransmission; without it, a SYN lost on its way to the backend
+/// left the connection waiting until its client gave up.
+pub(super) fn again(
+    frame: &mut Frame<'_>,
+    worker: &mut WorkerState,
+    (ip, l4): (&Ip, &L4),
+    key: &FlowKey,
+    proxy: Proxied,
+    now: u64,
+) -> Option<Result<(Ip, L4), DropReason>> {
+    let Proxied::Opening {
+        options, window, ..
+    } = proxy
+    else {
+        return None;
+    };
+    if l4.len == 0 || !worker.early.retry_due(key, l4.seq, now) {
+        return None;
+    }
+    let o = Options::of_byte(options);
+    let ws = if o.wscale == NO_WSCALE { 0 } else { o.wscale };
+    let mut opts = [0u8; 12];
+    let len = handshake_options(o, o.wscale, &mut opts);
+    let syn = TcpRepr {
+        src_port: l4.sport,
+        dst_port: l4.dport,
+        seq_number: l4.seq.wrapping_sub(1),
+        ack_number: 0,
+        flags: tcp::flags::SYN,
+        window_len: (u32::from(window) << ws).min(0xffff) as u16,
+        urgent_at: 0,
+        options: &opts[..len],
+        payload: &[],
+    };
+    let ttl = frame.data()[ip.ttl_at()];
+    let reparsed = emit(frame, ip, (ip.src, ip.dst), ttl, &syn).and_then(|()| {
+        let ethertype = if ip.v6 {
+            EtherType::Ipv6
+        } else {
+            EtherType::Ipv4
+        };
+        let new_ip = parse_ip(frame.data(), ip.l3, ethertype)?.ok_or(DropReason::Malformed)?;
+        let new_l4 = parse_l4(frame.data(), &new_ip)?;
+        Ok((
+            Ip {
+                zone: ip.zone,
+                ..new_ip
+            },
+            new_l4,
+        ))
+    });
+    if reparsed.is_ok() {
+        worker.stats.syn_proxy_resent += 1;
+    }
+    Some(reparsed)
 }
 
 /// A client segment of an opening flow (`flow`'s backend has not answered): its payload is
