@@ -253,3 +253,72 @@ fn a_lost_syn_to_the_backend_is_sent_again_on_the_clients_retransmission() {
     let hlen = usize::from(out[l4 + 12] >> 4) * 4;
     assert_eq!(&out[l4 + hlen..], get, "the request rides on the ACK");
 }
+
+/// The same on a flow that adds the client's address (FullNAT, PROXY v2): its first
+/// segment is not kept (it gets the header when the client sends it again), but its place
+/// is, so the client's retransmission after [`RETRY_NS`] still sends the SYN again. Before,
+/// such a flow whose SYN was lost waited until its client gave up.
+#[test]
+fn a_lost_syn_is_sent_again_on_a_flow_that_adds_the_clients_address() {
+    use super::synproxy::RETRY_NS;
+    let mut c = one_vip(Mode::FullNat, Scheduler::Maglev, 1);
+    c.vips[0].syn_proxy = SynProxy::Always;
+    c.vips[0].client_address = config::ClientAddress::ProxyV2;
+    let t = tables(&c, 1, &|_| true);
+    let now = 1_000 * SEC;
+    let (mut w, _, _) = worker(false, 0);
+    let mut ct = ct_for(&t, 64);
+    let answer = run(&t, &mut ct, &mut w, tcp(4000, 80, SYN, ISN, &[]), now);
+    let cookie = u32::from_be_bytes(answer[38..42].try_into().expect("seq"));
+    let first = run(&t, &mut ct, &mut w, ack_of(4000, cookie), now + 1000);
+    assert_eq!(first[47], SYN);
+    let get = b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n";
+    let (v, _) = client_data(&t, &mut ct, &mut w, cookie, get, now + 2000);
+    assert!(
+        matches!(v, Verdict::Drop(DropReason::ProxyOpening)),
+        "{v:?}"
+    );
+    assert_eq!(w.stats.syn_proxy_resent, 0);
+    let (v, again) = client_data(&t, &mut ct, &mut w, cookie, get, now + 2000 + RETRY_NS);
+    assert!(matches!(v, Verdict::Tx { .. }), "{v:?}");
+    assert_eq!(w.stats.syn_proxy_resent, 1);
+    assert_eq!(
+        again.len(),
+        first.len(),
+        "no payload, no PROXY header: the SYN alone"
+    );
+    assert_eq!(
+        &again[26..50],
+        &first[26..50],
+        "addresses, ports, sequence, window"
+    );
+    // The backend answers (to the FullNAT source): the last ACK carries nothing, and the
+    // client's next copy of its request gets the PROXY header before its first byte.
+    let src = |a: &[u8]| std::net::Ipv4Addr::from(<[u8; 4]>::try_from(a).expect("ip"));
+    let (backend, local) = (src(&first[30..34]), src(&first[26..30]));
+    let (bport, lport) = (
+        u16::from_be_bytes([first[36], first[37]]),
+        u16::from_be_bytes([first[34], first[35]]),
+    );
+    let mut sa = tcp(bport, lport, SYN | ACK, 0x5000_0000, &[]);
+    sa[8..12].copy_from_slice(&(ISN + 1).to_be_bytes());
+    let input = Pkt::new(&backend.to_string(), &local.to_string(), 6, sa).build();
+    let mut buf = vec![0u8; HEADROOM + input.len() + 256];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).expect("frame");
+    let v = process(&mut f, &t, &mut ct, &mut w, now + 3000 + RETRY_NS);
+    assert!(matches!(v, Verdict::Tx { .. }), "{v:?}");
+    let out = f.data();
+    let hlen = usize::from(out[34 + 12] >> 4) * 4;
+    assert_eq!(out[34 + 13], ACK, "the handshake's last ACK");
+    assert_eq!(out.len(), 34 + hlen, "nothing rides on it");
+    let (v, req) = client_data(&t, &mut ct, &mut w, cookie, get, now + 4000 + RETRY_NS);
+    assert!(matches!(v, Verdict::Tx { .. }), "{v:?}");
+    let hlen = usize::from(req[34 + 12] >> 4) * 4;
+    assert_eq!(
+        &req[34 + hlen..34 + hlen + 12],
+        b"\r\n\r\n\0\r\nQUIT\n",
+        "PROXY v2"
+    );
+    assert!(req.ends_with(get));
+}

@@ -455,9 +455,10 @@ impl EarlyData {
 /// again after [`RETRY_NS`] (the backend has not answered the SYN, which may be lost):
 /// rebuilt in place as that SYN (the same sequence number, window and options as the
 /// first, from `proxy`), whose new headers are returned for the frame's way to the
-/// backend. `None` for any other segment ([`early`] then keeps or drops it). DPVS does the
-/// same on a client's retransmission; without it, a SYN lost on its way to the backend
-/// left the connection waiting until its client gave up.
+/// backend. `None` for any other segment ([`early`] then keeps or drops it). (DPVS sends
+/// a kept SYN again on its connection timer; the workers have no timer and act on the
+/// client's retransmission.) Without it, a SYN lost on its way to the backend left the
+/// connection waiting until its client gave up.
 pub(super) fn again(
     frame: &mut Frame<'_>,
     worker: &mut WorkerState,
@@ -530,7 +531,14 @@ pub(super) fn early(
         worker.stats.syn_proxy_early += 1;
         let end = ip.end();
         let start = end.saturating_sub(l4.len as usize);
-        if plain && let Some(bytes) = frame.data().get(start..end) {
+        // A flow that adds the client's address keeps no bytes (its first segment gets
+        // the address when it is sent again), only its place: the client's retransmission
+        // of it can then send the SYN again ([`again`]).
+        let bytes = match plain {
+            true => frame.data().get(start..end),
+            false => Some(&[][..]),
+        };
+        if let Some(bytes) = bytes {
             worker.early.keep(key, l4.seq, bytes, now);
         }
     }
