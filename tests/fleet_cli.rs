@@ -266,3 +266,142 @@ fn trace_on_a_member_traces_the_fleets_revision() {
     );
     assert!(traced.stdout.contains("web"), "the fleet's VIP: {traced:?}");
 }
+
+/// The next update of a fleet session that is a view or a refusal, within `limit`.
+async fn next_update(
+    updates: &mut tokio::sync::mpsc::Receiver<fleet::client::Update>,
+    limit: std::time::Duration,
+) -> fleet::client::Update {
+    tokio::time::timeout(limit, updates.recv())
+        .await
+        .expect("a session update in time")
+        .expect("the session is alive")
+}
+
+/// The first refusal (`Down`) a session reports within `limit`: its error.
+async fn refused(
+    updates: &mut tokio::sync::mpsc::Receiver<fleet::client::Update>,
+    limit: std::time::Duration,
+) -> String {
+    let t0 = tokio::time::Instant::now();
+    loop {
+        let left = limit.saturating_sub(t0.elapsed());
+        if let fleet::client::Update::Down { error, .. } = next_update(updates, left).await {
+            return error;
+        }
+    }
+}
+
+/// A member name is one appliance's (issue 45): sessions of the member client, as
+/// `sluice run` starts them, against real etcd. A second appliance with the same name is
+/// refused with the holder named and writes nothing; when it goes, the first's keys stay;
+/// a younger process of the first appliance (a takeover, a restart after a crash) takes
+/// the name, and the older one is then refused. Before, the second overwrote the first's
+/// report and its leaving deleted the first's keys.
+#[test]
+fn a_member_name_is_one_appliances() {
+    use fleet::client::{self, Settings, Update};
+    use std::time::Duration;
+    lab::netns::require_root();
+    let ns = Netns::new("dn");
+    let tmp = TempDir::new("dn-fleet-names");
+    let etcd_dir = tmp.dir().join("etcd");
+    std::fs::create_dir_all(&etcd_dir).expect("etcd dir");
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    let etcd =
+        EtcdCluster::start(&ns, ip, ETCD_PORT, &etcd_dir).unwrap_or_else(|e| panic!("etcd: {e}"));
+    let settings = |appliance: &str, started_ms: u64| Settings {
+        endpoints: etcd.endpoints(),
+        user: None,
+        tls: None,
+        keys: fleet::Keys::new("/sluice", FLEET),
+        member: "lb1".into(),
+        lease_ttl: Duration::from_secs(3),
+        holder: fleet::Holder {
+            appliance: appliance.into(),
+            started_ms,
+        },
+    };
+    let (a, b, c) = (
+        settings("m1:/run/a.sock", 1_000),
+        settings("m2:/run/a.sock", 2_000),
+        settings("m1:/run/a.sock", 3_000),
+    );
+    let name = ns.name.clone();
+    let run = std::thread::spawn(move || {
+        lab::netns::enter(&name);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let holder_now = |s: &Settings| {
+                let s = s.clone();
+                async move {
+                    let mut conn = client::connect(&s).await.expect("connect");
+                    let v = client::read(&mut conn, &s.keys).await.expect("read");
+                    v.members.get("lb1").map(|r| r.holder.appliance.clone())
+                }
+            };
+            let wait = Duration::from_secs(10);
+            let (a_req, mut a_upd) = client::spawn(a.clone());
+            match next_update(&mut a_upd, wait).await {
+                Update::View { .. } => {}
+                other => panic!("the first lb1 joins: {other:?}"),
+            }
+            assert_eq!(holder_now(&a).await.as_deref(), Some("m1:/run/a.sock"));
+
+            // Another appliance named lb1: refused, the holder named, nothing written.
+            let (b_req, mut b_upd) = client::spawn(b.clone());
+            let e = refused(&mut b_upd, wait).await;
+            assert!(
+                e.contains("\"lb1\" is taken") && e.contains("m1:/run/a.sock"),
+                "the refusal names the holder: {e}"
+            );
+            assert_eq!(holder_now(&a).await.as_deref(), Some("m1:/run/a.sock"));
+            // It goes: the first's keys stay.
+            drop(b_req);
+            drop(b_upd);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert_eq!(
+                holder_now(&a).await.as_deref(),
+                Some("m1:/run/a.sock"),
+                "the refused one's leaving deleted nothing"
+            );
+
+            // A younger process of the first appliance takes the name; the older is
+            // refused from then on and cannot take it back.
+            let (c_req, mut c_upd) = client::spawn(c.clone());
+            let t0 = tokio::time::Instant::now();
+            loop {
+                match next_update(&mut c_upd, wait).await {
+                    Update::View { .. } => break,
+                    Update::Down { error, .. } => {
+                        assert!(
+                            t0.elapsed() < wait,
+                            "the younger process never joined: {error}"
+                        )
+                    }
+                    _ => {}
+                }
+            }
+            let e = refused(&mut a_upd, wait).await;
+            assert!(
+                e.contains("newer process"),
+                "the older process is told: {e}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = client::connect(&c).await.expect("connect");
+            let mut now = now;
+            let v = client::read(&mut now, &c.keys).await.expect("read");
+            let held = v.members.get("lb1").map(|r| r.holder.clone());
+            assert_eq!(
+                held,
+                Some(c.holder.clone()),
+                "the younger process holds lb1"
+            );
+            drop((a_req, c_req));
+        });
+    });
+    run.join().expect("the sessions' thread");
+}

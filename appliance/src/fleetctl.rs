@@ -70,6 +70,7 @@ fn settings(c: &Config, path: &Path) -> Result<Settings, FleetCtlError> {
         keys: Keys::new(&f.prefix, &f.name),
         member: "sluice-fleet".into(),
         lease_ttl: f.lease_ttl,
+        holder: fleet::Holder::default(),
     })
 }
 

@@ -87,6 +87,7 @@ mod tests {
             activated_at_ms: 0,
             sync_lag_ms: None,
             fingerprint: String::new(),
+            holder: Default::default(),
         }
     }
 

@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
-    PutOptions, TlsOptions, Txn, TxnOp, WatchOptions,
+    TlsOptions, Txn, TxnOp, WatchOptions,
 };
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use crate::doc::{Activation, HealthReport, MemberReport, OverrideDoc};
+use crate::claim::{claim, joining, put_held};
+use crate::doc::{Activation, HealthReport, Holder, MemberReport, OverrideDoc};
 use crate::keys::Keys;
 use crate::view::View;
 
@@ -39,6 +40,8 @@ pub struct Settings {
     pub member: String,
     /// The member's lease: its keys vanish this long after it stops keeping them alive.
     pub lease_ttl: Duration,
+    /// This process, as its claim on the member's name says ([`crate::claim`]).
+    pub holder: Holder,
 }
 
 /// PEM files for TLS to etcd.
@@ -81,6 +84,13 @@ pub enum ClientError {
     Json(#[from] serde_json::Error),
     #[error("the fleet client has stopped")]
     Stopped,
+    #[error(
+        "the member name {member:?} is taken: {why}; this appliance stays out of the fleet \
+         (give it its own [appliance] name)"
+    )]
+    NameTaken { member: String, why: String },
+    #[error("the member's name changed hands while it was being claimed; trying again")]
+    NameContested,
 }
 
 /// A write the control loop asks for.
@@ -290,22 +300,13 @@ async fn session(
     let ttl = s.lease_ttl.as_secs().max(2) as i64;
     let lease = c.lease_grant(ttl, None).await?.id();
     let (mut keeper, mut alive) = c.lease_keep_alive(lease).await?;
-    let under_lease = || Some(PutOptions::new().with_lease(lease));
-    if let Some(r) = &memo.report {
-        c.put(
-            s.keys.member(&s.member),
-            serde_json::to_vec(r)?,
-            under_lease(),
-        )
-        .await?;
-    }
+    // The name first: nothing else is written under it until it is this process's.
+    claim(s, c, lease, memo.report.as_ref().unwrap_or(&joining())).await?;
     if let Some(h) = &memo.health {
-        c.put(
-            s.keys.health(&s.member),
-            serde_json::to_vec(h)?,
-            under_lease(),
-        )
-        .await?;
+        let (key, value) = (s.keys.health(&s.member), serde_json::to_vec(h)?);
+        if !put_held(s, c, lease, key, value).await? {
+            return Err(ClientError::NameContested);
+        }
     }
     let mut view = read(c, &s.keys).await?;
     let watch = WatchOptions::new()
@@ -327,6 +328,7 @@ async fn session(
             m = stream.message() => {
                 let Some(resp) = m? else { return Err(ClientError::WatchEnded) };
                 apply(&s.keys, &mut view, &resp)?;
+                kept(s, c, lease, &view, memo).await?;
                 let u = Update::View { view: Box::new(view.clone()), fresh: false };
                 if updates.send(u).await.is_err() {
                     return Ok(());
@@ -372,6 +374,28 @@ fn apply(
     Ok(())
 }
 
+/// The member's name still this session's after a watch response: claimed again when its
+/// key was deleted (by hand, or by the lease of a process that had it before); the session
+/// ends when another process holds it now (a newer process of this appliance took over).
+async fn kept(
+    s: &Settings,
+    c: &mut Client,
+    lease: i64,
+    view: &View,
+    memo: &Memo,
+) -> Result<(), ClientError> {
+    match view.members.get(&s.member) {
+        None => claim(s, c, lease, memo.report.as_ref().unwrap_or(&joining())).await,
+        Some(r) if r.holder != s.holder => Err(ClientError::NameTaken {
+            member: s.member.clone(),
+            why: crate::claim::may_take(&s.holder, r)
+                .err()
+                .unwrap_or_else(|| "another process took it over".into()),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Does one request under `lease`.
 async fn write(
     s: &Settings,
@@ -380,17 +404,26 @@ async fn write(
     r: Request,
     memo: &mut Memo,
 ) -> Result<Option<Update>, ClientError> {
-    let under_lease = Some(PutOptions::new().with_lease(lease));
     match r {
-        Request::Report(x) => {
+        Request::Report(mut x) => {
+            x.holder = s.holder.clone();
             let v = serde_json::to_vec(&x)?;
+            let key = s.keys.member(&s.member);
+            // Not under this lease: deleted (claimed again) or taken (refused there).
+            if !put_held(s, c, lease, key, v).await? {
+                claim(s, c, lease, &x).await?;
+            }
             memo.report = Some(x);
-            c.put(s.keys.member(&s.member), v, under_lease).await?;
         }
         Request::Health(x) => {
             let v = serde_json::to_vec(&x)?;
             memo.health = Some(x);
-            c.put(s.keys.health(&s.member), v, under_lease).await?;
+            if !put_held(s, c, lease, s.keys.health(&s.member), v.clone()).await? {
+                claim(s, c, lease, memo.report.as_ref().unwrap_or(&joining())).await?;
+                if !put_held(s, c, lease, s.keys.health(&s.member), v).await? {
+                    return Err(ClientError::NameContested);
+                }
+            }
         }
         Request::Activate { activation, expect } => {
             let key = s.keys.activate();

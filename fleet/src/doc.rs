@@ -38,6 +38,23 @@ pub struct MemberReport {
     /// release that did not publish it.
     #[serde(default)]
     pub fingerprint: String,
+    /// Which appliance process holds the member's name (`claim`): stamped by the session
+    /// that writes the report. Empty from a release that did not claim names.
+    #[serde(default)]
+    pub holder: Holder,
+}
+
+/// An appliance process that holds a member name: where it runs and when it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The machine and the appliance on it: `/etc/machine-id` and the API socket's path
+    /// (two appliances of one machine, as in a lab, differ by their sockets; a process
+    /// that takes over from the one before has the same).
+    #[serde(default)]
+    pub appliance: String,
+    /// When the process started, milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub started_ms: u64,
 }
 
 /// `activate`: the version every member switches to, written once per version (an etcd

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod activation;
+pub mod claim;
 pub mod client;
 pub mod doc;
 pub mod keys;
@@ -20,6 +21,6 @@ pub mod member;
 pub mod quorum;
 pub mod view;
 
-pub use doc::{Activation, HealthReport, MemberReport, OverrideDoc, Readiness};
+pub use doc::{Activation, HealthReport, Holder, MemberReport, OverrideDoc, Readiness};
 pub use keys::Keys;
 pub use view::View;

@@ -119,6 +119,7 @@ impl Member {
             activated_at_ms: self.activated_at_ms,
             sync_lag_ms: self.sync_lag_ms,
             fingerprint: self.fingerprint.clone(),
+            holder: Default::default(),
         }
     }
 

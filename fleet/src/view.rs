@@ -201,6 +201,7 @@ mod tests {
             activated_at_ms: 0,
             sync_lag_ms: None,
             fingerprint: String::new(),
+            holder: Default::default(),
         };
         v.put(&k, &k.member("lb1"), &serde_json::to_vec(&r).unwrap(), 8, 5);
         assert_eq!(v.members.get("lb1"), Some(&r));

@@ -185,7 +185,11 @@ fn join_fleet(
         return Ok((None, None));
     };
     let name = st.config.appliance.name.clone();
-    let (s, updates) = Session::start(f, &name)?;
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let holder = super::fleet::session::holder(&st.config.api.socket, started_ms);
+    let (s, updates) = Session::start(f, &name, holder)?;
     st.fleet = Some(Membership::new(f, &name, restored, Instant::now()));
     Ok((Some(s), Some(updates)))
 }

@@ -82,7 +82,7 @@ fn summary(t: Theme, f: &FleetStatus) -> Vec<Line<'static>> {
             .map_or(String::new(), |s| format!(" for {s:.0}s"));
         Span::styled(
             format!(
-                "STALE{secs}: etcd unreachable ({}), forwarding on revision {}{from_disk}",
+                "STALE{secs}: out of the fleet ({}), forwarding on revision {}{from_disk}",
                 f.last_error.as_deref().unwrap_or("no answer"),
                 f.running_revision
             ),

@@ -52,7 +52,7 @@ pub(super) fn update(st: &mut State, now: &Now, out: &mut Out, u: Update) {
         Update::Down { error, retry_in } => {
             if f.connected || f.last_error.is_none() {
                 let m = format!(
-                    "fleet {}: etcd unreachable ({error}); forwarding on revision {}, stale; \
+                    "fleet {}: out of the fleet ({error}); forwarding on revision {}, stale; \
                      retrying every {retry_in:?} or so",
                     f.name,
                     f.member.running()

@@ -79,6 +79,7 @@ impl Session {
     pub fn start(
         cfg: &config::Fleet,
         member: &str,
+        holder: fleet::Holder,
     ) -> Result<(Session, mpsc::Receiver<Update>), FleetError> {
         let user = match (&cfg.user, &cfg.password_file) {
             (Some(u), Some(p)) => {
@@ -101,6 +102,7 @@ impl Session {
             keys: Keys::new(&cfg.prefix, &cfg.name),
             member: member.to_string(),
             lease_ttl: cfg.lease_ttl,
+            holder,
         };
         let (requests, updates) = client::spawn(settings);
         Ok((Session { requests }, updates))
@@ -146,5 +148,25 @@ impl Session {
         if self.requests.send(Request::Leave { reply }).await.is_ok() {
             let _ = tokio::time::timeout(Duration::from_secs(2), rx).await;
         }
+    }
+}
+
+/// This process as the claim on its member name says: the machine (`/etc/machine-id`, or
+/// the host name without one) and the API socket, which a process that takes over from
+/// the one before shares and a second appliance of the same machine does not; and when it
+/// started.
+pub fn holder(api_socket: &std::path::Path, started_ms: u64) -> fleet::Holder {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let machine = read("/etc/machine-id")
+        .filter(|m| !m.is_empty())
+        .or_else(|| read("/proc/sys/kernel/hostname"))
+        .unwrap_or_default();
+    fleet::Holder {
+        appliance: format!("{machine}:{}", api_socket.display()),
+        started_ms,
     }
 }

@@ -140,6 +140,7 @@ mod tests {
             activated_at_ms: at,
             sync_lag_ms: Some(3),
             fingerprint: String::new(),
+            holder: Default::default(),
         }
     }
 
