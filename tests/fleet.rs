@@ -405,7 +405,16 @@ fn refused_revisions(f: &mut Fleet, running: u64) {
         text.contains(&format!("revision {bad} refused by lab-lb3")),
         "sluice fleet status:\n{text}"
     );
+    for k in 0..MEMBERS {
+        let s = f.status(k).map(|s| s.running_revision);
+        assert_eq!(s, Some(running), "lb{}: the refused revision ran", k + 1);
+    }
     std::fs::write(&lb3, &file).expect("restore lb3's file");
+    // Its file fixed and reloaded, lb3 prepares the revision again: the fleet activates it
+    // (before, lb3 stayed refusing until the next push or a restart).
+    f.ctl(2, &["reload"]);
+    f.wait_running(bad, Duration::from_secs(20));
+    let running = bad;
 
     let key = "/sluice/fl/config";
     f.etcd
@@ -438,6 +447,93 @@ fn refused_revisions(f: &mut Fleet, running: u64) {
         );
     }
     f.traffic_ok("after refused revisions");
+}
+
+/// With lb3 out of etcd, two members are live: a backend lb2 alone cannot reach is a
+/// disagreement and stays up for both (the default quorum is a strict majority of them; it
+/// was both, so one member's failing probes took the backend down for the fleet).
+fn two_live_members_disagree(f: &Fleet) {
+    let be = first_backend(&f.doc);
+    let both = |ok: &dyn Fn(&api::FleetStatus) -> bool| {
+        (0..2).all(|k| f.status(k).is_some_and(|s| ok(&s)))
+    };
+    let fp = f.status(0).expect("lb1").table_fingerprint;
+    f.nft(1, &format!(
+        "nft add rule inet fl out ip daddr {be} drop; nft add rule inet fl in ip saddr {be} drop"
+    ));
+    let t0 = Instant::now();
+    while !both(&|s| {
+        s.members.len() == 2
+            && s.disagreements
+                .iter()
+                .any(|d| d.fleet_up && d.members == ["lab-lb2"])
+    }) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "lb2's failing probes: {:#?}",
+            f.status(0)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for k in 0..2 {
+        let s = f.status(k).expect("status");
+        assert_eq!(
+            s.table_fingerprint,
+            fp,
+            "lb{}: the backend stayed up",
+            k + 1
+        );
+    }
+    f.nft_clear(1);
+    let t0 = Instant::now();
+    while !both(&|s| s.disagreements.is_empty()) {
+        assert!(t0.elapsed() < Duration::from_secs(15), "agreement again");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Keys written behind the members' backs: a member key without a lease (lb9, which would
+/// count as a live member forever and make every activation wait its timeout) and an
+/// `activate` naming a revision far above the config's (which stalled activation). Both are
+/// named in the status and ignored: the next push is activated with every live member ready
+/// (`all_ready`, which lb9 would have prevented), and the weights go back.
+fn hand_edits(f: &mut Fleet) {
+    let root = "/sluice/fl/";
+    let lb9 = format!("{root}members/lab-lb9");
+    let report = r#"{"prepared":1,"readiness":"ready","running":1}"#;
+    let bogus = r#"{"revision":99999999,"by":"hand","at_ms":0,"all_ready":true}"#;
+    for (k, v) in [(lb9.as_str(), report), (&format!("{root}activate"), bogus)] {
+        f.etcd
+            .ctl(&f.lab.router, &["put", k, v])
+            .unwrap_or_else(|e| panic!("etcdctl put {k}: {e}"));
+    }
+    let text = f.fleetctl(0, &f.member_file(0), &["status"]).stdout;
+    for named in [
+        format!("ignored {lb9}: written without a lease"),
+        "names revision 99999999".to_string(),
+    ] {
+        assert!(text.contains(&named), "status names {named:?}:\n{text}");
+    }
+    let r = f.push(55);
+    f.wait_running(r, Duration::from_secs(20));
+    let out = f
+        .etcd
+        .ctl(
+            &f.lab.router,
+            &["get", &format!("{root}activate"), "--print-value-only"],
+        )
+        .unwrap_or_else(|e| panic!("etcdctl get: {e}"));
+    let a: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("activate: {e}: {out:?}"));
+    assert_eq!(a["revision"], r, "{a}");
+    assert_eq!(a["all_ready"], true, "lb9 was not waited for: {a}");
+    for k in [lb9.as_str()] {
+        f.etcd
+            .ctl(&f.lab.router, &["del", k])
+            .unwrap_or_else(|e| panic!("etcdctl del {k}: {e}"));
+    }
+    let back = f.push(50);
+    f.wait_running(back, Duration::from_secs(15));
 }
 
 /// A drain through lb1's API is a fleet-wide write: every member's backend is drained and
@@ -510,6 +606,11 @@ fn a_fleet_of_three_follows_etcd() {
     );
     let fp = f.wait_identical("after a push");
     println!("MEASURE table fingerprint on every member: {fp}");
+    // An operator's backup, restored at the end.
+    let snap = f.lab.dir.join("etcd-backup.db");
+    f.etcd
+        .snapshot(&f.lab.router, &snap)
+        .unwrap_or_else(|e| panic!("etcd snapshot: {e}"));
     f.traffic_ok("after a push");
 
     pushes_under_load(&mut f);
@@ -519,6 +620,7 @@ fn a_fleet_of_three_follows_etcd() {
     let back = f.push(50);
     f.wait_running(back, Duration::from_secs(15));
     assert_eq!(f.wait_identical("back on the first weights"), fp);
+    hand_edits(&mut f);
 
     // A backend lb3 alone cannot reach: a disagreement, the same tables everywhere.
     let be = first_backend(&f.doc);
@@ -636,6 +738,7 @@ fn a_fleet_of_three_follows_etcd() {
         Some(r4),
         "lb3 is cut off"
     );
+    two_live_members_disagree(&f);
     f.nft_clear(2);
     f.wait_running(r5, Duration::from_secs(20));
     let ev = f.events(2);
@@ -649,6 +752,68 @@ fn a_fleet_of_three_follows_etcd() {
     f.wait_identical("lb3 back");
     f.wait_next_hops(MEMBERS, Duration::from_secs(30));
     f.traffic_ok("lb3 back");
+    restored_from_a_snapshot(&mut f, &snap, r5);
+}
+
+/// etcd restored from the backup taken after the second push: its history went back (the
+/// keys and revisions of then, a new cluster ID). Every member refuses it and keeps
+/// forwarding on `running`; a push there is activated nowhere, so the fleet's tables stay
+/// one (before, members running higher revisions counted as ready and restarted ones ran
+/// the old keys: the fleet split). `sluice fleet rebase` then makes every member follow
+/// etcd as it is, and the push is activated everywhere.
+fn restored_from_a_snapshot(f: &mut Fleet, snap: &Path, running: u64) {
+    let before = f.wait_identical("before the restore");
+    f.etcd
+        .restore(&f.lab.router, snap)
+        .unwrap_or_else(|e| panic!("etcd restore: {e}"));
+    let refusing = |s: &api::FleetStatus| {
+        s.running_revision == running
+            && s.last_error.as_deref().is_some_and(|e| {
+                e.contains("etcd is another cluster") || e.contains("history went back")
+            })
+    };
+    let took = f.wait_all(
+        "the restored history refused",
+        Duration::from_secs(40),
+        refusing,
+    );
+    let pushed = f.push(90);
+    // Longer than the activation timeout (4 s): nobody activates it, nothing moves.
+    std::thread::sleep(Duration::from_secs(6));
+    for k in 0..MEMBERS {
+        let s = f.status(k).expect("status");
+        assert!(
+            refusing(&s),
+            "lb{} after a push to the restored etcd: {s:#?}",
+            k + 1
+        );
+    }
+    assert_eq!(
+        f.wait_identical("the restored history refused"),
+        before,
+        "one set of tables"
+    );
+    f.traffic_ok("etcd restored, its history refused");
+    let ev = f.events(0);
+    assert!(
+        ev.contains("etcd is another cluster") && ev.contains("fleet rebase"),
+        "lb1's events name the refusal and the fix:\n{ev}"
+    );
+    let cfg = f.member_file(0);
+    let out = f.fleetctl(0, &cfg, &["rebase"]);
+    assert!(out.ok(), "rebase: {}{}", out.stdout, out.stderr);
+    let rebased = f.wait_running(pushed, Duration::from_secs(30));
+    let after = f.wait_identical("re-based");
+    assert_ne!(after, before, "the push's weights run");
+    println!(
+        "MEASURE etcd restored from a snapshot: every member refused it after {took:?} and ran \
+         revision {running} through a push to it (revision {pushed}); after `sluice fleet \
+         rebase` every member ran {pushed} in {rebased:?}"
+    );
+    f.wait_all("following again", Duration::from_secs(10), |s| {
+        s.last_error.is_none() && !s.stale
+    });
+    f.traffic_ok("re-based");
 }
 
 /// `openssl ARGS` in `dir`, asserting success.

@@ -244,6 +244,10 @@ pub enum FleetCmd {
     /// Every live member: the revision it prepared and runs, readiness, sync lag; the
     /// activation spread; backends the members' probes disagree on.
     Status,
+    /// After etcd's history went back (a restore from a snapshot, a move to another
+    /// cluster), which members refuse: write a new epoch, so every member follows etcd's
+    /// keys as they are now and activates the config there. Check that config first.
+    Rebase,
 }
 
 /// `sluice ctl datapath ...`.

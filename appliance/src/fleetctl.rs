@@ -141,6 +141,30 @@ pub fn push(config_path: &Path, file: &Path) -> Result<u64, FleetCtlError> {
     })
 }
 
+/// Writes a new epoch ([`fleet::history`]); returns it and the fleet as etcd holds it.
+pub fn rebase(config_path: &Path) -> Result<(fleet::Epoch, View), FleetCtlError> {
+    let local = config::load(config_path)?;
+    let s = settings(&local, config_path)?;
+    let mut raw = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw));
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    // Without randomness the time alone still differs from every epoch before.
+    let id = match random {
+        Ok(()) => raw.iter().map(|b| format!("{b:02x}")).collect(),
+        Err(_) => format!("{at_ms:016x}"),
+    };
+    runtime()?
+        .block_on(async {
+            let mut c = client::connect(&s).await?;
+            let epoch = client::rebase(&mut c, &s.keys, id, at_ms).await?;
+            Ok((epoch, client::read(&mut c, &s.keys).await?))
+        })
+        .map_err(FleetCtlError::Etcd)
+}
+
 /// The fleet as etcd holds it now.
 pub fn read(config_path: &Path) -> Result<(Config, View), FleetCtlError> {
     let local = config::load(config_path)?;

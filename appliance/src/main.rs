@@ -148,6 +148,14 @@ fn fleet(config: &std::path::Path, command: FleetCmd, json: bool) -> ExitCode {
             print!("{}", fleetctl::format(&fleetctl::document(&local, &v)));
             Ok(())
         }),
+        FleetCmd::Rebase => fleetctl::rebase(config).map(|(epoch, v)| {
+            let config = v.config.as_ref().map_or(0, |c| c.revision);
+            println!(
+                "epoch {} written: every member follows etcd as it is now and activates the \
+                 config's revision {config}",
+                epoch.id
+            );
+        }),
         FleetCmd::Status => fleetctl::read(config).map(|(local, v)| {
             let doc = fleetctl::document(&local, &v);
             if json {

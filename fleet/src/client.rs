@@ -201,6 +201,7 @@ pub async fn read(client: &mut Client, keys: &Keys) -> Result<View, ClientError>
         .await?;
     let mut view = View {
         revision: resp.header().map_or(0, |h| h.revision().max(0) as u64),
+        cluster: resp.header().map_or(0, |h| h.cluster_id()),
         ..View::default()
     };
     for kv in resp.kvs() {
@@ -215,6 +216,21 @@ pub async fn read(client: &mut Client, keys: &Keys) -> Result<View, ClientError>
 pub async fn push(client: &mut Client, keys: &Keys, text: &str) -> Result<u64, ClientError> {
     let resp = client.put(keys.config(), text, None).await?;
     Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+}
+
+/// Writes a new epoch (`sluice fleet rebase`): every member follows etcd's keys as they
+/// are now, whatever revisions it ran before ([`crate::history`]). Returns the epoch.
+pub async fn rebase(
+    client: &mut Client,
+    keys: &Keys,
+    id: String,
+    at_ms: u64,
+) -> Result<crate::doc::Epoch, ClientError> {
+    let epoch = crate::doc::Epoch { id, at_ms };
+    client
+        .put(keys.epoch(), serde_json::to_vec(&epoch)?, None)
+        .await?;
+    Ok(epoch)
 }
 
 /// Starts the session task; it runs until the request sender is dropped.
@@ -370,6 +386,7 @@ fn apply(
     }
     if let Some(h) = resp.header() {
         view.revision = h.revision().max(0) as u64;
+        view.cluster = h.cluster_id();
     }
     Ok(())
 }

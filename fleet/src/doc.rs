@@ -70,6 +70,17 @@ pub struct Activation {
     pub all_ready: bool,
 }
 
+/// `epoch`: the history of this fleet's keys the members follow, written by `sluice fleet
+/// rebase` after etcd's history went back (a restore from a snapshot, a move to another
+/// cluster): a new `id` tells every member to take the keys as they are now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Epoch {
+    pub id: String,
+    /// Milliseconds since the Unix epoch when it was written.
+    #[serde(default)]
+    pub at_ms: u64,
+}
+
 /// `health/{member}`: a member's probe verdicts, under its lease.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthReport {

@@ -5,6 +5,7 @@
 //! ```text
 //! {prefix}/{name}/config              the fleet's TOML (its mod revision is the version)
 //! {prefix}/{name}/activate            JSON Activation: the version members switch to
+//! {prefix}/{name}/epoch               JSON Epoch: the history members follow (`sluice fleet rebase`)
 //! {prefix}/{name}/members/{member}    JSON MemberReport, under the member's lease
 //! {prefix}/{name}/health/{member}     JSON HealthReport, under the member's lease
 //! {prefix}/{name}/overrides/{vip}/{backend}  JSON OverrideDoc (operator changes)
@@ -21,6 +22,7 @@ pub struct Keys {
 pub enum Key<'a> {
     Config,
     Activate,
+    Epoch,
     Member(&'a str),
     Health(&'a str),
     /// VIP name and backend `address:port`.
@@ -48,6 +50,10 @@ impl Keys {
         format!("{}activate", self.root)
     }
 
+    pub fn epoch(&self) -> String {
+        format!("{}epoch", self.root)
+    }
+
     pub fn member(&self, member: &str) -> String {
         format!("{}members/{member}", self.root)
     }
@@ -67,6 +73,7 @@ impl Keys {
         match rest {
             "config" => return Some(Key::Config),
             "activate" => return Some(Key::Activate),
+            "epoch" => return Some(Key::Epoch),
             _ => {}
         }
         let (kind, tail) = rest.split_once('/')?;

@@ -16,11 +16,12 @@ pub mod activation;
 pub mod claim;
 pub mod client;
 pub mod doc;
+pub mod history;
 pub mod keys;
 pub mod member;
 pub mod quorum;
 pub mod view;
 
-pub use doc::{Activation, HealthReport, Holder, MemberReport, OverrideDoc, Readiness};
+pub use doc::{Activation, Epoch, HealthReport, Holder, MemberReport, OverrideDoc, Readiness};
 pub use keys::Keys;
 pub use view::View;

@@ -86,6 +86,30 @@ impl Member {
         }
     }
 
+    /// The fleet was re-based (a new epoch, [`crate::history`]): its revisions start over,
+    /// so the member prepares and activates the keys as they are now, as a new member
+    /// would (the tables it runs keep forwarding until then).
+    pub fn rebase(&mut self) {
+        self.preparing = None;
+        self.prepared = None;
+        self.running = 0;
+        self.tried = 0;
+        self.told_refused = 0;
+    }
+
+    /// The member does not follow the history of a view (its revisions went back): it
+    /// reports the view's config revision `revision` refused with `why`, which blocks its
+    /// activation for every member, until an operator re-bases the fleet.
+    pub fn refuse_history(&mut self, revision: u64, why: &str, now_ms: u64) -> Vec<Action> {
+        let already = matches!(&self.prepared, Some((r, Err(e))) if *r == revision && e == why);
+        if already {
+            return Vec::new();
+        }
+        self.preparing = Some((revision, now_ms));
+        self.prepared = Some((revision, Err(why.to_string())));
+        vec![Action::Report(self.report())]
+    }
+
     /// The revision the tables run (0: none from the fleet yet).
     pub fn running(&self) -> u64 {
         self.running

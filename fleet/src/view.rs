@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::doc::{Activation, HealthReport, MemberReport, OverrideDoc};
+use crate::doc::{Activation, Epoch, HealthReport, MemberReport, OverrideDoc};
 use crate::keys::{Key, Keys};
 
 /// How an activation above the config's revision is named.
@@ -26,6 +26,10 @@ pub struct ConfigAt {
 pub struct View {
     /// The etcd revision this view is current to.
     pub revision: u64,
+    /// The etcd cluster's ID (0: not known), from the responses' headers.
+    pub cluster: u64,
+    /// The fleet's epoch (`sluice fleet rebase`), when one was written.
+    pub epoch: Option<Epoch>,
     pub config: Option<ConfigAt>,
     pub activation: Option<Activation>,
     /// The activate key's mod revision (0: never written), for the write-once transaction.
@@ -62,6 +66,10 @@ impl View {
                     self.activation = Some(a);
                     self.activation_mod = modrev;
                 }
+                Err(e) => bad(e.to_string(), self),
+            },
+            Some(Key::Epoch) => match serde_json::from_slice(value) {
+                Ok(e) => self.epoch = Some(e),
                 Err(e) => bad(e.to_string(), self),
             },
             // A member's keys live under its lease: one written without (a hand edit, a
@@ -143,6 +151,7 @@ impl View {
         self.undecodable.remove(key);
         match keys.parse(key) {
             Some(Key::Config) => self.config = None,
+            Some(Key::Epoch) => self.epoch = None,
             Some(Key::Activate) => {
                 self.activation = None;
                 self.activation_mod = 0;

@@ -1204,13 +1204,14 @@ sluice_conntrack_budget_refused_total{budget="zone"} 0
 # HELP sluice_snat_ports_reclaimed FullNAT ports taken from an unfinished handshake for a new flow, every candidate port being held.
 # TYPE sluice_snat_ports_reclaimed counter
 sluice_snat_ports_reclaimed_total 0
-# HELP sluice_syn_proxy The SYN proxy's handshakes by step: SYNs answered with a cookie (answered), ACKs whose cookie checked and opened a flow to a backend (opened), ACKs without a flow whose acknowledgement was no cookie of ours (bad_cookie), backends' SYN-ACKs turned into the handshake's last ACK (established), client data before the backend answered, dropped (early).
+# HELP sluice_syn_proxy The SYN proxy's handshakes by step: SYNs answered with a cookie (answered), ACKs whose cookie checked and opened a flow to a backend (opened), ACKs without a flow whose acknowledgement was no cookie of ours (bad_cookie), backends' SYN-ACKs turned into the handshake's last ACK (established), client data before the backend answered, dropped (early), SYNs sent to the backend again on the client's retransmission (resent).
 # TYPE sluice_syn_proxy counter
 sluice_syn_proxy_total{step="answered"} 0
 sluice_syn_proxy_total{step="bad_cookie"} 0
 sluice_syn_proxy_total{step="early"} 0
 sluice_syn_proxy_total{step="established"} 0
 sluice_syn_proxy_total{step="opened"} 0
+sluice_syn_proxy_total{step="resent"} 0
 # HELP sluice_stateless_answers Packets answered from the Maglev ring without a connection entry, by cause.
 # TYPE sluice_stateless_answers counter
 sluice_stateless_answers_total{cause="no_entry"} 7

@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
+use ::fleet::View;
 use ::fleet::client::{Request, Update};
+use ::fleet::history::{self, Judged};
 use ::fleet::member::Action;
 use tracing::{info, warn};
 
@@ -18,6 +20,7 @@ use crate::control::batch::Taken;
 use crate::control::change::UpdateError;
 use crate::control::effect::{Counter, Effect};
 use crate::control::events::Kind;
+use crate::control::fleet::Membership;
 use crate::control::fleet::fingerprint;
 use crate::control::fleet::lastgood::LastGood;
 use crate::control::input::Now;
@@ -31,6 +34,11 @@ pub(super) fn update(st: &mut State, now: &Now, out: &mut Out, u: Update) {
     };
     match u {
         Update::View { view, fresh } => {
+            if !followed(f, now, out, &view) {
+                drive(st, now, out);
+                status(st, now, out);
+                return;
+            }
             if !f.connected {
                 let m = format!(
                     "fleet {}: etcd reached at revision {}",
@@ -72,6 +80,64 @@ pub(super) fn update(st: &mut State, now: &Now, out: &mut Out, u: Update) {
         }
     }
     status(st, now, out);
+}
+
+/// Whether the member acts on `view`: the etcd history it follows, or a new epoch (then
+/// its revisions start over). A history that went back (a restored snapshot, another
+/// cluster) is refused: the view is not taken, the member reports its config revision
+/// refused with the reason (which blocks that revision's activation everywhere) and keeps
+/// forwarding on what it runs, stale, until an operator runs `sluice fleet rebase`.
+fn followed(f: &mut Membership, now: &Now, out: &mut Out, view: &View) -> bool {
+    let running = f.member.running();
+    match history::judge(f.history.as_ref(), running, view) {
+        Judged::Refuse(why) => {
+            if f.off_history.as_deref() != Some(why.as_str()) {
+                let m = format!("fleet {}: {why}", f.name);
+                warn!("{m}");
+                out.event(Kind::Commit, m);
+            }
+            let revision = view.config.as_ref().map_or(0, |c| c.revision);
+            let actions = f.member.refuse_history(revision, &why, now.wall_ms);
+            f.actions.extend(actions);
+            f.connected = false;
+            f.last_error = Some(why.clone());
+            f.off_history = Some(why);
+            return false;
+        }
+        Judged::Adopt { history, rebased } => {
+            if rebased {
+                let m = format!(
+                    "fleet {}: re-based (epoch {}): following etcd as it is now; revisions \
+                     start over, revision {running} forwards until the fleet activates one",
+                    f.name, history.epoch
+                );
+                info!("{m}");
+                out.event(Kind::Commit, m);
+                f.member.rebase();
+            }
+            // Kept with the running revision on disk, so a restart judges by it too.
+            if let Some((revision, text)) = f.running_doc.clone()
+                && !rebased
+                && f.history.as_ref() != Some(&history)
+            {
+                let last_good = LastGood {
+                    fleet: f.name.clone(),
+                    revision,
+                    text,
+                    history: Some(history.clone()),
+                };
+                let path = f.state_file.clone();
+                out.push(Effect::SaveLastGood { path, last_good });
+            }
+            f.history = Some(history);
+        }
+        Judged::Follow => {}
+    }
+    if f.off_history.take().is_some() {
+        // The refusal was the history's, not the revision's: prepare afresh.
+        f.member.reconsider();
+    }
+    true
 }
 
 /// A new session's first view: the member starts over, and one that came back behind the
@@ -304,6 +370,7 @@ pub(super) fn activated(
             fleet: f.name.clone(),
             revision,
             text,
+            history: f.history.clone(),
         };
         let path = f.state_file.clone();
         out.push(Effect::SaveLastGood { path, last_good });

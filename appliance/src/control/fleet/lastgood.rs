@@ -18,6 +18,10 @@ pub struct LastGood {
     pub revision: u64,
     /// The fleet's TOML text of `revision` (merged with the local file when loaded).
     pub text: String,
+    /// The etcd history `revision` belongs to (`fleet::history`); none from a release
+    /// before it.
+    #[serde(default)]
+    pub history: Option<::fleet::history::History>,
 }
 
 /// Why the last good revision could not be written or read.
@@ -117,6 +121,7 @@ mod tests {
             fleet: "edge".into(),
             revision: 41,
             text: "[[vip]]\nname = \"web\"\n".into(),
+            history: None,
         };
         save(&p, &lg).unwrap();
         let newer = LastGood {

@@ -69,6 +69,10 @@ pub struct Membership {
     pub state_file: PathBuf,
     pub from_disk: bool,
     pub last_good_errors: u64,
+    /// The etcd history the member follows (`fleet::history`), and why it refuses the one
+    /// etcd shows now, while it does.
+    pub history: Option<::fleet::history::History>,
+    pub off_history: Option<String>,
     /// The member's actions not carried out yet, in order.
     pub actions: VecDeque<Action>,
     /// An action waits for the executor (a revision's config read, a commit).
@@ -107,6 +111,8 @@ impl Membership {
             state_file: lastgood::path(&cfg.state_dir, &cfg.name),
             from_disk: restored.is_some(),
             last_good_errors: 0,
+            history: restored.and_then(|lg| lg.history.clone()),
+            off_history: None,
             actions: VecDeque::new(),
             waiting: false,
         }

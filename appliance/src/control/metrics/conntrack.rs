@@ -78,7 +78,7 @@ fn syn_proxy(b: &mut Builder, agg: &Aggregate) {
     let st = &agg.stats;
     let handshakes = b.counter(
         "sluice_syn_proxy",
-        "The SYN proxy's handshakes by step: SYNs answered with a cookie (answered), ACKs whose cookie checked and opened a flow to a backend (opened), ACKs without a flow whose acknowledgement was no cookie of ours (bad_cookie), backends' SYN-ACKs turned into the handshake's last ACK (established), client data before the backend answered, dropped (early)",
+        "The SYN proxy's handshakes by step: SYNs answered with a cookie (answered), ACKs whose cookie checked and opened a flow to a backend (opened), ACKs without a flow whose acknowledgement was no cookie of ours (bad_cookie), backends' SYN-ACKs turned into the handshake's last ACK (established), client data before the backend answered, dropped (early), SYNs sent to the backend again on the client's retransmission (resent)",
     );
     for (step, v) in [
         ("answered", st.syn_proxy_answered),
