@@ -527,11 +527,9 @@ fn hand_edits(f: &mut Fleet) {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("activate: {e}: {out:?}"));
     assert_eq!(a["revision"], r, "{a}");
     assert_eq!(a["all_ready"], true, "lb9 was not waited for: {a}");
-    for k in [lb9.as_str()] {
-        f.etcd
-            .ctl(&f.lab.router, &["del", k])
-            .unwrap_or_else(|e| panic!("etcdctl del {k}: {e}"));
-    }
+    f.etcd
+        .ctl(&f.lab.router, &["del", &lb9])
+        .unwrap_or_else(|e| panic!("etcdctl del {lb9}: {e}"));
     let back = f.push(50);
     f.wait_running(back, Duration::from_secs(15));
 }
