@@ -269,7 +269,7 @@ pub use crate::policy::*;
 
 /// `[[health_check]]` and its parts are the prober's own types: the health crate knows
 /// nothing of this config, and the appliance hands it checks without a translation layer.
-pub use health::{CheckKind, GrpcCheck, HealthCheck, HttpCheck, HttpMethod, InitialHealth};
+pub use checks::{CheckKind, GrpcCheck, HealthCheck, HttpCheck, HttpMethod, InitialHealth};
 
 /// `[[vip]]`: one virtual service.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -296,6 +296,13 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
+    /// The config validates passwords against its own copy of the speaker's limit (it does
+    /// not depend on the speaker): the two must agree.
+    #[test]
+    fn the_config_takes_the_md5_passwords_the_speaker_takes() {
+        assert_eq!(::config::MD5_KEY_MAX_LEN, Md5Key::MAX_LEN);
+    }
+
     const BASE: &str = r#"
 [appliance]
 name = "lb1"

@@ -268,11 +268,16 @@ fn hold_time(p: &mut Table<'_>, errs: &mut ConfigErrors) -> Duration {
     hold_time
 }
 
+/// The longest TCP MD5 secret Linux takes (TCP_MD5SIG_MAXKEYLEN); the speaker's
+/// `Md5Key::MAX_LEN`, which the appliance's tests check it against (this crate does not
+/// depend on the speaker).
+pub const MD5_KEY_MAX_LEN: usize = 80;
+
 /// `password`: the TCP MD5 secret (RFC 2385).
 fn password(p: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<String> {
     let password = p.string("password", errs);
     if let Some(pw) = &password
-        && !(1..=bgp::Md5Key::MAX_LEN).contains(&pw.len())
+        && !(1..=MD5_KEY_MAX_LEN).contains(&pw.len())
     {
         // The key is used byte for byte as the RFC 2385 secret, and Linux takes at most
         // TCP_MD5SIG_MAXKEYLEN (80) bytes; an empty one would mean "no signature".
@@ -281,7 +286,7 @@ fn password(p: &mut Table<'_>, errs: &mut ConfigErrors) -> Option<String> {
             format!(
                 "TCP MD5 password is {} bytes; it must be 1 to {} bytes",
                 pw.len(),
-                bgp::Md5Key::MAX_LEN
+                MD5_KEY_MAX_LEN
             ),
         );
     }

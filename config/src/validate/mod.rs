@@ -37,6 +37,7 @@ use super::reader::Table;
 
 pub use acl::MAX_ACL_RULES;
 pub use api::{DEFAULT_METRICS, DEFAULT_SOCKET};
+pub use bgp::MD5_KEY_MAX_LEN;
 pub use fleet::{FLEET_SECTIONS, merge};
 pub use scale::{
     DEFAULT_HEALTH_BATCH, DEFAULT_HEALTH_BATCH_DELAY, DEFAULT_TABLE_SIZES, MIN_SLOTS_PER_BACKEND,
