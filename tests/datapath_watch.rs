@@ -291,3 +291,141 @@ fn a_link_down_and_up_is_shown_and_survived() {
     );
     assert!(lab.stop_appliance(), "clean exit");
 }
+
+/// Appliance lb1's faults, each done while a steady client (a new connection every 20 ms,
+/// each given 4 s: a lost SYN is sent again after 1 s) requests through the DR VIP, which
+/// BIRD spreads over lb1 and lb2 by ECMP (per-flow hash): the client keeps at least 99.9%
+/// of its requests through each fault, and lb1 is back in the route after it.
+#[test]
+fn the_client_keeps_its_requests_through_each_fault_of_one_of_two_appliances() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    lab::netns::require_program("bird", "bird2");
+    lab::netns::require_program("ethtool", "ethtool");
+    let _one = lab::testing::serial();
+    let dir = TempDir::new("dw-pair-pass");
+    let obj = pass_program(&dir).to_string_lossy().into_owned();
+    let mut lab = lab::testing::build(LabOptions {
+        modes: vec![LabMode::Dr],
+        appliances: Some(2),
+        bgp: Some(true),
+        queues: 2,
+        prefix: "dw",
+        ..LabOptions::default()
+    });
+    // lb1 starts on one queue of two; the queue fault raises it to two.
+    lab.lb.run(&["ethtool", "-L", "eth0", "rx", "1", "tx", "1"]);
+    lab.router
+        .run(&["ethtool", "-L", "lb1", "rx", "1", "tx", "1"]);
+    lab.start_routed(lab::sluice!().path());
+    let hops = |lab: &Lab| lab.next_hops(vip().ip()).map_or(0, |h| h.len());
+    assert_eq!(hops(&lab), 2, "the router spreads the VIP over both");
+    let ours = xdp_prog(&lab).expect("lb1's program").0;
+    let mode = match lab.lb.run(&["ip", "link", "show", "dev", "eth0"]) {
+        o if String::from_utf8_lossy(&o.stdout).contains("xdpgeneric") => "xdpgeneric",
+        _ => "xdpdrv",
+    };
+    type Fault<'a> = (&'a str, Box<dyn Fn(&Lab) + 'a>);
+    let faults: Vec<Fault<'_>> = vec![
+        (
+            "program detached",
+            Box::new(|lab: &Lab| {
+                lab.lb
+                    .run(&["ip", "link", "set", "dev", "eth0", "xdp", "off"]);
+                let _ = lab
+                    .lb
+                    .try_run(&["ip", "link", "set", "dev", "eth0", "xdpgeneric", "off"]);
+                within(lab, Duration::from_secs(1), "attached again", || {
+                    xdp_prog(lab).is_some_and(|(id, _)| id == ours)
+                });
+            }),
+        ),
+        (
+            "another program in its place",
+            Box::new(|lab: &Lab| {
+                let set = ["ip", "-force", "link", "set", "dev", "eth0", mode, "obj"];
+                let mut args = set.to_vec();
+                args.extend([obj.as_str(), "sec", "xdp"]);
+                lab.lb.run(&args);
+                within(lab, Duration::from_secs(5), "lb1 withdrawn", || {
+                    hops(lab) == 1
+                });
+                std::thread::sleep(Duration::from_secs(1));
+                lab::sluice!().ctl_ok(&lab.api_socket_at(0), &["datapath", "reclaim"]);
+            }),
+        ),
+        (
+            "queue count raised",
+            Box::new(|lab: &Lab| {
+                lab.lb.run(&["ethtool", "-L", "eth0", "rx", "2", "tx", "2"]);
+                lab.router
+                    .run(&["ethtool", "-L", "lb1", "rx", "2", "tx", "2"]);
+                within(lab, Duration::from_secs(2), "two queues served", || {
+                    state(lab).2 == 2
+                });
+            }),
+        ),
+        (
+            "link down and up",
+            Box::new(|lab: &Lab| {
+                lab.lb.run(&["ip", "link", "set", "dev", "eth0", "down"]);
+                within(lab, Duration::from_secs(1), "link_down", || {
+                    state(lab).0 == "link_down"
+                });
+                lab.lb.run(&["ip", "link", "set", "dev", "eth0", "up"]);
+            }),
+        ),
+    ];
+    for (what, fault) in faults {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = Arc::clone(&stop);
+        let client = lab
+            .client
+            .in_thread(move || {
+                lab::testing::steady_client(
+                    vip(),
+                    Duration::from_millis(20),
+                    Duration::from_secs(4),
+                    st,
+                )
+            })
+            .expect("client thread");
+        std::thread::sleep(Duration::from_secs(1));
+        let t0 = Instant::now();
+        fault(&lab);
+        within(&lab, Duration::from_secs(10), "lb1 forwarding", || {
+            state(&lab).0 == "forwarding"
+        });
+        within(
+            &lab,
+            Duration::from_secs(15),
+            "lb1 back in the route",
+            || hops(&lab) == 2,
+        );
+        let back = t0.elapsed();
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, Ordering::Relaxed);
+        let r = client.join().expect("client");
+        println!(
+            "MEASURE {what}: lb1 back in {back:?}; the client had {}/{} answered, {} after 1 s \
+             or more",
+            r.answered,
+            r.attempts,
+            r.slower_than(Duration::from_secs(1))
+        );
+        assert!(r.attempts >= 100, "{what}: the client hardly ran: {r:?}");
+        assert!(
+            r.answered * 1000 >= r.attempts * 999,
+            "{what}: the client kept {}/{} ({:?})\nevents: {:#?}\n{}",
+            r.answered,
+            r.attempts,
+            r.first_error,
+            events(&lab),
+            lab.log_tail(0, 30)
+        );
+    }
+    assert_eq!(
+        xdp_prog(&lab).map(|(_, n)| n).as_deref(),
+        Some("sluice_steer")
+    );
+}

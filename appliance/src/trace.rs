@@ -21,7 +21,7 @@ use std::ops::Range;
 use crate::config::{Config, Mode, Protocol, Scheduler};
 use crate::lb::DropReason;
 use crate::lb::conntrack::ConnTable;
-use crate::lb::egress::{Choice as EgressChoice, Egress, NetState, return_hash};
+use crate::lb::egress::{Egress, NetState, RouteLookup, return_hash};
 use crate::lb::hash::{FlowKey, addr_to_u128, zone_of};
 use crate::lb::process::{Choice, Load, choose_backend, tunnel_source};
 use crate::lb::sched::{self, SchedState};
@@ -176,7 +176,7 @@ pub struct TraceEgress {
     /// The destination routed.
     pub toward: IpAddr,
     /// The route, next hop and interface taken; `None` without a route.
-    pub choice: Option<EgressChoice>,
+    pub choice: Option<RouteLookup>,
     /// The interface's name.
     pub interface: Option<String>,
 }
@@ -194,7 +194,7 @@ pub fn trace_with(
         // A tenant backend's frames go to its VTEP, in the underlay.
         let (baddr, bport) = (r.backends[c].underlay(), r.backends[c].port);
         let e = Egress::build(net, &config.appliance.interfaces, &[baddr], None);
-        let name = |c: &Option<EgressChoice>| {
+        let name = |c: &Option<RouteLookup>| {
             c.and_then(|c| net.links.get(&c.ifindex).map(|l| l.name.clone()))
         };
         let to_backend = e.explain(baddr, 0);

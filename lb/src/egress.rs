@@ -226,7 +226,7 @@ fn mask(addr: u128, len: u8, v6: bool) -> u128 {
 
 /// The egress of a route lookup, for `sluice trace`, tests and the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Choice {
+pub struct RouteLookup {
     /// The matching route's prefix and length.
     pub prefix: (IpAddr, u8),
     /// The next hop: the router, or the destination itself on-link.
@@ -458,7 +458,7 @@ impl Egress {
     ) -> Result<NextHop, Miss> {
         match self.route(dst, v6, hash) {
             Err(Miss::NoNeighbor) => {
-                let Some(Choice {
+                let Some(RouteLookup {
                     ifindex, next_hop, ..
                 }) = self.choose_hop(dst, v6, hash)
                 else {
@@ -509,7 +509,7 @@ impl Egress {
         }
     }
 
-    fn choose_hop(&self, dst: u128, v6: bool, hash: u32) -> Option<Choice> {
+    fn choose_hop(&self, dst: u128, v6: bool, hash: u32) -> Option<RouteLookup> {
         let i = self.lpm(v6).find(dst, v6)?;
         let e = &self.entries[i as usize];
         Some(self.choose_in(e, dst, v6, hash, (u128_to_addr(e.prefix, v6), e.len)))
@@ -524,7 +524,7 @@ impl Egress {
 
     /// [`Egress::route`] explained: the route and next hop it took (`None` without a route).
     /// Offers nothing to the miss queue.
-    pub fn explain(&self, dst: IpAddr, hash: u32) -> Option<Choice> {
+    pub fn explain(&self, dst: IpAddr, hash: u32) -> Option<RouteLookup> {
         let v6 = dst.is_ipv6();
         let d = addr_to_u128(dst);
         let i = self.lpm(v6).find(d, v6)?;
@@ -533,8 +533,8 @@ impl Egress {
         Some(self.choose_in(e, d, v6, hash, prefix))
     }
 
-    fn choose(&self, dst: u128, v6: bool, hash: u32) -> Choice {
-        let none = Choice {
+    fn choose(&self, dst: u128, v6: bool, hash: u32) -> RouteLookup {
+        let none = RouteLookup {
             prefix: (u128_to_addr(0, v6), 0),
             next_hop: u128_to_addr(dst, v6),
             ifindex: 0,
@@ -549,10 +549,17 @@ impl Egress {
         }
     }
 
-    fn choose_in(&self, e: &Entry, dst: u128, v6: bool, hash: u32, prefix: (IpAddr, u8)) -> Choice {
+    fn choose_in(
+        &self,
+        e: &Entry,
+        dst: u128,
+        v6: bool,
+        hash: u32,
+        prefix: (IpAddr, u8),
+    ) -> RouteLookup {
         let (start, end) = e.hops;
         if start == end {
-            return Choice {
+            return RouteLookup {
                 prefix,
                 next_hop: u128_to_addr(dst, v6),
                 ifindex: 0,
@@ -574,7 +581,7 @@ impl Egress {
                 dst_mac,
             }),
         };
-        Choice {
+        RouteLookup {
             prefix,
             next_hop: u128_to_addr(next, v6),
             ifindex: h.ifindex,

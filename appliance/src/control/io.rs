@@ -45,7 +45,7 @@ enum Ran {
 
 /// Whether the loop goes on after a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub enum Turn {
     Continue,
     Stop,
 }
@@ -148,7 +148,7 @@ impl Io {
 
     /// Hands `first` to the decision and carries out its effects, then those of every
     /// input they lead to.
-    pub async fn turn(&mut self, st: &mut State, first: Input) -> Result<Flow, DatapathError> {
+    pub async fn turn(&mut self, st: &mut State, first: Input) -> Result<Turn, DatapathError> {
         let mut queue = VecDeque::from([first]);
         while let Some(input) = queue.pop_front() {
             let now = self.now(input.reads_world());
@@ -158,11 +158,11 @@ impl Io {
                     Ran::Then(back @ Input::Staged(_)) => queue.push_front(back),
                     Ran::Then(back) => queue.push_back(back),
                     Ran::Done => {}
-                    Ran::Stop => return Ok(Flow::Stop),
+                    Ran::Stop => return Ok(Turn::Stop),
                 }
             }
         }
-        Ok(Flow::Continue)
+        Ok(Turn::Continue)
     }
 
     /// Carries out one effect; returns the input it leads to, if any.

@@ -10,7 +10,7 @@ use std::time::Instant;
 use tracing::{error, info, warn};
 
 use super::events::Kind;
-use super::io::{Flow, Io};
+use super::io::{Io, Turn};
 use super::state::State;
 use super::takeover::{Asked, Bundle};
 use super::view;
@@ -20,12 +20,12 @@ use crate::datapath::{Datapath, DatapathConfig, DatapathError, FrameHandler, ins
 type Kept = Arc<Mutex<Vec<Option<Box<dyn FrameHandler>>>>>;
 
 impl Io {
-    /// Answers one request of a new process; `Flow::Stop` once it runs in this one's place.
-    pub async fn hand_over(&mut self, st: &State, asked: Asked) -> Result<Flow, DatapathError> {
+    /// Answers one request of a new process; `Turn::Stop` once it runs in this one's place.
+    pub async fn hand_over(&mut self, st: &State, asked: Asked) -> Result<Turn, DatapathError> {
         match asked {
             Asked::Hello { answer } => {
                 let _ = answer.send(verdicts(st).encode());
-                Ok(Flow::Continue)
+                Ok(Turn::Continue)
             }
             Asked::Take { answer, outcome } => {
                 let started = Instant::now();
@@ -51,7 +51,7 @@ impl Io {
                     );
                     self.stopping();
                     self.abandon_speaker();
-                    return Ok(Flow::Stop);
+                    return Ok(Turn::Stop);
                 }
                 warn!("the new process did not take over: this one's workers start again");
                 view::event(
@@ -60,7 +60,7 @@ impl Io {
                     "the new process did not take over: forwarding again".into(),
                 );
                 self.resume(st, handlers)?;
-                Ok(Flow::Continue)
+                Ok(Turn::Continue)
             }
         }
     }

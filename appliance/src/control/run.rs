@@ -33,7 +33,7 @@ use super::decide;
 use super::events::EventRing;
 use super::fleet::{self, FleetError, Membership, Session};
 use super::input::{Input, Now};
-use super::io::{self, Flow, Io};
+use super::io::{self, Io, Turn};
 use super::kept::Keeper;
 use super::leftovers;
 use super::model::{Shared, Sync};
@@ -526,11 +526,11 @@ async fn event_loop(st: &mut State, io: &mut Io, mut src: Sources) -> Result<(),
                 Input::Terminate("SIGTERM")
             }
             Got::Takeover(asked) => match io.hand_over(st, asked).await? {
-                Flow::Stop => return Ok(()),
-                Flow::Continue => continue,
+                Turn::Stop => return Ok(()),
+                Turn::Continue => continue,
             },
         };
-        if io.turn(st, input).await? == Flow::Stop {
+        if io.turn(st, input).await? == Turn::Stop {
             return Ok(());
         }
     }

@@ -33,7 +33,7 @@ const SYN_OPTIONS: [u8; 4] = [2, 4, 0x05, 0xb4];
 
 /// One probe's addresses: who sends, which VIP, which port of ours the answer comes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Flow {
+pub struct ProbeFlow {
     /// The appliance's address toward the backend.
     pub src: IpAddr,
     /// The port the appliance holds for this probe.
@@ -85,7 +85,7 @@ pub enum BuildError {
 }
 
 /// The whole probe frame as it leaves on `path.next_hop.ifindex`.
-pub fn build(flow: &Flow, payload: Payload<'_>, path: &Path) -> Result<Vec<u8>, BuildError> {
+pub fn build(flow: &ProbeFlow, payload: Payload<'_>, path: &Path) -> Result<Vec<u8>, BuildError> {
     let ip = match (flow.src, flow.vip.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr::new(s, d, IpProtocol::Tcp, 0).into(),
         (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Repr::new(s, d, IpProtocol::Tcp, 0).into(),
@@ -147,7 +147,7 @@ pub fn build(flow: &Flow, payload: Payload<'_>, path: &Path) -> Result<Vec<u8>, 
 
 /// The flow hash that picks a tunnel's outer source port (and address), from the probe's
 /// own port so that probes spread over the backend's receive queues like clients do.
-fn flow_hash(flow: &Flow) -> u32 {
+fn flow_hash(flow: &ProbeFlow) -> u32 {
     (u32::from(flow.sport) ^ flow.seq).wrapping_mul(0x9e37_79b1)
 }
 
@@ -237,7 +237,7 @@ pub enum Answer {
 }
 
 /// Reads one captured frame; `None` when it is not an answer to `flow`.
-pub fn classify(frame: &[u8], flow: &Flow, udp: bool) -> Option<Answer> {
+pub fn classify(frame: &[u8], flow: &ProbeFlow, udp: bool) -> Option<Answer> {
     let (src, dst, proto, l4) = ip_of(frame.get(14..)?, frame.get(12..14)?)?;
     if dst != flow.src {
         return None;
@@ -292,7 +292,7 @@ fn ip_of<'a>(l3: &'a [u8], ethertype: &[u8]) -> Option<(IpAddr, IpAddr, u8, &'a 
 
 /// Whether an ICMP message is a port unreachable quoting our probe (from us to the VIP,
 /// from our port to its port).
-fn quoted_probe(icmp: &[u8], v6: bool, flow: &Flow, udp: bool) -> bool {
+fn quoted_probe(icmp: &[u8], v6: bool, flow: &ProbeFlow, udp: bool) -> bool {
     let (ty, code) = (icmp.first().copied(), icmp.get(1).copied());
     let unreachable = if v6 {
         (ty, code) == (Some(1), Some(4))

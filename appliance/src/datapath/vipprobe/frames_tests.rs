@@ -11,7 +11,7 @@ use wire::tcp::flags;
 const APPLIANCE_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x10]);
 const BACKEND_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x21]);
 
-fn flow(v6: bool) -> Flow {
+fn flow(v6: bool) -> ProbeFlow {
     let (src, vip): (IpAddr, SocketAddr) = if v6 {
         (
             "2001:db8:a::10".parse().unwrap(),
@@ -23,7 +23,7 @@ fn flow(v6: bool) -> Flow {
             "192.0.2.12:80".parse().unwrap(),
         )
     };
-    Flow {
+    ProbeFlow {
         src,
         sport: 40000,
         vip,
@@ -364,7 +364,7 @@ fn port_unreachable_quoting_the_probe_is_closed() {
         assert_eq!(run_filter(&filter(fl.src, fl.sport, true), &frame), SNAP);
         assert_eq!(classify(&frame, &fl, true), Some(Answer::Unreachable));
         // The same error about another port of ours is someone else's.
-        let other = Flow { sport: 40001, ..fl };
+        let other = ProbeFlow { sport: 40001, ..fl };
         assert_eq!(classify(&frame, &other, true), None);
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use health::{VipFailure, VipFuture, VipProbe, VipProber, VipProtocol};
 use sys::packet::{AsyncPacketSocket, PacketSocket};
 
-use self::frames::{Answer, Flow, Path, Payload};
+use self::frames::{Answer, Path, Payload, ProbeFlow};
 use crate::config::Mode;
 use crate::lb::Tables;
 use crate::lb::hash::addr_to_u128;
@@ -152,7 +152,7 @@ async fn run(p: &VipProbe, path: &Path, counters: &VipProbeCounters) -> Result<(
     let src = source_toward(p.backend).map_err(|e| io("source address", e))?;
     let udp = p.via.protocol == VipProtocol::Udp;
     let (_held, sport) = hold_port(src, udp).map_err(|e| io("holding a source port", e))?;
-    let flow = Flow {
+    let flow = ProbeFlow {
         src,
         sport,
         vip: p.via.vip,
@@ -194,7 +194,7 @@ async fn run(p: &VipProbe, path: &Path, counters: &VipProbeCounters) -> Result<(
 }
 
 /// Waits for the first captured frame that answers `flow`.
-async fn answer(sock: &AsyncPacketSocket, flow: &Flow, udp: bool) -> std::io::Result<Answer> {
+async fn answer(sock: &AsyncPacketSocket, flow: &ProbeFlow, udp: bool) -> std::io::Result<Answer> {
     let mut buf = vec![0u8; 4096];
     loop {
         let n = sock.recv(&mut buf).await?;
