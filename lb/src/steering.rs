@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use config::{Mode, Protocol};
+use config::{Mode, Protocol, SourceAcl};
 
 /// A virtual service: frames to `addr:port/proto` are steered (port 0 = every port). ICMP
 /// and later fragments to `addr` are steered too, since they carry no ports. A tenant VIP
@@ -26,6 +26,18 @@ pub struct VipKey {
     /// The tenant's VNI (24 bits) for a VIP in a tenant's virtual network; `None` for an
     /// ordinary VIP.
     pub tenant_vni: Option<u32>,
+}
+
+/// One VIP's source lists as the program is to hold them: the VIP's slot in the engine's
+/// tables, its name (counters are per name) and its lists. Tenant VIPs are not here: their
+/// source is inside VXLAN, and the engine checks them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclKey {
+    pub slot: u32,
+    pub vip: String,
+    /// The VIP's family (its clients' too).
+    pub v6: bool,
+    pub acl: SourceAcl,
 }
 
 /// Return traffic the engine owns.

@@ -235,3 +235,18 @@ fn a_circle_is_found() {
         ])
     );
 }
+
+/// The pure steps of the control plane name no datapath type: `prepare` builds `lb`'s
+/// tables and steering keys (`lb::steering`), which the datapath then takes. The ACL keys
+/// once came back through `crate::datapath` (issue 51's "prepare no longer imports the
+/// datapath").
+#[test]
+fn prepare_names_no_datapath_type() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/control");
+    let text = std::fs::read_to_string(root.join("prepare.rs")).expect("read prepare.rs");
+    let code = code(&text);
+    assert!(
+        !code.contains("crate::datapath") && !code.contains("super::super::datapath"),
+        "prepare.rs names the datapath"
+    );
+}

@@ -20,7 +20,7 @@ use crate::config::{self, Backend, Config, Mode, Vip};
 use crate::lb::BackendId;
 use crate::lb::Tables;
 use crate::lb::exec::Executor;
-use crate::lb::steering::{ReturnKey, VipKey};
+use crate::lb::steering::{AclKey, ReturnKey, VipKey};
 
 /// What the XDP program steers to the workers: VIP keys and return-traffic keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct Steering {
     pub returns: Vec<ReturnKey>,
     /// The allow and deny lists of the VIPs that have them (not tenant VIPs: the engine
     /// checks those).
-    pub acls: Vec<crate::datapath::AclKey>,
+    pub acls: Vec<AclKey>,
 }
 
 /// The backends' health as a change sees it.
@@ -273,7 +273,7 @@ pub fn steering(config: &Config) -> Steering {
     let mut acls = Vec::new();
     for (slot, v) in config.vips.iter().enumerate() {
         if !v.acl.is_open() && v.tenant_vni.is_none() {
-            acls.push(crate::datapath::AclKey {
+            acls.push(AclKey {
                 slot: slot as u32,
                 vip: v.name.clone(),
                 v6: v.address.is_ipv6(),

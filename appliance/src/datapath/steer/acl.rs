@@ -18,17 +18,7 @@ use crate::config::SourceAcl;
 use crate::datapath::DatapathError;
 use crate::lb::hash::addr_to_u128;
 
-/// One VIP's lists as the program is to hold them: the VIP's slot in the engine's tables,
-/// its name (counters are per name) and its lists. Tenant VIPs are not here: their source
-/// is inside VXLAN, and the engine checks them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AclKey {
-    pub slot: u32,
-    pub vip: String,
-    /// The VIP's family (its clients' too).
-    pub v6: bool,
-    pub acl: SourceAcl,
-}
+pub use crate::lb::steering::AclKey;
 
 /// Frames the program dropped per (VIP, list).
 pub type AclDrops = Vec<((String, String), u64)>;
