@@ -213,9 +213,13 @@ impl EtcdCluster {
     /// `etcdctl` with the cluster's endpoints (and the root user once authentication is
     /// on) and `args`, in `ns`.
     pub fn ctl(&self, ns: &Netns, args: &[&str]) -> Result<std::process::Output> {
-        let eps = self.endpoints().join(",");
+        self.ctl_at(ns, &self.endpoints().join(","), args)
+    }
+
+    /// [`EtcdCluster::ctl`] with the endpoints `eps` (comma-separated).
+    fn ctl_at(&self, ns: &Netns, eps: &str, args: &[&str]) -> Result<std::process::Output> {
         let ca = self.tls.as_ref().map(|t| t.ca.display().to_string());
-        let mut all = vec!["etcdctl", "--endpoints", &eps, "--dial-timeout", "2s"];
+        let mut all = vec!["etcdctl", "--endpoints", eps, "--dial-timeout", "2s"];
         if let Some(r) = &self.root {
             all.extend(["--user", r.as_str()]);
         }
@@ -231,16 +235,7 @@ impl EtcdCluster {
     pub fn snapshot(&self, ns: &Netns, path: &Path) -> Result<()> {
         let ep = self.client_url(self.client_port(0));
         let p = path.display().to_string();
-        let ca = self.tls.as_ref().map(|t| t.ca.display().to_string());
-        let mut all = vec!["etcdctl", "--endpoints", &ep, "--dial-timeout", "2s"];
-        if let Some(r) = &self.root {
-            all.extend(["--user", r.as_str()]);
-        }
-        if let Some(ca) = &ca {
-            all.extend(["--cacert", ca.as_str()]);
-        }
-        all.extend(["snapshot", "save", &p]);
-        ns.try_run(&all).map(|_| ())
+        self.ctl_at(ns, &ep, &["snapshot", "save", &p]).map(|_| ())
     }
 
     /// Restores every member from the snapshot at `path`, as an operator restores a lost

@@ -99,16 +99,9 @@ fn flow_less_acks_are_checked_only_while_cookies_may_come_back() {
 /// the handshake's last ACK, so the client does not wait for its retransmission.
 #[test]
 fn the_clients_first_data_goes_with_the_handshakes_last_ack() {
-    let mut c = one_vip(Mode::Nat, Scheduler::Maglev, 1);
-    c.vips[0].syn_proxy = SynProxy::Always;
-    let t = tables(&c, 1, &|_| true);
+    let (t, mut w, mut ct) = proxied(Mode::Nat, None);
     let now = 1_000 * SEC;
-    let (mut w, _, _) = worker(false, 0);
-    let mut ct = ct_for(&t, 64);
-    let answer = run(&t, &mut ct, &mut w, tcp(4000, 80, SYN, ISN, &[]), now);
-    let cookie = u32::from_be_bytes(answer[38..42].try_into().expect("seq"));
-    let syn = run(&t, &mut ct, &mut w, ack_of(4000, cookie), now + 1000);
-    assert_eq!(syn[47], SYN, "the cookie's ACK became the client's SYN");
+    let (cookie, syn) = opened(&t, &mut ct, &mut w, now);
     let backend = std::net::Ipv4Addr::from(<[u8; 4]>::try_from(&syn[30..34]).expect("dst"));
     let bport = u16::from_be_bytes([syn[36], syn[37]]);
 
@@ -158,6 +151,30 @@ fn the_clients_first_data_goes_with_the_handshakes_last_ack() {
     assert_eq!(w.early.len(), 0, "kept once, sent once");
 }
 
+/// One VIP in `mode` with `syn_proxy = "always"` (and `client_address`, when given): its
+/// tables, a worker and a connection table.
+fn proxied(mode: Mode, carry: Option<config::ClientAddress>) -> (Tables, WorkerState, ConnTable) {
+    let mut c = one_vip(mode, Scheduler::Maglev, 1);
+    c.vips[0].syn_proxy = SynProxy::Always;
+    if let Some(k) = carry {
+        c.vips[0].client_address = k;
+    }
+    let t = tables(&c, 1, &|_| true);
+    let (w, _, _) = worker(false, 0);
+    let ct = ct_for(&t, 64);
+    (t, w, ct)
+}
+
+/// The client's SYN answered with a cookie at `now` and its ACK a millisecond later: the
+/// cookie, and the SYN the ACK became toward the backend.
+fn opened(t: &Tables, ct: &mut ConnTable, w: &mut WorkerState, now: u64) -> (u32, Vec<u8>) {
+    let answer = run(t, ct, w, tcp(4000, 80, SYN, ISN, &[]), now);
+    let cookie = u32::from_be_bytes(answer[38..42].try_into().expect("seq"));
+    let syn = run(t, ct, w, ack_of(4000, cookie), now + 1000);
+    assert_eq!(syn[47], SYN, "the cookie's ACK became the client's SYN");
+    (cookie, syn)
+}
+
 fn run_from(
     t: &Tables,
     ct: &mut ConnTable,
@@ -203,16 +220,9 @@ fn client_data(
 #[test]
 fn a_lost_syn_to_the_backend_is_sent_again_on_the_clients_retransmission() {
     use super::synproxy::RETRY_NS;
-    let mut c = one_vip(Mode::Nat, Scheduler::Maglev, 1);
-    c.vips[0].syn_proxy = SynProxy::Always;
-    let t = tables(&c, 1, &|_| true);
+    let (t, mut w, mut ct) = proxied(Mode::Nat, None);
     let now = 1_000 * SEC;
-    let (mut w, _, _) = worker(false, 0);
-    let mut ct = ct_for(&t, 64);
-    let answer = run(&t, &mut ct, &mut w, tcp(4000, 80, SYN, ISN, &[]), now);
-    let cookie = u32::from_be_bytes(answer[38..42].try_into().expect("seq"));
-    let first = run(&t, &mut ct, &mut w, ack_of(4000, cookie), now + 1000);
-    assert_eq!(first[47], SYN);
+    let (cookie, first) = opened(&t, &mut ct, &mut w, now);
     let get = b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n";
     // The request at once, and a duplicate soon after: kept, then dropped.
     for at in [2000, 2000 + RETRY_NS / 2] {
@@ -261,17 +271,10 @@ fn a_lost_syn_to_the_backend_is_sent_again_on_the_clients_retransmission() {
 #[test]
 fn a_lost_syn_is_sent_again_on_a_flow_that_adds_the_clients_address() {
     use super::synproxy::RETRY_NS;
-    let mut c = one_vip(Mode::FullNat, Scheduler::Maglev, 1);
-    c.vips[0].syn_proxy = SynProxy::Always;
-    c.vips[0].client_address = config::ClientAddress::ProxyV2;
-    let t = tables(&c, 1, &|_| true);
+    let proxy_v2 = Some(config::ClientAddress::ProxyV2);
+    let (t, mut w, mut ct) = proxied(Mode::FullNat, proxy_v2);
     let now = 1_000 * SEC;
-    let (mut w, _, _) = worker(false, 0);
-    let mut ct = ct_for(&t, 64);
-    let answer = run(&t, &mut ct, &mut w, tcp(4000, 80, SYN, ISN, &[]), now);
-    let cookie = u32::from_be_bytes(answer[38..42].try_into().expect("seq"));
-    let first = run(&t, &mut ct, &mut w, ack_of(4000, cookie), now + 1000);
-    assert_eq!(first[47], SYN);
+    let (cookie, first) = opened(&t, &mut ct, &mut w, now);
     let get = b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n";
     let (v, _) = client_data(&t, &mut ct, &mut w, cookie, get, now + 2000);
     assert!(

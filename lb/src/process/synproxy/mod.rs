@@ -244,9 +244,32 @@ pub(super) fn open(
     if l4.len > 0 {
         worker.stats.syn_proxy_early += 1;
     }
-    // The SYN's window is never scaled: the client's, as far as 16 bits say it.
+    let (new_ip, new_l4) = as_backend_syn(frame, (ip, l4), isn, o, window, ttl)?;
+    worker.stats.syn_proxy_opened += 1;
+    Ok(Some(Opened {
+        ip: new_ip,
+        l4: new_l4,
+        proxied: Proxied::Opening {
+            cookie,
+            options: o.byte(),
+            window,
+        },
+    }))
+}
+
+/// Rewrites `frame` (a client segment of the flow of `ip` and `l4`) in place as the SYN
+/// toward the backend: initial sequence number `isn`, the options of the client's SYN
+/// (`o`), its window `window` scaled by its window scale (a SYN's window is never scaled:
+/// the client's, as far as 16 bits say it), TTL `ttl`. Returns the new headers.
+fn as_backend_syn(
+    frame: &mut Frame<'_>,
+    (ip, l4): (&Ip, &L4),
+    isn: u32,
+    o: Options,
+    window: u16,
+    ttl: u8,
+) -> Result<(Ip, L4), DropReason> {
     let ws = if o.wscale == NO_WSCALE { 0 } else { o.wscale };
-    let syn_window = (u32::from(window) << ws).min(0xffff) as u16;
     let mut opts = [0u8; 12];
     let len = handshake_options(o, o.wscale, &mut opts);
     let syn = TcpRepr {
@@ -255,7 +278,7 @@ pub(super) fn open(
         seq_number: isn,
         ack_number: 0,
         flags: tcp::flags::SYN,
-        window_len: syn_window,
+        window_len: (u32::from(window) << ws).min(0xffff) as u16,
         urgent_at: 0,
         options: &opts[..len],
         payload: &[],
@@ -268,19 +291,11 @@ pub(super) fn open(
     };
     let new_ip = parse_ip(frame.data(), ip.l3, ethertype)?.ok_or(DropReason::Malformed)?;
     let new_l4 = parse_l4(frame.data(), &new_ip)?;
-    worker.stats.syn_proxy_opened += 1;
-    Ok(Some(Opened {
-        ip: Ip {
-            zone: ip.zone,
-            ..new_ip
-        },
-        l4: new_l4,
-        proxied: Proxied::Opening {
-            cookie,
-            options: o.byte(),
-            window,
-        },
-    }))
+    let new_ip = Ip {
+        zone: ip.zone,
+        ..new_ip
+    };
+    Ok((new_ip, new_l4))
 }
 
 /// The backend's window scale in its SYN-ACK, if it agreed to scaling.
@@ -477,37 +492,8 @@ pub(super) fn again(
         return None;
     }
     let o = Options::of_byte(options);
-    let ws = if o.wscale == NO_WSCALE { 0 } else { o.wscale };
-    let mut opts = [0u8; 12];
-    let len = handshake_options(o, o.wscale, &mut opts);
-    let syn = TcpRepr {
-        src_port: l4.sport,
-        dst_port: l4.dport,
-        seq_number: l4.seq.wrapping_sub(1),
-        ack_number: 0,
-        flags: tcp::flags::SYN,
-        window_len: (u32::from(window) << ws).min(0xffff) as u16,
-        urgent_at: 0,
-        options: &opts[..len],
-        payload: &[],
-    };
     let ttl = frame.data()[ip.ttl_at()];
-    let reparsed = emit(frame, ip, (ip.src, ip.dst), ttl, &syn).and_then(|()| {
-        let ethertype = if ip.v6 {
-            EtherType::Ipv6
-        } else {
-            EtherType::Ipv4
-        };
-        let new_ip = parse_ip(frame.data(), ip.l3, ethertype)?.ok_or(DropReason::Malformed)?;
-        let new_l4 = parse_l4(frame.data(), &new_ip)?;
-        Ok((
-            Ip {
-                zone: ip.zone,
-                ..new_ip
-            },
-            new_l4,
-        ))
-    });
+    let reparsed = as_backend_syn(frame, (ip, l4), l4.seq.wrapping_sub(1), o, window, ttl);
     if reparsed.is_ok() {
         worker.stats.syn_proxy_resent += 1;
     }
