@@ -246,7 +246,7 @@ state = "drain"
 
     #[test]
     fn prints_every_backends_server_configuration() {
-        let cfg = Config::from_toml_str(TOML).unwrap();
+        let cfg = testkit::unit::parse(TOML);
         let s = server_config(&cfg, "h3").unwrap();
         let text = s.to_string();
         assert!(
@@ -266,7 +266,7 @@ state = "drain"
 
     #[test]
     fn trace_follows_a_cid_and_says_why() {
-        let cfg = Config::from_toml_str(TOML).unwrap();
+        let cfg = testkit::unit::parse(TOML);
         let s = server_config(&cfg, "h3").unwrap();
         let codec = crate::lb::quic::Codec::new(cfg.vips[0].quic_lb.as_ref().unwrap());
         let flow = "udp 198.51.100.7:5000 -> 192.0.2.10:443";

@@ -590,10 +590,7 @@ mod tests {
     use super::*;
     use crate::lb::hash::FlowKey;
 
-    /// The golden VIPs (testkit's `golden.toml`), parsed into this crate's `Config`.
-    fn golden_config() -> Config {
-        Config::from_toml_str(testkit::golden::CONFIG_TOML).unwrap_or_else(|e| panic!("{e}"))
-    }
+    use testkit::golden::config as golden_config;
 
     #[test]
     fn parses_flows() {
@@ -752,7 +749,7 @@ backend = [{ address = "172.16.0.11", vtep = "192.0.2.201" }]
 
     #[test]
     fn a_vni_picks_its_tenants_vip_and_backends() {
-        let c = Config::from_toml_str(TENANTS).unwrap_or_else(|e| panic!("{e}"));
+        let c = testkit::unit::parse(TENANTS);
         let flow = "tcp 198.51.100.7:40000 -> 10.0.0.5:80";
         let vtep = |s: &str| Some(s.parse::<IpAddr>().unwrap());
         let r = trace(&c, flow, Some(100)).unwrap();
@@ -841,7 +838,7 @@ backend = [{ address = "172.16.0.11", vtep = "192.0.2.201" }]
             "{TENANTS}\n[[vip]]\nname = \"u\"\naddress = \"10.0.0.5\"\nport = 80\n\
              mode = \"nat\"\nbackend = [{{ address = \"10.1.0.1\", port = 8080 }}]\n"
         );
-        let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let c = testkit::unit::parse(&text);
         let flow = "tcp 198.51.100.7:40000 -> 10.0.0.5:80";
         let r = trace(&c, flow, None).unwrap();
         assert_eq!((r.vip.as_str(), r.vni), ("u", None));

@@ -84,7 +84,7 @@ impl Core {
 mod tests {
     use super::*;
     use crate::tables::Tables;
-    use crate::tables::tests::{backend, config, vip};
+    use testkit::unit::{backend, vip, with_vips as config};
     use config::Mode;
 
     fn keepalived(quorum: u32, hysteresis: u32) -> Fallback {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::tables::Tables;
-use super::tables::tests::{backend, config, vip};
+use testkit::unit::{backend, vip, with_vips as config};
 use config::{BackendState, Config, Mode, Scheduler, Vip};
 
 /// One change between versions.

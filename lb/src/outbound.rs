@@ -494,17 +494,7 @@ mod tests {
     }
 
     fn config(backends: &[(&str, &str)]) -> Config {
-        let mut s = String::from(
-            "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n[[vip]]\nname = \"web\"\n\
-             address = \"192.0.2.10\"\nport = 80\nmode = \"dr\"\noutbound = \"40000-40999\"\n\
-             outbound_drain = \"10s\"\n",
-        );
-        for (a, state) in backends {
-            s.push_str(&format!(
-                "[[vip.backend]]\naddress = \"{a}\"\nstate = \"{state}\"\n"
-            ));
-        }
-        Config::from_toml_str(&s).unwrap_or_else(|e| panic!("{e}"))
+        testkit::unit::outbound_dr(backends, "10s")
     }
 
     fn tables(c: &Config, previous: Option<&Tables>, now: u64) -> Tables {

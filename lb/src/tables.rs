@@ -790,10 +790,9 @@ impl Core {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use config::{Api, Appliance, Encap, Protocol, XdpMode};
-    use std::path::PathBuf;
+    use config::{Encap, Protocol};
 
     /// 1,000 VIPs on one address, ports 1 to 1,000 (and the same ports on 1,000 addresses):
     /// a lookup visits about as many slots as with random keys, whatever field differs.
@@ -823,98 +822,7 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn backend(addr: &str, port: u16, weight: u32) -> Backend {
-        Backend {
-            address: addr.parse().unwrap(),
-            port,
-            weight,
-            state: BackendState::Active,
-            max_connections: None,
-            resume_connections: None,
-            slow_start: None,
-            vtep: None,
-            health_checks: None,
-            inhibit_on_failure: None,
-            sorry: false,
-        }
-    }
-
-    pub(crate) fn vip(
-        name: &str,
-        addr: &str,
-        port: u16,
-        mode: Mode,
-        backends: Vec<Backend>,
-    ) -> Vip {
-        Vip {
-            name: name.into(),
-            address: addr.parse().unwrap(),
-            port,
-            protocol: Protocol::Tcp,
-            mode,
-            scheduler: Scheduler::Maglev,
-            hash: HashFields::FiveTuple,
-            maglev_table_size: 65537,
-            health_checks: Vec::new(),
-            health_combine: config::Combine::All,
-            inhibit_on_failure: false,
-            fallback: config::Fallback::default(),
-            announce: config::Announce::default(),
-            health_via_vip: false,
-            client_address: Default::default(),
-            syn_proxy: Default::default(),
-            snat: Vec::new(),
-            communities: Vec::new(),
-            backends,
-            scheduler_flags: Vec::new(),
-            persistence: None,
-            persistence_netmask: 32,
-            overflow: config::Overflow::Drop,
-            slow_start: None,
-            udp_one_packet: false,
-            outbound: None,
-            tenant_vni: None,
-            quic_lb: None,
-            acl: Default::default(),
-        }
-    }
-
-    pub(crate) fn config(vips: Vec<Vip>) -> Config {
-        Config {
-            appliance: Appliance {
-                name: "test".into(),
-                interfaces: vec!["eth0".into()],
-                xdp_mode: XdpMode::Auto,
-                busy_poll: false,
-                flow_cache: false,
-                pin_workers: false,
-                umem_frames: 4096,
-                ring_size: 2048,
-                conntrack_capacity: 1024,
-                embryonic_per_source: 1024,
-                maglev_table_size: Some(65537),
-                health_batch: config::DEFAULT_HEALTH_BATCH,
-                health_batch_delay: config::DEFAULT_HEALTH_BATCH_DELAY,
-                timeouts: Timeouts::default(),
-                icmp_limits: Default::default(),
-                state_dir: None,
-            },
-            api: Api {
-                socket: PathBuf::from("/run/sluice.sock"),
-                metrics: None,
-                listen: None,
-                token_file: None,
-                tls: None,
-            },
-            bgp: None,
-            health_checks: Vec::new(),
-            vips,
-            flood: config::Flood::default(),
-            metrics: config::Metrics::default(),
-            fleet: None,
-            sync: None,
-        }
-    }
+    use testkit::unit::{backend, vip, with_vips as config};
 
     #[test]
     fn builds_lookups() {

@@ -3,7 +3,6 @@
 
 use crate::Tables;
 use crate::hash::{FlowKey, addr_to_u128, zone_of};
-use config::Config;
 
 const CONFIG: &str = r#"
 [appliance]
@@ -42,7 +41,7 @@ fn a(s: &str) -> u128 {
 
 #[test]
 fn each_address_space_finds_only_its_own_vip() {
-    let c = Config::from_toml_str(CONFIG).unwrap_or_else(|e| panic!("{e}"));
+    let c = testkit::unit::parse(CONFIG);
     let t = Tables::build(&c, &|_, _| true, 1).expect("tables");
     let (vip, tcp) = (a("10.0.0.5"), 6);
     assert!(t.has_tenants());
@@ -85,10 +84,10 @@ fn each_address_space_finds_only_its_own_vip() {
 
 #[test]
 fn the_fingerprint_tells_the_tenants_apart() {
-    let c = Config::from_toml_str(CONFIG).unwrap_or_else(|e| panic!("{e}"));
+    let c = testkit::unit::parse(CONFIG);
     let t = Tables::build(&c, &|_, _| true, 1).expect("tables");
     let moved = CONFIG.replace("tenant_vni = 200", "tenant_vni = 201");
-    let c2 = Config::from_toml_str(&moved).unwrap_or_else(|e| panic!("{e}"));
+    let c2 = testkit::unit::parse(&moved);
     let t2 = Tables::build(&c2, &|_, _| true, 1).expect("tables");
     assert_ne!(t.fingerprint(), t2.fingerprint());
 }
@@ -109,7 +108,7 @@ fn tenants_share_no_persistence_salt_or_token() {
             "tenant_vni = 200\n",
             "tenant_vni = 200\npersistence = \"60s\"\n",
         );
-    let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let c = testkit::unit::parse(&text);
     let t = Tables::build(&c, &|_, _| true, 1).expect("tables");
     let (p100, p200) = (
         t.vips[1].persistence.expect("t100 persistent"),

@@ -340,7 +340,7 @@ address = "10.1.0.11"
 
     #[test]
     fn every_peer_setting_reaches_the_speaker() {
-        let cfg = Config::from_toml_str(BASE).unwrap_or_else(|e| panic!("{e}"));
+        let cfg = testkit::unit::parse(BASE);
         let s = speaker_config(cfg.bgp.as_ref().expect("bgp"));
         assert_eq!(
             (s.asn, s.router_id.to_string().as_str()),
@@ -371,7 +371,7 @@ address = "10.1.0.11"
 
     #[test]
     fn communities_combine_global_and_per_vip() {
-        let cfg = Config::from_toml_str(BASE).unwrap_or_else(|e| panic!("{e}"));
+        let cfg = testkit::unit::parse(BASE);
         let tables = Tables::build(&cfg, &|_, _| true, 1).expect("tables");
         let w = wanted(&cfg, &tables, &|_| true);
         let vip: IpAddr = "192.0.2.10".parse().expect("literal");
@@ -484,7 +484,7 @@ address = "10.1.0.11"
              [[vip.backend]]\naddress = \"10.1.0.11\"\nweight = 1\n\
              [[vip.backend]]\naddress = \"10.1.0.12\"\nweight = 1\n",
         );
-        let cfg = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let cfg = testkit::unit::parse(&text);
         let all = Tables::build(&cfg, &|_, _| true, 1).expect("tables");
         assert_eq!(wanted(&cfg, &all, &|_| true).len(), 1);
         let one = |_: &config::Vip, b: &config::Backend| b.address.to_string() == "10.1.0.11";

@@ -420,7 +420,7 @@ mod tests {
                     i + 1
                 ));
             }
-            Config::from_toml_str(&t).unwrap_or_else(|e| panic!("{e}"))
+            testkit::unit::parse(&t)
         };
         assert_eq!(
             resized(&pool(3), &pool(10)),

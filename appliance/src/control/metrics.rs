@@ -630,7 +630,7 @@ pub(super) mod tests {
     use super::super::events::{EventRing, Kind};
     use super::super::model::{HealthView, Shared, Sync, View};
     use super::render;
-    use crate::config::{Config, PerBackend};
+    use crate::config::PerBackend;
     use crate::datapath::{DatapathStats, FloodCounters, RingStats, SteerCounters};
     use crate::engine::{BackendTotals, CounterSnapshot, Published};
     use crate::lb::BackendId;
@@ -719,7 +719,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
     /// [`shared`] with `more` (VIPs) appended to its config.
     pub(crate) fn shared_with(more: &str) -> Shared {
         let text = format!("{CONFIG}{more}");
-        let config = Arc::new(Config::from_toml_str(&text).expect("valid config"));
+        let config = Arc::new(testkit::unit::parse(&text));
         let web = &config.vips[0];
         let tables = Arc::new(Tables::build(&config, &|_, _| true, 3).expect("tables"));
         let mut snap = CounterSnapshot {

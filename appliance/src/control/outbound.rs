@@ -143,18 +143,9 @@ mod tests {
     use crate::control::prepare::{HealthSource, Inputs, NextHops, Prepared, prepare};
 
     fn config(backends: usize) -> Arc<Config> {
-        let mut s = String::from(
-            "[appliance]\nname = \"lb1\"\ninterfaces = [\"eth0\"]\n\n[[vip]]\nname = \"web\"\n\
-             address = \"192.0.2.10\"\nport = 80\nmode = \"dr\"\noutbound = \"40000-40999\"\n\
-             outbound_drain = \"20s\"\n",
-        );
-        for i in 0..backends {
-            s.push_str(&format!(
-                "[[vip.backend]]\naddress = \"10.1.0.{}\"\n",
-                11 + i
-            ));
-        }
-        Arc::new(Config::from_toml_str(&s).unwrap_or_else(|e| panic!("{e}")))
+        let addrs: Vec<String> = (0..backends).map(|i| format!("10.1.0.{}", 11 + i)).collect();
+        let pairs: Vec<(&str, &str)> = addrs.iter().map(|a| (a.as_str(), "active")).collect();
+        Arc::new(testkit::unit::outbound_dr(&pairs, "20s"))
     }
 
     fn version(file: &Arc<Config>, running: Option<&Tables>, now: Instant) -> Prepared {

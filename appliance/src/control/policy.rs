@@ -321,7 +321,7 @@ health_check = "a"
 
     #[test]
     fn several_checks_combine_all_or_any() {
-        let c = Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"));
+        let c = testkit::unit::parse(CFG);
         let combined = Combined::of(&c);
         assert!(combined.contains(&id("10.1.0.11")));
         assert!(
@@ -364,7 +364,7 @@ health_check = "a"
 
     #[test]
     fn agents_scale_weights_and_drain_over_the_operator_s_settings() {
-        let c = Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"));
+        let c = testkit::unit::parse(CFG);
         let mut agents = Agents::new();
         agents.insert(id("10.1.0.11"), AgentState::READY);
         assert!(
@@ -424,7 +424,7 @@ port = 80
 [[vip.backend]]
 address = "10.1.0.21"
 "#;
-        let c = Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}"));
+        let c = testkit::unit::parse(text);
         let up = Tables::build(&c, &|_, _| true, 1).expect("tables");
         let sorry = |_: &Vip, b: &config::Backend| b.sorry;
         let down = Tables::build_from(&c, &sorry, 2, Some(&up), &crate::lb::Serial).expect("t");

@@ -415,13 +415,13 @@ port = 8081
 "#;
 
     fn cfg() -> Config {
-        Config::from_toml_str(CFG).unwrap_or_else(|e| panic!("{e}"))
+        testkit::unit::parse(CFG)
     }
 
     #[test]
     fn a_verdict_the_tables_do_not_show_yet_is_undecided() {
         let text = checked();
-        let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let c = testkit::unit::parse(&text);
         let targets = health_targets(&c);
         let (probe, pairs) = targets.iter().next().expect("a probe");
         let id = pairs[0].clone();
@@ -520,7 +520,7 @@ port = 8081
 
     /// The first version of `text` with `health`, as `sluice run` prepares it.
     fn first(text: &str, health: &HashMap<BackendId, bool>, version: u64) -> Prepared {
-        let file = Arc::new(Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}")));
+        let file = Arc::new(testkit::unit::parse(text));
         prepare(Inputs {
             running: None,
             file: &file,
@@ -694,7 +694,7 @@ port = 8081
         ) + "\n[[vip]]\nname = \"other\"\naddress = \"192.0.2.11\"\nport = 80\n\
                [[vip.backend]]\naddress = \"10.1.0.21\"\n\
                \n[[health_check]]\nname = \"tcp\"\nkind = \"tcp\"\ninitial = \"up\"\n";
-        let file = Arc::new(Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}")));
+        let file = Arc::new(testkit::unit::parse(&text));
         let t0 = Instant::now();
         let build = |health: &HashMap<BackendId, bool>, ramps: &Ramps, running, now| {
             prepare(Inputs {

@@ -30,9 +30,7 @@ port = 80
 address = "10.1.0.21"
 "#;
 
-fn cfg(text: &str) -> Config {
-    Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}"))
-}
+use testkit::unit::parse as cfg;
 
 const UP: Readiness = Readiness {
     up: true,

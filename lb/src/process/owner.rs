@@ -148,59 +148,26 @@ fn quoted_source_port(d: &[u8], ip: &Ip, errors: &[u8]) -> Option<u16> {
 mod tests {
     use super::*;
     use crate::ConnTable;
-    use config::{Backend, BackendState, Config, HashFields, Mode, Protocol, Scheduler};
+    use config::Mode;
     use testkit::golden::{self, Pkt, icmp, tcp, udp};
+    use testkit::unit;
 
     fn fullnat_tables(v6: bool) -> Tables {
-        let mut c = Config::from_toml_str(golden::CONFIG_TOML).unwrap_or_else(|e| panic!("{e}"));
+        let mut c = unit::parse(golden::CONFIG_TOML);
         let (vip, snat, backend) = if v6 {
             ("2001:db8:f::10", "2001:db8:1::1", "2001:db8:2::1")
         } else {
             ("192.0.2.100", "10.1.0.1", "10.2.0.1")
         };
-        c.vips = vec![config::Vip {
-            name: "web".into(),
-            address: vip.parse().expect("literal"),
-            port: 80,
-            protocol: Protocol::Tcp,
-            mode: Mode::FullNat,
-            scheduler: Scheduler::Maglev,
-            hash: HashFields::FiveTuple,
-            maglev_table_size: 65537,
-            health_checks: Vec::new(),
-            health_combine: config::Combine::All,
-            inhibit_on_failure: false,
-            fallback: config::Fallback::default(),
-            announce: config::Announce::default(),
-            health_via_vip: false,
-            client_address: Default::default(),
-            syn_proxy: Default::default(),
-            snat: vec![snat.parse().expect("literal")],
-            communities: Vec::new(),
-            backends: vec![Backend {
-                address: backend.parse().expect("literal"),
-                port: 8080,
-                weight: 1,
-                state: BackendState::Active,
-                max_connections: None,
-                resume_connections: None,
-                slow_start: None,
-                vtep: None,
-                health_checks: None,
-                inhibit_on_failure: None,
-                sorry: false,
-            }],
-            scheduler_flags: Vec::new(),
-            persistence: None,
-            persistence_netmask: 32,
-            overflow: config::Overflow::Drop,
-            slow_start: None,
-            udp_one_packet: false,
-            outbound: None,
-            tenant_vni: None,
-            quic_lb: None,
-            acl: Default::default(),
-        }];
+        let mut v = unit::vip(
+            "web",
+            vip,
+            80,
+            Mode::FullNat,
+            vec![unit::backend(backend, 8080, 1)],
+        );
+        v.snat = vec![snat.parse().expect("literal")];
+        c.vips = vec![v];
         Tables::build(&c, &|_, _| true, 1).expect("tables")
     }
 
@@ -319,7 +286,7 @@ mod tests {
     /// worker stay with the receiver.
     #[test]
     fn a_nat_flows_request_and_reply_share_one_owner() {
-        let c = Config::from_toml_str(golden::CONFIG_TOML).unwrap_or_else(|e| panic!("{e}"));
+        let c = testkit::unit::parse(golden::CONFIG_TOML);
         let t = Tables::build(&c, &|_, _| true, 1).expect("tables");
         let mut per_worker = [0u32; 4];
         for port in 20_000..24_000u16 {

@@ -154,7 +154,7 @@ fn vip_with(backends: &[&str], q: &QuicLb) -> Vip {
     for b in backends {
         text.push_str(&format!("[[vip.backend]]\naddress = \"{b}\"\n"));
     }
-    let mut c = config::Config::from_toml_str(&text).expect("valid");
+    let mut c = testkit::unit::parse(&text);
     let mut v = c.vips.remove(0);
     v.quic_lb = Some(q.clone());
     v

@@ -23,7 +23,7 @@ use crate::lb::exec::Serial;
 
 /// The state running the first version of `text`, at `now`.
 pub(crate) fn state_at(text: &str, now: Instant) -> State {
-    let file = Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}"));
+    let file = testkit::unit::parse(text);
     let f = First {
         path: "sluice.toml".into(),
         file: Arc::new(file),
@@ -141,7 +141,7 @@ const HALF: health::AgentState = health::AgentState {
 };
 
 fn config(text: &str) -> Result<Config, LoadError> {
-    Ok(Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}")))
+    Ok(testkit::unit::parse(text))
 }
 
 /// A transition of the probe of backend `addr` of `st`'s config.
@@ -883,7 +883,7 @@ fn the_control_loop_s_decisions() {
 /// serves until its check says otherwise) and numbers its versions on from that process's.
 #[test]
 fn a_takeover_starts_on_the_verdicts_and_versions_handed_over() {
-    let file = Config::from_toml_str(BASE).unwrap_or_else(|e| panic!("{e}"));
+    let file = testkit::unit::parse(BASE);
     let down = BackendId {
         vip: "web".into(),
         address: "10.1.0.12".parse().expect("literal"),
