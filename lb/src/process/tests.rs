@@ -10,6 +10,7 @@ use super::*;
 use config::{Backend, BackendState, Config, HashFields, Protocol, Scheduler};
 use proptest::prelude::*;
 use testkit::golden::{self, Pkt, tcp, udp};
+use testkit::unit;
 use wire::MacAddr;
 use wire::checksum::{self, L4Csum};
 
@@ -78,59 +79,19 @@ fn scheduler_state_survives_a_swap_that_leaves_the_pool_alone() {
 
 const SEC: u64 = 1_000_000_000;
 
-fn backends(n: u8) -> Vec<Backend> {
-    (1..=n)
-        .map(|i| Backend {
-            address: format!("10.9.0.{i}").parse().unwrap(),
-            port: 80,
-            weight: 1,
-            state: BackendState::Active,
-            max_connections: None,
-            resume_connections: None,
-            slow_start: None,
-            vtep: None,
-            health_checks: None,
-            inhibit_on_failure: None,
-            sorry: false,
-        })
-        .collect()
-}
-
 pub(super) fn one_vip(mode: Mode, scheduler: Scheduler, n: u8) -> Config {
     // The golden appliance settings, with this one VIP.
-    let mut c = Config::from_toml_str(golden::CONFIG_TOML).unwrap_or_else(|e| panic!("{e}"));
-    c.vips = vec![config::Vip {
-        name: "web".into(),
-        address: "192.0.2.100".parse().unwrap(),
-        port: 80,
-        protocol: Protocol::Tcp,
-        mode,
-        scheduler,
-        hash: HashFields::FiveTuple,
-        maglev_table_size: 65537,
-        health_checks: Vec::new(),
-        health_combine: config::Combine::All,
-        inhibit_on_failure: false,
-        fallback: config::Fallback::default(),
-        announce: config::Announce::default(),
-        health_via_vip: false,
-        client_address: Default::default(),
-        syn_proxy: Default::default(),
-        snat: vec!["10.1.0.1".parse().unwrap()],
-        communities: Vec::new(),
-        backends: backends(n),
-        scheduler_flags: Vec::new(),
-        persistence: None,
-        persistence_netmask: 32,
-        overflow: config::Overflow::Drop,
-        slow_start: None,
-        udp_one_packet: false,
-        outbound: None,
-        tenant_vni: None,
-        quic_lb: None,
-        acl: Default::default(),
-    }];
+    let mut c = golden_appliance();
+    let mut v = unit::vip("web", "192.0.2.100", 80, mode, unit::backends(n));
+    v.scheduler = scheduler;
+    v.snat = vec!["10.1.0.1".parse().unwrap()];
+    c.vips = vec![v];
     c
+}
+
+/// `golden.toml`'s appliance settings (its VIPs are replaced by each test).
+pub(super) fn golden_appliance() -> Config {
+    unit::parse(golden::CONFIG_TOML)
 }
 
 /// Tables with every backend's neighbour MAC ending in its address's last byte.
@@ -380,6 +341,51 @@ fn disabled_unhealthy_and_removed_backends_rechoose() {
     let t4 = tables(&c, 4, &|_| true);
     for p in on(3) {
         assert_eq!(send(&t4, &mut ct, &mut w, p, 0x10, 3 * SEC).1, Some(2));
+    }
+}
+
+/// `inhibit_on_failure` (keepalived's): a failed backend keeps its established flows through
+/// the packet step while it takes no new ones; without it the same flows are re-chosen.
+#[test]
+fn an_inhibiting_failed_backend_keeps_its_flows_and_takes_no_new_ones() {
+    for inhibit in [true, false] {
+        let mut c = one_vip(Mode::Nat, Scheduler::Maglev, 3);
+        c.vips[0].inhibit_on_failure = inhibit;
+        let t1 = tables(&c, 1, &|_| true);
+        let mut ct = ct_for(&t1, 1024);
+        let mut w = WorkerState::new();
+        let flows: Vec<(u16, u8)> = (3000..3060)
+            .map(|p| (p, send(&t1, &mut ct, &mut w, p, 0x02, 0).1.unwrap()))
+            .collect();
+        let on_1: Vec<u16> = flows.iter().filter(|f| f.1 == 1).map(|f| f.0).collect();
+        assert!(!on_1.is_empty(), "some of 60 flows chose backend 1");
+        for &p in &on_1 {
+            // The backend's SYN-ACK and the client's ACK: the flow is established.
+            reply(&t1, &mut ct, &mut w, p, 0x12, golden::PEER_ISN, 0);
+            send(&t1, &mut ct, &mut w, p, 0x10, 0);
+        }
+        assert_eq!(
+            ct.fill()[FlowState::TcpEstablished.class()],
+            on_1.len(),
+            "the flows on backend 1 are established"
+        );
+        // Backend 1 fails its checks.
+        let t2 = tables(&c, 2, &|b| b.address.to_string() != "10.9.0.1");
+        for &p in &on_1 {
+            let to = send(&t2, &mut ct, &mut w, p, 0x10, SEC).1;
+            if inhibit {
+                assert_eq!(to, Some(1), "inhibit: port {p} stays on its failed backend");
+            } else {
+                assert_ne!(to, Some(1), "no inhibit: port {p} is re-chosen");
+            }
+        }
+        let fresh: Vec<Option<u8>> = (5000..5200)
+            .map(|p| send(&t2, &mut ct, &mut w, p, 0x02, SEC).1)
+            .collect();
+        assert!(
+            fresh.iter().all(|b| b.is_some() && *b != Some(1)),
+            "inhibit {inhibit}: no new flow reaches the failed backend: {fresh:?}"
+        );
     }
 }
 

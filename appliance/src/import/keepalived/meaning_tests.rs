@@ -6,8 +6,12 @@ use super::tests::{assert_valid, refused};
 use super::{ImportError, import, import_file};
 
 /// One virtual server around `rs` (real_server blocks) with `vs` lines of its own.
+/// A virtual server of TCP unless `vs` names its protocol (keepalived's default is UDP: see
+/// `a_service_without_protocol_is_udp_as_in_keepalived`).
 fn vs(head: &str, vs: &str, rs: &str) -> String {
-    format!("virtual_server {head} {{\n  delay_loop 6\n{vs}{rs}}}\n")
+    let tcp = if vs.contains("protocol") { "" } else { "  protocol TCP\n" };
+    // Last, so the lines of `vs` and `rs` stay where the tests expect them.
+    format!("virtual_server {head} {{\n  delay_loop 6\n{vs}{rs}{tcp}}}\n")
 }
 
 fn imported(text: &str) -> super::Imported {
@@ -109,6 +113,19 @@ fn what_keepalived_repairs_is_repaired_and_the_output_is_valid() {
     // A DR service of every port: its real servers' ports cleared.
     let out = imported(&vs("192.0.2.10", "  lb_kind DR\n", rs));
     assert!(out.toml.contains("port = 0   # every port"), "{}", out.toml);
+    // ... and persistent for 360 s, as keepalived makes a service of every port.
+    assert!(out.toml.contains("persistence = \"360s\""), "{}", out.toml);
+    assert!(
+        out.notes.notes.iter().any(|n| n.line == 1 && n.text.contains("360 s")),
+        "{:?}",
+        out.notes
+    );
+    let kept = imported(&vs(
+        "192.0.2.10",
+        "  lb_kind DR\n  persistence_timeout 50\n",
+        rs,
+    ));
+    assert!(kept.toml.contains("persistence = \"50s\""), "{}", kept.toml);
     assert!(
         out.toml.contains("address = \"10.1.0.1\"\nweight"),
         "{}",
@@ -141,6 +158,26 @@ fn what_keepalived_repairs_is_repaired_and_the_output_is_valid() {
     );
 }
 
+/// A service without `protocol` is UDP in keepalived (IPVS takes protocol 0 as UDP; it warns
+/// "no protocol set - defaulting to UDP"): imported as UDP with a note at its line, never as
+/// TCP.
+#[test]
+fn a_service_without_protocol_is_udp_as_in_keepalived() {
+    let text = "virtual_server 192.0.2.10 53 {\n  lb_kind DR\n  real_server 10.1.0.1 53 {\n  }\n}\n";
+    let out = imported(text);
+    assert!(out.toml.contains("protocol = \"udp\""), "{}", out.toml);
+    assert!(
+        out.notes
+            .notes
+            .iter()
+            .any(|n| n.line == 1 && n.text.contains("defaulting to UDP")),
+        "{:?}",
+        out.notes
+    );
+    let tcp = imported(&text.replace("lb_kind DR", "lb_kind DR\n  protocol tcp"));
+    assert!(tcp.toml.contains("protocol = \"tcp\""), "{}", tcp.toml);
+}
+
 /// What the files could not carry at all is carried now: sorry servers, several
 /// checkers and urls, status-code lists, connect_ip and connect_port, inhibit_on_failure.
 #[test]
@@ -166,7 +203,7 @@ fn sorry_servers_several_checkers_and_their_targets_are_carried() {
     ] {
         assert!(t.contains(want), "{want:?} not in:\n{t}");
     }
-    let c = crate::config::Config::from_toml_str(&super::tests::fill(t)).expect("valid");
+    let c = testkit::unit::parse(&super::tests::fill(t));
     let v = &c.vips[0];
     assert_eq!(
         v.checks_of(&v.backends[0]).len(),

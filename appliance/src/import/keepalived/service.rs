@@ -103,6 +103,19 @@ pub(crate) fn virtual_server(n: &Node, groups: &HashMap<&str, &Node>, cx: &mut C
             continue;
         }
         let mut v = base.clone();
+        if port == 0 && v.persistence.is_none() {
+            // keepalived's check_data.c: "zero port only valid for persistent services -
+            // setting" (IPVS_SVC_PERSISTENT_TIMEOUT, 360 s).
+            cx.note(
+                line,
+                format!(
+                    "{address} without a port and without persistence_timeout: keepalived \
+                     makes it persistent for 360 s (it warns \"zero port only valid for \
+                     persistent services\"): imported with persistence = 360"
+                ),
+            );
+            v.persistence = Some(360);
+        }
         v.address = address;
         v.port = port;
         v.group_line = group_line;
@@ -223,7 +236,17 @@ fn persistence(c: &Node, cx: &mut Cx) -> Option<u32> {
 /// (with the reason refused) when Sluice cannot serve it as keepalived did.
 pub(crate) fn service(n: &Node, s: &Service, cx: &mut Cx) -> Option<Vip> {
     let protocol = match s.protocol.as_ref() {
-        None => "tcp",
+        None => {
+            // keepalived's check_data.c: "no protocol set - defaulting to UDP" (IPVS takes
+            // protocol 0 as UDP), so the file's service was UDP.
+            cx.note(
+                n.line,
+                "no protocol: keepalived serves it as UDP (it warns \"no protocol set - \
+                 defaulting to UDP\"): imported as UDP; add protocol TCP to the file if the \
+                 service is TCP",
+            );
+            "udp"
+        }
         Some((p, _)) if p.eq_ignore_ascii_case("tcp") => "tcp",
         Some((p, _)) if p.eq_ignore_ascii_case("udp") => "udp",
         Some((p, line)) => {

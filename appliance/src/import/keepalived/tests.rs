@@ -168,6 +168,7 @@ fn thresholds_schedulers_and_groups_map_like_ipvs() {
                   192.0.2.1-3 80\n\
                 }\n\
                 virtual_server group G {\n\
+                  protocol TCP\n\
                   lvs_sched mh\n\
                   mh-port\n\
                   real_server 10.0.0.1 8080 {\n\
