@@ -296,6 +296,27 @@ pub struct Interface {
     /// The state in words (who holds the interface when another program does).
     #[serde(default)]
     pub state_detail: String,
+    /// What the kernel dropped or refused at the interface's AF_XDP sockets (their
+    /// `XDP_STATISTICS`, summed; they restart at zero when the sockets are bound anew).
+    #[serde(default)]
+    pub socket_drops: SocketDrops,
+}
+
+/// An interface's AF_XDP sockets' kernel counters (`XDP_STATISTICS`): frames the steering
+/// program sent to a socket that never reached the engine, and descriptors the kernel
+/// refused. Each is a frame lost before any of Sluice's own drop reasons could count it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketDrops {
+    /// Frames dropped because the socket's receive ring was full (the worker fell behind).
+    pub rx_ring_full: u64,
+    /// Times a frame arrived while the fill ring was empty (no free frame to receive into).
+    pub rx_fill_ring_empty: u64,
+    /// Frames dropped for any other reason (e.g. larger than a frame).
+    pub rx_dropped: u64,
+    /// Receive descriptors the kernel found invalid.
+    pub rx_invalid: u64,
+    /// Transmit descriptors the kernel found invalid (a worker's bug).
+    pub tx_invalid: u64,
 }
 
 /// Packet and byte totals.

@@ -240,6 +240,22 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// A count, short: `950`, `12.3k`, `4.56M`.
+/// The kernel's losses at an interface's AF_XDP sockets in words; `None` while there are none.
+fn socket_drops(d: &api::SocketDrops) -> Option<String> {
+    let parts: Vec<String> = [
+        ("receive ring full", d.rx_ring_full),
+        ("fill ring empty", d.rx_fill_ring_empty),
+        ("dropped", d.rx_dropped),
+        ("invalid rx descriptors", d.rx_invalid),
+        ("invalid tx descriptors", d.tx_invalid),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(what, n)| format!("{what} {}", count(*n)))
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 fn count(n: u64) -> String {
     si(Some(n as f64))
 }
@@ -283,6 +299,9 @@ pub fn format_status(s: &api::Status) -> String {
                 _ => format!(" · {}", i.state_detail),
             }
         );
+        if let Some(lost) = socket_drops(&i.socket_drops) {
+            let _ = writeln!(o, "            lost at its sockets: {lost}");
+        }
     }
     let t = &s.totals;
     let _ = writeln!(
@@ -643,6 +662,18 @@ mod tests {
         assert!(
             o.ends_with("refused: auth 5 garbage 0 replay 0 unknown peer 0; left out 0\n"),
             "{o}"
+        );
+    }
+
+    #[test]
+    fn status_names_what_the_kernel_lost_at_the_sockets() {
+        let mut d = api::SocketDrops::default();
+        assert_eq!(socket_drops(&d), None, "no line while nothing was lost");
+        d.rx_ring_full = 1500;
+        d.tx_invalid = 2;
+        assert_eq!(
+            socket_drops(&d).as_deref(),
+            Some("receive ring full 1.50k, invalid tx descriptors 2")
         );
     }
 }

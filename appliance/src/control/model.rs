@@ -185,6 +185,13 @@ impl Shared {
                         return_steering: i.return_steering.describe(),
                         state: i.state.name().to_string(),
                         state_detail: i.state.describe(),
+                        socket_drops: api::SocketDrops {
+                            rx_ring_full: i.kernel.rx_ring_full,
+                            rx_fill_ring_empty: i.kernel.rx_fill_ring_empty,
+                            rx_dropped: i.kernel.rx_dropped,
+                            rx_invalid: i.kernel.rx_invalid,
+                            tx_invalid: i.kernel.tx_invalid,
+                        },
                     })
                     .collect(),
                 d.workers.iter().map(|w| w.rx).sum(),
