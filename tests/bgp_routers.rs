@@ -591,3 +591,45 @@ router bgp 65000
         );
     }
 }
+
+/// iBGP to FRR: LOCAL_PREF as the route carries it (300), an empty AS path, the configured
+/// next hop: what BIRD sees in `bird_ibgp_local_pref_and_next_hop`, FRR sees too.
+#[test]
+fn frr_ibgp_local_pref_and_next_hop() {
+    require_root();
+    let r = Netns::new("hpir");
+    let s1 = Netns::new("hpis");
+    link(&r, "s1", &s1, "upl", "10.7.4");
+    let frr = Frr::start(
+        &r,
+        "hostname r
+router bgp 65000
+ bgp router-id 10.7.4.1
+ timers bgp 1 3
+ neighbor 10.7.4.2 remote-as 65000
+ neighbor 10.7.4.2 timers connect 1
+",
+        None,
+    );
+    let mut p = peer("10.7.4.1", 65000, "10.7.4.2");
+    p.next_hop_v4 = Some("10.7.4.3".parse().expect("ip"));
+    let sp = NsSpeaker::start(&s1, speaker_config(65000, "10.7.4.2", vec![p]));
+    sp.announce(
+        VIP,
+        RouteAttrs {
+            local_pref: Some(300),
+            ..RouteAttrs::default()
+        },
+    );
+    let show = || frr.show(&format!("show ip bgp {VIP} json")).replace(": ", ":");
+    wait_until(
+        "FRR to have the VIP over iBGP",
+        Duration::from_secs(40),
+        || show().contains("10.7.4.3"),
+        || frr.show("show bgp summary"),
+    );
+    let j = show();
+    for want in ["\"locPrf\":300", "\"ip\":\"10.7.4.3\"", "\"length\":0"] {
+        assert!(j.contains(want), "{want:?} missing:\n{j}");
+    }
+}
