@@ -621,7 +621,10 @@ router bgp 65000
             ..RouteAttrs::default()
         },
     );
-    let show = || frr.show(&format!("show ip bgp {VIP} json")).replace(": ", ":");
+    let show = || {
+        frr.show(&format!("show ip bgp {VIP} json"))
+            .replace(": ", ":")
+    };
     wait_until(
         "FRR to have the VIP over iBGP",
         Duration::from_secs(40),

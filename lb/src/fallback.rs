@@ -84,8 +84,8 @@ impl Core {
 mod tests {
     use super::*;
     use crate::tables::Tables;
-    use testkit::unit::{backend, vip, with_vips as config};
     use config::Mode;
+    use testkit::unit::{backend, vip, with_vips as config};
 
     fn keepalived(quorum: u32, hysteresis: u32) -> Fallback {
         Fallback {

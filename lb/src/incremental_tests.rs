@@ -8,8 +8,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::tables::Tables;
-use testkit::unit::{backend, vip, with_vips as config};
 use config::{BackendState, Config, Mode, Scheduler, Vip};
+use testkit::unit::{backend, vip, with_vips as config};
 
 /// One change between versions.
 #[derive(Debug, Clone)]

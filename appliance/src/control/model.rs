@@ -21,7 +21,7 @@ use super::counters::{self, Aggregate, Counters, WorkerView};
 use super::events::EventRing;
 use super::flood::document as flood_doc;
 use crate::config::{self, Config, Mode};
-use crate::datapath::{AttachMode, DatapathStats};
+use crate::datapath::{AttachMode, DatapathStats, InterfaceStatus};
 use crate::engine::Published;
 use crate::lb::BackendId;
 use crate::lb::{DropReason, Tables};
@@ -170,30 +170,7 @@ impl Shared {
         let sync = self.sync.lock().map(|s| *s).ok();
         let (interfaces, rx, tx) = match &view.datapath {
             Some(d) => (
-                d.interfaces
-                    .iter()
-                    .map(|i| api::Interface {
-                        name: i.name.clone(),
-                        xdp_mode: match i.xdp_mode {
-                            AttachMode::Native => "native",
-                            AttachMode::Generic => "generic",
-                        }
-                        .to_string(),
-                        zero_copy: i.zero_copy,
-                        zero_copy_refused: i.zero_copy_refused.clone(),
-                        queues: i.queues,
-                        return_steering: i.return_steering.describe(),
-                        state: i.state.name().to_string(),
-                        state_detail: i.state.describe(),
-                        socket_drops: api::SocketDrops {
-                            rx_ring_full: i.kernel.rx_ring_full,
-                            rx_fill_ring_empty: i.kernel.rx_fill_ring_empty,
-                            rx_dropped: i.kernel.rx_dropped,
-                            rx_invalid: i.kernel.rx_invalid,
-                            tx_invalid: i.kernel.tx_invalid,
-                        },
-                    })
-                    .collect(),
+                d.interfaces.iter().map(interface).collect(),
                 d.workers.iter().map(|w| w.rx).sum(),
                 d.workers.iter().map(|w| w.tx).sum(),
             ),
@@ -601,5 +578,30 @@ fn conntrack_doc(agg: &Aggregate) -> api::Conntrack {
         stateless_table_full: agg.stats.conntrack_fallback,
         snat_exhausted: agg.drops[DropReason::SnatExhausted.index()],
         snat_ports: agg.snat_ports,
+    }
+}
+
+/// One datapath interface as the API shows it.
+fn interface(i: &InterfaceStatus) -> api::Interface {
+    api::Interface {
+        name: i.name.clone(),
+        xdp_mode: match i.xdp_mode {
+            AttachMode::Native => "native",
+            AttachMode::Generic => "generic",
+        }
+        .to_string(),
+        zero_copy: i.zero_copy,
+        zero_copy_refused: i.zero_copy_refused.clone(),
+        queues: i.queues,
+        return_steering: i.return_steering.describe(),
+        state: i.state.name().to_string(),
+        state_detail: i.state.describe(),
+        socket_drops: api::SocketDrops {
+            rx_ring_full: i.kernel.rx_ring_full,
+            rx_fill_ring_empty: i.kernel.rx_fill_ring_empty,
+            rx_dropped: i.kernel.rx_dropped,
+            rx_invalid: i.kernel.rx_invalid,
+            tx_invalid: i.kernel.tx_invalid,
+        },
     }
 }

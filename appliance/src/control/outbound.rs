@@ -143,7 +143,9 @@ mod tests {
     use crate::control::prepare::{HealthSource, Inputs, NextHops, Prepared, prepare};
 
     fn config(backends: usize) -> Arc<Config> {
-        let addrs: Vec<String> = (0..backends).map(|i| format!("10.1.0.{}", 11 + i)).collect();
+        let addrs: Vec<String> = (0..backends)
+            .map(|i| format!("10.1.0.{}", 11 + i))
+            .collect();
         let pairs: Vec<(&str, &str)> = addrs.iter().map(|a| (a.as_str(), "active")).collect();
         Arc::new(testkit::unit::outbound_dr(&pairs, "20s"))
     }

@@ -9,7 +9,11 @@ use super::{ImportError, import, import_file};
 /// A virtual server of TCP unless `vs` names its protocol (keepalived's default is UDP: see
 /// `a_service_without_protocol_is_udp_as_in_keepalived`).
 fn vs(head: &str, vs: &str, rs: &str) -> String {
-    let tcp = if vs.contains("protocol") { "" } else { "  protocol TCP\n" };
+    let tcp = if vs.contains("protocol") {
+        ""
+    } else {
+        "  protocol TCP\n"
+    };
     // Last, so the lines of `vs` and `rs` stay where the tests expect them.
     format!("virtual_server {head} {{\n  delay_loop 6\n{vs}{rs}{tcp}}}\n")
 }
@@ -116,7 +120,10 @@ fn what_keepalived_repairs_is_repaired_and_the_output_is_valid() {
     // ... and persistent for 360 s, as keepalived makes a service of every port.
     assert!(out.toml.contains("persistence = \"360s\""), "{}", out.toml);
     assert!(
-        out.notes.notes.iter().any(|n| n.line == 1 && n.text.contains("360 s")),
+        out.notes
+            .notes
+            .iter()
+            .any(|n| n.line == 1 && n.text.contains("360 s")),
         "{:?}",
         out.notes
     );
@@ -163,7 +170,8 @@ fn what_keepalived_repairs_is_repaired_and_the_output_is_valid() {
 /// TCP.
 #[test]
 fn a_service_without_protocol_is_udp_as_in_keepalived() {
-    let text = "virtual_server 192.0.2.10 53 {\n  lb_kind DR\n  real_server 10.1.0.1 53 {\n  }\n}\n";
+    let text =
+        "virtual_server 192.0.2.10 53 {\n  lb_kind DR\n  real_server 10.1.0.1 53 {\n  }\n}\n";
     let out = imported(text);
     assert!(out.toml.contains("protocol = \"udp\""), "{}", out.toml);
     assert!(
