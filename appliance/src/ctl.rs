@@ -239,7 +239,6 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// A count, short: `950`, `12.3k`, `4.56M`.
 /// The kernel's losses at an interface's AF_XDP sockets in words; `None` while there are none.
 fn socket_drops(d: &api::SocketDrops) -> Option<String> {
     let parts: Vec<String> = [
@@ -256,6 +255,7 @@ fn socket_drops(d: &api::SocketDrops) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
+/// A count, short: `950`, `12.3k`, `4.56M`.
 fn count(n: u64) -> String {
     si(Some(n as f64))
 }

@@ -133,6 +133,19 @@ fn what_keepalived_repairs_is_repaired_and_the_output_is_valid() {
         rs,
     ));
     assert!(kept.toml.contains("persistence = \"50s\""), "{}", kept.toml);
+    // In a group, one address without a port makes the whole service persistent (its
+    // addresses with a port too), as keepalived does.
+    let group = format!(
+        "virtual_server_group G {{\n  192.0.2.10 80\n  192.0.2.11\n}}\n{}",
+        vs("group G", "  lb_kind DR\n", rs)
+    );
+    let out = imported(&group);
+    assert_eq!(
+        out.toml.matches("persistence = \"360s\"").count(),
+        2,
+        "{}",
+        out.toml
+    );
     assert!(
         out.toml.contains("address = \"10.1.0.1\"\nweight"),
         "{}",

@@ -86,9 +86,25 @@ pub(crate) fn virtual_server(n: &Node, groups: &HashMap<&str, &Node>, cx: &mut C
             },
         }
     }
-    let Some(base) = service(n, &s, cx) else {
+    let Some(mut base) = service(n, &s, cx) else {
         return Vec::new();
     };
+    // keepalived's check_data.c: "zero port only valid for persistent services - setting"
+    // (IPVS_SVC_PERSISTENT_TIMEOUT, 360 s), for the whole service when any of its addresses
+    // (a group's too) has no port.
+    if base.persistence.is_none()
+        && let Some((address, _, group_line)) = targets.iter().find(|t| t.1 == 0)
+    {
+        cx.note(
+            group_line.unwrap_or(n.line),
+            format!(
+                "{address} without a port and without persistence_timeout: keepalived makes \
+                 the service persistent for 360 s (it warns \"zero port only valid for \
+                 persistent services\"): imported with persistence = 360"
+            ),
+        );
+        base.persistence = Some(360);
+    }
     let mut out = Vec::new();
     for (address, port, group_line) in targets {
         let line = group_line.unwrap_or(n.line);
@@ -103,19 +119,6 @@ pub(crate) fn virtual_server(n: &Node, groups: &HashMap<&str, &Node>, cx: &mut C
             continue;
         }
         let mut v = base.clone();
-        if port == 0 && v.persistence.is_none() {
-            // keepalived's check_data.c: "zero port only valid for persistent services -
-            // setting" (IPVS_SVC_PERSISTENT_TIMEOUT, 360 s).
-            cx.note(
-                line,
-                format!(
-                    "{address} without a port and without persistence_timeout: keepalived \
-                     makes it persistent for 360 s (it warns \"zero port only valid for \
-                     persistent services\"): imported with persistence = 360"
-                ),
-            );
-            v.persistence = Some(360);
-        }
         v.address = address;
         v.port = port;
         v.group_line = group_line;
