@@ -10,11 +10,11 @@
 //! growth over the connection table's entries; the cache map's kernel memory over its
 //! capacity), since the API counts entries but not bytes.
 //!
-//! Runs A and A2 turn flood mode off (`[flood] enabled = false`): the sink never answers
-//! the generator's UDP flows, so to flood mode every one of them is a source that only
-//! opens flows, and at many flows it would measure the flood defence, not the engine or the
-//! cache. One more run per round, A2d, is the cache with the default flood settings (what an
-//! operator gets), with the frames flood mode shed.
+//! Every run's warm-up establishes every flow first (the backend answers each flow once,
+//! see `answer.rs`); the timed flood is one-way. Runs A and A2 turn flood mode off
+//! (`[flood] enabled = false`), so they measure the engine and the cache, not the flood
+//! defence. One more run per round, A2d, is the cache with the default flood settings (what
+//! an operator gets), with the frames flood mode shed.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -521,7 +521,7 @@ impl FlowsReport {
     fn flood_text(&self) -> String {
         let mut s = String::from(
             "A2d: sluice + XDP flow cache with the default [flood] settings (what an operator \
-             gets; the sink never answers, so every source only opens flows):\n",
+             gets; each flow answered once in the warm-up, the flood one-way):\n",
         );
         for row in &self.rows {
             s.push_str(&format!(

@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 mod abi;
+mod answer;
 mod appliance;
 mod ceiling;
 pub mod client;
@@ -73,7 +74,8 @@ pub const PORT: u16 = 5001;
 pub const BACKEND: Ipv4Addr = Ipv4Addr::new(10, 80, 2, 2);
 pub(crate) const GEN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 80, 1, 2);
 pub(crate) const LB_UPLINK: &str = "10.80.1.1/24";
-pub(crate) const LB_DOWNLINK: &str = "10.80.2.1/24";
+/// lb's address on the sink's link (a /24), the backend's gateway.
+pub(crate) const LB_DOWN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 80, 2, 1);
 pub(crate) const GEN_SPORT: u16 = 40000;
 /// Ethernet frame length without FCS, as the generator builds it.
 pub const FRAME_LEN: usize = 64;

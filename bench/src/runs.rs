@@ -23,8 +23,7 @@ const RUN_CEILING_LOOKUP: &str = "XDP_REDIRECT ceiling + LRU hash lookup";
 /// The `sluice run` configuration of runs A and A2: one NAT VIP, two-arm on eth0 (uplink)
 /// and eth1, the XDP flow cache on (A2) or off (A: pure AF_XDP, whatever the default),
 /// flood mode as by default (`flood`) or off (`[flood] enabled = false`: the many-flows
-/// runs, whose generator's flows the sink never answers, so that flood mode would police
-/// them as a flood).
+/// runs, which measure the engine and the cache, not the flood defence).
 pub fn appliance_config(
     api_socket: &Path,
     busy_poll: bool,
@@ -102,15 +101,19 @@ impl Bench {
         };
         let label = label.as_str();
         self.wait_forwarding(label, stop)?;
-        if self.space.flows > 1 {
-            let (entries, passes, took) = self.warm_up(stop)?;
-            eprintln!(
-                "bench: run {run}: warm-up: {entries} of {} flows in the connection table \
-                 after {passes} pass(es), {:.1} s",
-                self.space.flows,
-                took.as_secs_f64()
-            );
-        }
+        let warm = self.warm_up(stop)?;
+        let cached = warm
+            .cached
+            .map_or_else(String::new, |c| format!(", {c} flow-cache entries"));
+        eprintln!(
+            "bench: run {run}: warm-up: {} of {} flows in the connection table, {} established \
+             (answered by the backend){cached}, after {} pass(es), {:.1} s",
+            warm.entries,
+            self.space.flows,
+            warm.established,
+            warm.passes,
+            warm.took.as_secs_f64()
+        );
         let datapath = self.datapath_lines();
         let name = if flow_cache || datapath.is_empty() {
             label.to_string()

@@ -14,12 +14,25 @@ use crate::counters::{RawRun, Sample, cpu_times, link_stats, mac_of, mac_text};
 use crate::generator::{Flood, FlowSpace, GenCmd, Generator};
 use crate::runs::sized_config;
 use crate::sink::{SinkCounts, SinkProgram};
-use crate::{BACKEND, BenchError, GEN_ADDR, LB_DOWNLINK, LB_UPLINK, PORT};
+use crate::{BACKEND, BenchError, GEN_ADDR, LB_DOWN_ADDR, LB_UPLINK, PORT};
 
 /// Frames per burst of the many-flows warm-up (half the appliance's ring).
 const WARM_BURST: u32 = 1024;
 /// The longest warm-up.
 const WARM_LIMIT: Duration = Duration::from_secs(90);
+
+/// What a warm-up reached.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WarmUp {
+    /// Connection-table entries at the end.
+    pub(crate) entries: u64,
+    /// Established UDP entries (the backend answered), the most seen.
+    pub(crate) established: u64,
+    /// Flow-cache entries after the last pass (None: the cache is off).
+    pub(crate) cached: Option<u64>,
+    pub(crate) passes: u32,
+    pub(crate) took: Duration,
+}
 
 /// MACs the in-namespace forwarders need.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +120,14 @@ impl Bench {
         try_veth_mq(lb, "eth1", s, "s0", self.queues)?;
         g.try_run(&["ip", "addr", "add", &format!("{GEN_ADDR}/24"), "dev", "g0"])?;
         lb.try_run(&["ip", "addr", "add", LB_UPLINK, "dev", "eth0"])?;
-        lb.try_run(&["ip", "addr", "add", LB_DOWNLINK, "dev", "eth1"])?;
+        lb.try_run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{LB_DOWN_ADDR}/24"),
+            "dev",
+            "eth1",
+        ])?;
         s.try_run(&["ip", "addr", "add", &format!("{BACKEND}/24"), "dev", "s0"])?;
         // A permanent neighbour: no run waits for ARP or for a neighbour refresh.
         let sink_mac = mac_text(mac_of(s, "s0")?);
@@ -135,6 +155,7 @@ impl Bench {
             "eth0",
         ])?;
         lb.try_run(&["sysctl", "-qw", "net.ipv4.ip_forward=0"])?;
+        crate::answer::route_answers(s, &mac_text(mac_of(lb, "eth1")?))?;
         // s0 keeps veth's default GRO off: XDP_REDIRECT into eth1 (flow cache, ceiling) is
         // dropped unless its peer s0 has NAPI, which GRO or an XDP program enables, and the
         // sink's program (attach_sink) is on s0 for the whole bench. GRO would only add work
@@ -225,20 +246,16 @@ impl Bench {
         })
     }
 
-    /// Many flows: passes of one frame per flow (in bursts of [`WARM_BURST`], a pause
-    /// between them so that the appliance's ring takes them) until the connection table
-    /// holds every flow, so the timed window measures forwarding, not the engine deciding
-    /// flows it has not seen. Gives up after three passes without growth or [`WARM_LIMIT`].
-    /// Returns the entries it saw, the passes and how long it took.
-    pub(crate) fn warm_up(&self, stop: &AtomicBool) -> Result<(u64, u32, Duration), BenchError> {
-        let generator = self
-            .generators
-            .first()
-            .ok_or_else(|| BenchError::Generator("not started".into()))?;
-        let t0 = Instant::now();
-        let want = u64::from(self.space.flows);
-        let (mut best, mut stale, mut passes) = (0u64, 0u32, 0u32);
-        while !stop.load(Ordering::Relaxed) && t0.elapsed() < WARM_LIMIT && stale < 3 {
+    /// Passes of one frame per flow (in bursts of [`WARM_BURST`], a pause between them so
+    /// that the appliance's ring takes them), each followed by one answer per flow from the
+    /// backend ([`crate::answer`]), until the connection table holds every flow established,
+    /// so the timed window measures forwarding established flows, not the engine deciding
+    /// flows it has not seen (and, with the cache, not flows the cache may not take). A last
+    /// pass arms the flow cache. Gives up after three passes without growth or
+    /// [`WARM_LIMIT`].
+    pub(crate) fn warm_up(&self, stop: &AtomicBool) -> Result<WarmUp, BenchError> {
+        let generator = self.generator()?;
+        let forward = || -> Result<(), BenchError> {
             let mut sent = 0;
             while sent < self.space.flows {
                 let n = WARM_BURST.min(self.space.flows - sent);
@@ -246,17 +263,39 @@ impl Bench {
                 sent += n;
                 std::thread::sleep(Duration::from_millis(2));
             }
-            passes += 1;
+            Ok(())
+        };
+        let t0 = Instant::now();
+        let want = u64::from(self.space.flows);
+        let mut seen = WarmUp::default();
+        let mut stale = 0u32;
+        while !stop.load(Ordering::Relaxed) && t0.elapsed() < WARM_LIMIT && stale < 3 {
+            forward()?;
+            crate::answer::answer_flows(&self.sink, self.space)?;
+            seen.passes += 1;
             // The workers' counters reach the API about once a second.
             std::thread::sleep(Duration::from_millis(1100));
-            let entries = crate::runs::fetch_status(&self.api_socket())?.conntrack_entries;
-            if entries >= want {
-                return Ok((entries, passes, t0.elapsed()));
+            let status = crate::runs::fetch_status(&self.api_socket())?;
+            let (entries, established) =
+                (status.conntrack_entries, status.conntrack.established_udp);
+            stale = if established > seen.established {
+                0
+            } else {
+                stale + 1
+            };
+            seen.entries = entries;
+            seen.established = seen.established.max(established);
+            if entries >= want && established >= want {
+                break;
             }
-            stale = if entries > best { 0 } else { stale + 1 };
-            best = best.max(entries);
         }
-        Ok((best, passes, t0.elapsed()))
+        forward()?;
+        std::thread::sleep(Duration::from_millis(1100));
+        seen.cached = crate::runs::fetch_status(&self.api_socket())?
+            .flow_cache
+            .map(|c| c.entries);
+        seen.took = t0.elapsed();
+        Ok(seen)
     }
 
     fn log_path(&self) -> PathBuf {
