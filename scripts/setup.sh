@@ -30,8 +30,9 @@ packages=(
     # image/build.sh and image/bundle.py sign update bundles (the image tests check a
     # bundle it signed)
     minisign
-    # tests/cli_docs.rs: the shells `sluice completions` writes for check its scripts
-    zsh fish
+    # tests/cli_docs.rs: the shells `sluice completions` writes for check its scripts, and
+    # man renders sluice.toml(5)
+    zsh fish man-db
     # tests/dashboards.rs: promtool checks docs/prometheus/sluice.rules.yml and its queries
     prometheus
 )

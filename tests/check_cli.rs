@@ -146,3 +146,32 @@ fn tenant_vips_show_their_vni() {
         assert!(stdout.contains(want), "{want:?} missing from\n{stdout}");
     }
 }
+
+/// `sluice check --explain`: a key's entry however it is written, a table's keys, and for a
+/// name that is no key, status 1 with the keys of that name elsewhere.
+#[test]
+fn explain_prints_a_keys_entry_and_names_near_keys_for_a_wrong_one() {
+    let sluice = || lab::sluice!();
+    let Said {
+        code,
+        stdout,
+        stderr,
+    } = sluice().run(&["check", "--explain", r#"vip "web".backend[0].weight"#]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with("vip.backend.weight\n  type: integer 0..=65535\n  default: 100\n"),
+        "{stdout}"
+    );
+    let Said { code, stdout, .. } = sluice().run(&["check", "--explain", "vip.backend"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Keys of vip.backend:"), "{stdout}");
+    assert!(stdout.contains("  vip.backend.weight "), "{stdout}");
+    let Said {
+        code,
+        stdout,
+        stderr,
+    } = sluice().run(&["check", "--explain", "weight"]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stderr.contains("no key \"weight\""), "{stderr}");
+    assert!(stderr.contains("  vip.backend.weight"), "{stderr}");
+}

@@ -89,7 +89,33 @@ fn every_subcommand_has_a_man_page_with_every_option() {
         }
     }
     let pages = std::fs::read_dir(tmp.dir()).expect("dir").count();
-    assert_eq!(pages, paths.len(), "one page per command, no stale ones");
+    assert_eq!(
+        pages,
+        paths.len() + 1,
+        "one page per command and sluice.toml(5), no stale ones"
+    );
+    // sluice.toml(5) renders as man renders it, with every key of the reference.
+    let page = tmp.dir().join("sluice.toml.5");
+    let out = Command::new("man")
+        .args(["-l", "-P", "cat"])
+        .arg(&page)
+        .env("MANWIDTH", "100")
+        .output()
+        .expect("man (scripts/setup.sh installs man-db)");
+    assert!(out.status.success(), "man -l sluice.toml.5: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let keys = config::keys::reference();
+    assert!(keys.len() > 150, "{}", keys.len());
+    for k in keys {
+        assert!(
+            text.lines().any(|l| {
+                let l = l.trim();
+                l == k.path || l.starts_with(&format!("{} ", k.path))
+            }),
+            "sluice.toml(5) as man shows it lacks {}",
+            k.path
+        );
+    }
 }
 
 fn shell_accepts(shell: &str, check: &[&str], script: &Path) {

@@ -28,6 +28,11 @@ pub enum Command {
         /// Configuration file.
         #[arg(long, short, default_value = config::DEFAULT_PATH)]
         config: PathBuf,
+        /// Print a key's entry of the configuration reference (type, default, example,
+        /// what it does) instead of checking a file: `vip.backend.weight`, or a path as an
+        /// error names it (`vip "web".backend[0].weight`); a table lists its keys.
+        #[arg(long, value_name = "KEY")]
+        explain: Option<String>,
     },
     /// Bring the datapath up and forward until SIGTERM or SIGINT; SIGHUP reloads.
     Run {

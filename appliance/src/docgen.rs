@@ -12,14 +12,18 @@ use crate::cli::Cli;
 /// The manual section: system administration commands, as keepalived(8) and bird(8).
 const SECTION: &str = "8";
 
-/// Writes sluice(8) and a page for every subcommand (`sluice-ctl-drain.8`, ...) into
-/// `dir`; returns the files written.
+/// Writes sluice(8), a page for every subcommand (`sluice-ctl-drain.8`, ...) and
+/// sluice.toml(5) into `dir`; returns the files written.
 pub fn man(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
     let mut written = Vec::new();
     page(&cmd, dir, &mut written)?;
+    // sluice.toml(5): every configuration key, from the reference `sluice check` holds to.
+    let toml = dir.join("sluice.toml.5");
+    std::fs::write(&toml, config::keys::man_page(env!("CARGO_PKG_VERSION")))?;
+    written.push(toml);
     Ok(written)
 }
 

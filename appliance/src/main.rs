@@ -39,7 +39,10 @@ fn main() -> ExitCode {
             docgen::completions(shell, &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Command::Check { config } => check(&config),
+        Command::Check {
+            explain: Some(key), ..
+        } => explain(&key),
+        Command::Check { config, .. } => check(&config),
         Command::Ctl { api, json, command } => ctl(&api, command, json),
         Command::Fleet {
             config,
@@ -462,6 +465,31 @@ fn run_lab(options: lab::LabOptions) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `sluice check --explain KEY`: the key's reference entry, or the keys of a table, or
+/// (status 1) what is near the name.
+fn explain(key: &str) -> ExitCode {
+    if let Some(doc) = config::keys::explain(key) {
+        print!("{}", doc.to_text());
+        let inner = config::keys::under(key);
+        if !inner.is_empty() {
+            println!("\nKeys of {}:", doc.path);
+            for k in inner {
+                println!("  {:<40} {}", k.path, k.kind);
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    let near = config::keys::near(key);
+    eprintln!("sluice check --explain: no key {key:?} in the configuration reference");
+    if !near.is_empty() {
+        eprintln!("keys with a similar name:");
+        for k in near {
+            eprintln!("  {}", k.path);
+        }
+    }
+    ExitCode::FAILURE
 }
 
 fn check(path: &std::path::Path) -> ExitCode {

@@ -8,6 +8,7 @@
 
 pub mod acl;
 pub mod error;
+pub mod keys;
 pub mod model;
 mod policy;
 pub mod quic;
@@ -220,6 +221,8 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
 
 #[cfg(test)]
 mod acl_tests;
+#[cfg(test)]
+mod keys_tests;
 #[cfg(test)]
 mod lvs_tests;
 #[cfg(test)]

@@ -62,6 +62,7 @@ impl<'a> Table<'a> {
 
     /// The raw value of `key`, marking it as known.
     pub fn raw(&mut self, key: &str) -> Option<&'a Value> {
+        self.note(key, String::new);
         let (i, _, v) = self.map.get_full(key)?;
         self.used[i] = true;
         Some(v)
@@ -83,6 +84,16 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// Tells the configuration reference's drift test (and nothing else) that the validator
+    /// reads `key` here, and as what kind of value (empty: not said by this reader).
+    #[inline]
+    fn note(&self, key: &str, kind: impl FnOnce() -> String) {
+        #[cfg(test)]
+        crate::keys::record::note(&self.key(key), kind());
+        #[cfg(not(test))]
+        let _ = (key, kind);
+    }
+
     fn missing(&self, key: &str, errs: &mut ConfigErrors) {
         errs.push(self.key(key), "missing (required)");
     }
@@ -96,6 +107,7 @@ impl<'a> Table<'a> {
 
     /// An optional string.
     pub fn string(&mut self, key: &str, errs: &mut ConfigErrors) -> Option<String> {
+        self.note(key, || "string".into());
         let v = self.raw(key)?;
         match &v.kind {
             ValueKind::String(s) => Some(s.clone()),
@@ -122,6 +134,10 @@ impl<'a> Table<'a> {
         choices: &[(&str, T)],
         errs: &mut ConfigErrors,
     ) -> Option<T> {
+        self.note(key, || {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            format!("one of {}", names.join(", "))
+        });
         let s = self.string(key, errs)?;
         match choices.iter().find(|(name, _)| *name == s) {
             Some((_, t)) => Some(*t),
@@ -143,6 +159,9 @@ impl<'a> Table<'a> {
         range: RangeInclusive<i64>,
         errs: &mut ConfigErrors,
     ) -> Option<i64> {
+        self.note(key, || {
+            format!("integer {}..={}", range.start(), range.end())
+        });
         let v = self.raw(key)?;
         let n = match &v.kind {
             ValueKind::I64(n) => Some(*n),
@@ -187,6 +206,7 @@ impl<'a> Table<'a> {
 
     /// An optional boolean.
     pub fn bool(&mut self, key: &str, errs: &mut ConfigErrors) -> Option<bool> {
+        self.note(key, || "boolean".into());
         let v = self.raw(key)?;
         match &v.kind {
             ValueKind::Boolean(b) => Some(*b),
@@ -204,6 +224,13 @@ impl<'a> Table<'a> {
         range: RangeInclusive<Duration>,
         errs: &mut ConfigErrors,
     ) -> Option<Duration> {
+        self.note(key, || {
+            format!(
+                "duration {}..={}",
+                humantime::format_duration(*range.start()),
+                humantime::format_duration(*range.end())
+            )
+        });
         let v = self.raw(key)?;
         let ValueKind::String(s) = &v.kind else {
             self.wrong_type(key, "a duration such as \"2s\" or \"500ms\"", v, errs);
@@ -234,6 +261,7 @@ impl<'a> Table<'a> {
 
     /// An optional IP address.
     pub fn ip(&mut self, key: &str, errs: &mut ConfigErrors) -> Option<IpAddr> {
+        self.note(key, || "IP address".into());
         let s = self.string(key, errs)?;
         match s.parse::<IpAddr>() {
             Ok(ip) => Some(ip),
@@ -262,6 +290,7 @@ impl<'a> Table<'a> {
         key: &str,
         errs: &mut ConfigErrors,
     ) -> Option<std::net::SocketAddr> {
+        self.note(key, || "address:port".into());
         let s = self.string(key, errs)?;
         match s.parse() {
             Ok(a) => Some(a),
@@ -277,6 +306,7 @@ impl<'a> Table<'a> {
 
     /// An optional array of strings; each element error names its index.
     pub fn strings(&mut self, key: &str, errs: &mut ConfigErrors) -> Option<Vec<(String, String)>> {
+        self.note(key, || "array of strings".into());
         let v = self.raw(key)?;
         let ValueKind::Array(items) = &v.kind else {
             self.wrong_type(key, "an array of strings", v, errs);
@@ -295,6 +325,7 @@ impl<'a> Table<'a> {
 
     /// An optional sub-table.
     pub fn table(&mut self, key: &str, errs: &mut ConfigErrors) -> Option<Table<'a>> {
+        self.note(key, || "table".into());
         let v = self.raw(key)?;
         match &v.kind {
             ValueKind::Table(map) => Some(Table::new(self.key(key), map)),
@@ -312,6 +343,7 @@ impl<'a> Table<'a> {
         key: &str,
         errs: &mut ConfigErrors,
     ) -> Vec<(usize, &'a Map<String, Value>)> {
+        self.note(key, || "array of tables".into());
         let Some(v) = self.raw(key) else {
             return Vec::new();
         };

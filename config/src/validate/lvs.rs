@@ -197,9 +197,18 @@ pub(super) fn backend_keys(
         );
     }
     let resume = match max {
-        Some(m) => b
-            .int("resume_connections", 1..=i64::from(m), errs)
-            .map(|n| n as u32),
+        // Read over max_connections' own range, so the key's type does not depend on the
+        // file; the bound by this backend's limit is checked apart.
+        Some(m) => match b.int("resume_connections", 1..=MAX_CONNECTIONS, errs) {
+            Some(n) if n > i64::from(m) => {
+                errs.push(
+                    b.key("resume_connections"),
+                    format!("{n} is out of range 1..={m} (at most max_connections)"),
+                );
+                None
+            }
+            n => n.map(|n| n as u32),
+        },
         None => {
             b.reject(
                 "resume_connections",
