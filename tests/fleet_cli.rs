@@ -400,7 +400,43 @@ fn a_member_name_is_one_appliances() {
                 Some(c.holder.clone()),
                 "the younger process holds lb1"
             );
-            drop((a_req, c_req));
+
+            // It stops (SIGTERM): it leaves, and stays gone. Before, the session went on
+            // after the lease was revoked: the watch saw the name deleted and claimed it
+            // again, the keep-alive said "lease expired", and a new session reported the
+            // stopped member live for another lease ttl.
+            // The refused older process goes first, so nothing else may claim lb1.
+            drop((a_req, a_upd));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (reply, left) = tokio::sync::oneshot::channel();
+            c_req
+                .send(client::Request::Leave { reply })
+                .await
+                .expect("the session takes requests");
+            tokio::time::timeout(wait, left)
+                .await
+                .expect("leave answered in time")
+                .expect("leave answered");
+            loop {
+                match tokio::time::timeout(wait, c_upd.recv()).await {
+                    Ok(None) => break,
+                    Ok(Some(u)) => assert!(
+                        !matches!(u, Update::Down { .. }),
+                        "a member that left reports no failure: {u:?}"
+                    ),
+                    Err(_) => panic!("the client still runs {wait:?} after leaving"),
+                }
+            }
+            // Longer than the lease ttl (3 s): a name claimed again would be back by now.
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let mut conn = client::connect(&c).await.expect("connect");
+            let v = client::read(&mut conn, &c.keys).await.expect("read");
+            assert!(
+                !v.members.contains_key("lb1"),
+                "the member that left is not live again: {:?}",
+                v.members.get("lb1")
+            );
+            drop(c_req);
         });
     });
     run.join().expect("the sessions' thread");

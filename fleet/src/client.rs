@@ -85,6 +85,11 @@ pub enum ClientError {
     #[error("the fleet client has stopped")]
     Stopped,
     #[error(
+        "etcd is out of reach ({error}); the member tries again in {:.1}s",
+        retry_in.as_secs_f64()
+    )]
+    Unreachable { error: String, retry_in: Duration },
+    #[error(
         "the member name {member:?} is taken: {why}; this appliance stays out of the fleet \
          (give it its own [appliance] name)"
     )]
@@ -274,14 +279,24 @@ async fn sessions(s: Settings, mut reqs: mpsc::Receiver<Request>, updates: mpsc:
             return;
         }
         // Requests that come while etcd is away update the memo; the next session writes it.
-        let sleep = tokio::time::sleep(backoff);
+        let retry_at = tokio::time::Instant::now() + backoff;
+        let sleep = tokio::time::sleep_until(retry_at);
         tokio::pin!(sleep);
+        let error = err.to_string();
         loop {
             tokio::select! {
                 _ = &mut sleep => break,
                 r = reqs.recv() => match r {
                     None => return,
-                    Some(r) => offline(r, &mut memo),
+                    Some(r) => {
+                        let away = ClientError::Unreachable {
+                            error: error.clone(),
+                            retry_in: retry_at.saturating_duration_since(tokio::time::Instant::now()),
+                        };
+                        if offline(r, &mut memo, away) == Leaving::Left {
+                            return;
+                        }
+                    }
                 },
             }
         }
@@ -289,22 +304,33 @@ async fn sessions(s: Settings, mut reqs: mpsc::Receiver<Request>, updates: mpsc:
     }
 }
 
-/// A request while etcd is out of reach: kept for the next session, or refused.
-fn offline(r: Request, memo: &mut Memo) {
+/// Whether the member has left (the client ends: no session claims the name again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leaving {
+    Stays,
+    Left,
+}
+
+/// A request while etcd is out of reach: kept for the next session, or refused with `away`
+/// (why, and when the next attempt is); a leave ends the client (there is no lease to
+/// revoke, and nothing may claim the name again).
+fn offline(r: Request, memo: &mut Memo, away: ClientError) -> Leaving {
     match r {
         Request::Report(x) => memo.report = Some(x),
         Request::Health(x) => memo.health = Some(x),
         Request::Activate { .. } => {}
         Request::Override { reply, .. } => {
-            let _ = reply.send(Err(ClientError::Stopped));
+            let _ = reply.send(Err(away));
         }
         Request::Leave { reply } => {
             let _ = reply.send(());
+            return Leaving::Left;
         }
     }
+    Leaving::Stays
 }
 
-/// One session; returns `Ok` when the control loop is gone.
+/// One session; returns `Ok` when the control loop is gone or the member left.
 async fn session(
     s: &Settings,
     c: &mut Client,
@@ -352,6 +378,15 @@ async fn session(
             }
             r = reqs.recv() => {
                 let Some(r) = r else { return Ok(()) };
+                // Leaving ends the session and the client: the lease is revoked, and no
+                // watch event, keep-alive or retry may claim the name again afterwards (a
+                // stopped member would otherwise be back, live, for a lease ttl).
+                if let Request::Leave { reply } = r {
+                    let _ = c.lease_revoke(lease).await;
+                    let _ = reply.send(());
+                    debug!(lease, "fleet: left");
+                    return Ok(());
+                }
                 if let Some(u) = write(s, c, lease, r, memo).await?
                     && updates.send(u).await.is_err()
                 {
@@ -472,10 +507,47 @@ async fn write(
             };
             let _ = reply.send(r.map_err(ClientError::Etcd));
         }
+        // The session leaves before it asks for a write.
         Request::Leave { reply } => {
-            let _ = c.lease_revoke(lease).await;
             let _ = reply.send(());
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn away() -> ClientError {
+        ClientError::Unreachable {
+            error: "etcd: connection refused".into(),
+            retry_in: Duration::from_millis(2500),
+        }
+    }
+
+    #[test]
+    fn a_change_while_etcd_is_away_is_refused_saying_so_and_when_it_retries() {
+        let (reply, mut rx) = oneshot::channel();
+        let r = Request::Override {
+            vip: "web".into(),
+            backend: "10.0.0.1:80".into(),
+            doc: None,
+            reply,
+        };
+        assert_eq!(offline(r, &mut Memo::default(), away()), Leaving::Stays);
+        let err = rx.try_recv().expect("answered").expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "etcd is out of reach (etcd: connection refused); the member tries again in 2.5s"
+        );
+    }
+
+    #[test]
+    fn leaving_while_etcd_is_away_ends_the_client_and_answers() {
+        let (reply, mut rx) = oneshot::channel();
+        let r = Request::Leave { reply };
+        assert_eq!(offline(r, &mut Memo::default(), away()), Leaving::Left);
+        assert_eq!(rx.try_recv(), Ok(()));
+    }
 }
