@@ -231,6 +231,33 @@ fn fleet_status_and_push_say_what_an_operator_needs() {
         "{}",
         table.stdout
     );
+
+    // push and rebase take --json too, before or after the subcommand.
+    let said = sluice(
+        &ns,
+        &[
+            "fleet",
+            "push",
+            &good.to_string_lossy(),
+            "--json",
+            "--config",
+            &m,
+        ],
+    );
+    assert!(said.ok(), "push --json: {said:?}");
+    let pushed: serde_json::Value = serde_json::from_str(&said.stdout)
+        .unwrap_or_else(|e| panic!("push --json: {e}: {}", said.stdout));
+    assert_eq!(pushed["pushed"], good.to_string_lossy().as_ref());
+    assert!(
+        pushed["revision"].as_u64().is_some_and(|r| r > rev),
+        "a new revision: {pushed}"
+    );
+    let said = sluice(&ns, &["fleet", "--json", "--config", &m, "rebase"]);
+    assert!(said.ok(), "rebase --json: {said:?}");
+    let rebased: serde_json::Value = serde_json::from_str(&said.stdout)
+        .unwrap_or_else(|e| panic!("rebase --json: {e}: {}", said.stdout));
+    assert!(rebased["epoch"]["id"].is_string(), "{rebased}");
+    assert_eq!(rebased["config_revision"], pushed["revision"], "{rebased}");
 }
 
 /// `sluice trace` on a fleet member traces what it forwards with: its file merged with the

@@ -144,15 +144,32 @@ fn fleet(config: &std::path::Path, command: FleetCmd, json: bool) -> ExitCode {
     use sluice::fleetctl;
     let r = match command {
         FleetCmd::Push { file, wait } => fleetctl::push(config, &file).and_then(|rev| {
-            println!("pushed {} as revision {rev}", file.display());
-            let Some(secs) = wait else { return Ok(()) };
-            let v = fleetctl::wait(config, rev, std::time::Duration::from_secs(secs))?;
-            let (local, _) = fleetctl::read(config)?;
-            print!("{}", fleetctl::format(&fleetctl::document(&local, &v)));
+            // --json: {"pushed", "revision"}, and with --wait the status document too.
+            let mut out = serde_json::json!({ "pushed": file, "revision": rev });
+            if !json {
+                println!("pushed {} as revision {rev}", file.display());
+            }
+            if let Some(secs) = wait {
+                let v = fleetctl::wait(config, rev, std::time::Duration::from_secs(secs))?;
+                let (local, _) = fleetctl::read(config)?;
+                let doc = fleetctl::document(&local, &v);
+                if !json {
+                    print!("{}", fleetctl::format(&doc));
+                }
+                out["status"] = serde_json::to_value(&doc).unwrap_or_default();
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+            }
             Ok(())
         }),
         FleetCmd::Rebase => fleetctl::rebase(config).map(|(epoch, v)| {
             let config = v.config.as_ref().map_or(0, |c| c.revision);
+            if json {
+                let out = serde_json::json!({ "epoch": epoch, "config_revision": config });
+                println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+                return;
+            }
             println!(
                 "epoch {} written: every member follows etcd as it is now and activates the \
                  config's revision {config}",
@@ -231,6 +248,12 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             rate,
             interval,
         } => list_command(stats, rate, interval),
+        CtlCmd::Metrics if json => {
+            eprintln!(
+                "sluice ctl metrics: --json does not apply (the exposition is Prometheus text)"
+            );
+            return ExitCode::from(2);
+        }
         CtlCmd::Metrics => C::Metrics,
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
