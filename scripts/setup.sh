@@ -61,6 +61,15 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
+# mdBook builds the operator's manual (docs/book.toml); tests/cli_docs.rs builds it and checks
+# its links. Not in Debian 12: built from crates.io once (about two minutes), without the
+# serve/watch/search features the tests do not use.
+MDBOOK_VERSION=0.5.4
+if ! mdbook --version 2>/dev/null | grep -q "v$MDBOOK_VERSION"; then
+    echo "setup.sh: installing mdbook $MDBOOK_VERSION (cargo install)"
+    cargo install mdbook --version "$MDBOOK_VERSION" --no-default-features --locked --quiet
+fi
+
 # bpffs for pinned maps, when the host has not mounted it.
 if ! mountpoint -q /sys/fs/bpf 2>/dev/null; then
     mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true

@@ -232,3 +232,135 @@ fn json_where_it_means_nothing_is_refused() {
         assert!(err.contains("--json does not apply"), "{args:?}: {err}");
     }
 }
+
+/// Every file under `dir` (recursively).
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("a directory").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The `id`s of an HTML page's elements (the anchors a link may name).
+fn ids(html: &str) -> Vec<&str> {
+    html.match_indices(" id=\"")
+        .filter_map(|(i, m)| html[i + m.len()..].split('"').next())
+        .collect()
+}
+
+/// The manual builds as a book (`mdbook build docs`), every chapter is in it, and no link of
+/// the book leads nowhere: every relative `href` and `src` names a file of the book, and
+/// every `#anchor` an element of its page.
+#[test]
+fn the_manual_builds_as_a_book_without_a_broken_link() {
+    let root = repo();
+    let tmp = TempDir::new("dc-book");
+    let out = Command::new("mdbook")
+        .arg("build")
+        .arg(root.join("docs"))
+        .arg("--dest-dir")
+        .arg(tmp.dir())
+        .output()
+        .unwrap_or_else(|e| panic!("mdbook is missing ({e}): scripts/setup.sh installs it"));
+    assert!(out.status.success(), "mdbook build docs: {out:?}");
+    let summary = std::fs::read_to_string(root.join("docs/SUMMARY.md")).expect("SUMMARY.md");
+    for e in std::fs::read_dir(root.join("docs/manual")).expect("docs/manual") {
+        let name = e.expect("entry").file_name().to_string_lossy().to_string();
+        assert!(
+            summary.contains(&format!("(manual/{name})")),
+            "docs/SUMMARY.md leaves out the chapter {name}"
+        );
+        let html = tmp.dir().join("manual").join(name.replace(".md", ".html"));
+        assert!(html.exists(), "{} was not built", html.display());
+    }
+    let mut broken = Vec::new();
+    let pages = files_under(tmp.dir());
+    let html: Vec<_> = pages
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "html"))
+        .collect();
+    assert!(html.len() > 8, "{html:?}");
+    for page in html {
+        let text = std::fs::read_to_string(page).expect("page");
+        for attr in [" href=\"", " src=\""] {
+            for (i, m) in text.match_indices(attr) {
+                let link = text[i + m.len()..].split('"').next().unwrap_or_default();
+                let external = link.contains("://") || link.starts_with("mailto:");
+                if external || link.starts_with("javascript:") || link.is_empty() {
+                    continue;
+                }
+                let (path, anchor) = link.split_once('#').unwrap_or((link, ""));
+                let path = path.split('?').next().unwrap_or_default();
+                let target = if path.is_empty() {
+                    page.clone()
+                } else {
+                    page.parent().expect("a directory").join(path)
+                };
+                if !target.exists() {
+                    broken.push(format!("{}: {link}", page.display()));
+                    continue;
+                }
+                let is_page = target.extension().is_some_and(|x| x == "html");
+                if !anchor.is_empty() && is_page {
+                    let body = std::fs::read_to_string(&target).expect("target page");
+                    if !ids(&body).contains(&anchor) {
+                        broken.push(format!("{}: {link} (no such anchor)", page.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links in the book: {broken:#?}");
+}
+
+/// Every TOML example of the manual and the README is something `sluice check` accepts: a
+/// whole file as it is, a fragment inside a minimal file (an `[appliance]` section when it
+/// has none, and one VIP when it shows none).
+#[test]
+fn every_toml_example_of_the_manual_is_accepted_by_sluice_check() {
+    let root = repo();
+    let tmp = TempDir::new("dc-examples");
+    let mut pages = vec![root.join("README.md"), root.join("docs/intro.md")];
+    pages.extend(files_under(&root.join("docs/manual")));
+    let mut seen = 0;
+    let mut refused = Vec::new();
+    for page in pages {
+        let text = std::fs::read_to_string(&page).expect("page");
+        for (n, block) in text.split("```toml\n").skip(1).enumerate() {
+            let example = block.split("```").next().unwrap_or_default();
+            let mut file = String::new();
+            if !example.contains("[appliance]") {
+                file += "[appliance]\nname = \"doc\"\ninterfaces = [\"eth0\"]\n\n";
+            }
+            file += example;
+            if !example.contains("[[vip]]") {
+                file += "\n[[vip]]\nname = \"doc\"\naddress = \"192.0.2.99\"\nport = 80\n\
+                         backend = [{ address = \"10.1.0.99\" }]\n";
+            }
+            let path = tmp.dir().join(format!("example-{seen}.toml"));
+            std::fs::write(&path, &file).expect("write");
+            let out = sluice()
+                .args(["check", "--config"])
+                .arg(&path)
+                .output()
+                .expect("run sluice check");
+            if !out.status.success() {
+                refused.push(format!(
+                    "{} example {}: {}",
+                    page.display(),
+                    n + 1,
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 8, "{seen} examples");
+    assert!(refused.is_empty(), "{refused:#?}");
+}
