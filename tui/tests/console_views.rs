@@ -231,6 +231,45 @@ fn backends_widget_shows_state_health_share_and_traffic() {
     assert!(l[7].contains("10.0.0.14:80 health down: timeout"), "{l:#?}");
 }
 
+/// On a fleet member each backend has two verdicts: Health (this member's probes) and
+/// Fleet (the fleet's, which the ring follows); the selected row's details name both.
+#[test]
+fn a_fleet_member_shows_its_own_and_the_fleets_verdict() {
+    let mut snap = recorded(1, "web");
+    if let Some((_, list)) = &mut snap.backends {
+        for b in list.iter_mut() {
+            b.fleet_health = Some("up".into());
+        }
+        list[3].health = "down".into();
+    }
+    let mut app = App::new(ENDPOINT, false);
+    app.selected_vip = Some("web".into());
+    feed(&mut app, std::time::Instant::now(), snap);
+    goto(&mut app, Tab::Backends);
+    key(&mut app, KeyCode::End);
+    let mut buf = Buffer::empty(Rect::new(0, 0, 80, 9));
+    render_tab(&app, Tab::Backends, buf.area, &mut buf);
+    let l = lines(&buf);
+    assert!(l[1].contains("Health   Fleet"), "{l:#?}");
+    let b14 = l
+        .iter()
+        .find(|x| x.starts_with("10.0.0.14:80"))
+        .unwrap_or_else(|| panic!("{l:#?}"));
+    assert!(
+        b14.contains("down     up"),
+        "own down, the fleet's up: {b14}"
+    );
+    assert!(
+        l[7].contains("10.0.0.14:80 health down: timeout · fleet up · state"),
+        "{l:#?}"
+    );
+    // Off a fleet there is no Fleet column.
+    let app = app_on(Tab::Backends);
+    let mut buf = Buffer::empty(Rect::new(0, 0, 80, 9));
+    render_tab(&app, Tab::Backends, buf.area, &mut buf);
+    assert!(!lines(&buf)[1].contains("Fleet"), "{:#?}", lines(&buf));
+}
+
 /// The Conns view carries the LVS counters: persistence, limits and overflow, one-packet.
 #[test]
 fn conns_view_shows_the_lvs_counters() {

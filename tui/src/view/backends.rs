@@ -18,7 +18,12 @@ use crate::app::App;
 
 /// Up is good, down is bad, anything undecided is a warning.
 fn health_style(t: Theme, b: &Backend) -> Style {
-    match b.health.as_str() {
+    verdict_style(t, &b.health)
+}
+
+/// The style of a health verdict (`up`, `down`, `unknown`, `unchecked`).
+fn verdict_style(t: Theme, verdict: &str) -> Style {
+    match verdict {
         "up" | "unchecked" => t.good(),
         "down" => t.bad(),
         _ => t.warn(),
@@ -103,7 +108,8 @@ pub(super) fn backends(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
 /// One row per backend; the sparkline column takes whatever width the others leave.
 fn backend_table(app: &App, t: Theme, list: &[Backend], width: u16, area: Rect, buf: &mut Buffer) {
     let wide = width >= WIDE;
-    let (header, widths) = columns(list, wide);
+    let fleet = list.iter().any(|b| b.fleet_health.is_some());
+    let (header, widths) = columns(list, wide, fleet);
     let fixed: u16 = widths
         .iter()
         .map(|c| match c {
@@ -121,7 +127,7 @@ fn backend_table(app: &App, t: Theme, list: &[Backend], width: u16, area: Rect, 
         .unwrap_or(0);
     let rows = list
         .iter()
-        .map(|b| row(app, t, b, wide, spark_w, spark_max));
+        .map(|b| row(app, t, b, (wide, fleet), spark_w, spark_max));
     let mut state = TableState::default().with_selected(Some(app.backend_sel));
     put_stateful(
         buf,
@@ -134,8 +140,10 @@ fn backend_table(app: &App, t: Theme, list: &[Backend], width: u16, area: Rect, 
     );
 }
 
-/// The header cells and the column widths (more columns on a wide screen).
-fn columns(list: &[Backend], wide: bool) -> (Vec<Cell<'static>>, Vec<Constraint>) {
+/// The header cells and the column widths (more columns on a wide screen; on a fleet member
+/// a Fleet column, the fleet's verdict that the ring follows, beside Health, this member's
+/// own probes, as `sluice ctl backends` shows them).
+fn columns(list: &[Backend], wide: bool, fleet: bool) -> (Vec<Cell<'static>>, Vec<Constraint>) {
     let id_w = width_of(list.iter().map(|b| b.id.as_str()), "Backend", 24);
     let mut header = vec![
         Cell::from("Backend"),
@@ -147,6 +155,10 @@ fn columns(list: &[Backend], wide: bool) -> (Vec<Cell<'static>>, Vec<Constraint>
         Constraint::Length(9),
         Constraint::Length(8),
     ];
+    if fleet {
+        header.push(Cell::from("Fleet"));
+        widths.push(Constraint::Length(7));
+    }
     if wide {
         header.push(Cell::from("Reason"));
         widths.push(Constraint::Length(14));
@@ -176,7 +188,7 @@ fn row(
     app: &App,
     t: Theme,
     b: &Backend,
-    wide: bool,
+    (wide, fleet): (bool, bool),
     spark_w: usize,
     spark_max: u64,
 ) -> Row<'static> {
@@ -192,6 +204,10 @@ fn row(
         })
         .style(health_style(t, b)),
     ];
+    if fleet {
+        let verdict = b.fleet_health.clone().unwrap_or_default();
+        cells.push(Cell::from(verdict.clone()).style(verdict_style(t, &verdict)));
+    }
     if wide {
         cells.push(Cell::from(b.health_reason.clone().unwrap_or_default()));
     }
@@ -321,11 +337,16 @@ fn backend_details(t: Theme, b: &Backend) -> Vec<Line<'static>> {
         Span::styled(format!(" {} ", b.id), t.header()),
         Span::styled(format!("health {}{reason}", b.health), health_style(t, b)),
         Span::raw(" · "),
-        Span::styled(
-            format!("state {}{}", b.state, who(b.state_overridden)),
-            state_style(t, b),
-        ),
     ];
+    // On a fleet member, `health` is its own probes; the ring follows the fleet's verdict.
+    if let Some(f) = &b.fleet_health {
+        first.push(Span::styled(format!("fleet {f}"), verdict_style(t, f)));
+        first.push(Span::raw(" · "));
+    }
+    first.extend([Span::styled(
+        format!("state {}{}", b.state, who(b.state_overridden)),
+        state_style(t, b),
+    )]);
     // A tenant VIP's backend: `id` is its tenant address, its frames go to its host.
     if let Some(v) = &b.vtep {
         first.push(Span::raw(format!(" · vtep {v}")));
