@@ -56,6 +56,7 @@ pub(super) async fn run(opts: ConsoleOptions) -> Result<(), ConsoleError> {
         .with_timeout((opts.refresh * 2).max(Duration::from_secs(2)));
     let action_client = Client::new(opts.endpoint.clone());
     let mut app = App::new(opts.endpoint.to_string(), opts.no_color);
+    app.vt_font = std::env::var("TERM").is_ok_and(|t| t == "linux");
 
     let mut term = TerminalGuard(ratatui::try_init()?);
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();

@@ -250,6 +250,9 @@ pub struct App {
     pub endpoint: String,
     /// No colours: selection by reverse video, emphasis by bold.
     pub no_color: bool,
+    /// The terminal is the Linux console (`TERM=linux`), whose font lacks most block
+    /// elements: the sparklines draw with the ones it has.
+    pub vt_font: bool,
     pub tab: Tab,
     pub help: bool,
     pub conn: Conn,
@@ -296,6 +299,7 @@ impl App {
         App {
             endpoint: endpoint.into(),
             no_color,
+            vt_font: false,
             tab: Tab::Overview,
             help: false,
             conn: Conn::Connecting,

@@ -228,6 +228,7 @@ fn row(
     let history = app.history.get(&b.id);
     cells.push(
         Cell::from(sparkline(
+            t,
             history.into_iter().flatten().copied(),
             spark_w,
             spark_max,
@@ -298,6 +299,7 @@ fn backend_graph(app: &App, t: Theme, b: &Backend, area: Rect, buf: &mut Buffer)
                     )),
             )
             .data(&data)
+            .bar_set(t.bars())
             .style(t.good()),
         area,
     );

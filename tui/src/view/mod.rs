@@ -38,7 +38,7 @@ pub fn view(app: &App, f: &mut Frame<'_>) {
 
 /// Draws the whole screen into `buf` (what [`view`] does to a frame).
 pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
-    let t = Theme::new(app.no_color);
+    let t = Theme::of(app);
     let banner = banner(app);
     let details = app
         .status_line
@@ -99,7 +99,7 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
 
 /// Draws one view's body (no header, status line or footer).
 pub fn render_tab(app: &App, tab: Tab, area: Rect, buf: &mut Buffer) {
-    let t = Theme::new(app.no_color);
+    let t = Theme::of(app);
     match tab {
         Tab::Overview => overview::overview(app, t, area, buf),
         Tab::Vips => vips::vips(app, t, area, buf),
@@ -113,12 +113,12 @@ pub fn render_tab(app: &App, tab: Tab, area: Rect, buf: &mut Buffer) {
 
 /// Draws the status line: a pending question, or the last result.
 pub fn render_status_line(app: &App, area: Rect, buf: &mut Buffer) {
-    status_line(app, Theme::new(app.no_color), area, buf);
+    status_line(app, Theme::of(app), area, buf);
 }
 
 /// Draws the key footer of the current view.
 pub fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
-    footer(app, Theme::new(app.no_color), area, buf);
+    footer(app, Theme::of(app), area, buf);
 }
 
 fn banner(app: &App) -> Option<String> {

@@ -7,15 +7,38 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, StatefulWidget, Widget};
 
-/// Styles, with or without colour.
+/// Styles, with or without colour, and the glyphs the terminal's font has.
 #[derive(Debug, Clone, Copy)]
 pub struct Theme {
     color: bool,
+    /// The Linux console's font (`TERM=linux`, the appliance's screen on tty1): of the block
+    /// elements it has only the full and the half blocks, so the sparklines use three levels.
+    vt_font: bool,
 }
 
 impl Theme {
     pub fn new(no_color: bool) -> Theme {
-        Theme { color: !no_color }
+        Theme {
+            color: !no_color,
+            vt_font: false,
+        }
+    }
+
+    /// The theme `app` draws with.
+    pub fn of(app: &crate::app::App) -> Theme {
+        Theme {
+            color: !app.no_color,
+            vt_font: app.vt_font,
+        }
+    }
+
+    /// The bar glyphs of the big sparkline: eighths, or on the Linux console three levels.
+    pub fn bars(self) -> ratatui::symbols::bar::Set<'static> {
+        if self.vt_font {
+            ratatui::symbols::bar::THREE_LEVELS
+        } else {
+            ratatui::symbols::bar::NINE_LEVELS
+        }
     }
 
     fn fg(self, c: Color) -> Style {
@@ -123,15 +146,24 @@ pub(super) fn width_of<'a>(items: impl Iterator<Item = &'a str>, header: &str, m
 /// The last `width` values as one line of block characters, scaled so `max` is a full
 /// block (callers pass one `max` for a whole table so rows compare); all zero is a flat
 /// baseline.
-pub(super) fn sparkline(values: impl IntoIterator<Item = u64>, width: usize, max: u64) -> String {
-    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+pub(super) fn sparkline(
+    t: Theme,
+    values: impl IntoIterator<Item = u64>,
+    width: usize,
+    max: u64,
+) -> String {
+    const EIGHTHS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    // What the Linux console's font draws: a baseline, the lower half block, the full block.
+    const THREE: [char; 3] = ['_', '▄', '█'];
+    let bars: &[char] = if t.vt_font { &THREE } else { &EIGHTHS };
+    let top = bars.len() as u64 - 1;
     let values: Vec<u64> = values.into_iter().collect();
     let shown = &values[values.len().saturating_sub(width)..];
     shown
         .iter()
-        .map(|v| match (v.min(&max) * 7 + max / 2).checked_div(max) {
-            Some(level) => BARS[level as usize],
-            None => BARS[0],
+        .map(|v| match (v.min(&max) * top + max / 2).checked_div(max) {
+            Some(level) => bars[level as usize],
+            None => bars[0],
         })
         .collect()
 }
@@ -142,17 +174,33 @@ mod tests {
 
     #[test]
     fn sparklines() {
-        assert_eq!(sparkline([0, 0, 0], 10, 0), "▁▁▁");
-        assert_eq!(sparkline([0, 50, 100], 10, 100), "▁▅█");
+        let t = Theme::new(false);
+        assert_eq!(sparkline(t, [0, 0, 0], 10, 0), "▁▁▁");
+        assert_eq!(sparkline(t, [0, 50, 100], 10, 100), "▁▅█");
         assert_eq!(
-            sparkline([100, 0, 7], 2, 7),
+            sparkline(t, [100, 0, 7], 2, 7),
             "▁█",
             "only the last `width` values"
         );
         assert_eq!(
-            sparkline([5, 200], 10, 100),
+            sparkline(t, [5, 200], 10, 100),
             "▁█",
             "one scale for the whole table"
         );
+    }
+
+    #[test]
+    fn on_the_linux_console_sparklines_use_only_glyphs_its_font_has() {
+        let t = Theme {
+            color: true,
+            vt_font: true,
+        };
+        let line = sparkline(t, [0, 10, 40, 60, 100], 10, 100);
+        assert_eq!(line, "__▄▄█");
+        // The Linux console's default font has these of the block elements (and ASCII).
+        assert!(line.chars().all(|c| c == '_' || c == '▄' || c == '█'));
+        for s in [t.bars().half, t.bars().one_eighth, t.bars().seven_eighths] {
+            assert!([" ", "▄", "█"].contains(&s), "{s:?}");
+        }
     }
 }
