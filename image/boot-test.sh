@@ -676,6 +676,15 @@ shell_open
 guest "sluice ctl drain web-seed 172.30.23.22:8080"
 [ "$rc" = 0 ] || fail "sluice ctl drain failed in the guest"
 echo "boot-test: the operator drained 172.30.23.22:8080 of web-seed (sluice ctl, serial console)"
+# The manual pages and Tab completion on the root shell: sluice.toml(5) shows a key of the
+# configuration reference, sluice-ctl-drain(8) exists, bash completes sluice.
+guest "MANWIDTH=80 man -P cat 5 sluice.toml | grep -cx ' *vip.backend.weight'"
+[ "$rc" = 0 ] || fail "man 5 sluice.toml in the guest does not show vip.backend.weight"
+guest "man -w sluice-ctl-drain"
+[ "$rc" = 0 ] || fail "man sluice-ctl-drain: no such page in the guest"
+guest "bash -lic '_completion_loader sluice; complete -p sluice' 2>/dev/null"
+[ "$rc" = 0 ] || fail "bash in the guest has no completion for sluice"
+echo "boot-test: man 5 sluice.toml, man sluice-ctl-drain and Tab completion work on the root shell"
 # --- systemctl restart while a client requests through the VIP every 100 ms: the stopping
 # process leaves its tables in /run/sluice (RuntimeDirectoryPreserve=restart) and its XDP
 # program attached and holding, BGP graceful restart keeps BIRD's route, the next process
