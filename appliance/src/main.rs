@@ -196,9 +196,6 @@ fn fleet(config: &std::path::Path, command: FleetCmd, json: bool) -> ExitCode {
 }
 
 fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
-    use api::BackendAction as A;
-    use api::Command as W;
-    use sluice::ctl::CtlCommand as C;
     let endpoint = match api.endpoint() {
         Ok(e) => e,
         Err(e) => {
@@ -206,6 +203,42 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if json && matches!(command, CtlCmd::Metrics) {
+        eprintln!("sluice ctl metrics: --json does not apply (the exposition is Prometheus text)");
+        return ExitCode::from(2);
+    }
+    let cmd = ctl_command(command);
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice ctl: tokio: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = api::Client::new(endpoint);
+    match rt.block_on(sluice::ctl::run(&client, cmd, json)) {
+        Ok(out) => {
+            print!("{out}");
+            if !out.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sluice ctl: {e}");
+            ExitCode::from(e.code())
+        }
+    }
+}
+
+/// What `sluice ctl COMMAND` asks the API.
+fn ctl_command(command: CtlCmd) -> sluice::ctl::CtlCommand {
+    use api::BackendAction as A;
+    use api::Command as W;
+    use sluice::ctl::CtlCommand as C;
     let b = |vip: String, backend: String, action| {
         C::Send(W::Backend {
             vip,
@@ -213,7 +246,7 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             action,
         })
     };
-    let cmd = match command {
+    match command {
         CtlCmd::Status => C::Status,
         CtlCmd::Vips(page) => C::Vips(page.into()),
         CtlCmd::Backends { vip } => C::Backends { vip },
@@ -248,37 +281,7 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             rate,
             interval,
         } => list_command(stats, rate, interval),
-        CtlCmd::Metrics if json => {
-            eprintln!(
-                "sluice ctl metrics: --json does not apply (the exposition is Prometheus text)"
-            );
-            return ExitCode::from(2);
-        }
         CtlCmd::Metrics => C::Metrics,
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sluice ctl: tokio: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let client = api::Client::new(endpoint);
-    match rt.block_on(sluice::ctl::run(&client, cmd, json)) {
-        Ok(out) => {
-            print!("{out}");
-            if !out.ends_with('\n') {
-                println!();
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("sluice ctl: {e}");
-            ExitCode::from(e.code())
-        }
     }
 }
 
