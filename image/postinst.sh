@@ -13,3 +13,8 @@ mkdir -p "$BUILDROOT/var/lib/sluice/network" "$BUILDROOT/var/lib/sluice/config"
 mkdir -p "$BUILDROOT/var/log/journal"
 # The ESP's mount point (etc/fstab): the system slots' boot loader entries (sluice image).
 mkdir -p "$BUILDROOT/efi"
+# man-db's daily index run (apropos) has nothing to index on an appliance: its pages are
+# read with `man` directly. The timer would only spend the machine's CPU; masked, so that no
+# preset enables it again.
+rm -f "$BUILDROOT/etc/systemd/system/timers.target.wants/man-db.timer"
+ln -sf /dev/null "$BUILDROOT/etc/systemd/system/man-db.timer"
