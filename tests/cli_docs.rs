@@ -218,21 +218,6 @@ fn the_quick_start_validates_and_the_links_resolve() {
     }
 }
 
-/// `--json` where it means nothing is refused on the command line (status 2), not ignored:
-/// the metrics exposition is Prometheus text.
-#[test]
-fn json_where_it_means_nothing_is_refused() {
-    for args in [
-        &["ctl", "--json", "metrics"][..],
-        &["ctl", "metrics", "--json"][..],
-    ] {
-        let out = sluice().args(args).output().expect("run sluice ctl");
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("--json does not apply"), "{args:?}: {err}");
-    }
-}
-
 /// Every file under `dir` (recursively).
 fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

@@ -203,10 +203,6 @@ fn ctl(api: &ApiArgs, command: CtlCmd, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if json && matches!(command, CtlCmd::Metrics) {
-        eprintln!("sluice ctl metrics: --json does not apply (the exposition is Prometheus text)");
-        return ExitCode::from(2);
-    }
     let cmd = ctl_command(command);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
