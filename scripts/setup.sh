@@ -62,12 +62,13 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 # mdBook builds the operator's manual (docs/book.toml); tests/cli_docs.rs builds it and checks
-# its links. Not in Debian 12: built from crates.io once (about two minutes), without the
-# serve/watch/search features the tests do not use.
+# its links. Not in Debian 12: built from crates.io once, without the serve/watch/search
+# features the tests do not use, and unoptimised (--debug: half the compile time, about 80 s
+# of CPU; a small book builds in well under a second either way).
 MDBOOK_VERSION=0.5.4
 if ! mdbook --version 2>/dev/null | grep -q "v$MDBOOK_VERSION"; then
     echo "setup.sh: installing mdbook $MDBOOK_VERSION (cargo install)"
-    cargo install mdbook --version "$MDBOOK_VERSION" --no-default-features --locked --quiet
+    cargo install mdbook --version "$MDBOOK_VERSION" --debug --no-default-features --locked --quiet
 fi
 
 # bpffs for pinned maps, when the host has not mounted it.
