@@ -17,13 +17,6 @@ pub struct Theme {
 }
 
 impl Theme {
-    pub fn new(no_color: bool) -> Theme {
-        Theme {
-            color: !no_color,
-            vt_font: false,
-        }
-    }
-
     /// The theme `app` draws with.
     pub fn of(app: &crate::app::App) -> Theme {
         Theme {
@@ -174,7 +167,10 @@ mod tests {
 
     #[test]
     fn sparklines() {
-        let t = Theme::new(false);
+        let t = Theme {
+            color: true,
+            vt_font: false,
+        };
         assert_eq!(sparkline(t, [0, 0, 0], 10, 0), "▁▁▁");
         assert_eq!(sparkline(t, [0, 50, 100], 10, 100), "▁▅█");
         assert_eq!(
