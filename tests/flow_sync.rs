@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lab::testing::{Api, poll};
+use lab::testing::{Api, log_lines, poll};
 use lab::{Lab, LabMode, LabOptions, appliance_addr, blob, slow_download};
 
 const POLL: Duration = Duration::from_millis(50);
@@ -156,12 +156,17 @@ fn with_sync_every_connection_survives_and_a_returning_appliance_catches_up_firs
     // over, refused or left out (an intermittent reset was seen once in CI, cause not found).
     let counters: Vec<String> = [0, 2]
         .iter()
-        .map(|k| format!("lb{}: {:?}", k + 1, status(&lab, *k).sync))
+        .map(|k| {
+            let s = status(&lab, *k);
+            let no_entry = s.conntrack.stateless_no_entry;
+            format!("lb{}: stateless_no_entry {no_entry}, {:?}", k + 1, s.sync)
+        })
         .collect();
     assert!(
         broken.is_empty(),
-        "downloads broken: {broken:?}\nsync counters:\n{}\n{}",
+        "downloads broken: {broken:?}\nsync counters:\n{}\nhealth in the logs:\n{}\n{}",
         counters.join("\n"),
+        log_lines(&lab.dir, "health: ").join("\n"),
         lab.bgp_view()
     );
     assert!(taken > 0, "no survivor took a flow from its standby table");
@@ -219,10 +224,11 @@ fn with_sync_every_connection_survives_and_a_returning_appliance_catches_up_firs
     let lb2 = status(&lab, 1);
     assert!(
         broken.is_empty(),
-        "downloads broken by lb2's return: {broken:?}\nlb2: stateless_no_entry {}, drops {:?}, sync {:?}\n{}",
+        "downloads broken by lb2's return: {broken:?}\nlb2: stateless_no_entry {}, drops {:?}, sync {:?}\nhealth in the logs:\n{}\n{}",
         lb2.conntrack.stateless_no_entry,
         lb2.drops.iter().filter(|d| d.value > 0).collect::<Vec<_>>(),
         lb2.sync,
+        log_lines(&lab.dir, "health: ").join("\n"),
         std::fs::read_to_string(lab.log_path_at(1)).unwrap_or_default()
     );
     for k in 0..3 {

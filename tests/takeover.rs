@@ -13,11 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use lab::testing::{file_text, poll};
+use lab::testing::{file_text, log_lines, poll};
 use lab::{Lab, LabMode, LabOptions, blob};
 
-/// Between 8 KB reads: a 1 MiB download lasts about 128 of these.
-const PACE: Duration = Duration::from_millis(200);
+/// Between 8 KB reads: a 1 MiB download lasts about 128 of these (38 s: longer than five
+/// takeovers on a loaded machine, whose first four took 26 s once at a 200 ms pace).
+const PACE: Duration = Duration::from_millis(300);
 /// The longest a download may wait for its next bytes. The issue asks for 1 s: on a quiet
 /// machine the worst was 0.90, 0.91 and 1.00 s over three runs of five takeovers (the
 /// engines held 66-116 ms each time; a segment or window update lost in that gap waits for
@@ -190,9 +191,14 @@ fn start_traffic_on(
                 .expect("download thread")
         })
         .collect();
-    for _ in 0..tcp {
-        rx.recv_timeout(Duration::from_secs(20))
-            .expect("a download never got its headers");
+    for k in 0..tcp {
+        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+            panic!(
+                "{} of {tcp} downloads never got their headers; {}",
+                tcp - k,
+                why_no_headers(lab, downloads)
+            );
+        }
     }
     let stop_udp = Arc::new(AtomicBool::new(false));
     let udp = (0..udp)
@@ -209,6 +215,49 @@ fn start_traffic_on(
         udp,
         stop_udp,
     }
+}
+
+/// Why downloads got no headers: the ones that ended (their errors) and the appliance's
+/// drop reasons, for a failure's diagnosis.
+fn why_no_headers(lab: &Lab, downloads: Vec<std::thread::JoinHandle<Got>>) -> String {
+    let (ended, running): (Vec<_>, Vec<_>) = downloads.into_iter().partition(|h| h.is_finished());
+    let errors: Vec<String> = ended
+        .into_iter()
+        .filter_map(|h| h.join().ok())
+        .filter_map(|g| g.body.err().map(|e| format!("{}: {e}", g.vip)))
+        .collect();
+    let drops = lab.api_at(0).call(|c| c.status()).map(|s| {
+        s.drops
+            .iter()
+            .filter(|d| d.value > 0)
+            .map(|d| format!("{} {}", d.name, d.value))
+            .collect::<Vec<_>>()
+    });
+    format!(
+        "{} still waiting; ended with an error: {errors:?}; appliance drops: {drops:?}",
+        running.len()
+    )
+}
+
+/// What the appliance says about flows that may have moved, for a failure's diagnosis:
+/// segments answered without an entry, and every health and reload event.
+fn diagnosis(lab: &Lab) -> String {
+    let api = lab.api_at(0);
+    let seen = api
+        .call(|c| c.status())
+        .map(|s| (s.conntrack.stateless_no_entry, s.flood, s.flow_cache));
+    let events: Vec<String> = api
+        .call(|c| c.events(0))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.kind != "commit")
+        .map(|e| format!("{} {}: {}", e.time_ms, e.kind, e.message))
+        .collect();
+    format!(
+        "(stateless_no_entry, flood, flow cache) {seen:?}; events:\n{}\nhealth in the logs:\n{}",
+        events.join("\n"),
+        log_lines(&lab.dir, "health: ").join("\n")
+    )
 }
 
 /// What the traffic saw in the end.
@@ -358,9 +407,12 @@ fn five_takeovers_in_a_row_keep_every_connection_and_route() {
         );
         assert_eq!(t.flows_lost, 0, "takeover {n}: {t}");
         assert_eq!(t.flows_carried, t.flows_handed, "takeover {n}: {t}");
+        // Every flow is in the table, less the downloads that already ended (a loaded
+        // machine's takeovers can outlast the first downloads).
+        let ended = traffic.downloads.iter().filter(|h| h.is_finished()).count() as u64;
         assert!(
-            t.flows_carried >= 700,
-            "takeover {n}: only {} flows carried ({t})",
+            t.flows_carried + ended >= 700,
+            "takeover {n}: only {} flows carried, {ended} downloads ended ({t})",
             t.flows_carried
         );
         assert!(
@@ -399,7 +451,12 @@ fn five_takeovers_in_a_row_keep_every_connection_and_route() {
         out.udp_moved,
         out.udp_worst_loss
     );
-    assert!(out.broken.is_empty(), "broken downloads: {:?}", out.broken);
+    assert!(
+        out.broken.is_empty(),
+        "broken downloads: {:?}\n{}",
+        out.broken,
+        diagnosis(&lab)
+    );
     assert!(
         out.stalled.is_empty(),
         "stalled downloads: {:?}",
@@ -516,7 +573,12 @@ fn a_crash_keeps_the_flows_its_flow_cache_held() {
         "no rebuild in the log:\n{}",
         file_text(&log)
     );
-    assert!(out.broken.is_empty(), "broken downloads: {:?}", out.broken);
+    assert!(
+        out.broken.is_empty(),
+        "broken downloads: {:?}\n{}",
+        out.broken,
+        diagnosis(&lab)
+    );
     assert_eq!(out.udp_unanswered, 0, "UDP flows never answered");
     assert_eq!(out.udp_moved, 0, "UDP flows that changed backend");
     assert!(lab.stop_appliance(), "clean exit");
@@ -580,7 +642,12 @@ fn a_restart_hands_over_through_its_file_and_a_wrong_format_starts_cold() {
         out.worst_stall,
         out.udp_moved
     );
-    assert!(out.broken.is_empty(), "broken downloads: {:?}", out.broken);
+    assert!(
+        out.broken.is_empty(),
+        "broken downloads: {:?}\n{}",
+        out.broken,
+        diagnosis(&lab)
+    );
     assert_eq!(out.udp_moved, 0, "UDP flows that changed backend");
 
     // The same stop, then the file's format number changed, as an incompatible release

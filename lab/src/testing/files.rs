@@ -100,3 +100,26 @@ mod tests {
         assert_eq!(tail("a", 5), "a");
     }
 }
+
+/// The lines of every appliance log in `dir` (`sluice*.log*`: each process's, takeovers'
+/// included) that contain `needle`, each after its file's name: a failure's diagnosis
+/// (`"health: "` shows every verdict that changed while the test ran).
+pub fn log_lines(dir: &Path, needle: &str) -> Vec<String> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.retain(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("sluice") && n.contains(".log"))
+    });
+    names.sort();
+    let mut out = Vec::new();
+    for p in names {
+        let name = p.file_name().map(|n| n.to_string_lossy().to_string());
+        for l in file_text(&p).lines().filter(|l| l.contains(needle)) {
+            out.push(format!("{}: {l}", name.clone().unwrap_or_default()));
+        }
+    }
+    out
+}
