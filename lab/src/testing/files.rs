@@ -85,22 +85,6 @@ pub fn sample(text: &str, name: &str) -> Option<f64> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn samples_and_tails() {
-        let text = "# HELP x\nsluice_x_total 5\nsluice_x 2\nsluice_y{by=\"xdp\"} 7\n";
-        assert_eq!(sample(text, "sluice_x"), Some(2.0));
-        assert_eq!(sample(text, "sluice_x_total"), Some(5.0));
-        assert_eq!(sample(text, "sluice_y{by=\"xdp\"}"), Some(7.0));
-        assert_eq!(sample(text, "sluice_z"), None);
-        assert_eq!(tail("a\nb\nc", 2), "b\nc");
-        assert_eq!(tail("a", 5), "a");
-    }
-}
-
 /// The lines of every appliance log in `dir` (`sluice*.log*`: each process's, takeovers'
 /// included) that contain `needle`, each after its file's name: a failure's diagnosis
 /// (`"health: "` shows every verdict that changed while the test ran).
@@ -122,4 +106,20 @@ pub fn log_lines(dir: &Path, needle: &str) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_and_tails() {
+        let text = "# HELP x\nsluice_x_total 5\nsluice_x 2\nsluice_y{by=\"xdp\"} 7\n";
+        assert_eq!(sample(text, "sluice_x"), Some(2.0));
+        assert_eq!(sample(text, "sluice_x_total"), Some(5.0));
+        assert_eq!(sample(text, "sluice_y{by=\"xdp\"}"), Some(7.0));
+        assert_eq!(sample(text, "sluice_z"), None);
+        assert_eq!(tail("a\nb\nc", 2), "b\nc");
+        assert_eq!(tail("a", 5), "a");
+    }
 }
