@@ -92,6 +92,9 @@ impl Lab {
             let check = if proto == "tcp" { "http" } else { "echo" };
             let _ = writeln!(s, "health_check = \"{check}\"");
         }
+        if self.options.inhibit_on_failure {
+            s.push_str("inhibit_on_failure = true\n");
+        }
         match mode {
             LabMode::Nat => s.push_str("mode = \"nat\"\n"),
             LabMode::FullNat => {

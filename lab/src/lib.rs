@@ -175,6 +175,11 @@ pub struct LabOptions {
     /// Connection sync between the appliances: a `[sync]` section in each config (listen
     /// on its LAN address, port [`SYNC_PORT`], the others as peers, one key file).
     pub sync: bool,
+    /// `inhibit_on_failure = true` on every VIP: a backend whose checks fail keeps its
+    /// established flows. For tests of something else than health (takeovers, sync) on a
+    /// loaded machine, where a check's timeout would otherwise move a backend's flows and
+    /// reset them (as the policy says, not as the thing tested did).
+    pub inhibit_on_failure: bool,
 }
 
 /// The UDP port of the lab appliances' connection sync.
@@ -195,6 +200,7 @@ impl Default for LabOptions {
             queues: 1,
             prefix: "sl",
             sync: false,
+            inhibit_on_failure: false,
         }
     }
 }
