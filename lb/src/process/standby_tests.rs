@@ -56,6 +56,61 @@ fn a_synced_flow_keeps_its_backend_on_another_appliance() {
     }
 }
 
+/// The client's SYN reached B first and went unanswered; its resend took another ECMP path
+/// and completed the handshake through A, which synced the flow; then the flow's segments
+/// move to B (the helper's capture in the flow_sync_ring lab: B's half-open entry sent
+/// the ACK to its own choice, which reset the connection).
+#[test]
+fn a_synced_flow_wins_over_a_half_open_entry_of_its_tuple() {
+    // (FullNAT too, but two appliances of one table here would share one SNAT pool, and
+    // a synced port another flow holds is refused: `a_fullnat_flow_keeps_its_port...`.)
+    for mode in [Mode::Dr, Mode::Nat] {
+        let mut c = one_vip(mode, Scheduler::Wrr, 3);
+        for (b, w) in c.vips[0].backends.iter_mut().zip([5, 3, 1]) {
+            b.weight = w;
+        }
+        let t = tables(&c, 1, &|_| true);
+        let (mut ct_a, mut w_a) = (ct_for(&t, 4096), WorkerState::new());
+        let (mut ct_b, mut w_b) = (ct_for(&t, 4096), WorkerState::new());
+        let sb = Arc::new(Standby::new(1024));
+        w_b.set_standby(Arc::clone(&sb));
+        // A has scheduled 100 other flows first, so its wrr choices for the same tuples
+        // differ from B's.
+        for i in 0..100 {
+            send(&t, &mut ct_a, &mut w_a, 9000 + i, 0x02, SEC);
+        }
+        let on_b: Vec<Option<u8>> = (0..200)
+            .map(|i| send(&t, &mut ct_b, &mut w_b, 2000 + i, 0x02, SEC).1)
+            .collect();
+        let on_a: Vec<Option<u8>> = (0..200)
+            .map(|i| send(&t, &mut ct_a, &mut w_a, 2000 + i, 0x02, SEC).1)
+            .collect();
+        assert!(
+            on_a.iter().zip(&on_b).any(|(a, b)| a != b),
+            "{mode:?}: the test needs flows whose two choices differ"
+        );
+        for mut r in ct_a
+            .export(2 * SEC)
+            .filter(|r| r.key.sport >= 2000 && r.key.sport < 2200)
+        {
+            // Synced flows are established ones (see `conntrack::news`).
+            r.state = crate::conntrack::FlowState::TcpEstablished;
+            sb.offer(&r, 300 * SEC, 2 * SEC);
+        }
+        let after: Vec<Option<u8>> = (0..200)
+            .map(|i| send(&t, &mut ct_b, &mut w_b, 2000 + i, 0x10, 3 * SEC).1)
+            .collect();
+        assert_eq!(
+            after, on_a,
+            "{mode:?}: every flow goes where A's handshake went"
+        );
+        // The taken flow is established here now: a later SYN of its tuple goes to its
+        // backend too (an established flow is never reopened by a SYN).
+        let v = send(&t, &mut ct_b, &mut w_b, 2000, 0x02, 4 * SEC).1;
+        assert_eq!(v, on_a[0], "{mode:?}: the taken flow stays taken");
+    }
+}
+
 #[test]
 fn a_fullnat_flow_keeps_its_port_and_answers_its_return_traffic_first() {
     let c = one_vip(Mode::FullNat, Scheduler::Wrr, 3);
