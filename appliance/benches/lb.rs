@@ -12,6 +12,9 @@
 //! the appliance's usual state, no cookie check), and with `"flood"` while cookies may come
 //! back (`flood/cookies_out`: the ACK is checked as a cookie first, then handled as without
 //! the proxy), side by side; no state is made either way.
+//! QUIC-LB (`process_quic`): an established UDP flow's short-header datagram through the
+//! same VIP routed by its 5-tuple (no `quic_lb`) and by its connection ID in each encoding
+//! (plaintext, single-pass AES, four-pass), side by side.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -21,7 +24,7 @@ use sluice::lb::conntrack::ConnTable;
 use sluice::lb::hash::{backend_identity, u128_to_addr};
 use sluice::lb::maglev::{MaglevBackend, Ring};
 use sluice::lb::{FlowState, Frame, HEADROOM, Tables, Verdict, WorkerState, process};
-use testkit::golden::{self, NOW, Pkt, tcp};
+use testkit::golden::{self, NOW, Pkt, tcp, udp};
 
 const CASES: [(&str, &str, &str); 7] = [
     ("nat4", "192.0.2.10", "198.51.100.7"),
@@ -207,5 +210,82 @@ fn maglev_build(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, established, new_flows, ack_no_flow, maglev_build);
+/// The golden `nat4u` VIP (UDP 192.0.2.10:53) with `quic_lb` set to `q` (`None`: routed by
+/// its 5-tuple), its tables, and a short-header datagram whose CID names its backend.
+fn quic_case(q: Option<sluice::config::quic::QuicLb>) -> (Tables, Vec<u8>) {
+    let mut c = golden::config();
+    let v = c
+        .vips
+        .iter()
+        .position(|v| v.name == "nat4u")
+        .expect("nat4u");
+    c.vips[v].quic_lb = q;
+    let t = golden::tables_for(&c);
+    let mut payload = vec![0x40];
+    match &t.vips[v].quic {
+        Some(r) => {
+            let slot = t.vips[v].backends.start;
+            let id = r.id_of(slot).expect("the backend's server ID");
+            let nonce = vec![0x5a; r.codec.cid_len() - 1 - id.as_bytes().len()];
+            payload.extend_from_slice(&r.codec.encode(id.as_bytes(), &nonce));
+        }
+        // The same length of CID, never read.
+        None => payload.extend_from_slice(&[0x5a; 8]),
+    }
+    payload.extend_from_slice(&[0u8; 32]);
+    let frame = Pkt::new("198.51.100.7", "192.0.2.10", 17, udp(40000, 53, &payload)).build();
+    (t, frame)
+}
+
+fn quic(c: &mut Criterion) {
+    use sluice::config::quic::QuicLb;
+    let lb = |sid: u8, nonce: u8, key: Option<[u8; 16]>| QuicLb {
+        config_id: 1,
+        server_id_len: sid,
+        nonce_len: nonce,
+        key,
+        assigned: Vec::new(),
+    };
+    let mut g = c.benchmark_group("process_quic");
+    g.throughput(Throughput::Elements(1));
+    for (name, q) in [
+        ("5tuple", None),
+        ("cid_plaintext", Some(lb(2, 5, None))),
+        ("cid_single_pass", Some(lb(3, 13, Some([0x42; 16])))),
+        ("cid_four_pass", Some(lb(2, 5, Some([0x42; 16])))),
+    ] {
+        let routed_by_cid = q.is_some();
+        let (t, input) = quic_case(q);
+        let mut ct = golden::fresh_conntrack(&t);
+        let mut w = WorkerState::new();
+        let mut buf = vec![0u8; HEADROOM + input.len() + 256];
+        let mut send = |ct: &mut ConnTable, w: &mut WorkerState, now: u64| {
+            buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+            let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).expect("frame");
+            process(&mut f, &t, ct, w, now)
+        };
+        // The flow's first datagram makes its entry; the timed ones find it.
+        let v = send(&mut ct, &mut w, NOW);
+        assert!(matches!(v, Verdict::Tx { .. }), "{name}: {v:?}");
+        let mut now = NOW;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                now += 100;
+                black_box(send(&mut ct, &mut w, now))
+            })
+        });
+        let routed: u64 = w.quic.iter().map(|c| c[0]).sum();
+        assert_eq!(routed > 0, routed_by_cid, "{name}: {routed} routed by CID");
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    established,
+    new_flows,
+    ack_no_flow,
+    quic,
+    maglev_build
+);
 criterion_main!(benches);

@@ -35,7 +35,7 @@ use lb::process::{DropReason, Verdict, WorkerStats, process};
 use lb::{Frame, HEADROOM, Tables, WorkerState};
 
 pub use build::{PEER_ISN, Pkt, checksum, icmp, l4_checksum, tcp, udp};
-pub use setup::{CONFIG_TOML, config, fresh_conntrack, setup, tables};
+pub use setup::{CONFIG_TOML, config, fresh_conntrack, setup, tables, tables_for};
 
 /// The fixed clock of every fixture.
 pub const NOW: u64 = 1_000_000_000_000;

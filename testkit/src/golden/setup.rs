@@ -41,8 +41,13 @@ pub fn setup() -> (Tables, ConnTable, WorkerState) {
 
 /// The golden tables alone (what [`setup`] returns first).
 pub fn tables() -> Tables {
-    let c = config();
-    let mut t = Tables::build(&c, &|_, _| true, 1).expect("golden tables");
+    tables_for(&config())
+}
+
+/// The tables of `c` (the golden configuration, changed) with the golden setup's next hops,
+/// gateway, MTU and local addresses: what a bench needs to compare one VIP option on and off.
+pub fn tables_for(c: &Config) -> Tables {
+    let mut t = Tables::build(c, &|_, _| true, 1).expect("golden tables");
     for slot in 0..t.backends.len() as u32 {
         if t.vips[t.backends[slot as usize].vip as usize].name == "noneigh" {
             continue;
@@ -66,7 +71,7 @@ pub fn tables() -> Tables {
     // The backends' underlay is smaller than the clients' path (the tunnel MTU rows).
     t.set_mtu(BACKENDS, 1400);
     t.set_local_addresses(&[ip("10.0.0.254"), ip("2001:db8:a::fe")]);
-    t.set_outbound(&c, None, super::NOW);
+    t.set_outbound(c, None, super::NOW);
     t
 }
 
