@@ -20,10 +20,7 @@ const POLL: Duration = Duration::from_millis(50);
 const FLOWS: usize = 24;
 
 fn start(sync: bool) -> Lab {
-    lab::netns::require_program("python3", "python3");
-    lab::netns::require_program("bird", "bird2");
-    lab::netns::require_program("birdc", "bird2");
-    lab::netns::require_program("nft", "nftables");
+    lab::testing::require_sync_lab();
     let mut lab = lab::testing::build(LabOptions {
         modes: vec![LabMode::Dr],
         appliances: Some(3),

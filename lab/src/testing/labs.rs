@@ -41,6 +41,16 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What a lab of several appliances behind BIRD with sync needs on this machine (the
+/// backends' python3, BIRD, and nftables for the client's per-appliance counters): a test
+/// fails naming what is missing.
+pub fn require_sync_lab() {
+    crate::netns::require_program("python3", "python3");
+    crate::netns::require_program("bird", "bird2");
+    crate::netns::require_program("birdc", "bird2");
+    crate::netns::require_program("nft", "nftables");
+}
+
 /// Builds the lab `options` describe; fails the test unless it runs as root, or when the lab
 /// cannot be built.
 pub fn build(options: LabOptions) -> Lab {

@@ -28,7 +28,7 @@ mod wait;
 pub use api::{Api, async_in};
 pub use client::{Download, SteadyReport, Whoami, slow_downloads, steady_client};
 pub use files::{Daemon, TempDir, file_text, log_lines, output_text, repo, sample, tail};
-pub use labs::{build, golden_netns, serial};
+pub use labs::{build, golden_netns, require_sync_lab, serial};
 pub use nginx::Nginx;
 pub use routers::{BirdRouter, Frr, kernel_route};
 pub use sluice::{Said, Sluice};

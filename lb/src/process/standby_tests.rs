@@ -10,21 +10,40 @@ use testkit::golden::{Pkt, tcp};
 
 const SEC: u64 = 1_000_000_000;
 
-/// 200 flows opened on appliance A (a SYN each, through `wrr` with weights 5:3:1), then
-/// their next segment (an ACK, no SYN) on appliance B: returns each flow's backend on A
-/// and on B.
-fn moved(mode: Mode, synced: bool) -> Vec<(Option<u8>, Option<u8>)> {
+/// Two appliances of one `wrr` VIP (weights 5:3:1): the tables, A's and B's connection
+/// tables and workers, and the standby table B reads (when `synced`).
+struct Two {
+    t: Tables,
+    a: (ConnTable, WorkerState),
+    b: (ConnTable, WorkerState),
+    sb: Arc<Standby>,
+}
+
+fn two(mode: Mode, synced: bool) -> Two {
     let mut c = one_vip(mode, Scheduler::Wrr, 3);
     for (b, w) in c.vips[0].backends.iter_mut().zip([5, 3, 1]) {
         b.weight = w;
     }
     let t = tables(&c, 1, &|_| true);
-    let (mut ct_a, mut w_a) = (ct_for(&t, 4096), WorkerState::new());
-    let (mut ct_b, mut w_b) = (ct_for(&t, 4096), WorkerState::new());
+    let a = (ct_for(&t, 4096), WorkerState::new());
+    let mut b = (ct_for(&t, 4096), WorkerState::new());
     let sb = Arc::new(Standby::new(1024));
     if synced {
-        w_b.set_standby(Arc::clone(&sb));
+        b.1.set_standby(Arc::clone(&sb));
     }
+    Two { t, a, b, sb }
+}
+
+/// 200 flows opened on appliance A (a SYN each, through `wrr` with weights 5:3:1), then
+/// their next segment (an ACK, no SYN) on appliance B: returns each flow's backend on A
+/// and on B.
+fn moved(mode: Mode, synced: bool) -> Vec<(Option<u8>, Option<u8>)> {
+    let Two {
+        t,
+        a: (mut ct_a, mut w_a),
+        b: (mut ct_b, mut w_b),
+        sb,
+    } = two(mode, synced);
     let on_a: Vec<Option<u8>> = (0..200)
         .map(|i| send(&t, &mut ct_a, &mut w_a, 2000 + i, 0x02, SEC).1)
         .collect();
@@ -65,15 +84,12 @@ fn a_synced_flow_wins_over_a_half_open_entry_of_its_tuple() {
     // (FullNAT too, but two appliances of one table here would share one SNAT pool, and
     // a synced port another flow holds is refused: `a_fullnat_flow_keeps_its_port...`.)
     for mode in [Mode::Dr, Mode::Nat] {
-        let mut c = one_vip(mode, Scheduler::Wrr, 3);
-        for (b, w) in c.vips[0].backends.iter_mut().zip([5, 3, 1]) {
-            b.weight = w;
-        }
-        let t = tables(&c, 1, &|_| true);
-        let (mut ct_a, mut w_a) = (ct_for(&t, 4096), WorkerState::new());
-        let (mut ct_b, mut w_b) = (ct_for(&t, 4096), WorkerState::new());
-        let sb = Arc::new(Standby::new(1024));
-        w_b.set_standby(Arc::clone(&sb));
+        let Two {
+            t,
+            a: (mut ct_a, mut w_a),
+            b: (mut ct_b, mut w_b),
+            sb,
+        } = two(mode, true);
         // A has scheduled 100 other flows first, so its wrr choices for the same tuples
         // differ from B's.
         for i in 0..100 {
