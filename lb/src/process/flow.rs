@@ -146,15 +146,21 @@ pub(super) fn flow_for(
         return one_packet(tables, ct, worker, vip, key, now).map(Some);
     }
     if let Some(id) = ct.lookup(key, now) {
+        let half_open = ct.flow(id).state == FlowState::TcpSyn && !is_syn(p.flags);
+        if !half_open {
+            return found(tables, ct, worker, vip, p, id, now).map(Some);
+        }
         // A peer's established flow wins over this table's half-open entry of its tuple:
         // the client's SYN came here first and went unanswered, and its resend (another
         // flow hash, so another ECMP path) completed the handshake through the peer, whose
-        // backend is the one that knows the connection.
-        let half_open = ct.flow(id).state == FlowState::TcpSyn && !is_syn(p.flags);
-        if half_open && let Some(id) = worker.standby_flow(key, tables, ct, now) {
+        // backend is the one that knows the connection. The entry is looked up again when
+        // none was taken: a refused import may have removed it (then: no entry, below).
+        let id = worker
+            .standby_flow(key, tables, ct, now)
+            .or_else(|| ct.lookup(key, now));
+        if let Some(id) = id {
             return found(tables, ct, worker, vip, p, id, now).map(Some);
         }
-        return found(tables, ct, worker, vip, p, id, now).map(Some);
     }
     // A flow a peer synced is established: its ACKs carry no cookie of ours.
     if let Some(id) = worker.standby_flow(key, tables, ct, now) {
