@@ -1,4 +1,4 @@
-//! Spoofed-source floods against a DR VIP and a FullNAT VIP (issue 18): for 20 s one hping3
+//! Spoofed-source floods against a DR VIP and a FullNAT VIP (issue 18): for 10 s one hping3
 //! process floods the VIP (SYN, ACK or UDP) from four unused addresses of the client's subnet
 //! in turn, hping3 incrementing the source port, while four slow 1 MB downloads run through
 //! the same VIP and the client opens a new connection every 50 ms. The FullNAT VIP gets
@@ -48,7 +48,7 @@ use testkit::golden;
 /// test failed on what the lab's backends lost, not on anything the appliance did.
 const DR_PACE: &str = "u20";
 /// How long each flood lasts, spread evenly over the spoofed addresses.
-const FLOOD: Duration = Duration::from_secs(20);
+const FLOOD: Duration = Duration::from_secs(10);
 /// Unused addresses of the client's subnet (198.51.100.0/24): the flood's sources.
 const SPOOFED: [&str; 4] = [
     "198.51.100.200",
@@ -64,8 +64,10 @@ const TUNNEL_EVERY: Duration = Duration::from_millis(2);
 /// How long one of its connections may take (connect, request, whole answer): room for one
 /// lost SYN (the first retransmission leaves after 1 s) on a loaded machine.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Pause between the downloads' 8 KB reads: 128 reads, about 25 s, longer than the flood.
-const DOWNLOAD_PACE: Duration = Duration::from_millis(190);
+/// Pause between the downloads' 8 KB reads: 128 reads, about 13 s, longer than the flood
+/// (the flood's length was 20 s until the suite had to fit CI's 45 minutes: flood mode is on
+/// within a second, so 10 s tests the same and each kind takes 25 s less).
+const DOWNLOAD_PACE: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Copy)]
 enum Kind {
@@ -412,7 +414,7 @@ fn flood_both_vips(kind: Kind, extra: &str) {
         // The tunnel client is one source well over its rate: before flood mode told tunnel
         // VIPs apart, the mode cut it to that rate (200 of its 500 datagrams a second, 40%).
         // 2% is left for datagrams a busy 2-core machine loses in socket buffers.
-        if run.tunnel_sent < 5000 || (run.tunnel_echoed as f64) < 0.98 * run.tunnel_sent as f64 {
+        if run.tunnel_sent < 2500 || (run.tunnel_echoed as f64) < 0.98 * run.tunnel_sent as f64 {
             failures.push(format!(
                 "{kind:?} {}: the tunnel client's flow had {}/{} echoed",
                 mode.name(),
@@ -428,9 +430,9 @@ fn flood_both_vips(kind: Kind, extra: &str) {
                 run.download_errors
             ));
         }
-        // 20 s at one every 50 ms: about 400 attempts; fewer than 300 means the client
+        // 10 s at one every 50 ms: about 200 attempts; fewer than 150 means the client
         // itself stalled and the share would prove nothing.
-        if run.attempts < 300 || share < 0.99 {
+        if run.attempts < 150 || share < 0.99 {
             failures.push(format!(
                 "{kind:?} {}: {}/{} new connections answered ({:?})",
                 mode.name(),

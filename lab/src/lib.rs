@@ -51,7 +51,7 @@ pub use appliances::{Appliance, spawn_sluice_run};
 pub use run::run_lab;
 pub use traffic::{
     BLOB_SIZE, VipReport, blob, crc32, exercise_vip, format_reports, http_get, http_request,
-    slow_download, udp_ask, upload, wait_answer,
+    slow_download, slow_download_for, udp_ask, upload, wait_answer,
 };
 pub use wait::wait_for_routes;
 

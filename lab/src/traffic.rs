@@ -120,9 +120,20 @@ pub fn slow_download(
     pace: Duration,
     started: std::sync::mpsc::Sender<String>,
 ) -> std::io::Result<Vec<u8>> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
     // Long enough for the router to drop a dead next hop and TCP to retransmit after it.
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    slow_download_for(addr, pace, Duration::from_secs(30), started)
+}
+
+/// [`slow_download`] giving up when no byte came for `read_timeout` (a test that expects
+/// its downloads to be cut waits this long for them to say so).
+pub fn slow_download_for(
+    addr: SocketAddr,
+    pace: Duration,
+    read_timeout: Duration,
+    started: std::sync::mpsc::Sender<String>,
+) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    s.set_read_timeout(Some(read_timeout))?;
     write!(
         s,
         "GET /blob HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n"

@@ -147,11 +147,24 @@ pub fn slow_downloads(
     n: usize,
     limit: Duration,
 ) -> (Vec<Download>, Vec<String>) {
+    slow_downloads_for(ns, vip, pace, Duration::from_secs(30), n, limit)
+}
+
+/// [`slow_downloads`] whose downloads give up after `read_timeout` without a byte
+/// ([`crate::slow_download_for`]).
+pub fn slow_downloads_for(
+    ns: &crate::netns::Netns,
+    vip: SocketAddr,
+    pace: Duration,
+    read_timeout: Duration,
+    n: usize,
+    limit: Duration,
+) -> (Vec<Download>, Vec<String>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let downloads = (0..n)
         .map(|_| {
             let tx = tx.clone();
-            ns.in_thread(move || crate::slow_download(vip, pace, tx))
+            ns.in_thread(move || crate::slow_download_for(vip, pace, read_timeout, tx))
                 .unwrap_or_else(|e| panic!("download thread: {e}"))
         })
         .collect();

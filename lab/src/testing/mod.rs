@@ -26,7 +26,9 @@ mod spray;
 mod wait;
 
 pub use api::{Api, async_in};
-pub use client::{Download, SteadyReport, Whoami, slow_downloads, steady_client};
+pub use client::{
+    Download, SteadyReport, Whoami, slow_downloads, slow_downloads_for, steady_client,
+};
 pub use files::{Daemon, TempDir, file_text, log_lines, output_text, repo, sample, tail};
 pub use labs::{build, golden_netns, require_sync_lab, serial};
 pub use nginx::Nginx;
