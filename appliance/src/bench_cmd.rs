@@ -50,6 +50,11 @@ pub(crate) struct BenchArgs {
     /// round, next to the default run (what the SYN proxy's handshake costs).
     #[arg(long, requires = "cps")]
     syn_proxy: bool,
+    /// --cps: also run this build with `[sync]` to one peer (a socket in the backend's
+    /// namespace that counts what it gets) in every round, next to the default run: the
+    /// rate with sync on over off, and the sync bytes sent per connection.
+    #[arg(long, requires = "cps")]
+    sync: bool,
     /// --cps and --idle: queues per veth (the appliance runs one worker per queue).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     queues: u32,
@@ -73,6 +78,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         baseline,
         flood_off,
         syn_proxy,
+        sync,
         json,
     } = args;
     if baseline.is_some() && !idle && !cps && flows.is_none() {
@@ -100,6 +106,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
             busy_poll,
             flood_off,
             syn_proxy,
+            sync,
             baseline,
         })
     } else {
@@ -185,13 +192,22 @@ mod tests {
     use crate::config::{Config, SynProxy};
     use bench::CpsVariant;
 
-    /// Every variant of the connection-rate bench is a config the appliance takes, and only
-    /// `--syn-proxy`'s proxies the NAT VIP (the DR VIP cannot be).
+    /// Every variant of the connection-rate bench is a config the appliance takes, only
+    /// `--syn-proxy`'s proxies the NAT VIP (the DR VIP cannot be) and only `--sync`'s syncs.
     #[test]
     fn the_cps_bench_configs_are_valid_and_proxy_only_when_asked() {
         let sock = std::path::Path::new("/run/bench/api.sock");
-        for (flood, syn_proxy) in [(true, false), (false, false), (true, true)] {
-            let v = CpsVariant { flood, syn_proxy };
+        for (flood, syn_proxy, sync) in [
+            (true, false, false),
+            (false, false, false),
+            (true, true, false),
+            (true, false, true),
+        ] {
+            let v = CpsVariant {
+                flood,
+                syn_proxy,
+                sync,
+            };
             let c = Config::from_toml_str(&bench::cps_config(sock, false, v))
                 .unwrap_or_else(|e| panic!("{v:?}: {e}"));
             let nat = c.vips.iter().find(|v| v.name == "nat").expect("nat VIP");
@@ -202,6 +218,8 @@ mod tests {
             };
             assert_eq!(nat.syn_proxy, want, "{v:?}");
             assert_eq!(c.flood.enabled, flood, "{v:?}");
+            let peers = c.sync.as_ref().map(|s| s.peers.clone());
+            assert_eq!(peers, sync.then(|| vec![bench::SYNC_PEER]), "{v:?}");
         }
     }
 }

@@ -19,11 +19,11 @@
 //! kernel alike. Each round alternates the order of the runs.
 
 use std::fs::File;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use lab::netns::{self, LabError, Netns, try_veth_mq};
@@ -32,7 +32,7 @@ use crate::BenchError;
 use crate::appliance::{self, Appliance};
 use crate::client::{ClientOptions, ClientResult};
 use crate::counters::{cpu_times, mac_of, mac_text};
-use crate::cps_report::{CpsReport, CpsRun, FloodSeen, RunKind};
+use crate::cps_report::{CpsReport, CpsRun, FloodSeen, RunKind, SyncSeen};
 use crate::idle::process_ticks;
 
 /// The NAT VIP (TCP port 80).
@@ -46,6 +46,12 @@ const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 81, 1, 2);
 const BACKEND_DIRECT: Ipv4Addr = Ipv4Addr::new(10, 81, 3, 1);
 const CLIENT_DIRECT: Ipv4Addr = Ipv4Addr::new(10, 81, 3, 2);
 const HTTP: u16 = 80;
+/// The `--sync` runs' `[sync] listen` (lb, on the backends' link) and their one peer: a
+/// socket in be that counts what it receives. A counting socket, not a second appliance:
+/// what is measured is what sync costs the appliance that sends.
+pub const SYNC_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 81, 2, 1)), 7947);
+/// See [`SYNC_LISTEN`].
+pub const SYNC_PEER: SocketAddr = SocketAddr::new(IpAddr::V4(CPS_BACKEND), 7947);
 
 /// What `sluice bench --cps` measures.
 #[derive(Debug, Clone)]
@@ -70,6 +76,9 @@ pub struct CpsOptions {
     /// Also run Sluice with `syn_proxy = "always"` on the NAT VIP, next to the default run
     /// in each round: what the SYN proxy's cookie handshake costs a connection.
     pub syn_proxy: bool,
+    /// Also run Sluice with `[sync]` to one peer, next to the default run in each round:
+    /// what connection sync costs a connection, and the bytes it sends for one.
+    pub sync: bool,
     /// Also run this other `sluice` binary (an older build) with the default settings in
     /// each round: before and after in one invocation.
     pub baseline: Option<PathBuf>,
@@ -82,6 +91,8 @@ pub struct Variant {
     pub flood: bool,
     /// The NAT VIP has `syn_proxy = "always"`.
     pub syn_proxy: bool,
+    /// `[sync]` with one peer: a counting socket in be ([`SYNC_PEER`]).
+    pub sync: bool,
 }
 
 impl Variant {
@@ -89,6 +100,7 @@ impl Variant {
     pub const DEFAULT: Variant = Variant {
         flood: true,
         syn_proxy: false,
+        sync: false,
     };
 }
 
@@ -109,9 +121,19 @@ pub fn cps_config(api_socket: &Path, busy_poll: bool, variant: Variant) -> Strin
         )
     };
     let flood = variant.flood;
+    // The peer never answers the catch-up request: the appliance waits a second for it.
+    let sync = if variant.sync {
+        format!(
+            "[sync]\nlisten = \"{SYNC_LISTEN}\"\npeers = [\"{SYNC_PEER}\"]\nkey_file = \"{}\"\n\
+             catch_up_timeout = \"1s\"\n\n",
+            sync_key_path(api_socket).display()
+        )
+    } else {
+        String::new()
+    };
     format!(
         "[appliance]\nname = \"bench-cps\"\ninterfaces = [\"eth0\", \"eth1\"]\nxdp_mode = \"auto\"\n\
-         busy_poll = {busy_poll}\n\n[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n{}{}{}",
+         busy_poll = {busy_poll}\n\n[api]\nsocket = \"{}\"\nmetrics = \"\"\n\n{}{sync}{}{}",
         api_socket.display(),
         if flood {
             ""
@@ -123,6 +145,11 @@ pub fn cps_config(api_socket: &Path, busy_poll: bool, variant: Variant) -> Strin
     )
 }
 
+/// The `--sync` runs' key file, beside the API socket.
+fn sync_key_path(api_socket: &Path) -> PathBuf {
+    api_socket.with_file_name("sync.key")
+}
+
 /// The namespaces, nginx and the appliance of one connection-rate bench. Dropping it stops
 /// the appliance; the namespaces go after it, killing nginx.
 pub(crate) struct CpsBench {
@@ -132,6 +159,68 @@ pub(crate) struct CpsBench {
     pub(crate) cl: Netns,
     pub(crate) lb: Netns,
     pub(crate) be: Netns,
+    /// The `--sync` runs' peer, while they run.
+    sync_peer: Option<SyncSink>,
+}
+
+/// A UDP socket in be on [`SYNC_PEER`] that counts the datagrams and bytes it receives
+/// until dropped.
+struct SyncSink {
+    stop: Arc<AtomicBool>,
+    counts: Arc<[AtomicU64; 2]>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SyncSink {
+    fn start(be: &Netns) -> Result<SyncSink, BenchError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (st, c) = (Arc::clone(&stop), Arc::clone(&counts));
+        let thread = be.in_thread(move || {
+            let s = match UdpSocket::bind(SYNC_PEER) {
+                Ok(s) => s,
+                Err(e) => return drop(tx.send(Err(e.to_string()))),
+            };
+            let timeout = s.set_read_timeout(Some(Duration::from_millis(100)));
+            let _ = tx.send(timeout.map_err(|e| e.to_string()));
+            let mut buf = vec![0u8; 65536];
+            while !st.load(Ordering::Relaxed) {
+                if let Ok(n) = s.recv(&mut buf) {
+                    c[0].fetch_add(1, Ordering::Relaxed);
+                    c[1].fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
+        })?;
+        let sink = SyncSink {
+            stop,
+            counts,
+            thread: Some(thread),
+        };
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(Ok(())) => Ok(sink),
+            Ok(Err(e)) => Err(lab_err(format!("bind the sync peer {SYNC_PEER} in be"), e)),
+            Err(_) => Err(lab_err(
+                format!("bind the sync peer {SYNC_PEER} in be"),
+                "no answer",
+            )),
+        }
+    }
+
+    /// Datagrams and bytes received so far.
+    fn counts(&self) -> (u64, u64) {
+        let c = &self.counts;
+        (c[0].load(Ordering::Relaxed), c[1].load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for SyncSink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Drop for CpsBench {
@@ -178,6 +267,7 @@ impl CpsBench {
             cl: Netns::create(&format!("{id}cl"))?,
             lb: Netns::create(&format!("{id}lb"))?,
             be: Netns::create(&format!("{id}be"))?,
+            sync_peer: None,
         };
         bench.wire(queues)?;
         if with_nginx {
@@ -309,6 +399,14 @@ impl CpsBench {
         variant: Variant,
     ) -> Result<u32, BenchError> {
         let config = cps_config(&self.api_socket(), busy_poll, variant);
+        if variant.sync {
+            let key = sync_key_path(&self.api_socket());
+            std::fs::write(
+                &key,
+                "sluice bench --cps --sync: a key of at least 32 bytes\n",
+            )
+            .map_err(|e| lab_err(format!("write {}", key.display()), e))?;
+        }
         let a = Appliance::start(&self.lb, sluice, &self.dir, &config)?;
         let pid = a.pid();
         self.appliance = Some(a);
@@ -371,6 +469,7 @@ impl CpsBench {
             Ok(crate::runs::fetch_status(&self.api_socket())?.flood)
         };
         let flood0 = flood(appliance.is_some())?;
+        let sync0 = self.sync_seen(appliance)?;
         let cpu0 = cpu_times()?;
         let lb0 = appliance.map(process_ticks).transpose()?;
         let stop2 = Arc::clone(stop);
@@ -389,7 +488,28 @@ impl CpsBench {
         run.flood = flood0
             .zip(flood(appliance.is_some())?)
             .map(|(a, b)| FloodSeen::between(&a, &b));
+        run.sync = sync0
+            .zip(self.sync_seen(appliance)?)
+            .map(|(a, b)| SyncSeen::between(&a, &b));
         Ok(run)
+    }
+
+    /// Sync's counters so far (the appliance's and its peer's), while a `--sync` run's
+    /// appliance runs.
+    fn sync_seen(&self, appliance: Option<u32>) -> Result<Option<SyncSeen>, BenchError> {
+        let Some(peer) = self.sync_peer.as_ref().filter(|_| appliance.is_some()) else {
+            return Ok(None);
+        };
+        let text = crate::runs::fetch_metrics(&self.api_socket())?;
+        let sum = |name: &str, only: &str| crate::runs::metric_sum(&text, name, only);
+        let (peer_datagrams, peer_bytes) = peer.counts();
+        Ok(Some(SyncSeen {
+            records: sum("sluice_sync_records_total", "direction=\"sent\""),
+            sent_bytes: sum("sluice_sync_sent_bytes_total", ""),
+            peer_datagrams,
+            peer_bytes,
+            left_out: sum("sluice_sync_left_out_total", ""),
+        }))
     }
 
     /// Every Sluice variant of a round: the default, then with flood mode off and the
@@ -432,6 +552,22 @@ impl CpsBench {
                 stop,
             )?);
         }
+        if options.sync {
+            self.sync_peer = Some(SyncSink::start(&self.be)?);
+            let synced = Variant {
+                sync: true,
+                ..Variant::DEFAULT
+            };
+            let got = self.sluice_runs(
+                &options.sluice,
+                synced,
+                &[RunKind::SluiceNatSync, RunKind::SluiceDrSync],
+                options,
+                stop,
+            );
+            self.sync_peer = None;
+            runs.extend(got?);
+        }
         if let Some(old) = &options.baseline {
             runs.extend(self.sluice_runs(
                 old,
@@ -456,7 +592,7 @@ impl CpsBench {
     ) -> Result<Vec<CpsRun>, BenchError> {
         let pid = self.start_appliance(sluice, options.busy_poll, variant)?;
         eprintln!(
-            "bench: started {} in {}{}{}",
+            "bench: started {} in {}{}{}{}",
             sluice.display(),
             self.lb.name,
             if variant.flood {
@@ -466,6 +602,11 @@ impl CpsBench {
             },
             if variant.syn_proxy {
                 ", the NAT VIP with syn_proxy = always"
+            } else {
+                ""
+            },
+            if variant.sync {
+                ", [sync] to one peer"
             } else {
                 ""
             }

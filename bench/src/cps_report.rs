@@ -31,6 +31,11 @@ pub enum RunKind {
     /// `sluice run`'s NAT VIP with `syn_proxy = "always"` (`--syn-proxy`): every
     /// handshake answered by the appliance's SYN cookie first.
     SluiceNatSynProxy,
+    /// `sluice run`'s NAT VIP with `[sync]` to one peer (`--sync`): every connection's
+    /// establishment and end sent as records.
+    SluiceNatSync,
+    /// `sluice run`'s DR VIP with `[sync]` to one peer (`--sync`).
+    SluiceDrSync,
     /// The `--baseline` binary's NAT VIP (an older build, default settings).
     BaselineNat,
     /// The `--baseline` binary's DR VIP.
@@ -39,17 +44,19 @@ pub enum RunKind {
 
 impl RunKind {
     /// Every run, in the order of the report.
-    pub const ALL: [RunKind; 10] = [
+    pub const ALL: [RunKind; 12] = [
         RunKind::Direct,
         RunKind::KernelNat,
         RunKind::BaselineNat,
         RunKind::SluiceNat,
         RunKind::SluiceNatFloodOff,
         RunKind::SluiceNatSynProxy,
+        RunKind::SluiceNatSync,
         RunKind::KernelDr,
         RunKind::BaselineDr,
         RunKind::SluiceDr,
         RunKind::SluiceDrFloodOff,
+        RunKind::SluiceDrSync,
     ];
 
     /// Runs only some invocations make (`--flood-off`, `--baseline`): the report leaves
@@ -60,9 +67,23 @@ impl RunKind {
             RunKind::SluiceNatFloodOff
                 | RunKind::SluiceDrFloodOff
                 | RunKind::SluiceNatSynProxy
+                | RunKind::SluiceNatSync
+                | RunKind::SluiceDrSync
                 | RunKind::BaselineNat
                 | RunKind::BaselineDr
         )
+    }
+
+    /// The run of this build with default settings on the same VIP, for a variant's run
+    /// (flood mode off, the SYN proxy, sync): what the variant costs, from one invocation.
+    pub fn default_run(self) -> Option<RunKind> {
+        match self {
+            RunKind::SluiceNatFloodOff | RunKind::SluiceNatSynProxy | RunKind::SluiceNatSync => {
+                Some(RunKind::SluiceNat)
+            }
+            RunKind::SluiceDrFloodOff | RunKind::SluiceDrSync => Some(RunKind::SluiceDr),
+            _ => None,
+        }
     }
 
     /// The run's name in the report.
@@ -76,6 +97,8 @@ impl RunKind {
             RunKind::SluiceNatFloodOff => "sluice NAT VIP, flood mode off",
             RunKind::SluiceDrFloodOff => "sluice DR VIP, flood mode off",
             RunKind::SluiceNatSynProxy => "sluice NAT VIP, syn_proxy = always",
+            RunKind::SluiceNatSync => "sluice NAT VIP, [sync] to one peer",
+            RunKind::SluiceDrSync => "sluice DR VIP, [sync] to one peer",
             RunKind::BaselineNat => "baseline sluice NAT VIP",
             RunKind::BaselineDr => "baseline sluice DR VIP",
         }
@@ -89,10 +112,12 @@ impl RunKind {
             | RunKind::SluiceNat
             | RunKind::SluiceNatFloodOff
             | RunKind::SluiceNatSynProxy
+            | RunKind::SluiceNatSync
             | RunKind::BaselineNat => nat,
             RunKind::KernelDr
             | RunKind::SluiceDr
             | RunKind::SluiceDrFloodOff
+            | RunKind::SluiceDrSync
             | RunKind::BaselineDr => dr,
         }
     }
@@ -103,10 +128,12 @@ impl RunKind {
             RunKind::SluiceNat
             | RunKind::SluiceNatFloodOff
             | RunKind::SluiceNatSynProxy
+            | RunKind::SluiceNatSync
             | RunKind::BaselineNat => Some(RunKind::KernelNat),
-            RunKind::SluiceDr | RunKind::SluiceDrFloodOff | RunKind::BaselineDr => {
-                Some(RunKind::KernelDr)
-            }
+            RunKind::SluiceDr
+            | RunKind::SluiceDrFloodOff
+            | RunKind::SluiceDrSync
+            | RunKind::BaselineDr => Some(RunKind::KernelDr),
             RunKind::Direct | RunKind::KernelNat | RunKind::KernelDr => None,
         }
     }
@@ -137,6 +164,24 @@ pub struct CpsRun {
     /// What flood mode did meanwhile (Sluice's runs): the one client address opens
     /// thousands of connections a second, which flood mode must not take for a flood.
     pub flood: Option<FloodSeen>,
+    /// What connection sync sent meanwhile (the `--sync` runs).
+    pub sync: Option<SyncSeen>,
+}
+
+/// Connection sync's traffic over one run: the appliance's counters and what its peer (a
+/// counting socket) received.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SyncSeen {
+    /// Flow records sent (established and ended).
+    pub records: u64,
+    /// Bytes of sync datagrams the appliance sent (UDP payload).
+    pub sent_bytes: u64,
+    /// Datagrams and payload bytes the peer received.
+    pub peer_datagrams: u64,
+    /// See `peer_datagrams`.
+    pub peer_bytes: u64,
+    /// Flows not synced (queue full, rate spent, send refused).
+    pub left_out: u64,
 }
 
 /// Flood mode's counters over one Sluice run (differences of the appliance's status).
@@ -192,6 +237,7 @@ impl CpsRun {
             appliance_us_per_conn: appliance_ticks.map(per_conn),
             first_error: r.first_error.clone(),
             flood: None,
+            sync: None,
         }
     }
 }
@@ -225,6 +271,10 @@ pub struct CpsMedian {
     pub vs_peer: Option<f64>,
     /// The rate over the direct run's.
     pub vs_direct: f64,
+    /// A variant's rate over the default run's on the same VIP ([`RunKind::default_run`]).
+    pub vs_default: Option<f64>,
+    /// Sync bytes sent per completed connection, over all rounds (the `--sync` runs).
+    pub sync_bytes_per_conn: Option<f64>,
 }
 
 /// The connection-rate bench's result.
@@ -283,6 +333,8 @@ impl CpsReport {
                     failed: runs.iter().map(|r| r.failed).sum(),
                     vs_peer: None,
                     vs_direct: 0.0,
+                    vs_default: None,
+                    sync_bytes_per_conn: sync_bytes_per_conn(&runs),
                 }
             })
             .collect();
@@ -293,6 +345,10 @@ impl CpsReport {
         for m in &mut medians {
             m.vs_direct = ratio(m.rate, direct);
             m.vs_peer = m.kind.peer().map(|p| ratio(m.rate, rate_of(&snapshot, p)));
+            m.vs_default = m
+                .kind
+                .default_run()
+                .map(|d| ratio(m.rate, rate_of(&snapshot, d)));
         }
         let direct_fastest = snapshot
             .iter()
@@ -372,6 +428,7 @@ impl CpsReport {
                 ));
             }
         }
+        s.push_str(&self.variant_lines());
         for r in self.rounds.iter().flatten() {
             if let Some(e) = &r.first_error {
                 s.push_str(&format!("first failure, {}: {e}\n", r.kind.label()));
@@ -387,6 +444,68 @@ impl CpsReport {
         });
         s
     }
+}
+
+impl CpsReport {
+    /// What each variant costs against the default run (its rate's ratio), and what sync
+    /// sent in each of its runs.
+    fn variant_lines(&self) -> String {
+        let mut s = String::new();
+        for m in &self.medians {
+            if let (Some(v), Some(d)) = (m.vs_default, m.kind.default_run()) {
+                s.push_str(&format!(
+                    "{}: {v:.2}x the rate of {} (medians, same rounds)\n",
+                    m.kind.label(),
+                    d.label()
+                ));
+            }
+            if let Some(b) = m.sync_bytes_per_conn {
+                s.push_str(&format!(
+                    "{}: {b:.1} sync bytes sent per connection\n",
+                    m.kind.label()
+                ));
+            }
+        }
+        for r in self.rounds.iter().flatten() {
+            if let Some(y) = r.sync {
+                s.push_str(&format!(
+                    "sync, {}: {} records, {} bytes sent; the peer received {} bytes in {} \
+                     datagrams; {} flows left out\n",
+                    r.kind.label(),
+                    y.records,
+                    y.sent_bytes,
+                    y.peer_bytes,
+                    y.peer_datagrams,
+                    y.left_out
+                ));
+            }
+        }
+        s
+    }
+}
+
+impl SyncSeen {
+    /// The counters' growth from `a` to `b`.
+    pub fn between(a: &SyncSeen, b: &SyncSeen) -> SyncSeen {
+        SyncSeen {
+            records: b.records.saturating_sub(a.records),
+            sent_bytes: b.sent_bytes.saturating_sub(a.sent_bytes),
+            peer_datagrams: b.peer_datagrams.saturating_sub(a.peer_datagrams),
+            peer_bytes: b.peer_bytes.saturating_sub(a.peer_bytes),
+            left_out: b.left_out.saturating_sub(a.left_out),
+        }
+    }
+}
+
+/// Sync bytes sent per completed connection over `runs`, when they synced.
+fn sync_bytes_per_conn(runs: &[&CpsRun]) -> Option<f64> {
+    let synced: Vec<(&SyncSeen, u64)> = runs
+        .iter()
+        .filter_map(|r| r.sync.as_ref().map(|s| (s, r.completed)))
+        .collect();
+    let conns: u64 = synced.iter().map(|(_, c)| c).sum();
+    (!synced.is_empty() && conns > 0)
+        .then(|| synced.iter().map(|(s, _)| s.sent_bytes).sum::<u64>() as f64 / conns as f64)
 }
 
 fn ratio(x: f64, y: f64) -> f64 {
@@ -431,6 +550,7 @@ mod tests {
             busy_poll: false,
             flood_off: false,
             syn_proxy: false,
+            sync: false,
             baseline: None,
         };
         let round = |d, k, s| {
@@ -477,7 +597,65 @@ mod tests {
             .find(|m| m.kind == RunKind::SluiceNatFloodOff)
             .expect("the flood-off run is reported");
         assert_eq!(off.vs_peer, Some(300.0 / 400.0), "against nftables DNAT");
+        assert_eq!(
+            off.vs_default,
+            Some(300.0 / 100.0),
+            "against the default run"
+        );
         assert!(report.table().contains("flood mode off"));
+    }
+
+    /// A sync run is set against the default run of its VIP, and its bytes per connection
+    /// are all its rounds' bytes over all their connections.
+    #[test]
+    fn sync_runs_report_their_cost_and_their_bytes_per_connection() {
+        let opts = CpsOptions {
+            seconds: 1,
+            rounds: 2,
+            sluice: "sluice".into(),
+            concurrency: 8,
+            threads: 2,
+            queues: 1,
+            busy_poll: false,
+            flood_off: false,
+            syn_proxy: false,
+            sync: true,
+            baseline: None,
+        };
+        let synced = |completed, bytes| {
+            let mut r = run(RunKind::SluiceDrSync, completed, &[1]);
+            r.sync = Some(SyncSeen {
+                records: 2 * completed,
+                sent_bytes: bytes,
+                peer_datagrams: 3,
+                peer_bytes: bytes,
+                left_out: 0,
+            });
+            r
+        };
+        let rounds = vec![
+            vec![run(RunKind::SluiceDr, 1000, &[1]), synced(900, 90_000)],
+            vec![run(RunKind::SluiceDr, 1000, &[1]), synced(800, 70_000)],
+        ];
+        let report = CpsReport::new(&opts, rounds, "0".into(), "0".into());
+        let m = report
+            .medians
+            .iter()
+            .find(|m| m.kind == RunKind::SluiceDrSync)
+            .expect("the sync run is reported");
+        assert_eq!(
+            m.vs_default,
+            Some(800.0 / 1000.0),
+            "lower median of 900, 800"
+        );
+        assert_eq!(m.sync_bytes_per_conn, Some(160_000.0 / 1700.0));
+        let table = report.table();
+        assert!(table.contains("0.80x the rate of sluice DR VIP"), "{table}");
+        assert!(
+            table.contains("94.1 sync bytes sent per connection"),
+            "{table}"
+        );
+        assert!(table.contains("1800 records, 90000 bytes sent"), "{table}");
     }
 
     /// Each counter is its own growth over the run, and a counter that went back (a

@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use lab::netns::LabError;
 
-pub use cps::{CpsOptions, Variant as CpsVariant, cps_config, run_cps};
+pub use cps::{CpsOptions, SYNC_LISTEN, SYNC_PEER, Variant as CpsVariant, cps_config, run_cps};
 pub use cps_report::CpsReport;
 pub use flows::{DEFAULT_FLOWS, FlowsReport, run_flows};
 pub use idle::{IdleOptions, IdleReport, run_idle};

@@ -271,6 +271,38 @@ pub(crate) fn fetch_status(api_socket: &Path) -> Result<api::Status, BenchError>
         .map_err(|e| failed(e.to_string()))
 }
 
+/// The appliance's metrics (Prometheus text) from its API.
+pub(crate) fn fetch_metrics(api_socket: &Path) -> Result<String, BenchError> {
+    let failed = |detail: String| BenchError::Counter {
+        what: format!("the appliance's metrics from {}", api_socket.display()),
+        detail,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let client = api::Client::new(api::Endpoint::Unix(api_socket.to_path_buf()));
+    rt.block_on(client.metrics())
+        .map_err(|e| failed(e.to_string()))
+}
+
+/// The sum of the samples of `name` in Prometheus `text` whose labels contain `only`
+/// (every sample for `""`).
+pub(crate) fn metric_sum(text: &str, name: &str, only: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (labels, value) = match rest.strip_prefix('{') {
+                Some(r) => r.split_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            labels
+                .contains(only)
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum::<f64>() as u64
+}
+
 /// What the appliance says about run `name`: XDP modes, the flow cache's counters (when
 /// on) and the frames each worker took.
 fn status_line(status: &api::Status, name: &str) -> String {
@@ -343,5 +375,25 @@ impl LbTask {
         self.handle
             .join()
             .unwrap_or_else(|_| Err("the forwarding thread panicked".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_sum;
+
+    #[test]
+    fn metric_sums_add_the_samples_whose_labels_match() {
+        let text = "# HELP sluice_sync_records_total Flow records\n\
+                    sluice_sync_records_total{direction=\"sent\",kind=\"established\"} 10\n\
+                    sluice_sync_records_total{direction=\"sent\",kind=\"ended\"} 7\n\
+                    sluice_sync_records_total{direction=\"received\",kind=\"ended\"} 99\n\
+                    sluice_sync_sent_bytes_total 1234\n\
+                    sluice_sync_sent_bytes_totally 5\n";
+        let sum = |n, o| metric_sum(text, n, o);
+        assert_eq!(sum("sluice_sync_records_total", "direction=\"sent\""), 17);
+        assert_eq!(sum("sluice_sync_records_total", ""), 116);
+        assert_eq!(sum("sluice_sync_sent_bytes_total", ""), 1234);
+        assert_eq!(sum("sluice_sync_left_out_total", ""), 0);
     }
 }
