@@ -258,23 +258,22 @@ impl Bench {
 
 /// The appliance's status document from its API.
 pub(crate) fn fetch_status(api_socket: &Path) -> Result<api::Status, BenchError> {
-    let failed = |detail: String| BenchError::Counter {
-        what: format!("the appliance's status from {}", api_socket.display()),
-        detail,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let client = api::Client::new(api::Endpoint::Unix(api_socket.to_path_buf()));
-    rt.block_on(client.status())
-        .map_err(|e| failed(e.to_string()))
+    api_call(api_socket, "status", |c| async move { c.status().await })
 }
 
 /// The appliance's metrics (Prometheus text) from its API.
 pub(crate) fn fetch_metrics(api_socket: &Path) -> Result<String, BenchError> {
+    api_call(api_socket, "metrics", |c| async move { c.metrics().await })
+}
+
+/// One call of the appliance's API at `api_socket` (`what` names it in an error).
+fn api_call<T, F, Fut>(api_socket: &Path, what: &str, call: F) -> Result<T, BenchError>
+where
+    F: FnOnce(api::Client) -> Fut,
+    Fut: std::future::Future<Output = Result<T, api::ClientError>>,
+{
     let failed = |detail: String| BenchError::Counter {
-        what: format!("the appliance's metrics from {}", api_socket.display()),
+        what: format!("the appliance's {what} from {}", api_socket.display()),
         detail,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -282,8 +281,7 @@ pub(crate) fn fetch_metrics(api_socket: &Path) -> Result<String, BenchError> {
         .build()
         .map_err(|e| failed(e.to_string()))?;
     let client = api::Client::new(api::Endpoint::Unix(api_socket.to_path_buf()));
-    rt.block_on(client.metrics())
-        .map_err(|e| failed(e.to_string()))
+    rt.block_on(call(client)).map_err(|e| failed(e.to_string()))
 }
 
 /// The sum of the samples of `name` in Prometheus `text` whose labels contain `only`
