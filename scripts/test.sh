@@ -21,10 +21,10 @@ fi
 # features resolve differently from the workspace's and rebuild half the dependencies. So the
 # tests are built first; the image is then built while they run, at the lowest CPU and I/O
 # priority, mostly in what they leave idle (the namespace tests mostly wait on timers and on
-# each other): about 160 s off CI's 45 minutes. Not free: the two vCPUs share a core's
-# resources, and CPU work beside the tests slows them some (a niced clippy beside them once
-# doubled their compile). The boot test runs after the tests, alone: its guest's timers
-# (BGP, the client's) must not wait on theirs.
+# each other): its 160 s leave CI's serial path. Not free: the two vCPUs share more than the
+# scheduler arbitrates, and the appliance's unit tests beside it took 67 s instead of 11 s
+# (a niced clippy beside the test build once doubled the build). The boot test runs after
+# the tests, alone: its guest's timers (BGP, the client's) must not wait on theirs.
 cargo test --workspace --all-targets --locked --no-run || exit 1
 [ -x target/debug/sluice ] || { echo "test.sh: target/debug/sluice was not built by the tests"; exit 1; }
 echo "test.sh: building the appliance image beside the tests (image/build.sh at nice 19; its output after them)"
