@@ -182,8 +182,13 @@ impl SyncSink {
                 Ok(s) => s,
                 Err(e) => return drop(tx.send(Err(e.to_string()))),
             };
+            // Without its timeout the loop would never see `stop`: then it does not run.
             let timeout = s.set_read_timeout(Some(Duration::from_millis(100)));
+            let failed = timeout.is_err();
             let _ = tx.send(timeout.map_err(|e| e.to_string()));
+            if failed {
+                return;
+            }
             let mut buf = vec![0u8; 65536];
             while !st.load(Ordering::Relaxed) {
                 if let Ok(n) = s.recv(&mut buf) {
