@@ -779,7 +779,7 @@ fn pktgen_flood_is_forwarded_or_counted() {
             // frames then leave through an AF_PACKET socket, fewer and slower, and the
             // accounting below holds them to the same rules.
             Err(bench::pktgen::PktgenError::Send { source, .. })
-                if source.to_string().contains("Operation not permitted") =>
+                if source.kind() == libbpf_rs::ErrorKind::PermissionDenied =>
             {
                 eprintln!(
                     "pktgen: the kernel refused live frames ({source}); sending through AF_PACKET"

@@ -504,8 +504,7 @@ fn sync_bytes_per_conn(runs: &[&CpsRun]) -> Option<f64> {
         .filter_map(|r| r.sync.as_ref().map(|s| (s, r.completed)))
         .collect();
     let conns: u64 = synced.iter().map(|(_, c)| c).sum();
-    (!synced.is_empty() && conns > 0)
-        .then(|| synced.iter().map(|(s, _)| s.sent_bytes).sum::<u64>() as f64 / conns as f64)
+    (conns > 0).then(|| synced.iter().map(|(s, _)| s.sent_bytes).sum::<u64>() as f64 / conns as f64)
 }
 
 fn ratio(x: f64, y: f64) -> f64 {
@@ -529,6 +528,23 @@ mod tests {
         CpsRun::compute(kind, &r, 100, (kind == RunKind::SluiceNat).then_some(50))
     }
 
+    /// The bench's options for `rounds` rounds, with `--sync` or without.
+    fn options(rounds: usize, sync: bool) -> CpsOptions {
+        CpsOptions {
+            seconds: 1,
+            rounds,
+            sluice: "sluice".into(),
+            concurrency: 8,
+            threads: 2,
+            queues: 1,
+            busy_poll: false,
+            flood_off: false,
+            syn_proxy: false,
+            sync,
+            baseline: None,
+        }
+    }
+
     #[test]
     fn figures_per_run_and_medians_over_rounds() {
         let r = run(RunKind::SluiceNat, 1000, &[10, 20, 30, 40]);
@@ -540,19 +556,7 @@ mod tests {
         );
         assert_eq!(r.appliance_us_per_conn, Some(500.0));
 
-        let opts = CpsOptions {
-            seconds: 1,
-            rounds: 3,
-            sluice: "sluice".into(),
-            concurrency: 8,
-            threads: 2,
-            queues: 1,
-            busy_poll: false,
-            flood_off: false,
-            syn_proxy: false,
-            sync: false,
-            baseline: None,
-        };
+        let opts = options(3, false);
         let round = |d, k, s| {
             vec![
                 run(RunKind::Direct, d, &[1]),
@@ -609,19 +613,7 @@ mod tests {
     /// are all its rounds' bytes over all their connections.
     #[test]
     fn sync_runs_report_their_cost_and_their_bytes_per_connection() {
-        let opts = CpsOptions {
-            seconds: 1,
-            rounds: 2,
-            sluice: "sluice".into(),
-            concurrency: 8,
-            threads: 2,
-            queues: 1,
-            busy_poll: false,
-            flood_off: false,
-            syn_proxy: false,
-            sync: true,
-            baseline: None,
-        };
+        let opts = options(2, true);
         let synced = |completed, bytes| {
             let mut r = run(RunKind::SluiceDrSync, completed, &[1]);
             r.sync = Some(SyncSeen {
