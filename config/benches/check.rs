@@ -7,7 +7,9 @@
 //!
 //! `cargo bench -p sluice-config --bench check` (criterion: median and spread of the
 //! samples), each size measured twice: `wall` (the clock) and `cpu` (the thread's CPU
-//! time, what an idle machine's clock shows: this one is shared); `-- 10000` runs one size. The figures are in docs/manual/operate.md ("Checking a config").
+//! time, what an idle machine's clock shows: this one is shared); `-- 10000` runs one size;
+//! without `--bench` (`cargo test`), a smoke run of 1,000 VIPs. The figures are in
+//! docs/manual/operate.md ("Checking a config").
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -17,6 +19,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use sluice_config::Config;
 
 const BACKENDS: usize = 4;
+/// The size of the smoke run (without `--bench`).
+const SMOKE_VIPS: usize = 1_000;
 
 /// The config text of `vips` VIPs of [`BACKENDS`] backends each.
 pub fn config_text(vips: usize) -> String {
@@ -86,10 +90,19 @@ fn check(c: &mut Criterion) {
         .skip(1)
         .filter_map(|a| a.parse().ok())
         .collect();
+    // Without `--bench` (`cargo test --all-targets` runs this unoptimised, each routine
+    // once) the sizes would take 96 s for nothing measured: a smoke run of 1,000 VIPs
+    // instead, unless sizes were asked for.
+    let bench = std::env::args().any(|a| a == "--bench");
+    let sizes: &[usize] = if bench || !only.is_empty() {
+        &[10_000, 100_000]
+    } else {
+        &[SMOKE_VIPS]
+    };
     let mut g = c.benchmark_group("check");
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(20));
-    for vips in [10_000, 100_000] {
+    for &vips in sizes {
         if !only.is_empty() && !only.contains(&vips) {
             continue;
         }
