@@ -5,8 +5,10 @@
 //! them (reset); with `[sync]` every download completes with every byte, the survivors
 //! having taken lb2's flows from their standby tables. lb2 then comes back, catches up
 //! and settles its health before it announces, and the downloads that run meanwhile and
-//! that ECMP moves onto it are not disturbed. Prints
-//! `MEASURE` lines. Needs root, bird2, nftables and python3.
+//! that ECMP moves onto it are not disturbed. The same loss with a FullNAT VIP on all three,
+//! each appliance taking ports on its own SNAT address (`[sync] snat`) and announcing the
+//! pool with its own preferred: lb2's address moves to the survivors, which carry its flows
+//! on. Prints `MEASURE` lines. Needs root, bird2, nftables and python3.
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
@@ -19,10 +21,10 @@ const POLL: Duration = Duration::from_millis(50);
 /// Downloads through the DR VIP (about a third of them through each appliance).
 const FLOWS: usize = 24;
 
-fn start(sync: bool) -> Lab {
+fn start(mode: LabMode, sync: bool) -> Lab {
     lab::testing::require_sync_lab();
     let mut lab = lab::testing::build(LabOptions {
-        modes: vec![LabMode::Dr],
+        modes: vec![mode],
         appliances: Some(3),
         scheduler: "wrr".into(),
         prefix: "fs",
@@ -43,9 +45,13 @@ fn all_three(lab: &Lab) -> bool {
         .is_ok_and(|h| h.len() == 3 && (0..3).all(|k| h.contains(&appliance_addr(k, false))))
 }
 
-/// Long downloads through the DR VIP: their threads, once each has its headers.
-fn downloads(lab: &Lab, n: usize) -> Vec<std::thread::JoinHandle<std::io::Result<Vec<u8>>>> {
-    let vip = SocketAddr::new(LabMode::Dr.vip(false), 80);
+/// Long downloads through `mode`'s VIP: their threads, once each has its headers.
+fn downloads(
+    lab: &Lab,
+    mode: LabMode,
+    n: usize,
+) -> Vec<std::thread::JoinHandle<std::io::Result<Vec<u8>>>> {
+    let vip = SocketAddr::new(mode.vip(false), 80);
     let (tx, rx) = mpsc::channel();
     let pace = Duration::from_millis(100);
     let hs: Vec<_> = (0..n)
@@ -78,13 +84,13 @@ fn broken_of(hs: Vec<std::thread::JoinHandle<std::io::Result<Vec<u8>>>>) -> Vec<
 
 /// Runs the downloads, SIGKILLs lb2 while they run and waits for the router to drop it;
 /// returns the downloads that broke and lb2's share of the client's packets before.
-fn lose_lb2(lab: &mut Lab) -> (Vec<String>, u64) {
+fn lose_lb2(lab: &mut Lab, mode: LabMode) -> (Vec<String>, u64) {
     // Small receive buffers and a slow reader keep each 1 MB download in flight for ~13 s.
     lab.client
         .try_sh("sysctl -qw net.ipv4.tcp_rmem='4096 8192 16384'")
         .expect("sysctl");
     let before = lab.client_packets_to(1).expect("nft").0;
-    let hs = downloads(lab, FLOWS);
+    let hs = downloads(lab, mode, FLOWS);
     std::thread::sleep(Duration::from_millis(1500));
     let via_lb2 = lab.client_packets_to(1).expect("nft").0 - before;
     assert!(via_lb2 > 0, "ECMP sent none of the downloads through lb2");
@@ -95,7 +101,7 @@ fn lose_lb2(lab: &mut Lab) -> (Vec<String>, u64) {
     );
     let killed = Instant::now();
     assert!(lab.kill_appliance_at(1), "SIGKILL lb2");
-    let vip = LabMode::Dr.vip(false);
+    let vip = mode.vip(false);
     let gone = poll(Duration::from_secs(15), POLL, || {
         lab.next_hops(vip)
             .is_ok_and(|h| !h.contains(&appliance_addr(1, false)) && h.len() == 2)
@@ -119,8 +125,8 @@ fn status(lab: &Lab, k: usize) -> api::Status {
 #[test]
 fn without_sync_the_loss_of_an_appliance_breaks_its_wrr_flows() {
     let _serial = lab::testing::serial();
-    let mut lab = start(false);
-    let (broken, via_lb2) = lose_lb2(&mut lab);
+    let mut lab = start(LabMode::Dr, false);
+    let (broken, via_lb2) = lose_lb2(&mut lab, LabMode::Dr);
     println!(
         "MEASURE flow_sync: without sync, {} of {FLOWS} downloads broke ({via_lb2} client packets went through lb2)",
         broken.len()
@@ -135,7 +141,7 @@ fn without_sync_the_loss_of_an_appliance_breaks_its_wrr_flows() {
 #[test]
 fn with_sync_every_connection_survives_and_a_returning_appliance_catches_up_first() {
     let _serial = lab::testing::serial();
-    let mut lab = start(true);
+    let mut lab = start(LabMode::Dr, true);
     for k in 0..3 {
         let s = status(&lab, k).sync.expect("sync status");
         assert!(
@@ -144,7 +150,7 @@ fn with_sync_every_connection_survives_and_a_returning_appliance_catches_up_firs
             k + 1
         );
     }
-    let (broken, via_lb2) = lose_lb2(&mut lab);
+    let (broken, via_lb2) = lose_lb2(&mut lab, LabMode::Dr);
     let taken: u64 = [0, 2]
         .iter()
         .map(|k| status(&lab, *k).sync.expect("sync").standby_taken)
@@ -188,7 +194,7 @@ fn with_sync_every_connection_survives_and_a_returning_appliance_catches_up_firs
     // lb2 comes back while downloads run through the survivors: it asks them for their
     // flows and announces only once it has them; then ECMP moves some of those downloads
     // onto it.
-    let hs = downloads(&lab, FLOWS);
+    let hs = downloads(&lab, LabMode::Dr, FLOWS);
     let t0 = Instant::now();
     lab.spawn_appliance_at(1, lab::sluice!().path())
         .expect("restart lb2");
@@ -233,6 +239,53 @@ fn with_sync_every_connection_survives_and_a_returning_appliance_catches_up_firs
         std::fs::read_to_string(lab.log_path_at(1)).unwrap_or_default()
     );
     for k in 0..3 {
+        assert!(lab.stop_appliance_at(k), "lb{} did not exit cleanly", k + 1);
+    }
+}
+
+/// FullNAT on all three appliances, each taking ports on its own SNAT address and announcing
+/// the group's pool with its own preferred: the backends' replies go to the appliance that
+/// took the port; once lb2 is gone, its address is routed to the survivors, which carry its
+/// flows on from their standby tables (client side and reply side, on whichever survivor
+/// each lands), every byte intact.
+#[test]
+fn with_sync_fullnat_connections_survive_the_loss_of_the_appliance_that_took_their_ports() {
+    let _serial = lab::testing::serial();
+    let mut lab = start(LabMode::FullNat, true);
+    // `start_routed` waited for each SNAT address to be routed to its owner alone.
+    let lb2_snat = lab::snat_addr(1, false);
+    let (broken, via_lb2) = lose_lb2(&mut lab, LabMode::FullNat);
+    let hops = lab.next_hops(lb2_snat).unwrap_or_default();
+    let taken: u64 = [0, 2]
+        .iter()
+        .map(|k| status(&lab, *k).sync.expect("sync").standby_taken)
+        .sum();
+    println!(
+        "MEASURE flow_sync: FullNAT with sync, {} of {FLOWS} downloads broke; the survivors took {taken} flows of lb2 over ({via_lb2} client packets went through lb2); lb2's SNAT address now via {hops:?}",
+        broken.len()
+    );
+    assert_eq!(
+        hops,
+        vec![appliance_addr(0, false), appliance_addr(2, false)],
+        "lb2's SNAT address is not routed to the survivors\n{}",
+        lab.bgp_view()
+    );
+    let counters: Vec<String> = [0, 2]
+        .iter()
+        .map(|k| {
+            let s = status(&lab, *k);
+            let drops: Vec<_> = s.drops.iter().filter(|d| d.value > 0).collect();
+            format!("lb{}: drops {drops:?}, {:?}", k + 1, s.sync)
+        })
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "downloads broken: {broken:?}\nsurvivors:\n{}\n{}",
+        counters.join("\n"),
+        lab.bgp_view()
+    );
+    assert!(taken > 0, "no survivor took a flow from its standby table");
+    for k in [0, 2] {
         assert!(lab.stop_appliance_at(k), "lb{} did not exit cleanly", k + 1);
     }
 }

@@ -395,7 +395,7 @@ fn rewrites(
     let snat = match (v.mode, picked) {
         (Mode::FullNat, Some(b)) => {
             let mut ct = ConnTable::new(1, tables.timeouts, 0, 0, 1);
-            ct.alloc_snat(proto, b.address, b.port, &v.snat, hash, 0)
+            ct.alloc_snat(proto, b.address, b.port, &v.snat_alloc, hash, 0)
                 .map(|(a, p)| SocketAddr::new(crate::lb::hash::u128_to_addr(a, v.v6), p))
         }
         _ => None,

@@ -759,4 +759,9 @@ pub struct Sync {
     /// How long a starting appliance waits for its peers' bulk transfer before it announces
     /// its VIPs anyway (a peer that does not answer is not waited for forever).
     pub catch_up_timeout: Duration,
+    /// This appliance's own FullNAT source addresses among the VIPs' `snat` pools: it takes
+    /// ports only on these, and with `[bgp]` announces them, and the pools' other addresses
+    /// with `[bgp.standby]`'s worse path, so the replies to a lost appliance's flows reach a
+    /// survivor. Empty: the whole pools are this appliance's (no SNAT route announced).
+    pub snat: Vec<IpAddr>,
 }

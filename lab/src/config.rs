@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::netns::{LabError, Result};
 use crate::{
-    LAB_VNI, Lab, LabMode, ROUTER_LAN4, SNAT4, SNAT6, appliance_addr, backend_addr, bird, suffix,
+    LAB_VNI, Lab, LabMode, ROUTER_LAN4, SNAT4, SNAT6, appliance_addr, backend_addr, bird,
+    snat_addr, suffix,
 };
 
 impl Lab {
@@ -53,8 +54,18 @@ impl Lab {
             .filter(|j| *j != k)
             .map(at)
             .collect();
+        // This appliance's own FullNAT addresses, when it serves FullNAT VIPs.
+        let snat = if self.routed_snat() && self.options.modes.contains(&LabMode::FullNat) {
+            format!(
+                "snat = [\"{}\", \"{}\"]\n",
+                snat_addr(k, false),
+                snat_addr(k, true)
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "[sync]\nlisten = {}\npeers = [{}]\nkey_file = \"{}\"\n\n",
+            "[sync]\nlisten = {}\npeers = [{}]\nkey_file = \"{}\"\n{snat}\n",
             at(k),
             peers.join(", "),
             self.dir.join("sync.key").display()
@@ -97,6 +108,12 @@ impl Lab {
         }
         match mode {
             LabMode::Nat => s.push_str("mode = \"nat\"\n"),
+            LabMode::FullNat if self.routed_snat() => {
+                let pool: Vec<String> = (0..self.appliance_count())
+                    .map(|k| format!("\"{}\"", snat_addr(k, v6)))
+                    .collect();
+                let _ = writeln!(s, "mode = \"fullnat\"\nsnat = [{}]", pool.join(", "));
+            }
             LabMode::FullNat => {
                 let snat = if v6 { SNAT6 } else { SNAT4 };
                 let _ = writeln!(s, "mode = \"fullnat\"\nsnat = [\"{snat}\"]");

@@ -123,6 +123,20 @@ pub const CLI_APPLIANCES: usize = 2;
 pub const SNAT4: &str = "10.0.0.100";
 pub const SNAT6: &str = "2001:db8:a::100";
 
+/// Appliance `k`'s own FullNAT source address in a lab with [`Lab::routed_snat`]: outside
+/// the LAN, so the backends reach it through the router, which learns it over BGP.
+pub fn snat_addr(k: usize, v6: bool) -> IpAddr {
+    let text = if v6 {
+        format!("{}{}", ROUTED_SNAT6, k + 1)
+    } else {
+        format!("{}{}", ROUTED_SNAT4, k + 1)
+    };
+    text.parse().expect("lab SNAT addresses are literals")
+}
+/// The prefixes of [`snat_addr`]'s addresses (a /24 and a /64).
+pub(crate) const ROUTED_SNAT4: &str = "10.0.100.";
+pub(crate) const ROUTED_SNAT6: &str = "2001:db8:64::";
+
 /// LAN address of appliance `k` (0-based: `lb1` is 0 and holds [`LB_LAN4`] / [`LB_LAN6`]).
 pub fn appliance_addr(k: usize, v6: bool) -> IpAddr {
     let text = if v6 {
@@ -347,8 +361,20 @@ impl Lab {
             .modes
             .iter()
             .copied()
-            .filter(|m| k == 0 || matches!(m, LabMode::Dr | LabMode::Vxlan))
+            .filter(|m| {
+                k == 0
+                    || matches!(m, LabMode::Dr | LabMode::Vxlan)
+                    || (*m == LabMode::FullNat && self.routed_snat())
+            })
             .collect()
+    }
+
+    /// FullNAT on every appliance: with `[sync]` and several appliances, each takes ports on
+    /// its own SNAT address ([`snat_addr`], `[sync] snat`) and announces the pool over BGP
+    /// with its own preferred, so the backends' replies reach the appliance that took the
+    /// port, through the router, and a survivor once that one is gone.
+    pub fn routed_snat(&self) -> bool {
+        self.options.sync && self.appliance_count() > 1
     }
 }
 

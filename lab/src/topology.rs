@@ -48,6 +48,11 @@ impl Lab {
     fn wire_router(&self) -> Result<()> {
         let r = &self.router;
         r.try_sh("sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1")?;
+        // Replies to a FullNAT address routed to an appliance leave by the LAN they came in
+        // on: no redirect (see `wire_backend`).
+        r.try_sh(
+            "sysctl -qw net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0",
+        )?;
         r.try_run(&["ip", "link", "add", "lan", "type", "bridge"])?;
         r.try_run(&["ip", "link", "set", "lan", "up"])?;
         for addr in [format!("{ROUTER_LAN4}/24"), format!("{ROUTER_LAN6}/64")] {
@@ -180,15 +185,7 @@ impl Lab {
         be.try_run(&["ip", "addr", "add", &format!("{a6}/64"), "dev", "eth0"])?;
         be.try_run(&["ip", "route", "add", "default", "via", ROUTER_LAN4])?;
         be.try_run(&["ip", "-6", "route", "add", "default", "via", ROUTER_LAN6])?;
-        // NAT: replies from the backend port 8080 must return through the appliance.
-        be.try_run(&[
-            "ip", "route", "add", "default", "via", LB_LAN4, "table", "100",
-        ])?;
-        be.try_run(&[
-            "ip", "-6", "route", "add", "default", "via", LB_LAN6, "table", "100",
-        ])?;
-        be.try_run(&["ip", "rule", "add", "sport", "8080", "lookup", "100"])?;
-        be.try_run(&["ip", "-6", "rule", "add", "sport", "8080", "lookup", "100"])?;
+        route_replies(be)?;
         // DR and tunnel: the backend holds the VIP on lo and must not answer ARP for it.
         be.try_sh(
             "sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 \
@@ -204,6 +201,29 @@ impl Lab {
         }
         wire_vxlan(be, &a4, &a6)
     }
+}
+
+/// A backend's replies from port 8080 (NAT and FullNAT), by policy routing (table 100):
+/// - NAT: through lb1, which rewrote the request (its clients are off the LAN);
+/// - the LAN on-link: every appliance's health probes, not only lb1's, are answered there;
+/// - FullNAT on every appliance (`Lab::routed_snat`): to the appliances' own SNAT addresses
+///   through the router, which learned them over BGP. Redirects off (here and on the
+///   router): a backend that learned "the owner is on-link" would keep sending to it after
+///   it is gone.
+fn route_replies(be: &Netns) -> Result<()> {
+    let (s4, s6) = (crate::ROUTED_SNAT4, crate::ROUTED_SNAT6);
+    be.try_sh(&format!(
+        "ip route add default via {LB_LAN4} table 100 && \
+         ip -6 route add default via {LB_LAN6} table 100 && \
+         ip route add 10.0.0.0/24 dev eth0 table 100 && \
+         ip -6 route add 2001:db8:a::/64 dev eth0 table 100 && \
+         ip route add {s4}0/24 via {ROUTER_LAN4} table 100 && \
+         ip -6 route add {s6}/64 via {ROUTER_LAN6} table 100 && \
+         ip rule add sport 8080 lookup 100 && ip -6 rule add sport 8080 lookup 100 && \
+         sysctl -qw net.ipv4.conf.all.accept_redirects=0 net.ipv4.conf.eth0.accept_redirects=0 \
+           net.ipv6.conf.all.accept_redirects=0 net.ipv6.conf.eth0.accept_redirects=0"
+    ))?;
+    Ok(())
 }
 
 /// VXLAN: the backend decapsulates on vx4/vx6. The appliance sets the inner destination

@@ -27,6 +27,7 @@ pub mod process;
 pub mod quic;
 mod rings;
 pub mod sched;
+mod snat_pool;
 pub mod standby;
 pub mod steering;
 pub mod tables;

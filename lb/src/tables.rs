@@ -71,7 +71,7 @@ pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 /// Open-addressing map from (address, port, protocol) to a slot: the per-packet lookups
 /// (VIP, NAT backend, SNAT address) in one or two cache lines, no hasher state machine.
 #[derive(Debug, Clone)]
-struct TupleIndex {
+pub(crate) struct TupleIndex {
     keys: Vec<(u128, u16, u8)>,
     vals: Vec<u32>,
     mask: usize,
@@ -116,7 +116,7 @@ impl TupleIndex {
     }
 
     /// Inserts unless present; returns the value now stored.
-    fn insert_first(&mut self, k: (u128, u16, u8), v: u32) -> u32 {
+    pub(crate) fn insert_first(&mut self, k: (u128, u16, u8), v: u32) -> u32 {
         if (self.len + 1) * 2 > self.keys.len() {
             let mut bigger = TupleIndex::with_capacity(self.keys.len());
             for i in 0..self.keys.len() {
@@ -203,6 +203,10 @@ pub struct VipEntry {
     pub buckets: Vec<u16>,
     /// FullNAT local address pool, IPv4-mapped for IPv4.
     pub snat: Vec<u128>,
+    /// The pool's addresses this appliance takes ports on: those of `[sync] snat` when it
+    /// is set (the group's other appliances take the rest), else the whole pool. Return
+    /// traffic is recognised on the whole pool (a peer's synced flows use its addresses).
+    pub snat_alloc: Vec<u128>,
     /// `sh`/`dh` hash the port with the address (`sh-port` / `dh-port`).
     pub hash_ports: bool,
     /// How the client's address reaches the backends (FullNAT TCP only).
@@ -363,7 +367,7 @@ pub struct Core {
     vip_addresses: TupleIndex,
     fragment_vips: FastMap<(u128, u8), FragmentVip>,
     nat_reverse: TupleIndex,
-    snat_addresses: TupleIndex,
+    pub(crate) snat_addresses: TupleIndex,
     backend_ids: FastMap<(u32, u128, u16), u32>,
     local_addresses: TupleIndex,
     /// Tenant VIPs by (zone, address, port, protocol) (see `lb::tenant`); none of them is
@@ -481,6 +485,7 @@ impl Tables {
         // Every VIP's entries first, each holding its previous ring (or none) until the
         // rings, which read the entries, are built, on every core for a large config.
         let none = Arc::new(Ring::none());
+        let own_snat = crate::snat_pool::own(config);
         for v in &config.vips {
             let (held, quorum, acl) = match prev.get(v.name.as_str()) {
                 Some(p) => (&p.ring, Some(p.quorum.up), p.acl.as_ref()),
@@ -489,6 +494,7 @@ impl Tables {
             t.add_vip(v, healthy, Arc::clone(held), quorum)?;
             if let Some(e) = t.vips.last_mut() {
                 e.acl = crate::acl::VipAcl::carried(&v.acl, acl);
+                e.narrow_snat(&own_snat);
             }
         }
         let all: Vec<(usize, &Vip)> = config.vips.iter().enumerate().collect();
@@ -614,10 +620,7 @@ impl Core {
             .clone()
             .any(|s| self.backends[s as usize].limit.is_some());
         let buckets = self.buckets(v, range.clone());
-        let snat: Vec<u128> = v.snat.iter().map(|a| addr_to_u128(*a)).collect();
-        for &a in &snat {
-            self.snat_addresses.insert_first((a, 0, 0), vslot);
-        }
+        let snat = self.index_snat(v, vslot);
         if zone != 0 {
             self.tenant_index
                 .insert((zone, address, v.port, proto), vslot);
@@ -642,6 +645,7 @@ impl Core {
             backends: range,
             ring,
             buckets,
+            snat_alloc: snat.clone(),
             snat,
             hash_ports: v.hashes_port(),
             client_address: v.client_address,

@@ -186,6 +186,58 @@ pub fn wanted(
         .collect()
 }
 
+/// With `[sync] snat`, the FullNAT source addresses to announce beside `vips` (what
+/// [`wanted`] chose, gated): every address of the pools of the FullNAT VIPs announced, this
+/// appliance's own (`[sync] snat`) as active and the group's others with `[bgp.standby]`'s
+/// worse path. The routers then send a backend's reply to the appliance that took its port,
+/// and to the survivors, which hold its synced flows, once that one is gone. An address
+/// that is also a VIP's keeps the VIP's announcement.
+pub fn snat_routes(config: &Config, vips: &BTreeMap<IpAddr, Wanted>) -> BTreeMap<IpAddr, Wanted> {
+    let Some(own) = config
+        .sync
+        .as_ref()
+        .map(|s| &s.snat)
+        .filter(|o| !o.is_empty())
+    else {
+        return BTreeMap::new();
+    };
+    let global = config
+        .bgp
+        .as_ref()
+        .map(|b| b.communities.clone())
+        .unwrap_or_default();
+    let standby = config.bgp.as_ref().map(|b| &b.standby);
+    let mut out = BTreeMap::new();
+    for v in config
+        .vips
+        .iter()
+        .filter(|v| v.mode == config::Mode::FullNat)
+    {
+        let Some(w) = vips.get(&v.address) else {
+            continue;
+        };
+        for a in v.snat.iter().filter(|a| !vips.contains_key(a)) {
+            let role = if own.contains(a) {
+                Role::Active
+            } else {
+                Role::Standby
+            };
+            let policy = Announce {
+                role,
+                ..Announce::default()
+            };
+            let e = out.entry(*a).or_insert_with(|| Wanted {
+                attrs: attrs(global.iter().copied(), &policy, standby),
+                settled: w.settled,
+                role,
+            });
+            // Several VIPs share a pool: announced once every one of them has settled.
+            e.settled &= w.settled;
+        }
+    }
+    out
+}
+
 /// Keeps the speaker's announcements equal to [`wanted`].
 pub struct Announcer {
     speaker: Speaker,

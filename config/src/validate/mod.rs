@@ -101,7 +101,7 @@ pub fn validate(root: &Map<String, Value>) -> Result<Config, ConfigErrors> {
         .and_then(|t| fleet::fleet(t, &mut errs));
     let sync = top
         .table("sync", &mut errs)
-        .and_then(|t| sync::sync(t, &mut errs));
+        .and_then(|t| sync::sync(t, &vips, &mut errs));
     top.finish(&mut errs);
     placeholder::placeholders(root, &mut errs);
 

@@ -2,12 +2,12 @@
 //! listens, its peers, the shared key's file, and the bounds on rate and memory.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::ConfigErrors;
-use crate::model::Sync;
+use crate::model::{Mode, Sync, Vip};
 use crate::reader::Table;
 
 /// Default records a second sent.
@@ -15,7 +15,7 @@ pub const DEFAULT_SYNC_RATE: u32 = 200_000;
 /// Default standby entries kept (128 bytes of record each, about 150 MB at most).
 pub const DEFAULT_SYNC_STANDBY: u32 = 1_000_000;
 
-pub(super) fn sync(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Sync> {
+pub(super) fn sync(mut t: Table<'_>, vips: &[Vip], errs: &mut ConfigErrors) -> Option<Sync> {
     let listen = t.socket_addr("listen", errs);
     if !t.has("listen") {
         errs.push(
@@ -57,6 +57,8 @@ pub(super) fn sync(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Sync> {
             errs,
         )
         .unwrap_or(Duration::from_secs(5));
+    let snat = snat(&mut t, errs);
+    snat_owned(&snat, vips, errs);
     t.finish(errs);
     Some(Sync {
         listen: listen?,
@@ -65,7 +67,57 @@ pub(super) fn sync(mut t: Table<'_>, errs: &mut ConfigErrors) -> Option<Sync> {
         rate,
         standby,
         catch_up_timeout,
+        snat,
     })
+}
+
+/// `snat`: this appliance's own FullNAT source addresses, each an address, listed once
+/// (whether each is in a pool, and each pool has one, is [`snat_owned`]'s check).
+fn snat(t: &mut Table<'_>, errs: &mut ConfigErrors) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for (path, s) in t.strings("snat", errs).unwrap_or_default() {
+        match s.parse::<IpAddr>() {
+            Err(_) => errs.push(path, format!("{s:?} is not an IPv4 or IPv6 address")),
+            Ok(ip) if out.contains(&ip) => errs.push(path, format!("\"{ip}\" listed twice")),
+            Ok(ip) => out.push(ip),
+        }
+    }
+    out
+}
+
+/// With `[sync] snat`, this appliance takes FullNAT ports only on those addresses: each must
+/// be in some FullNAT VIP's `snat` pool (an address in none is a typo, and would be
+/// announced for nothing), and every FullNAT VIP's pool must hold one of them (such a VIP
+/// could take no port here).
+fn snat_owned(own: &[IpAddr], vips: &[Vip], errs: &mut ConfigErrors) {
+    if own.is_empty() {
+        return;
+    }
+    for (i, a) in own.iter().enumerate() {
+        if !vips.iter().any(|v| v.snat.contains(a)) {
+            errs.push(
+                format!("sync.snat[{i}]"),
+                format!("\"{a}\" is in no FullNAT VIP's snat pool"),
+            );
+        }
+    }
+    for v in vips.iter().filter(|v| v.mode == Mode::FullNat) {
+        if !v.snat.iter().any(|a| own.contains(a)) {
+            errs.push(
+                "sync.snat",
+                format!(
+                    "VIP {:?}'s snat pool ({}) holds none of this appliance's addresses: it could \
+                     take no FullNAT port here",
+                    v.name,
+                    v.snat
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+    }
 }
 
 fn peers(
@@ -150,6 +202,54 @@ mod tests {
         let s = c.sync.unwrap();
         assert_eq!((s.rate, s.standby), (5000, 100));
         assert_eq!(s.catch_up_timeout, Duration::from_secs(2));
+    }
+
+    const FULLNAT: &str = "\n[[vip]]\nname = \"full\"\naddress = \"192.0.2.11\"\nport = 80\n\
+                           mode = \"fullnat\"\nsnat = [\"10.0.100.1\", \"10.0.100.2\"]\n\n\
+                           [[vip.backend]]\naddress = \"10.1.0.12\"\n";
+
+    fn with_fullnat(sync: &str) -> String {
+        format!("{BASE}{FULLNAT}\n[sync]\n{sync}")
+    }
+
+    #[test]
+    fn own_snat_addresses_are_in_the_pools_and_every_pool_holds_one() {
+        let c = Config::from_toml_str(&with_fullnat(&format!("{GOOD}snat = [\"10.0.100.2\"]\n")))
+            .expect("valid");
+        assert_eq!(
+            c.sync.unwrap().snat,
+            vec!["10.0.100.2".parse::<std::net::IpAddr>().unwrap()]
+        );
+        let absent = Config::from_toml_str(&with_fullnat(GOOD)).expect("valid");
+        assert!(
+            absent.sync.unwrap().snat.is_empty(),
+            "absent: the whole pools"
+        );
+        let stray = format!("{GOOD}snat = [\"10.0.100.2\", \"10.0.100.9\"]\n");
+        assert_error(
+            &with_fullnat(&stray),
+            "sync.snat[1]",
+            "in no FullNAT VIP's snat pool",
+        );
+        let twice = format!("{GOOD}snat = [\"10.0.100.2\", \"10.0.100.2\"]\n");
+        assert_error(&with_fullnat(&twice), "sync.snat[1]", "listed twice");
+        let bad = format!("{GOOD}snat = [\"10.0.100\"]\n");
+        assert_error(
+            &with_fullnat(&bad),
+            "sync.snat[0]",
+            "not an IPv4 or IPv6 address",
+        );
+        // A second FullNAT VIP on a pool of none of them could take no port here.
+        let other = FULLNAT
+            .replace("\"full\"", "\"full2\"")
+            .replace("192.0.2.11", "192.0.2.12")
+            .replace("[\"10.0.100.1\", \"10.0.100.2\"]", "[\"10.0.101.1\"]");
+        let text = format!("{BASE}{FULLNAT}{other}\n[sync]\n{GOOD}snat = [\"10.0.100.1\"]\n");
+        assert_error(
+            &text,
+            "sync.snat",
+            "VIP \"full2\"'s snat pool (10.0.101.1) holds none",
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub(super) fn snat_for(
     if v.mode != Mode::FullNat {
         return Ok(None);
     }
-    match ct.alloc_snat(key.proto, b.address, b.port, &v.snat, hash, now) {
+    match ct.alloc_snat(key.proto, b.address, b.port, &v.snat_alloc, hash, now) {
         Some(s) => Ok(Some(s)),
         None => Err(DropReason::SnatExhausted),
     }

@@ -165,3 +165,80 @@ fn a_fullnat_flow_keeps_its_port_and_answers_its_return_traffic_first() {
     ct_b.drain_news(2 * SEC, |r| news.push(r.key), |_| {});
     assert_eq!(news, vec![r.key]);
 }
+
+/// `one_vip`'s FullNAT VIP on a pool of two addresses, on an appliance whose `[sync] snat`
+/// is `own`.
+fn owning(own: &str) -> Tables {
+    let mut c = one_vip(Mode::FullNat, Scheduler::Wrr, 3);
+    c.vips[0].snat = vec!["10.1.0.1".parse().unwrap(), "10.1.0.2".parse().unwrap()];
+    c.sync = Some(config::Sync {
+        listen: "10.0.0.10:7946".parse().unwrap(),
+        peers: vec!["10.0.0.11:7946".parse().unwrap()],
+        key_file: "/etc/sluice/sync.key".into(),
+        rate: 1000,
+        standby: 1000,
+        catch_up_timeout: std::time::Duration::from_secs(1),
+        snat: vec![own.parse().unwrap()],
+    });
+    tables(&c, 1, &|_| true)
+}
+
+#[test]
+fn each_appliance_takes_ports_on_its_own_snat_addresses_and_answers_for_the_others() {
+    let (t_a, t_b) = (owning("10.1.0.1"), owning("10.1.0.2"));
+    assert_eq!(
+        t_a.fingerprint(),
+        t_b.fingerprint(),
+        "which addresses are whose does not change where flows go"
+    );
+    let addr = |s: &str| crate::hash::addr_to_u128(s.parse().unwrap());
+    let (mut ct_a, mut w_a) = (ct_for(&t_a, 1024), WorkerState::new());
+    let (mut ct_b, mut w_b) = (ct_for(&t_b, 1024), WorkerState::new());
+    for i in 0..100 {
+        send(&t_a, &mut ct_a, &mut w_a, 3000 + i, 0x02, SEC);
+        send(&t_b, &mut ct_b, &mut w_b, 3000 + i, 0x02, SEC);
+    }
+    let on = |ct: &ConnTable| -> std::collections::BTreeSet<u128> {
+        ct.export(SEC).filter_map(|r| r.snat.map(|s| s.0)).collect()
+    };
+    assert_eq!(
+        on(&ct_a),
+        [addr("10.1.0.1")].into(),
+        "A only on its own address"
+    );
+    assert_eq!(
+        on(&ct_b),
+        [addr("10.1.0.2")].into(),
+        "B only on its own address"
+    );
+
+    // A's flow, synced to C (owning 10.1.0.2 too, as B): the backend's reply to A's address
+    // reaches C (the routers' next choice once A is gone), which translates it.
+    let t_c = owning("10.1.0.2");
+    let (mut ct_c, mut w_c) = (ct_for(&t_c, 1024), WorkerState::new());
+    let sb = Arc::new(Standby::new(1024));
+    w_c.set_standby(Arc::clone(&sb));
+    let mut r = ct_a.export(SEC).next().expect("A's flow");
+    r.state = crate::conntrack::FlowState::TcpEstablished;
+    let (snat, port) = r.snat.expect("a FullNAT port");
+    sb.offer(&r, 300 * SEC, SEC);
+    let ip = |a: u128| crate::hash::u128_to_addr(a, false).to_string();
+    let input = Pkt::new(
+        &ip(r.backend.0),
+        &ip(snat),
+        6,
+        tcp(r.backend.1, port, 0x10, 9000, b"data"),
+    )
+    .build();
+    let mut buf = vec![0xa5u8; HEADROOM + input.len() + 128];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).unwrap();
+    let v = process(&mut f, &t_c, &mut ct_c, &mut w_c, 2 * SEC);
+    assert!(matches!(v, Verdict::Tx { .. }), "A's reply on C: {v:?}");
+    let id = ct_c.lookup(&r.key, 2 * SEC).expect("C took A's flow");
+    assert_eq!(
+        ct_c.flow(id).snat,
+        Some((snat, port)),
+        "A's address and port"
+    );
+}

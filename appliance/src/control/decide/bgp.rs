@@ -85,6 +85,8 @@ pub fn announcements(
         .map(|(_, v)| v.address)
         .collect();
     wanted.retain(|addr, _| serving.contains(addr));
+    let snat = announce::snat_routes(&st.config, &wanted);
+    wanted.extend(snat);
     (wanted, all_settled)
 }
 
@@ -108,6 +110,68 @@ mod tests {
         st.withdrawn.insert("web".into());
         let (wanted, _) = announcements(&st, &HashSet::new(), false);
         assert!(wanted.is_empty(), "withdrawn by the operator");
+    }
+
+    const FULLNAT: &str = r#"
+[appliance]
+name = "lb2"
+interfaces = ["eth0"]
+
+[bgp]
+asn = 65001
+router_id = "192.0.2.2"
+[[bgp.peer]]
+address = "192.0.2.254"
+asn = 65000
+
+[[vip]]
+name = "full"
+address = "192.0.2.10"
+port = 80
+mode = "fullnat"
+snat = ["10.0.100.1", "10.0.100.2"]
+[[vip.backend]]
+address = "10.1.0.11"
+port = 8080
+
+[sync]
+listen = "192.0.2.2:7946"
+peers = ["192.0.2.1:7946"]
+key_file = "/etc/sluice/sync.key"
+snat = ["10.0.100.2"]
+"#;
+
+    #[test]
+    fn the_snat_pool_is_announced_with_the_owner_preferred_while_its_vip_is() {
+        let mut st = state(FULLNAT);
+        st.sync_hold = false; // caught up
+        let ip = |s: &str| s.parse::<IpAddr>().expect("literal");
+        let (wanted, _) = announcements(&st, &HashSet::new(), false);
+        let mine = &wanted[&ip("10.0.100.2")];
+        assert_eq!(mine.role, config::Role::Active, "this appliance's address");
+        assert_eq!(mine.attrs, wanted[&ip("192.0.2.10")].attrs, "as the VIP's");
+        let theirs = &wanted[&ip("10.0.100.1")];
+        assert_eq!(theirs.role, config::Role::Standby, "a peer's address");
+        assert_eq!(
+            theirs.attrs.as_path_prepend, 3,
+            "[bgp.standby]'s worse path"
+        );
+        assert_eq!(wanted.len(), 3);
+
+        st.sync_hold = true;
+        let (wanted, _) = announcements(&st, &HashSet::new(), false);
+        assert!(wanted.is_empty(), "not before the catch-up: {wanted:?}");
+        st.sync_hold = false;
+        st.withdrawn.insert("full".into());
+        let (wanted, _) = announcements(&st, &HashSet::new(), false);
+        assert!(wanted.is_empty(), "nor for a VIP withdrawn: {wanted:?}");
+
+        // Without [sync] snat nothing but the VIP: the operator routes the pool.
+        let plain = FULLNAT.replace("snat = [\"10.0.100.2\"]\n", "");
+        let mut st = state(&plain);
+        st.sync_hold = false;
+        let (wanted, _) = announcements(&st, &HashSet::new(), false);
+        assert_eq!(wanted.keys().collect::<Vec<_>>(), vec![&ip("192.0.2.10")]);
     }
 
     #[test]

@@ -52,6 +52,7 @@ fn config(listen: SocketAddr, peers: Vec<SocketAddr>, key: &std::path::Path) -> 
         rate: 100_000,
         standby: 1000,
         catch_up_timeout: Duration::from_secs(3),
+        snat: Vec::new(),
     }
 }
 
