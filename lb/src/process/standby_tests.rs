@@ -127,6 +127,31 @@ fn a_synced_flow_wins_over_a_half_open_entry_of_its_tuple() {
     }
 }
 
+/// The backend's TCP segment (`flags`, `payload`) to FullNAT flow `r`'s SNAT address and
+/// port, processed at 2 s by the given appliance.
+fn reply(
+    r: &crate::conntrack::FlowRecord,
+    flags: u8,
+    payload: &[u8],
+    t: &Tables,
+    ct: &mut ConnTable,
+    w: &mut WorkerState,
+) -> Verdict {
+    let (snat, port) = r.snat.expect("a FullNAT port");
+    let ip = |a: u128| crate::hash::u128_to_addr(a, false).to_string();
+    let input = Pkt::new(
+        &ip(r.backend.0),
+        &ip(snat),
+        6,
+        tcp(r.backend.1, port, flags, 9000, payload),
+    )
+    .build();
+    let mut buf = vec![0xa5u8; HEADROOM + input.len() + 128];
+    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
+    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).unwrap();
+    process(&mut f, t, ct, w, 2 * SEC)
+}
+
 #[test]
 fn a_fullnat_flow_keeps_its_port_and_answers_its_return_traffic_first() {
     let c = one_vip(Mode::FullNat, Scheduler::Wrr, 3);
@@ -144,18 +169,7 @@ fn a_fullnat_flow_keeps_its_port_and_answers_its_return_traffic_first() {
     let (snat, port) = r.snat.expect("a FullNAT port");
     sb.offer(&r, 300 * SEC, SEC);
     // The backend's SYN-ACK reaches B before any frame of the client's.
-    let ip = |a: u128| crate::hash::u128_to_addr(a, false).to_string();
-    let input = Pkt::new(
-        &ip(r.backend.0),
-        &ip(snat),
-        6,
-        tcp(r.backend.1, port, 0x12, 9000, b""),
-    )
-    .build();
-    let mut buf = vec![0xa5u8; HEADROOM + input.len() + 128];
-    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
-    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).unwrap();
-    let v = process(&mut f, &t, &mut ct_b, &mut w_b, 2 * SEC);
+    let v = reply(&r, 0x12, b"", &t, &mut ct_b, &mut w_b);
     assert!(matches!(v, Verdict::Tx { .. }), "return frame: {v:?}");
     let id = ct_b.lookup(&r.key, 2 * SEC).expect("B took the flow");
     assert_eq!(ct_b.flow(id).snat, Some((snat, port)), "same FullNAT port");
@@ -222,18 +236,7 @@ fn each_appliance_takes_ports_on_its_own_snat_addresses_and_answers_for_the_othe
     r.state = crate::conntrack::FlowState::TcpEstablished;
     let (snat, port) = r.snat.expect("a FullNAT port");
     sb.offer(&r, 300 * SEC, SEC);
-    let ip = |a: u128| crate::hash::u128_to_addr(a, false).to_string();
-    let input = Pkt::new(
-        &ip(r.backend.0),
-        &ip(snat),
-        6,
-        tcp(r.backend.1, port, 0x10, 9000, b"data"),
-    )
-    .build();
-    let mut buf = vec![0xa5u8; HEADROOM + input.len() + 128];
-    buf[HEADROOM..HEADROOM + input.len()].copy_from_slice(&input);
-    let mut f = Frame::new(&mut buf, HEADROOM, input.len(), 1).unwrap();
-    let v = process(&mut f, &t_c, &mut ct_c, &mut w_c, 2 * SEC);
+    let v = reply(&r, 0x10, b"data", &t_c, &mut ct_c, &mut w_c);
     assert!(matches!(v, Verdict::Tx { .. }), "A's reply on C: {v:?}");
     let id = ct_c.lookup(&r.key, 2 * SEC).expect("C took A's flow");
     assert_eq!(
