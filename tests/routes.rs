@@ -797,7 +797,7 @@ fn rt_unreachable_backends_never_stall_the_control_loop() {
     let bird = lab::bird::Bird::start(
         &rt.routers[0],
         &rt.dir,
-        &lab::bird::config("10.0.0.2", &rt.dir.join("bird.log"), &[lb_addr]),
+        &lab::bird::config("10.0.0.2", &rt.dir.join("bird.log"), &[lb_addr], None),
     )
     .expect("bird");
     let bgp = format!(

@@ -26,7 +26,13 @@ pub const HOLD_TIME_SECS: u32 = 3;
 /// (65535:0) gets LOCAL_PREF 0, so it falls out of the multipath set while the appliance
 /// still forwards, and traffic has moved before the withdraw. BIRD 2.0.12 does not do that
 /// on its own.
-pub fn config(router_id: &str, log: &Path, appliances: &[IpAddr]) -> String {
+/// With `bfd` (interval, multiplier), every session runs BFD too.
+pub fn config(
+    router_id: &str,
+    log: &Path,
+    appliances: &[IpAddr],
+    bfd: Option<(Duration, u32)>,
+) -> String {
     let mut c = Config::new(router_id, ROUTER_ASN)
         .log(log)
         .kernel(true, true, true)
@@ -34,6 +40,9 @@ pub fn config(router_id: &str, log: &Path, appliances: &[IpAddr]) -> String {
         .template("appliance")
         .hold(HOLD_TIME_SECS)
         .graceful_shutdown_filter();
+    if let Some((interval, multiplier)) = bfd {
+        c = c.bfd(interval, multiplier);
+    }
     for (k, addr) in appliances.iter().enumerate() {
         c = c.peer(&format!("lb{}", k + 1), &addr.to_string(), APPLIANCE_ASN);
     }

@@ -23,7 +23,7 @@ impl Lab {
     pub fn config_for(&self, k: usize, api_socket: &Path) -> String {
         let mut s = self.appliance_section(k, api_socket);
         if self.bgp() {
-            s.push_str(&bgp_section(k));
+            s.push_str(&bgp_section(k, self.options.bfd));
         }
         if self.options.sync {
             s.push_str(&self.sync_section(k));
@@ -173,11 +173,20 @@ impl Lab {
 
 /// Appliance `k`'s `[bgp]` section. One IPv4 session carries both families: IPv6 VIPs get
 /// the appliance's IPv6 LAN address as next hop, which the router reaches on the same bridge.
-fn bgp_section(k: usize) -> String {
+fn bgp_section(k: usize, bfd: bool) -> String {
+    let bfd = if bfd {
+        format!(
+            "bfd = {{ interval = \"{}ms\", multiplier = {} }}\n",
+            crate::BFD_INTERVAL.as_millis(),
+            crate::BFD_MULTIPLIER
+        )
+    } else {
+        String::new()
+    };
     format!(
         "[bgp]\nasn = {}\nrouter_id = \"{a4}\"\ngraceful_shutdown_wait = \"2s\"\n\n\
          [[bgp.peer]]\naddress = \"{ROUTER_LAN4}\"\nasn = {}\nhold_time = \"{}s\"\n\
-         connect_retry = \"1s\"\nsource = \"{a4}\"\nnext_hop = \"{a6}\"\n\n",
+         connect_retry = \"1s\"\nsource = \"{a4}\"\nnext_hop = \"{a6}\"\n{bfd}\n",
         bird::APPLIANCE_ASN,
         bird::ROUTER_ASN,
         bird::HOLD_TIME_SECS,

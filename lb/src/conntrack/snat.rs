@@ -28,6 +28,23 @@ impl ConnTable {
         hash: u32,
         now: u64,
     ) -> Option<(u128, u16)> {
+        self.alloc_snat_avoiding(proto, backend, backend_port, pool, hash, now, &|_| false)
+    }
+
+    /// [`ConnTable::alloc_snat`], also passing over every candidate `busy` says another
+    /// appliance's flow holds: a synced flow of this appliance's own address, carried on by
+    /// a peer while this one was away, keeps its port until it ends.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc_snat_avoiding(
+        &mut self,
+        proto: u8,
+        backend: u128,
+        backend_port: u16,
+        pool: &[u128],
+        hash: u32,
+        now: u64,
+        busy: &dyn Fn(&RevKey) -> bool,
+    ) -> Option<(u128, u16)> {
         if pool.is_empty() {
             return None;
         }
@@ -58,7 +75,7 @@ impl ConnTable {
                     local_port: port,
                 };
                 match self.find_rev(&rk) {
-                    None if !self.held(&rk) => return Some((local, port)),
+                    None if !self.held(&rk) && !busy(&rk) => return Some((local, port)),
                     None => {}
                     // The holder's removal journals its port: held until drained.
                     Some(holder) if self.expired(holder, now) && self.journal.is_none() => {

@@ -192,6 +192,26 @@ fn index_survives_heavy_churn() {
 }
 
 #[test]
+fn a_port_another_appliance_still_uses_is_passed_over() {
+    let pool = [0xffff_c633_6401u128];
+    let backend = 0xffff_0a00_0001u128;
+    let mut ct = ConnTable::new(256, timeouts(), 0, 0, 1);
+    let first = ct.alloc_snat(6, backend, 8080, &pool, 7, 0).unwrap();
+    // The same table, but a peer carries on a flow of this address and port (synced).
+    let mut again = ConnTable::new(256, timeouts(), 0, 0, 1);
+    let busy = |rk: &RevKey| (rk.local, rk.local_port) == first && rk.backend == backend;
+    let next = again
+        .alloc_snat_avoiding(6, backend, 8080, &pool, 7, 0, &busy)
+        .unwrap();
+    assert_ne!(next, first, "the peer's port is not handed out");
+    // Toward another backend the same port is another tuple.
+    let other = again
+        .alloc_snat_avoiding(6, backend + 1, 8080, &pool, 7, 0, &busy)
+        .unwrap();
+    assert_eq!(other, first);
+}
+
+#[test]
 fn fullnat_ports_never_collide_and_are_reused_after_expiry() {
     let mut ct = ConnTable::new(4096, timeouts(), 1, 1, 2);
     let pool = [0xffff_c633_6401u128, 0xffff_c633_6402];

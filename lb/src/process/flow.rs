@@ -342,7 +342,7 @@ pub(super) fn new_flow(
     };
     worker.count_new_flow(vip, backend);
     let b = tables.backends[backend as usize];
-    let snat = fullnat::snat_for(ct, v, key, &b, hash, now)?;
+    let snat = fullnat::snat_for(ct, v, key, &b, (hash, now), worker.standby.as_deref())?;
     let flow = Flow {
         key: *key,
         vip,

@@ -20,18 +20,21 @@ use config::{ClientAddress, Mode};
 use wire::IpProtocol;
 
 /// The SNAT address and port of a new flow of `v` to backend `b`: `None` for the other modes.
+/// A port a peer's synced flow holds (`standby`) is not handed out: after this appliance's
+/// restart, its former flows carry on at the survivors with its address and their ports.
 pub(super) fn snat_for(
     ct: &mut ConnTable,
     v: &VipEntry,
     key: &FlowKey,
     b: &BackendEntry,
-    hash: u32,
-    now: u64,
+    (hash, now): (u32, u64),
+    standby: Option<&crate::standby::Standby>,
 ) -> Result<Option<(u128, u16)>, DropReason> {
     if v.mode != Mode::FullNat {
         return Ok(None);
     }
-    match ct.alloc_snat(key.proto, b.address, b.port, &v.snat_alloc, hash, now) {
+    let busy = |rk: &RevKey| standby.is_some_and(|sb| sb.find_rev(rk, now).is_some());
+    match ct.alloc_snat_avoiding(key.proto, b.address, b.port, &v.snat_alloc, hash, now, &busy) {
         Some(s) => Ok(Some(s)),
         None => Err(DropReason::SnatExhausted),
     }
