@@ -384,7 +384,9 @@ mod tests {
             "10.0.0.1",
             Path::new("/tmp/x/bird.log"),
             &["10.0.0.10".parse().unwrap(), "10.0.0.11".parse().unwrap()],
+            None,
         );
+        assert!(!c.contains("bfd"), "no BFD unless asked");
         assert!(c.contains("protocol bgp lb1 from appliance { neighbor 10.0.0.10 as 65010; }"));
         assert!(c.contains("protocol bgp lb2 from appliance { neighbor 10.0.0.11 as 65010; }"));
         assert_eq!(c.matches("merge paths on").count(), 2);
@@ -392,6 +394,14 @@ mod tests {
         assert!(c.contains("hold time 3;"));
         assert_eq!(c.matches("import filter graceful_shutdown;").count(), 2);
         assert!(c.starts_with("router id 10.0.0.1;\nlog \"/tmp/x/bird.log\" all;\n"));
+        let bfd = config(
+            "10.0.0.1",
+            Path::new("/tmp/x/bird.log"),
+            &["10.0.0.10".parse().unwrap()],
+            Some((Duration::from_millis(300), 3)),
+        );
+        assert!(bfd.contains("min rx interval 300 ms; min tx interval 300 ms; multiplier 3;"));
+        assert!(bfd.contains("bfd on;"));
     }
 
     #[test]

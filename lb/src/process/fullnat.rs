@@ -34,7 +34,15 @@ pub(super) fn snat_for(
         return Ok(None);
     }
     let busy = |rk: &RevKey| standby.is_some_and(|sb| sb.find_rev(rk, now).is_some());
-    match ct.alloc_snat_avoiding(key.proto, b.address, b.port, &v.snat_alloc, hash, now, &busy) {
+    match ct.alloc_snat_avoiding(
+        key.proto,
+        b.address,
+        b.port,
+        &v.snat_alloc,
+        hash,
+        now,
+        &busy,
+    ) {
         Some(s) => Ok(Some(s)),
         None => Err(DropReason::SnatExhausted),
     }
