@@ -1,20 +1,21 @@
-//! Connection sync in the lab: three appliances behind BIRD (ECMP over L4 ports), a DR VIP
-//! on `wrr` (a choice no other appliance would make the same way), long downloads spread
-//! over all three; SIGKILL of lb2. Without `[sync]` the flows ECMP moves off lb2 land on a
-//! survivor that answers them from the Maglev ring, and most reach a backend that never saw
-//! them (reset); with `[sync]` every download completes with every byte, the survivors
-//! having taken lb2's flows from their standby tables. lb2 then comes back, catches up
-//! and settles its health before it announces, and the downloads that run meanwhile and
-//! that ECMP moves onto it are not disturbed. The same loss with a FullNAT VIP on all three,
-//! each appliance taking ports on its own SNAT address (`[sync] snat`) and announcing the
-//! pool with its own preferred: lb2's address moves to the survivors, which carry its flows
-//! on. Prints `MEASURE` lines. Needs root, bird2, nftables and python3.
+//! Connection sync in the lab: three appliances behind BIRD (ECMP over L4 ports), long
+//! downloads (1 MB each, every byte checked) spread over all three; SIGKILL of lb2.
+//! - The control, a DR VIP on `wrr` (a choice no other appliance would make the same way)
+//!   without `[sync]`: the flows ECMP moves off lb2 land on a survivor that answers them
+//!   from its own choice, and some reach a backend that never saw them (reset).
+//! - A FullNAT VIP on all three with `[sync]`, each appliance taking ports on its own SNAT
+//!   address (`[sync] snat`) and announcing the pool with its own preferred: lb2's address
+//!   moves to the survivors, which carry its downloads on mid-stream.
+//!
+//! DR with `[sync]`, and lb2's return (catch-up before announcing, nothing reset), are
+//! `flow_sync_scale`'s, at 1,000 connections. Prints `MEASURE` lines. Needs root, bird2,
+//! nftables and python3.
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lab::testing::{Api, log_lines, poll};
+use lab::testing::{Api, poll};
 use lab::{Lab, LabMode, LabOptions, appliance_addr, blob, slow_download};
 
 const POLL: Duration = Duration::from_millis(50);
@@ -37,12 +38,6 @@ fn start(mode: LabMode, sync: bool) -> Lab {
     });
     lab.start_routed(lab::sluice!().path());
     lab
-}
-
-fn all_three(lab: &Lab) -> bool {
-    let vip = LabMode::Dr.vip(false);
-    lab.next_hops(vip)
-        .is_ok_and(|h| h.len() == 3 && (0..3).all(|k| h.contains(&appliance_addr(k, false))))
 }
 
 /// Long downloads through `mode`'s VIP: their threads, once each has its headers.
@@ -136,111 +131,6 @@ fn without_sync_the_loss_of_an_appliance_breaks_its_wrr_flows() {
         "every download survived without sync: the test cannot tell sync from luck"
     );
     assert!(status(&lab, 0).sync.is_none(), "no [sync], no sync status");
-}
-
-#[test]
-fn with_sync_every_connection_survives_and_a_returning_appliance_catches_up_first() {
-    let _serial = lab::testing::serial();
-    let mut lab = start(LabMode::Dr, true);
-    for k in 0..3 {
-        let s = status(&lab, k).sync.expect("sync status");
-        assert!(
-            !s.catching_up,
-            "lb{} still catching up after its routes came",
-            k + 1
-        );
-    }
-    let (broken, via_lb2) = lose_lb2(&mut lab, LabMode::Dr);
-    let taken: u64 = [0, 2]
-        .iter()
-        .map(|k| status(&lab, *k).sync.expect("sync").standby_taken)
-        .sum();
-    println!(
-        "MEASURE flow_sync: with sync, {} of {FLOWS} downloads broke; the survivors took {taken} flows of lb2 over ({via_lb2} client packets went through lb2)",
-        broken.len()
-    );
-    // The survivors' sync counters, for a failure's diagnosis: what each received, took
-    // over, refused or left out (an intermittent reset was seen once in CI, cause not found).
-    let counters: Vec<String> = [0, 2]
-        .iter()
-        .map(|k| {
-            let s = status(&lab, *k);
-            let no_entry = s.conntrack.stateless_no_entry;
-            format!("lb{}: stateless_no_entry {no_entry}, {:?}", k + 1, s.sync)
-        })
-        .collect();
-    assert!(
-        broken.is_empty(),
-        "downloads broken: {broken:?}\nsync counters:\n{}\nhealth in the logs:\n{}\n{}",
-        counters.join("\n"),
-        log_lines(&lab.dir, "health: ").join("\n"),
-        lab.bgp_view()
-    );
-    assert!(taken > 0, "no survivor took a flow from its standby table");
-    for k in [0, 2] {
-        let s = status(&lab, k).sync.expect("sync");
-        assert_eq!(
-            (s.auth_failures, s.garbage, s.replays, s.unknown_peer),
-            (0, 0, 0, 0),
-            "lb{}: {s:?}",
-            k + 1
-        );
-        assert!(
-            s.records_sent > 0 && s.records_received > 0,
-            "lb{}: {s:?}",
-            k + 1
-        );
-    }
-    // lb2 comes back while downloads run through the survivors: it asks them for their
-    // flows and announces only once it has them; then ECMP moves some of those downloads
-    // onto it.
-    let hs = downloads(&lab, LabMode::Dr, FLOWS);
-    let t0 = Instant::now();
-    lab.spawn_appliance_at(1, lab::sluice!().path())
-        .expect("restart lb2");
-    let back = poll(Duration::from_secs(30), POLL, || all_three(&lab));
-    assert!(
-        back.is_some(),
-        "lb2's routes did not return\n{}",
-        lab.bgp_view()
-    );
-    println!(
-        "MEASURE flow_sync: restart of lb2 -> caught up and routed again: {:?}",
-        t0.elapsed()
-    );
-    let log = std::fs::read_to_string(lab.log_path_at(1)).unwrap_or_default();
-    let caught = log
-        .find("sync: caught up")
-        .expect("lb2 logged its catch-up");
-    let announced = log.find("bgp: announce").unwrap_or(usize::MAX);
-    assert!(
-        caught < announced,
-        "lb2 announced before it caught up:\n{log}"
-    );
-    let s = status(&lab, 1).sync.expect("sync");
-    assert!(s.standby_entries > 0, "lb2 caught up with nothing: {s:?}");
-    // The downloads ECMP moved back onto lb2 carry on: lb2 announced the VIP address only
-    // once it had the peers' flows and every VIP on the address had its health decided
-    // (before that fix, the UDP VIP's checks announced the address while the TCP VIP's
-    // backends were not up yet, and 1 to 8 of 24 downloads were reset).
-    let broken = broken_of(hs);
-    println!(
-        "MEASURE flow_sync: lb2's return broke {} of {FLOWS} downloads",
-        broken.len()
-    );
-    let lb2 = status(&lab, 1);
-    assert!(
-        broken.is_empty(),
-        "downloads broken by lb2's return: {broken:?}\nlb2: stateless_no_entry {}, drops {:?}, sync {:?}\nhealth in the logs:\n{}\n{}",
-        lb2.conntrack.stateless_no_entry,
-        lb2.drops.iter().filter(|d| d.value > 0).collect::<Vec<_>>(),
-        lb2.sync,
-        log_lines(&lab.dir, "health: ").join("\n"),
-        std::fs::read_to_string(lab.log_path_at(1)).unwrap_or_default()
-    );
-    for k in 0..3 {
-        assert!(lab.stop_appliance_at(k), "lb{} did not exit cleanly", k + 1);
-    }
 }
 
 /// FullNAT on all three appliances, each taking ports on its own SNAT address and announcing

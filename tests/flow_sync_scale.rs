@@ -331,6 +331,11 @@ fn a_thousand_connections_and_200_udp_flows_survive_the_loss_and_return_of_an_ap
         caught < log.find("bgp: announce").unwrap_or(usize::MAX),
         "lb2 announced before it caught up:\n{log}"
     );
+    let caught_up = status(&lab, 1).sync.expect("sync");
+    assert!(
+        caught_up.standby_entries > 0,
+        "lb2 caught up with nothing: {caught_up:?}"
+    );
     std::thread::sleep(Duration::from_secs(5));
     ctl.stop.store(true, Ordering::Relaxed);
     let tcp: Vec<Story> = tcp
@@ -373,6 +378,20 @@ fn a_thousand_connections_and_200_udp_flows_survive_the_loss_and_return_of_an_ap
         lab.bgp_view()
     );
     assert!(taken > 0, "no survivor took a flow from its standby table");
+    for k in 0..3 {
+        let s = status(&lab, k).sync.expect("sync");
+        assert_eq!(
+            (s.auth_failures, s.garbage, s.replays, s.unknown_peer),
+            (0, 0, 0, 0),
+            "lb{}: {s:?}",
+            k + 1
+        );
+        assert!(
+            s.records_sent > 0 && s.records_received > 0,
+            "lb{}: {s:?}",
+            k + 1
+        );
+    }
     for k in 0..3 {
         assert!(lab.stop_appliance_at(k), "lb{} did not exit cleanly", k + 1);
     }
