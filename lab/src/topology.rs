@@ -49,7 +49,7 @@ impl Lab {
         let r = &self.router;
         r.try_sh("sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1")?;
         // Replies to a FullNAT address routed to an appliance leave by the LAN they came in
-        // on: no redirect (see `wire_backend`).
+        // on: no redirect (see `route_replies`).
         r.try_sh(
             "sysctl -qw net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0",
         )?;
