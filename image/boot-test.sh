@@ -386,7 +386,7 @@ emulator_hang() {
     rm -f "$console.txt"
     echo "boot-test: ${boot_args[0]}: the guest's kernel reports a vCPU timer that never fired" \
         "(TCG), $(elapsed "$start") s after power-on; its console is in $hung; booting it again"
-    grep -a "timer wakeup didn't happen" "$hung" | head -1 | sed 's/^/boot-test:   /'
+    grep -a -m1 "timer wakeup didn't happen" "$hung" | sed 's/^/boot-test:   /'
     boot "${boot_args[@]}"
 }
 
