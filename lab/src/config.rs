@@ -55,7 +55,7 @@ impl Lab {
             .map(at)
             .collect();
         // This appliance's own FullNAT addresses, when it serves FullNAT VIPs.
-        let snat = if self.routed_snat() && self.options.modes.contains(&LabMode::FullNat) {
+        let snat = if self.routed_snat() {
             format!(
                 "snat = [\"{}\", \"{}\"]\n",
                 snat_addr(k, false),

@@ -381,12 +381,14 @@ impl Lab {
             .collect()
     }
 
-    /// FullNAT on every appliance: with `[sync]` and several appliances, each takes ports on
-    /// its own SNAT address ([`snat_addr`], `[sync] snat`) and announces the pool over BGP
-    /// with its own preferred, so the backends' replies reach the appliance that took the
-    /// port, through the router, and a survivor once that one is gone.
+    /// FullNAT on every appliance: with FullNAT VIPs, `[sync]` and several appliances, each
+    /// takes ports on its own SNAT address ([`snat_addr`], `[sync] snat`) and announces the
+    /// pool over BGP with its own preferred, so the backends' replies reach the appliance
+    /// that took the port, through the router, and a survivor once that one is gone.
     pub fn routed_snat(&self) -> bool {
-        self.options.sync && self.appliance_count() > 1
+        self.options.sync
+            && self.appliance_count() > 1
+            && self.options.modes.contains(&LabMode::FullNat)
     }
 }
 

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::netns::{LabError, Result};
-use crate::{Lab, LabMode, appliance_addr, bird, config, wait_answer};
+use crate::{Lab, appliance_addr, bird, config, wait_answer};
 
 impl Lab {
     /// Waits until appliance `k` reports every backend it health-checks up (from its log:
@@ -135,7 +135,7 @@ pub fn wait_for_routes(lab: &Lab, timeout: Duration) -> Option<Duration> {
     }
     // Each appliance's own FullNAT address goes to it alone: the others announce it with
     // a worse path.
-    if lab.routed_snat() && lab.options.modes.contains(&LabMode::FullNat) {
+    if lab.routed_snat() {
         for k in 0..lab.appliance_count() {
             for v6 in [false, true] {
                 want.push((crate::snat_addr(k, v6), vec![appliance_addr(k, v6)]));
