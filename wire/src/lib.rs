@@ -8,8 +8,10 @@
 //! `AsRef<[u8]>` buffer and setters only for `AsMut<[u8]>` buffers, so a read-only buffer
 //! cannot be rewritten by mistake. Slow paths (ICMP replies, test frames) use the owned `Repr`
 //! types, which `parse` a view and `emit` into a caller's buffer; [`frame`] builds a complete
-//! Ethernet/IP/L4 frame in one call. This crate knows nothing about the rest of Sluice, so the
-//! bench and test-support crates can build frames without the appliance library.
+//! Ethernet/IP/L4 frame in one call. For people rather than the datapath, [`pcapng`] writes
+//! and reads the capture files of `sluice capture`, and [`summary`] puts a frame in one
+//! tcpdump-like line. This crate knows nothing about the rest of Sluice, so the bench and
+//! test-support crates can build frames without the appliance library.
 
 #![forbid(unsafe_code)]
 
@@ -20,6 +22,8 @@ pub mod icmpv4;
 pub mod icmpv6;
 pub mod ipv4;
 pub mod ipv6;
+pub mod pcapng;
+pub mod summary;
 pub mod tcp;
 pub mod udp;
 pub mod vxlan;
