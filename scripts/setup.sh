@@ -22,6 +22,8 @@ packages=(
     # tests/client_address.rs: nginx as a FullNAT backend reading PROXY v2, tcpdump to
     # capture the TOA option at a backend
     nginx tcpdump
+    # wire's pcapng tests: tcpdump and tshark must both read the files `sluice capture` writes
+    tshark
     # tests/fleet.rs: a real etcd v3 cluster; the etcd-client crate's build compiles etcd's
     # .proto files with protoc; openssl makes the certificates of its TLS cluster
     etcd-server etcd-client protobuf-compiler openssl
