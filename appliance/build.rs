@@ -26,7 +26,7 @@ use libbpf_cargo::SkeletonBuilder;
 const PROGRAMS: [&str; 1] = ["steer"];
 
 /// The `#define`s of src/datapath/bpf/consts.h the Rust side reads, with their Rust types.
-const DEFINES: [(&str, &str); 10] = [
+const DEFINES: [(&str, &str); 11] = [
     ("FRONT_M0", "u64"),
     ("FRONT_M1", "u64"),
     ("FRONT_M2", "u64"),
@@ -37,6 +37,7 @@ const DEFINES: [(&str, &str); 10] = [
     ("VXLAN_PORT", "u16"),
     ("MAX_EXT_HEADERS", "usize"),
     ("TRACK_MAX_ADVANCE", "u32"),
+    ("CAPTURE_SNAP_MAX", "u32"),
 ];
 
 fn main() {

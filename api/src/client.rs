@@ -116,6 +116,17 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes), ClientError> {
+        let (status, _, body) = self.raw_with_headers(method, path, body).await?;
+        Ok((status, body))
+    }
+
+    /// [`Client::raw`] with the reply's headers.
+    async fn raw_with_headers(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, hyper::HeaderMap, Bytes), ClientError> {
         match tokio::time::timeout(self.timeout, self.raw_inner(method, path, body)).await {
             Ok(r) => r,
             Err(_) => Err(ClientError::Timeout(self.timeout)),
@@ -127,7 +138,7 @@ impl Client {
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<(StatusCode, Bytes), ClientError> {
+    ) -> Result<(StatusCode, hyper::HeaderMap, Bytes), ClientError> {
         let connect_err = |source| ClientError::Connect {
             endpoint: self.endpoint.to_string(),
             source,
@@ -163,13 +174,14 @@ impl Client {
         let mut sender = sender;
         let resp = sender.send_request(req).await.map_err(ClientError::Http)?;
         let status = resp.status();
+        let head = resp.headers().clone();
         let body = resp
             .into_body()
             .collect()
             .await
             .map_err(ClientError::Http)?
             .to_bytes();
-        Ok((status, body))
+        Ok((status, head, body))
     }
 
     async fn call<T: DeserializeOwned>(
@@ -319,6 +331,39 @@ impl Client {
     /// every error in `error.errors`.
     pub async fn reload(&self) -> Result<Commit, ClientError> {
         self.call(Method::POST, "/v1/reload", None).await
+    }
+
+    /// Captures frames (`POST /v1/capture`): the pcapng body and the frames the appliance
+    /// lost (its `x-sluice-capture-lost` header). The request may take `duration_ms` and
+    /// more, so the client's timeout is raised to cover it.
+    pub async fn capture(&self, req: &crate::CaptureRequest) -> Result<(Bytes, u64), ClientError> {
+        let body = serde_json::to_vec(req).map_err(ClientError::Decode)?;
+        let this = Client {
+            timeout: self
+                .timeout
+                .max(Duration::from_millis(req.duration_ms) + Duration::from_secs(10)),
+            ..self.clone()
+        };
+        let (status, head, bytes) = this
+            .raw_with_headers(Method::POST, "/v1/capture", Some(body))
+            .await?;
+        if !status.is_success() {
+            let error = serde_json::from_slice::<ApiError>(&bytes).unwrap_or_else(|_| ApiError {
+                error: String::from_utf8_lossy(&bytes).trim().to_string(),
+                field: None,
+                errors: Vec::new(),
+            });
+            return Err(ClientError::Api {
+                status: status.as_u16(),
+                error,
+            });
+        }
+        let lost = head
+            .get(crate::capture_headers::LOST)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Ok((bytes, lost))
     }
 
     /// The Prometheus exposition (`GET /metrics`).

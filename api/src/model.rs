@@ -616,3 +616,35 @@ pub struct OutboundShare {
     /// ports (empty without ports).
     pub snat: Vec<String>,
 }
+
+/// Body of `POST /v1/capture`: which frames to capture and when to stop. The reply is the
+/// frames as pcapng (`application/x-pcapng`), one interface per stage and direction: what the
+/// XDP program received and forwarded itself (the flow cache), what the engine received and
+/// sent. At least one of `vip` and `endpoints` names what to capture; a frame is captured when
+/// either of its addresses (with its port, where one is given) matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureRequest {
+    /// A VIP by name: its address and port, its backends (the return traffic of NAT and
+    /// FullNAT) and its SNAT addresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vip: Option<String>,
+    /// Further endpoints, `ADDR`, `ADDR:PORT` or `[V6]:PORT`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<String>,
+    /// Stop after this many frames (1..=10000).
+    pub count: u32,
+    /// Stop after this long, in milliseconds (1..=600000).
+    pub duration_ms: u64,
+    /// Bytes kept of each frame (64..=2048).
+    pub snaplen: u32,
+}
+
+/// The response headers of `POST /v1/capture` beside its pcapng body.
+pub mod capture_headers {
+    /// Frames captured (the body's packet blocks).
+    pub const FRAMES: &str = "x-sluice-capture-frames";
+    /// Frames that matched but were lost: the XDP program's ring or the engine's queue was
+    /// full.
+    pub const LOST: &str = "x-sluice-capture-lost";
+}

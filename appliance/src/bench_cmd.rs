@@ -58,6 +58,12 @@ pub(crate) struct BenchArgs {
     /// --cps and --idle: queues per veth (the appliance runs one worker per queue).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     queues: u32,
+    /// --flows: run A2 (this build's, not the baseline's) with a `sluice capture` running
+    /// through its whole measurement, of an endpoint no bench frame carries: the cost of a
+    /// running capture to the traffic it does not take (compare with --baseline set to this
+    /// same binary).
+    #[arg(long, requires = "flows")]
+    capture: bool,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -79,6 +85,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         flood_off,
         syn_proxy,
         sync,
+        capture,
         json,
     } = args;
     if baseline.is_some() && !idle && !cps && flows.is_none() {
@@ -116,6 +123,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
             busy_poll,
             rounds: rounds as usize,
             baseline,
+            capture,
         };
         match flows {
             Some(f) if f.is_empty() => BenchMode::Flows(options, bench::DEFAULT_FLOWS.to_vec()),

@@ -103,6 +103,11 @@ pub enum Command {
         #[command(subcommand)]
         command: CtlCmd,
     },
+    /// Capture the frames of a VIP (or of endpoints) as the running appliance received and
+    /// sent them, where tcpdump cannot see them: in its XDP program and its AF_XDP engine.
+    /// Writes pcapng with an interface per stage (xdp-in, xdp-out, engine-in, engine-out),
+    /// or prints a line per frame.
+    Capture(crate::capture_cmd::CaptureArgs),
     /// Turn another load balancer's configuration into a commented sluice.toml.
     Import {
         #[command(subcommand)]

@@ -7,6 +7,7 @@ use clap::Parser;
 
 mod api_args;
 mod bench_cmd;
+mod capture_cmd;
 mod cli;
 mod docgen;
 mod quiclb_cmd;
@@ -89,6 +90,7 @@ fn main() -> ExitCode {
             ..Default::default()
         }),
         Command::Bench(args) => bench_cmd::run(args),
+        Command::Capture(args) => capture_cmd::run(args),
         Command::Image { command } => image(command),
     }
 }

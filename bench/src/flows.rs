@@ -201,6 +201,7 @@ fn one_count(
     let mut tables = TableState::default();
     let baseline = options.baseline.as_ref().map(|old| BenchOptions {
         sluice: old.clone(),
+        capture: false,
         ..options.clone()
     });
     for round in 1..=options.rounds {

@@ -97,7 +97,15 @@ pub struct BenchOptions {
     /// `--flows`: another `sluice` binary (an older build) whose runs A and A2 follow this
     /// build's in every round, for a before and after from one run.
     pub baseline: Option<PathBuf>,
+    /// `--flows`: run A2 of this build (not the baseline's) with a `sluice capture` running
+    /// through the whole measurement, of an endpoint no bench frame has
+    /// ([`CAPTURE_ENDPOINT`]): what a running capture costs the traffic it does not take.
+    pub capture: bool,
 }
+
+/// The endpoint `--capture` captures: an address of the VIPs' documentation range no bench
+/// frame carries.
+pub const CAPTURE_ENDPOINT: &str = "192.0.2.254";
 
 /// Why the benchmark could not produce numbers.
 #[derive(Debug, thiserror::Error)]

@@ -93,12 +93,7 @@ impl Bench {
                 ""
             }
         );
-        let label = match (flow_cache, self.flood) {
-            (true, true) => RUN_CACHE.to_string(),
-            (true, false) => format!("{RUN_CACHE}, flood mode off"),
-            (false, true) => RUN_A.to_string(),
-            (false, false) => format!("{RUN_A}, flood mode off"),
-        };
+        let label = self.run_label(flow_cache, options.capture);
         let label = label.as_str();
         self.wait_forwarding(label, stop)?;
         let warm = self.warm_up(stop)?;
@@ -131,7 +126,7 @@ impl Bench {
         let pid = self.appliance_pid();
         let rss0 = pid.and_then(crate::memory::rss_bytes);
         eprintln!("bench: run {run}: flooding for {} s", options.seconds);
-        let raw = self.measure(stop, options.seconds)?;
+        let raw = self.measure_run(options, flow_cache, run, stop)?;
         let rss1 = pid.and_then(crate::memory::rss_bytes);
         let maps = pid.map(crate::memory::bpf_maps).unwrap_or_default();
         let status = fetch_status(&self.api_socket())?;
@@ -332,6 +327,87 @@ fn status_line(status: &api::Status, name: &str) -> String {
 pub(crate) struct LbTask {
     stop: mpsc::Sender<()>,
     handle: std::thread::JoinHandle<Result<String, String>>,
+}
+
+/// A `sluice capture` running beside a measurement (`--capture`).
+pub(crate) struct RunningCapture(std::process::Child);
+
+impl Bench {
+    /// What the report calls the run.
+    fn run_label(&self, flow_cache: bool, capture: bool) -> String {
+        let label = match (flow_cache, self.flood) {
+            (true, true) => RUN_CACHE.to_string(),
+            (true, false) => format!("{RUN_CACHE}, flood mode off"),
+            (false, true) => RUN_A.to_string(),
+            (false, false) => format!("{RUN_A}, flood mode off"),
+        };
+        if flow_cache && !self.flood && capture {
+            format!("{label}, a capture running")
+        } else {
+            label
+        }
+    }
+
+    /// [`Bench::measure`], with a capture running through it in run A2 with `--capture`.
+    fn measure_run(
+        &mut self,
+        options: &BenchOptions,
+        flow_cache: bool,
+        run: &str,
+        stop: &AtomicBool,
+    ) -> Result<crate::counters::RawRun, BenchError> {
+        let capture = (flow_cache && !self.flood && options.capture)
+            .then(|| self.start_capture(options))
+            .transpose()?;
+        let raw = self.measure(stop, options.seconds);
+        let captured = capture.map(|c| self.end_capture(c));
+        let raw = raw?;
+        if let Some(c) = captured {
+            eprintln!("bench: run {run}: {}", c?);
+        }
+        Ok(raw)
+    }
+
+    /// Starts `sluice capture` of [`crate::CAPTURE_ENDPOINT`] for the measurement and a
+    /// second more, and gives it half a second to arm.
+    fn start_capture(&self, options: &BenchOptions) -> Result<RunningCapture, BenchError> {
+        let child = std::process::Command::new(&options.sluice)
+            .arg("capture")
+            .arg("--socket")
+            .arg(self.api_socket())
+            .args(["--endpoint", crate::CAPTURE_ENDPOINT, "-c", "10000", "-w"])
+            .arg("/dev/null")
+            .arg("--duration")
+            .arg(format!("{}s", options.seconds + 1))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| BenchError::NotForwarding {
+                run: "A2 with a capture".into(),
+                detail: format!("cannot start sluice capture: {e}"),
+            })?;
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        Ok(RunningCapture(child))
+    }
+
+    /// Waits for the capture to end by itself: what it said, or why it failed (a capture
+    /// that ended early did not cover the measurement).
+    fn end_capture(&self, c: RunningCapture) -> Result<String, BenchError> {
+        let out =
+            c.0.wait_with_output()
+                .map_err(|e| BenchError::NotForwarding {
+                    run: "A2 with a capture".into(),
+                    detail: format!("sluice capture: {e}"),
+                })?;
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if !out.status.success() {
+            return Err(BenchError::NotForwarding {
+                run: "A2 with a capture".into(),
+                detail: format!("sluice capture failed: {said}"),
+            });
+        }
+        Ok(format!("a capture ran through it: {said}"))
+    }
 }
 
 impl LbTask {

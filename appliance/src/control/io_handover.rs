@@ -148,6 +148,7 @@ impl Io {
             self.shared.flow_cache.clone(),
             factory,
         )?;
+        super::run::attach_capture(&self.shared, &dp);
         dp.set_vips(&st.steering.vips, &st.steering.acls)?;
         dp.set_return_keys(&st.steering.returns)?;
         dp.set_flood(&st.config.flood)?;

@@ -846,6 +846,7 @@ backend = [{ address = "10.1.0.11", vtep = "10.9.0.2" }]
             commands: tokio::sync::mpsc::channel(1).0,
             fleet: Default::default(),
             takeover: Default::default(),
+            capture: Default::default(),
             flow_sync: Default::default(),
             flow_cache: None,
             counters: Counters {
@@ -1266,6 +1267,16 @@ sluice_outbound_answers_total{by="xdp"} 0
 # HELP sluice_xdp_too_many_headers IPv6 frames to a VIP with more extension headers than the parsers walk (8), dropped by the XDP program.
 # TYPE sluice_xdp_too_many_headers counter
 sluice_xdp_too_many_headers_total 0
+# HELP sluice_captures Captures (sluice capture) run to their end.
+# TYPE sluice_captures counter
+sluice_captures_total 0
+# HELP sluice_capture_frames Frames captures delivered.
+# TYPE sluice_capture_frames counter
+sluice_capture_frames_total 0
+# HELP sluice_capture_lost Frames a capture took but did not deliver, by reason: ring (the XDP program's capture ring was full), count (beyond the capture's count).
+# TYPE sluice_capture_lost counter
+sluice_capture_lost_total{reason="count"} 0
+sluice_capture_lost_total{reason="ring"} 0
 # HELP sluice_outbound_unowned Answers to an outbound port no backend owns (dropped as no_backend).
 # TYPE sluice_outbound_unowned counter
 sluice_outbound_unowned_total 0

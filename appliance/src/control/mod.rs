@@ -29,6 +29,7 @@ pub mod announce;
 pub mod api;
 mod batch;
 pub mod cache;
+pub mod capture;
 pub mod change;
 pub mod cookie_secret;
 pub mod cores;

@@ -92,6 +92,8 @@ pub struct Shared {
     pub counters: Counters,
     /// How this process took over from the one before it (`None`: it started cold).
     pub takeover: Mutex<Option<api::Takeover>>,
+    /// `sluice capture`: the running datapath's capture points.
+    pub capture: super::capture::Hub,
 }
 
 /// Per worker: the version it runs, its flows, and its ring and handoff counters (from the

@@ -388,6 +388,7 @@ fn shared(
         flow_sync: Default::default(),
         counters: Default::default(),
         takeover: Default::default(),
+        capture: Default::default(),
     };
     Ok(shared)
 }
@@ -405,12 +406,17 @@ fn start_datapath(
     let capacity = st.config.appliance.conntrack_capacity as usize;
     let factory = worker_factory(Arc::clone(shared), capacity, imports, sync);
     let dp_cfg = DatapathConfig::from(&st.config.appliance);
-    Ok(Datapath::start_loaded(
-        dp_cfg,
-        loaded,
-        shared.flow_cache.clone(),
-        factory,
-    )?)
+    let dp = Datapath::start_loaded(dp_cfg, loaded, shared.flow_cache.clone(), factory)?;
+    attach_capture(shared, &dp);
+    Ok(dp)
+}
+
+/// Gives `sluice capture` the capture points of `dp`; without them the datapath still
+/// forwards and a capture says so.
+pub(super) fn attach_capture(shared: &Shared, dp: &Datapath) {
+    if let Err(e) = shared.capture.attach(dp) {
+        tracing::warn!(error = %e, "the datapath's capture points are not available: sluice capture will fail");
+    }
 }
 
 /// The handler of each worker: an engine over the published tables (and the flow cache),

@@ -30,9 +30,10 @@ mod generated {
 
 pub(crate) use generated::{
     acl_key4, acl_key6, acl_val, acl_verdict, cache_action, cache_carry, cache_counter, cache_key4,
-    cache_key6, cache_set, cache_stat, cache_track, cache_val, flood_bucket, flood_conf,
-    flood_counter, flood_cpu, flood_src, hairpin_tx, hash_fields, ip_family, rodata, stateless_hop,
-    stateless_vip, steer_counter, steer_key, steer_kind, steer_val, vip_mode, vip_ring, xdp_md,
+    cache_key6, cache_set, cache_stat, cache_track, cache_val, capture_conf, capture_head,
+    capture_key, capture_stage, flood_bucket, flood_conf, flood_counter, flood_cpu, flood_src,
+    hairpin_tx, hash_fields, ip_family, rodata, stateless_hop, stateless_vip, steer_counter,
+    steer_key, steer_kind, steer_val, vip_mode, vip_ring, xdp_md,
 };
 
 /// One of the program's maps as the object declares it.
@@ -107,6 +108,7 @@ macro_rules! code_field {
 }
 code_field!(
     acl_verdict,
+    capture_stage,
     steer_kind,
     ip_family,
     vip_mode,
@@ -178,6 +180,9 @@ map_bytes! {
     flood_conf { threshold, src_rate, src_burst }
     flood_cpu { window_start, window_count, last_seen, on, quiet }
     xdp_md { data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex }
+    capture_conf { on, snaplen }
+    capture_key { addr, port, family }
+    capture_head { ts, ifindex, len, caplen, stage }
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 //! ```
 
 mod abi;
+pub mod capture;
 pub mod doorbell;
 mod error;
 pub mod flowcache;
@@ -168,6 +169,8 @@ pub struct Datapath {
     /// The workers' handlers while no worker runs them (a re-bind that failed half-way):
     /// the next re-bind starts workers with them.
     parked: Mutex<Vec<Box<dyn FrameHandler>>>,
+    /// `sluice capture`'s copies of the engine's frames, shared by every worker.
+    capture: Arc<capture::Tap>,
     stopped: bool,
 }
 
@@ -487,6 +490,7 @@ impl Datapath {
             stop: Arc::new(AtomicBool::new(false)),
             bells: Vec::new(),
             parked: Mutex::new(Vec::new()),
+            capture: Arc::default(),
             stopped: false,
         };
         let handlers = (0..n_workers)
@@ -542,6 +546,7 @@ impl Datapath {
                 stop: self.stop.clone(),
                 busy_poll: cfg.busy_poll,
                 handoff,
+                capture: Arc::clone(&self.capture),
             };
             let pin = cfg.pin_workers.then_some(w % ncpu);
             let handle = std::thread::Builder::new()
@@ -562,6 +567,14 @@ impl Datapath {
         // A panic while holding the lock cannot leave the maps half-written in a way a later
         // full replacement would not fix, so a poisoned lock is still usable.
         self.steer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `sluice capture`'s two sides: the workers' tap, and the XDP program's maps (disarmed:
+    /// a process before this one may have died with a capture running).
+    pub fn capture(&self) -> Result<(Arc<capture::Tap>, capture::XdpMaps), DatapathError> {
+        let maps = capture::XdpMaps::of(&self.steer())?;
+        maps.disarm()?;
+        Ok((Arc::clone(&self.capture), maps))
     }
 
     /// Replaces the set of VIPs the program steers, with their allow and deny lists.

@@ -67,6 +67,10 @@ pub struct SteerCounters {
     pub held: u64,
     /// Frames to a VIP its allow and deny lists refused, dropped in the program (bpf/acl.h).
     pub denied: u64,
+    /// Frames a running capture copied into its ring (bpf/capture.h).
+    pub captured: u64,
+    /// Frames a running capture lost because its ring had no room.
+    pub capture_lost: u64,
     /// Flood mode.
     pub flood: FloodCounters,
 }
@@ -239,7 +243,7 @@ impl Steer {
         })
     }
 
-    fn map(&self, def: MapDef) -> Result<libbpf_rs::Map<'_>, DatapathError> {
+    pub(super) fn map(&self, def: MapDef) -> Result<libbpf_rs::Map<'_>, DatapathError> {
         map_in(&self.obj, def)
     }
 
@@ -563,6 +567,8 @@ impl Steer {
             deep: at(steer_counter::CNT_DEEP),
             held: at(steer_counter::CNT_HELD),
             denied: at(steer_counter::CNT_DENIED),
+            captured: at(steer_counter::CNT_CAPTURED),
+            capture_lost: at(steer_counter::CNT_CAPTURE_LOST),
             flood: self.flood_counters()?,
         })
     }

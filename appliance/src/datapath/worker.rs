@@ -22,6 +22,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::capture::Tap;
 use super::doorbell::Doorbell;
 use super::frame::{Frame, FrameHandler};
 use super::handoff::{HandoffPort, Meta};
@@ -151,6 +152,8 @@ pub struct Worker {
     pub busy_poll: bool,
     /// This worker's ends of the handoff rings.
     pub handoff: HandoffPort,
+    /// `sluice capture`'s copies of the engine's frames (off unless a capture runs).
+    pub capture: Arc<Tap>,
 }
 
 #[derive(Default)]
@@ -208,6 +211,20 @@ pub fn instant_ns(t: std::time::Instant) -> u64 {
         Some(ahead) => ns.saturating_add(ahead.as_nanos() as u64),
         None => ns.saturating_sub(now.duration_since(t).as_nanos() as u64),
     }
+}
+
+/// `handler`'s verdict on `frame`, copied in and out while a capture runs.
+#[inline]
+fn handle(handler: &mut dyn FrameHandler, tap: &Tap, frame: &mut Frame<'_>, now: u64) -> Verdict {
+    if !tap.is_on() {
+        return handler.handle(frame, now);
+    }
+    let took = tap.received(frame.data(), frame.ifindex, now);
+    let verdict = handler.handle(frame, now);
+    if let Verdict::Tx { ifindex } = verdict {
+        tap.sent(frame.data(), ifindex, now, took);
+    }
+    verdict
 }
 
 impl Worker {
@@ -333,7 +350,7 @@ impl Worker {
             self.ports[i].xsk.release(chunk);
             return;
         }
-        let verdict = self.handler.handle(&mut frame, now);
+        let verdict = handle(&mut *self.handler, &self.capture, &mut frame, now);
         let (start, len) = (frame.start() as u64, frame.len() as u32);
         self.apply(i, chunk, verdict, start, len, local);
     }
@@ -377,7 +394,7 @@ impl Worker {
                     self.ports[i].xsk.release(chunk);
                     continue;
                 };
-                let verdict = self.handler.handle(&mut frame, now);
+                let verdict = handle(&mut *self.handler, &self.capture, &mut frame, now);
                 let (start, len) = (frame.start() as u64, frame.len() as u32);
                 self.apply(i, chunk, verdict, start, len, local);
             }

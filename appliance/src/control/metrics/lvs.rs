@@ -1,7 +1,10 @@
 //! The metrics of the LVS features: the persistence table (fill and what it answered),
 //! connection limits (new flows moved off a full backend, refused or let through by the
 //! `overflow` policy) and one-packet UDP scheduling. An operator watching a limited pool
-//! sees `skips` rise before `overflow`; persistence misses after a backend goes down.
+//! sees `skips` rise before `overflow`; persistence misses after a backend goes down. And
+//! the XDP program's own answers and drops beside them, and `sluice capture`'s counts.
+
+use std::sync::atomic::Ordering;
 
 use super::builder::{Builder, labels, set};
 use crate::control::model::Shared;
@@ -79,9 +82,39 @@ fn outbound(b: &mut Builder, s: &Shared) {
         "IPv6 frames to a VIP with more extension headers than the parsers walk (8), dropped by the XDP program",
         deep,
     );
+    capture(b, s);
     b.counter1(
         "sluice_outbound_unowned",
         "Answers to an outbound port no backend owns (dropped as no_backend)",
         st.outbound_unowned,
+    );
+}
+/// `sluice capture`: captures run, their frames, and what they lost.
+fn capture(b: &mut Builder, s: &Shared) {
+    let ring = s
+        .view
+        .load()
+        .datapath
+        .as_ref()
+        .map_or(0, |d| d.steer.capture_lost);
+    b.counter1(
+        "sluice_captures",
+        "Captures (sluice capture) run to their end",
+        s.capture.runs.load(Ordering::Relaxed),
+    );
+    b.counter1(
+        "sluice_capture_frames",
+        "Frames captures delivered",
+        s.capture.frames.load(Ordering::Relaxed),
+    );
+    let lost = b.counter(
+        "sluice_capture_lost",
+        "Frames a capture took but did not deliver, by reason: ring (the XDP program's capture ring was full), count (beyond the capture's count)",
+    );
+    set(&lost, labels(&[("reason", "ring")]), ring);
+    set(
+        &lost,
+        labels(&[("reason", "count")]),
+        s.capture.over_count.load(Ordering::Relaxed),
     );
 }

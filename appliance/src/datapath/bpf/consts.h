@@ -67,7 +67,15 @@ enum steer_counter : __u32 {
 			  // (a hand-over between two processes, or a crashed one): dropped, never
 			  // the kernel's, which would reset their connections
 	CNT_DENIED = 8,	  // frames to a VIP whose allow and deny lists deny their source (acl.h)
-	CNT_MAX = 9,
+	CNT_CAPTURED = 9, // frames a running capture copied into its ring (capture.h)
+	CNT_CAPTURE_LOST = 10, // frames a running capture lost: its ring had no room
+	CNT_MAX = 11,
+};
+
+// capture_rec.stage: where a running capture copied a frame (capture.h).
+enum capture_stage : __u8 {
+	CAP_XDP_IN = 0,	 // as it arrived
+	CAP_XDP_OUT = 1, // as the program forwarded it itself
 };
 
 // acl_val.verdict (acl.h).
@@ -124,6 +132,12 @@ enum cache_track : __u8 {
 // IPv6 extension headers walked before the upper layer (wire::ipv6::MAX_EXT_HEADERS: the
 // engine walks as many, so the two parsers agree on what a frame is).
 #define MAX_EXT_HEADERS 8
+
+// A running capture (capture.h): the bytes a record keeps of a frame at most (a power of
+// two), the endpoints it may match, the ring's size (a power of two of pages).
+#define CAPTURE_SNAP_MAX 2048
+#define CAPTURE_ENDPOINTS 1024
+#define CAPTURE_RING_BYTES (8 << 20)
 
 // How far one segment may move a tracked field on (lb::conntrack::track::MAX_ADVANCE): a
 // spoofed segment past it moves nothing.

@@ -15,8 +15,8 @@
 // (every map and the counter bumps), parse.h (headers and the steering keys), tenant.h
 // (VXLAN tenant VIPs), csum.h, tx.h (how a frame leaves), flowcache.h with front.h (each
 // CPU's copies of the entries it hit) and carry.h (the client's address through FullNAT),
-// stateless.h (a DR VIP's answer from its Maglev ring), flood.h and acl.h (a VIP's allow
-// and deny lists).
+// stateless.h (a DR VIP's answer from its Maglev ring), flood.h, acl.h (a VIP's allow
+// and deny lists) and capture.h (`sluice capture`).
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -32,6 +32,7 @@
 #include "stateless.h"
 #include "flood.h"
 #include "acl.h"
+#include "capture.h"
 
 // Whether the running appliance holds the engine's frames (see maps.h `hold`).
 static __always_inline int held(void)
@@ -53,31 +54,38 @@ static __always_inline int no_socket(int hold_on)
 	return XDP_PASS;
 }
 
+// A frame deeper than either parser walks: dropped when it is to a VIP, as the engine
+// would drop it, else the kernel's.
+static __always_inline int too_deep(const struct flow *f)
+{
+	if (lookup(f->dst, 0, 0, KIND_VIP, f->family, 0)) {
+		count(CNT_DEEP);
+		return XDP_DROP;
+	}
+	count(CNT_PASSED);
+	return XDP_PASS;
+}
+
 SEC("xdp")
 int sluice_steer(struct xdp_md *ctx)
 {
 	struct flow f;
 	int r;
 	int owned = 0;
+	__u32 snap = capture_taken(ctx); // capture.h
 
 	if (cache_on) {
 		int act = cache_forward(ctx);
 		if (act >= 0 && act <= XDP_REDIRECT)
-			return act;
+			return captured_out(ctx, act, snap);
 	}
 
 	__builtin_memset(&f, 0, sizeof(f));
 	r = parse(ctx, &f);
 	if (r < 0 || f.never)
 		goto pass;
-	if (r == 2) {
-		// Deeper than either parser walks: to a VIP it is dropped, as the engine would.
-		if (lookup(f.dst, 0, 0, KIND_VIP, f.family, 0)) {
-			count(CNT_DEEP);
-			return XDP_DROP;
-		}
-		goto pass;
-	}
+	if (r == 2)
+		return too_deep(&f);
 
 	// A tenant VIP's VXLAN frame: to the engine as it is, without flood mode (its policing
 	// and stateless answer see the outer headers) and never a flow cache miss (the cache
@@ -92,7 +100,7 @@ int sluice_steer(struct xdp_md *ctx)
 			return XDP_DROP;
 		int act = flood_action(ctx, &f, vip);
 		if (act >= 0)
-			return act;
+			return captured_out(ctx, act, snap);
 		owned = 1;
 	} else if (lookup(f.dst, f.dport, f.proto, KIND_LOCAL, f.family, f.has_ports))
 		owned = 1;
@@ -100,7 +108,7 @@ int sluice_steer(struct xdp_md *ctx)
 		int act = outbound_answer(ctx, vip);
 		if (act >= 0) {
 			count(CNT_OUTBOUND);
-			return act;
+			return captured_out(ctx, act, snap);
 		}
 		owned = 1;
 	}
