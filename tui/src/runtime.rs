@@ -134,6 +134,15 @@ async fn execute(client: Client, effect: Effect, tx: mpsc::UnboundedSender<Msg>)
             what: command.describe(),
             result: client.send(&command).await.map_err(failure),
         },
+        // The client raises its own timeout to cover the capture's duration.
+        Effect::Capture(req) => Msg::Captured {
+            vip: req.vip.clone().unwrap_or_default(),
+            result: client
+                .capture(&req)
+                .await
+                .map(|(pcapng, lost)| (pcapng.to_vec(), lost))
+                .map_err(failure),
+        },
     };
     // The loop has ended when the send fails: nothing to report to.
     let _ = tx.send(msg);

@@ -6,11 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use api::{BackendAction, Command, Commit};
+use api::{BackendAction, CaptureRequest, Command, Commit};
 use common::*;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use tui::app::{
-    App, Conn, Effect, Failure, HISTORY, Msg, Prompt, StatusLine, Tab, VipSort, update,
+    App, CaptureState, Conn, Effect, Failure, HISTORY, Msg, Prompt, StatusLine, Tab, VipSort,
+    update,
 };
 
 fn on_backends() -> App {
@@ -616,4 +617,163 @@ fn an_appliance_restart_resets_events_and_rates() {
     assert_eq!(app.events.len(), 1, "the new appliance's events only");
     assert_eq!(app.last_seq, 1);
     assert_eq!(app.vip_rates["web"].pps, None, "no rate across a restart");
+}
+
+/// `c` on a VIP asks the appliance for 50 frames or 5 s of it, in the background: the console
+/// keeps polling, a second `c` waits for the first, the panel takes the keys until Esc.
+#[test]
+fn c_captures_the_selected_vip_one_capture_at_a_time() {
+    let mut app = app_after(1, "web", false);
+    assert!(ch(&mut app, 'c').is_empty(), "not from the Overview");
+    assert_eq!(status(&app).text, "select a VIP first: VIPs tab (2)");
+    assert!(app.capture.is_none());
+
+    goto(&mut app, Tab::Vips);
+    let effects = ch(&mut app, 'c');
+    assert_eq!(
+        effects,
+        [Effect::Capture(CaptureRequest {
+            vip: Some("web".into()),
+            endpoints: vec![],
+            count: 50,
+            duration_ms: 5000,
+            snaplen: 256,
+        })]
+    );
+    assert_eq!(
+        status(&app).text,
+        "capturing VIP web (up to 50 frames or 5 s)…"
+    );
+    assert_eq!(
+        app.capture.as_ref().map(|p| &p.state),
+        Some(&CaptureState::Running)
+    );
+    assert!(
+        matches!(&update(&mut app, Msg::Tick)[..], [Effect::Poll { .. }]),
+        "polls go on while the capture runs"
+    );
+    assert!(ch(&mut app, 'c').is_empty());
+    assert_eq!(
+        status(&app).text,
+        "a capture of VIP web is running; one at a time"
+    );
+    ch(&mut app, 'j');
+    assert_eq!(
+        app.selected_vip.as_deref(),
+        Some("web"),
+        "the panel has the keys"
+    );
+
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Ok((capture_file(0), 0)),
+        },
+    );
+    match &app.capture.as_ref().expect("the panel").state {
+        CaptureState::Done {
+            lines,
+            captured: 4,
+            lost: 0,
+        } => assert!(
+            lines[3].starts_with("22:13:20.126456  engine-out  IP 192.0.2.10.80 > "),
+            "{lines:#?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(status(&app).text, "capture of VIP web: 4 frames, 0 lost");
+    key(&mut app, KeyCode::Esc);
+    assert!(app.capture.is_none());
+    ch(&mut app, 'j');
+    assert_eq!(
+        app.selected_vip.as_deref(),
+        Some("web6"),
+        "the list's keys again"
+    );
+}
+
+/// Esc while the capture runs closes the panel, not the capture: its count comes on the
+/// status line. Errors, the API's or an unreadable reply, show in the panel.
+#[test]
+fn capture_results_and_errors() {
+    let mut app = app_after(1, "web", false);
+    goto(&mut app, Tab::Vips);
+    ch(&mut app, 'c');
+    key(&mut app, KeyCode::Esc);
+    assert!(app.capture.is_none());
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Ok((capture_file(2), 1)),
+        },
+    );
+    assert!(app.capture.is_none(), "stays closed");
+    assert_eq!(status(&app).text, "capture of VIP web: 6 frames, 1 lost");
+
+    let failed = |app: &App| match &app.capture.as_ref().expect("the panel").state {
+        CaptureState::Failed { message } => message.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(ch(&mut app, 'c').len(), 1, "the next capture may start");
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Err(Failure {
+                message: "no VIP web (404)".into(),
+                errors: vec![],
+            }),
+        },
+    );
+    assert_eq!(failed(&app), "no VIP web (404)");
+    assert!(status(&app).error);
+    assert_eq!(
+        status(&app).text,
+        "capture of VIP web failed: no VIP web (404)"
+    );
+
+    assert_eq!(ch(&mut app, 'c').len(), 1, "c in the panel captures again");
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Ok((b"HTTP/1.1 200 OK".to_vec(), 0)),
+        },
+    );
+    assert_eq!(
+        failed(&app),
+        "the appliance's reply: not a pcapng file: it does not start with a Section Header Block"
+    );
+}
+
+/// The arrows, PgUp/PgDn, g and G scroll the panel's lines (0: the newest at the bottom).
+#[test]
+fn the_capture_panel_scrolls_within_its_lines() {
+    let mut app = app_after(1, "web", false);
+    goto(&mut app, Tab::Vips);
+    ch(&mut app, 'c');
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Ok((capture_file(60), 0)),
+        },
+    );
+    let back = |app: &App| app.capture.as_ref().unwrap().back;
+    for (k, want) in [
+        (KeyCode::Up, 1),
+        (KeyCode::Char('k'), 2),
+        (KeyCode::PageUp, 12),
+        (KeyCode::Down, 11),
+        (KeyCode::Home, 63),
+        (KeyCode::Up, 63),
+        (KeyCode::PageDown, 53),
+        (KeyCode::Char('G'), 0),
+        (KeyCode::Down, 0),
+    ] {
+        key(&mut app, k);
+        assert_eq!(back(&app), want, "after {k:?}");
+    }
 }

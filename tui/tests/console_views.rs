@@ -11,7 +11,7 @@ use crossterm::event::KeyCode;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier};
-use tui::app::{App, Conn, Failure, Msg, Tab, update};
+use tui::app::{App, Conn, Effect, Failure, Msg, Tab, update};
 use tui::view::{render_footer, render_status_line, render_tab};
 
 const VIEWS: [(Tab, &str); 7] = [
@@ -568,4 +568,188 @@ fn ten_thousand_vips_scroll_and_filter() {
     assert!(l[0].contains("10 of 10000 VIPs"), "{l:#?}");
     let rows: Vec<&String> = l.iter().filter(|x| x.starts_with("t0424")).collect();
     assert_eq!(rows.len(), 10, "{l:#?}");
+}
+
+/// The capture panel over the VIP list: while the request is out, then one line per frame
+/// (time, stage, summary) oldest first with the counts, and Esc gives the list back.
+#[test]
+fn capture_panel_running_then_frames() {
+    let mut app = app_on(Tab::Vips);
+    let before = screen_text(&app, 80, 24);
+    let effects = ch(&mut app, 'c');
+    assert!(
+        matches!(&effects[..], [Effect::Capture(r)] if r.vip.as_deref() == Some("web")),
+        "{effects:?}"
+    );
+    let s = screen_text(&app, 80, 24);
+    for want in [
+        "┌ capture of VIP web · times UTC · Esc closes ",
+        "│ capturing up to 50 frames or 5 s, 256 bytes of each…",
+        " Esc close  ↑↓ scroll  c again  ? help  q quit",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Ok((capture_file(0), 2)),
+        },
+    );
+    insta::assert_snapshot!("capture_80x24", screen_text(&app, 80, 24));
+    let s = screen_text(&app, 120, 40);
+    let want = [
+        "│ 4 frames captured, 2 lost",
+        "│ 22:13:20.123456  xdp-in      IP 198.51.100.10.40000 > 192.0.2.10.80: Flags [S], seq 1, win 64240, length 0",
+        "│ 22:13:20.124456  xdp-out     IP 198.51.100.10.40000 > 10.0.0.11.80: Flags [S], seq 1, win 64240, length 0",
+        "│ 22:13:20.125456  engine-in   IP 10.0.0.11.80 > 198.51.100.10.40000: Flags [S.], seq 7, ack 2, win 64240, length 0",
+        "│ 22:13:20.126456  engine-out  IP 192.0.2.10.80 > 198.51.100.10.40000: Flags [S.], seq 7, ack 2, win 64240, length 0",
+    ];
+    let at: Vec<usize> = want
+        .iter()
+        .map(|w| {
+            s.lines()
+                .position(|l| l.starts_with(w))
+                .unwrap_or_else(|| panic!("missing {w:?} in\n{s}"))
+        })
+        .collect();
+    assert!(
+        at.windows(2).all(|p| p[1] == p[0] + 1),
+        "in order: {at:?}\n{s}"
+    );
+    assert!(s.contains(" capture of VIP web: 4 frames, 2 lost"), "{s}");
+
+    key(&mut app, KeyCode::Esc);
+    let after = screen_text(&app, 80, 24);
+    let body = |s: &str| {
+        let mut l: Vec<String> = s.lines().map(str::to_string).collect();
+        l.remove(22);
+        l
+    };
+    assert_eq!(
+        body(&after),
+        body(&before),
+        "the list as it was, bar the status line"
+    );
+}
+
+/// More frames than fit: the newest at the bottom, the range on the count line, and the
+/// arrows, g and G move through them.
+#[test]
+fn capture_panel_scrolls() {
+    let mut app = app_on(Tab::Vips);
+    ch(&mut app, 'c');
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Ok((capture_file(60), 0)),
+        },
+    );
+    let shown = |app: &App| {
+        let s = screen_text(app, 80, 24);
+        let count = s
+            .lines()
+            .find_map(|l| l.split_once("64 frames captured, 0 lost · "))
+            .map(|(_, rest)| rest.trim_end_matches('│').trim_end().to_string())
+            .unwrap_or_else(|| panic!("{s}"));
+        let first = s.lines().nth(3).unwrap_or_default().to_string();
+        (count, first)
+    };
+    let (count, first) = shown(&app);
+    assert_eq!(count, "lines 47-64 of 64, ↑↓ scroll");
+    assert!(
+        first.contains(
+            "22:13:20.169456  xdp-in      IP 198.51.100.10.40000 > 192.0.2.10.80: Flags [."
+        ),
+        "{first}"
+    );
+    for _ in 0..3 {
+        key(&mut app, KeyCode::Up);
+    }
+    assert_eq!(shown(&app).0, "lines 44-61 of 64, ↑↓ scroll");
+    ch(&mut app, 'g');
+    let (count, first) = shown(&app);
+    assert_eq!(count, "lines 1-18 of 64, ↑↓ scroll");
+    assert!(
+        first.contains(
+            "22:13:20.123456  xdp-in      IP 198.51.100.10.40000 > 192.0.2.10.80: Flags [S"
+        ),
+        "{first}"
+    );
+    ch(&mut app, 'G');
+    assert_eq!(shown(&app).0, "lines 47-64 of 64, ↑↓ scroll");
+}
+
+/// A failed capture says why in the panel, in red, and on the status line; without colours
+/// the panel has none.
+#[test]
+fn capture_panel_failure_and_no_colour() {
+    let mut app = app_on(Tab::Vips);
+    ch(&mut app, 'c');
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Err(Failure {
+                message: "capture needs the engine, which is not running (503)".into(),
+                errors: vec![],
+            }),
+        },
+    );
+    let buf = screen(&app, 80, 24);
+    let s = text(&buf);
+    assert!(
+        s.contains("│ capture failed: capture needs the engine, which is not running (503)"),
+        "{s}"
+    );
+    assert!(
+        s.contains(" capture of VIP web failed: capture needs the engine"),
+        "{s}"
+    );
+    let y = s
+        .lines()
+        .position(|l| l.contains("│ capture failed"))
+        .unwrap() as u16;
+    assert_eq!(buf[(2, y)].fg, Color::Red, "an error is red");
+
+    let mut app = app_after(40, "web", true);
+    goto(&mut app, Tab::Vips);
+    ch(&mut app, 'c');
+    update(
+        &mut app,
+        Msg::Captured {
+            vip: "web".into(),
+            result: Ok((capture_file(3), 5)),
+        },
+    );
+    let buf = screen(&app, 80, 24);
+    assert!(text(&buf).contains("7 frames captured, 5 lost"));
+    assert!(
+        buf.content()
+            .iter()
+            .all(|c| (c.fg, c.bg) == (Color::Reset, Color::Reset))
+    );
+}
+
+/// The VIP footer offers the BGP action the selected VIP can take, beside the capture: both
+/// withdraw and announce do not fit 80 columns with it.
+#[test]
+fn vip_footer_offers_withdraw_or_announce_and_capture() {
+    let mut app = app_on(Tab::Vips);
+    let footer = |app: &App| {
+        let mut buf = Buffer::empty(Rect::new(0, 0, 80, 1));
+        render_footer(app, buf.area, &mut buf);
+        lines(&buf)[0].clone()
+    };
+    assert_eq!(
+        footer(&app),
+        " Enter backends  s sort  / filter  W withdraw  c capture  ? help  q quit"
+    );
+    ch(&mut app, 'g');
+    assert_eq!(app.selected_vip.as_deref(), Some("api"), "withdrawn");
+    assert_eq!(
+        footer(&app),
+        " Enter backends  s sort  / filter  a announce  c capture  ? help  q quit"
+    );
 }

@@ -73,6 +73,7 @@ impl App {
                 })),
                 None => Vec::new(),
             },
+            Action::Capture => self.start_capture(),
             Action::Reload => {
                 self.reload();
                 Vec::new()
@@ -94,7 +95,8 @@ impl App {
 
     // Prompts.
 
-    /// Esc: closes the help page, else a prompt, else the error details, else the filter.
+    /// Esc: closes the help page, else a prompt, else the capture panel, else the error
+    /// details, else the filter.
     fn cancel(&mut self) {
         if self.help {
             self.help = false;
@@ -113,6 +115,9 @@ impl App {
                     self.status_line = Some(StatusLine::info("cancelled: weight"));
                 }
             }
+        } else if self.capture.is_some() {
+            // A capture still running goes on; its result lands on the status line.
+            self.capture = None;
         } else if self
             .status_line
             .as_ref()
@@ -222,8 +227,22 @@ impl App {
         Vec::new()
     }
 
-    /// Up, Down, PageUp, PageDown, Top, Bottom in the current view's list.
+    /// Up, Down, PageUp, PageDown, Top, Bottom in the capture panel, else in the current
+    /// view's list.
     fn step(&mut self, action: Action) {
+        if self.capture.is_some() {
+            let page = PAGE as isize;
+            self.scroll_capture(match action {
+                Action::Up => 1,
+                Action::Down => -1,
+                Action::PageUp => page,
+                Action::PageDown => -page,
+                Action::Top => isize::MAX,
+                Action::Bottom => isize::MIN,
+                _ => 0,
+            });
+            return;
+        }
         match action {
             Action::Up => self.move_selection(|i, _| i.saturating_sub(1)),
             Action::Down => self.move_selection(|i, n| (i + 1).min(n - 1)),
@@ -386,8 +405,8 @@ impl App {
         }
     }
 
-    /// The VIP announce/withdraw acts on, or a status line saying what to select.
-    fn vip_target(&mut self) -> Option<Vip> {
+    /// The VIP announce/withdraw/capture act on, or a status line saying what to select.
+    pub(super) fn vip_target(&mut self) -> Option<Vip> {
         if !matches!(self.tab, Tab::Vips | Tab::Backends) {
             self.status_line = Some(StatusLine::error("select a VIP first: VIPs tab (2)"));
             return None;
@@ -404,7 +423,7 @@ impl App {
     }
 
     /// Runs an action now: shows what is happening and asks the runtime for the call.
-    fn start(&mut self, effect: Effect) -> Vec<Effect> {
+    pub(super) fn start(&mut self, effect: Effect) -> Vec<Effect> {
         self.status_line = Some(StatusLine::info(format!("{}…", effect.describe())));
         vec![effect]
     }

@@ -28,10 +28,12 @@ pub enum Action {
     StartWeight,
     Withdraw,
     Announce,
+    /// `c`: capture the selected VIP's frames.
+    Capture,
     Reload,
     Refresh,
     Help,
-    /// Esc: close the help page, a prompt, the error details, the filter.
+    /// Esc: close the help page, a prompt, the capture panel, the error details, the filter.
     Cancel,
     /// Text typed into a prompt (filter, weight).
     Input(char),
@@ -78,6 +80,9 @@ pub fn keymap(app: &App, key: KeyEvent) -> Option<Action> {
             _ => None,
         };
     }
+    if app.capture.is_some() {
+        return capture_panel(key);
+    }
     let action = match key.code {
         KeyCode::Char('q') => Action::Quit,
         KeyCode::Tab => Action::NextTab,
@@ -103,12 +108,30 @@ pub fn keymap(app: &App, key: KeyEvent) -> Option<Action> {
         KeyCode::Char('w') => Action::StartWeight,
         KeyCode::Char('W') => Action::Withdraw,
         KeyCode::Char('a') => Action::Announce,
+        KeyCode::Char('c') => Action::Capture,
         KeyCode::Char('R') => Action::Reload,
         KeyCode::Char('r') => Action::Refresh,
         KeyCode::Char('?') => Action::Help,
         _ => return None,
     };
     Some(action)
+}
+
+/// The capture panel covers the view: its keys only (scrolling, `c` again), until Esc.
+fn capture_panel(key: KeyEvent) -> Option<Action> {
+    match key.code {
+        KeyCode::Char('q') => Some(Action::Quit),
+        KeyCode::Esc => Some(Action::Cancel),
+        KeyCode::Char('c') => Some(Action::Capture),
+        KeyCode::Char('?') => Some(Action::Help),
+        KeyCode::Up | KeyCode::Char('k') => Some(Action::Up),
+        KeyCode::Down | KeyCode::Char('j') => Some(Action::Down),
+        KeyCode::PageUp => Some(Action::PageUp),
+        KeyCode::PageDown => Some(Action::PageDown),
+        KeyCode::Home | KeyCode::Char('g') => Some(Action::Top),
+        KeyCode::End | KeyCode::Char('G') => Some(Action::Bottom),
+        _ => None,
+    }
 }
 
 /// The keys, for the footer and the help page: (keys, what they do).
@@ -125,6 +148,7 @@ pub const KEYS: &[(&str, &str)] = &[
         "W / a",
         "withdraw the selected VIP (asks y/n) / announce it",
     ),
+    ("c", "capture the selected VIP's frames (50 or 5 s)"),
     ("R", "reload the config file (asks y/n)"),
     ("r", "refresh now"),
     ("Esc", "cancel, close this page, hide error details"),

@@ -11,16 +11,20 @@
 //! applies them (one method per concern), `snapshot` takes in a poll round.
 
 mod actions;
+mod capture;
 pub mod keys;
 mod snapshot;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use api::{Backend, Bgp, Command, Commit, Event, FleetStatus, Status, Vip};
+use api::{Backend, Bgp, CaptureRequest, Command, Commit, Event, FleetStatus, Status, Vip};
 use crossterm::event::KeyEvent;
 
 use crate::rates::{BackendRates, Counters, TotalRates, VipRates};
+pub use capture::{
+    CAPTURE_COUNT, CAPTURE_DURATION_MS, CAPTURE_SNAPLEN, CapturePanel, CaptureState, packet_lines,
+};
 pub use keys::{Action, KEYS, keymap};
 
 /// Samples of traffic kept per backend for its sparkline.
@@ -168,6 +172,11 @@ pub enum Msg {
         what: String,
         result: Result<Commit, Failure>,
     },
+    /// A capture of `vip` ended: the pcapng file and the frames the appliance lost.
+    Captured {
+        vip: String,
+        result: Result<(Vec<u8>, u64), Failure>,
+    },
 }
 
 /// What `update` asks the runtime to do: API calls.
@@ -177,6 +186,8 @@ pub enum Effect {
     Poll { vip: Option<String>, since: u64 },
     /// One write call (drain, weight, withdraw, reload...), made by [`api::Client::send`].
     Send(Command),
+    /// A capture ([`api::Client::capture`]), answered by [`Msg::Captured`].
+    Capture(CaptureRequest),
 }
 
 impl Effect {
@@ -185,6 +196,12 @@ impl Effect {
         match self {
             Effect::Poll { .. } => "refresh".to_string(),
             Effect::Send(command) => command.describe(),
+            Effect::Capture(req) => format!(
+                "capturing VIP {} (up to {} frames or {} s)",
+                req.vip.as_deref().unwrap_or("-"),
+                req.count,
+                req.duration_ms / 1000
+            ),
         }
     }
 }
@@ -288,6 +305,10 @@ pub struct App {
     pub status_line: Option<StatusLine>,
     /// A poll is on its way (no second one until it ends).
     pub polling: bool,
+    /// The capture panel (`c`), shown until Esc.
+    pub capture: Option<CapturePanel>,
+    /// The VIP a capture request is out for (one at a time, panel shown or not).
+    pub capturing: Option<String>,
 
     prev_totals: Option<(Instant, Counters)>,
     prev_vips: HashMap<String, (Instant, Counters)>,
@@ -326,6 +347,8 @@ impl App {
             prompt: None,
             status_line: None,
             polling: false,
+            capture: None,
+            capturing: None,
             prev_totals: None,
             prev_vips: HashMap::new(),
             prev_backends: HashMap::new(),
@@ -426,6 +449,10 @@ pub fn update(app: &mut App, msg: Msg) -> Vec<Effect> {
         Msg::Done { what, result } => {
             app.status_line = Some(done_line(&what, result));
             app.poll()
+        }
+        Msg::Captured { vip, result } => {
+            app.on_captured(vip, result);
+            Vec::new()
         }
     }
 }

@@ -5,10 +5,12 @@
 
 //!
 //! One file per view (overview, vips, backends, bgp, events, conns, fleet); the pieces they share are in
-//! `widgets`; the frame around them (tabs, banner, status line, footer, help) is here.
+//! `widgets`; the capture panel over them is in `capture`; the frame around them (tabs,
+//! banner, status line, footer, help) is here.
 
 mod backends;
 mod bgp;
+mod capture;
 mod conns;
 mod events;
 mod fleet;
@@ -77,6 +79,7 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
         );
     }
     render_tab(app, app.tab, body, buf);
+    capture::capture(app, t, body, buf);
     if let Some(s) = app.status_line.as_ref().filter(|s| !s.details.is_empty()) {
         let lines: Vec<Line<'_>> = s.details.iter().map(|d| Line::raw(d.as_str())).collect();
         put(
@@ -203,15 +206,23 @@ fn status_line(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
 }
 
 fn footer(app: &App, t: Theme, area: Rect, buf: &mut Buffer) {
+    // Withdraw or announce, whichever the selected VIP can take: both do not fit 80 columns
+    // beside the capture.
+    let bgp = match app.selected_vip() {
+        Some(v) if !v.announced => ("a", "announce"),
+        _ => ("W", "withdraw"),
+    };
+    let vips = [
+        ("Enter", "backends"),
+        ("s", "sort"),
+        ("/", "filter"),
+        bgp,
+        ("c", "capture"),
+    ];
     let keys: &[(&str, &str)] = match app.tab {
+        _ if app.capture.is_some() => &[("Esc", "close"), ("↑↓", "scroll"), ("c", "again")],
         Tab::Overview => &[("1-7", "views"), ("R", "reload"), ("r", "refresh")],
-        Tab::Vips => &[
-            ("Enter", "backends"),
-            ("s", "sort"),
-            ("/", "filter"),
-            ("W", "withdraw"),
-            ("a", "announce"),
-        ],
+        Tab::Vips => &vips,
         Tab::Backends => &[
             ("d", "drain"),
             ("u", "undrain"),

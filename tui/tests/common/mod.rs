@@ -165,3 +165,77 @@ pub fn text(buf: &Buffer) -> String {
 pub fn screen_text(app: &App, w: u16, h: u16) -> String {
     text(&screen(app, w, h))
 }
+
+/// 2023-11-14 22:13:20.123456789 UTC, when the recorded capture starts.
+pub const CAPTURE_TS: u64 = 1_700_000_000_123_456_789;
+
+/// A TCP segment between two endpoints, as a whole Ethernet frame.
+fn segment(src: (&str, u16), dst: (&str, u16), seq: u32, ack: u32, flags: u8) -> Vec<u8> {
+    use wire::{
+        EtherType, EthernetRepr, FrameRepr, IpProtocol, Ipv4Repr, L4Repr, MacAddr, TcpRepr,
+    };
+    let frame = FrameRepr {
+        ethernet: EthernetRepr {
+            src: MacAddr([2, 0, 0, 0, 0, 1]),
+            dst: MacAddr([2, 0, 0, 0, 0, 2]),
+            vlan_tci: None,
+            ethertype: EtherType::Ipv4,
+        },
+        ip: Ipv4Repr::new(
+            src.0.parse().unwrap(),
+            dst.0.parse().unwrap(),
+            IpProtocol::Tcp,
+            0,
+        )
+        .into(),
+        l4: L4Repr::Tcp(TcpRepr {
+            src_port: src.1,
+            dst_port: dst.1,
+            seq_number: seq,
+            ack_number: ack,
+            flags,
+            window_len: 64240,
+            urgent_at: 0,
+            options: &[],
+            payload: &[],
+        }),
+    };
+    let mut buf = vec![0; frame.buffer_len()];
+    frame.emit(&mut buf, true).unwrap();
+    buf
+}
+
+/// What `POST /v1/capture` answers for VIP web (NAT to 10.0.0.11:80): a client's SYN in and
+/// out of XDP, the backend's SYN-ACK in and out of the engine, then `more` ACKs on xdp-in,
+/// 1 ms apart. Built with wire's own pcapng writer.
+pub fn capture_file(more: u32) -> Vec<u8> {
+    use wire::pcapng::{Interface, Writer};
+    use wire::tcp::flags::{ACK, SYN};
+    let stages: Vec<Interface> = ["xdp-in", "xdp-out", "engine-in", "engine-out"]
+        .iter()
+        .map(|name| Interface {
+            name: name.to_string(),
+            description: String::new(),
+            snaplen: 256,
+        })
+        .collect();
+    let client = ("198.51.100.10", 40000);
+    let vip = ("192.0.2.10", 80);
+    let backend = ("10.0.0.11", 80);
+    let mut frames = vec![
+        (0, segment(client, vip, 1, 0, SYN)),
+        (1, segment(client, backend, 1, 0, SYN)),
+        (2, segment(backend, client, 7, 2, SYN | ACK)),
+        (3, segment(vip, client, 7, 2, SYN | ACK)),
+    ];
+    for i in 0..more {
+        frames.push((0, segment(client, vip, 2, 8 + i, ACK)));
+    }
+    let mut w = Writer::new(Vec::new(), &stages).unwrap();
+    for (i, (stage, frame)) in frames.iter().enumerate() {
+        let ts = CAPTURE_TS + i as u64 * 1_000_000;
+        w.write_packet(*stage, ts, frame.len() as u32, frame, None)
+            .unwrap();
+    }
+    w.finish(&[], CAPTURE_TS + 5_000_000_000).unwrap()
+}
