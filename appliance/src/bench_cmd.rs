@@ -58,7 +58,7 @@ pub(crate) struct BenchArgs {
     /// --cps and --idle: queues per veth (the appliance runs one worker per queue).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     queues: u32,
-    /// --flows: run A2 (this build's, not the baseline's) with a `sluice capture` running
+    /// --flows: runs A and A2 (this build's, not the baseline's) with a `sluice capture` running
     /// through its whole measurement, of an endpoint no bench frame carries: the cost of a
     /// running capture to the traffic it does not take (compare with --baseline set to this
     /// same binary).

@@ -97,7 +97,7 @@ pub struct BenchOptions {
     /// `--flows`: another `sluice` binary (an older build) whose runs A and A2 follow this
     /// build's in every round, for a before and after from one run.
     pub baseline: Option<PathBuf>,
-    /// `--flows`: run A2 of this build (not the baseline's) with a `sluice capture` running
+    /// `--flows`: runs A and A2 of this build (not the baseline's) with a `sluice capture` running
     /// through the whole measurement, of an endpoint no bench frame has
     /// ([`CAPTURE_ENDPOINT`]): what a running capture costs the traffic it does not take.
     pub capture: bool,

@@ -126,7 +126,7 @@ impl Bench {
         let pid = self.appliance_pid();
         let rss0 = pid.and_then(crate::memory::rss_bytes);
         eprintln!("bench: run {run}: flooding for {} s", options.seconds);
-        let raw = self.measure_run(options, flow_cache, run, stop)?;
+        let raw = self.measure_run(options, run, stop)?;
         let rss1 = pid.and_then(crate::memory::rss_bytes);
         let maps = pid.map(crate::memory::bpf_maps).unwrap_or_default();
         let status = fetch_status(&self.api_socket())?;
@@ -341,22 +341,22 @@ impl Bench {
             (false, true) => RUN_A.to_string(),
             (false, false) => format!("{RUN_A}, flood mode off"),
         };
-        if flow_cache && !self.flood && capture {
+        if !self.flood && capture {
             format!("{label}, a capture running")
         } else {
             label
         }
     }
 
-    /// [`Bench::measure`], with a capture running through it in run A2 with `--capture`.
+    /// [`Bench::measure`], with a capture running through it in runs A and A2 with
+    /// `--capture`.
     fn measure_run(
         &mut self,
         options: &BenchOptions,
-        flow_cache: bool,
         run: &str,
         stop: &AtomicBool,
     ) -> Result<crate::counters::RawRun, BenchError> {
-        let capture = (flow_cache && !self.flood && options.capture)
+        let capture = (!self.flood && options.capture)
             .then(|| self.start_capture(options))
             .transpose()?;
         let raw = self.measure(stop, options.seconds);
