@@ -95,7 +95,7 @@ fn with_token(shared: S, token: Option<Arc<String>>) -> Router {
         .route("/v1/events", get(events))
         .route("/v1/reload", post(reload))
         .route("/v1/datapath/reclaim", post(reclaim))
-        .route("/v1/capture", post(super::capture::route))
+        .route("/v1/capture", post(super::capture_api::route))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)

@@ -96,9 +96,15 @@ impl Hub {
         if self.busy.swap(true, Ordering::AcqRel) {
             return Err(CaptureError::Busy);
         }
-        let r = self.run_one(&endpoints, duration, req);
-        self.busy.store(false, Ordering::Release);
-        r
+        /// Frees the slot however the capture ends (a panic included).
+        struct Slot<'a>(&'a AtomicBool);
+        impl Drop for Slot<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _slot = Slot(&self.busy);
+        self.run_one(&endpoints, duration, req)
     }
 
     fn run_one(
@@ -313,71 +319,6 @@ fn pcapng(
     w.finish(&drops, crate::datapath::monotonic_ns() + offset)
 }
 
-/// `POST /v1/capture`: the request's frames as pcapng, or the error as the API's JSON.
-pub(super) async fn route(
-    axum::extract::State(s): axum::extract::State<Arc<super::model::Shared>>,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::http::{StatusCode, header};
-    use axum::response::IntoResponse;
-    let error = |status: StatusCode, error: String, field: Option<&str>| {
-        let doc = api::ApiError {
-            error,
-            field: field.map(str::to_string),
-            errors: Vec::new(),
-        };
-        (status, axum::Json(doc)).into_response()
-    };
-    let req: CaptureRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("body is not a capture request: {e}"),
-                Some("body"),
-            );
-        }
-    };
-    let config = s.view.load().config.clone();
-    let shared = Arc::clone(&s);
-    let done =
-        tokio::task::spawn_blocking(move || shared.capture.run(config.as_deref(), &req)).await;
-    match done {
-        Ok(Ok(c)) => (
-            [
-                (header::CONTENT_TYPE, "application/x-pcapng".to_string()),
-                (
-                    header::HeaderName::from_static(api::capture_headers::FRAMES),
-                    c.frames.to_string(),
-                ),
-                (
-                    header::HeaderName::from_static(api::capture_headers::LOST),
-                    c.lost.to_string(),
-                ),
-            ],
-            c.pcapng,
-        )
-            .into_response(),
-        Ok(Err(e)) => {
-            let (status, field) = match &e {
-                CaptureError::Invalid { field, .. } => (StatusCode::BAD_REQUEST, Some(*field)),
-                CaptureError::UnknownVip(_) => (StatusCode::NOT_FOUND, Some("vip")),
-                CaptureError::Busy => (StatusCode::CONFLICT, None),
-                CaptureError::NoDatapath => (StatusCode::SERVICE_UNAVAILABLE, None),
-                CaptureError::Datapath(_) | CaptureError::Write(_) => {
-                    (StatusCode::INTERNAL_SERVER_ERROR, None)
-                }
-            };
-            error(status, e.to_string(), field)
-        }
-        Err(e) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("capture task failed: {e}"),
-            None,
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,6 +383,19 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn one_capture_at_a_time_and_a_failed_one_frees_its_slot() {
+        let hub = Hub::default();
+        let r = req(10, 1000, 256);
+        assert!(matches!(hub.run(None, &r), Err(CaptureError::NoDatapath)));
+        assert!(
+            matches!(hub.run(None, &r), Err(CaptureError::NoDatapath)),
+            "the failed capture left its slot taken"
+        );
+        hub.busy.store(true, Ordering::Release);
+        assert!(matches!(hub.run(None, &r), Err(CaptureError::Busy)));
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod api;
 mod batch;
 pub mod cache;
 pub mod capture;
+mod capture_api;
 pub mod change;
 pub mod cookie_secret;
 pub mod cores;
