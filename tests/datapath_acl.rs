@@ -43,9 +43,18 @@ fn the_program_gives_every_golden_source_list_row_the_engines_verdict() {
     let mut judged = 0;
     for f in golden::fixtures() {
         let d = f.description;
-        let ours = ["acl4 nat", "aclf6 fullnat", "acldr dr", "acltun ipip"]
-            .iter()
-            .any(|p| d.starts_with(p));
+        let ours = [
+            "acl4 nat",
+            "acl6 nat",
+            "aclf4 fullnat",
+            "aclf6 fullnat",
+            "acldr dr",
+            "acldr6 dr",
+            "acltun ipip",
+            "acltun6 ipip",
+        ]
+        .iter()
+        .any(|p| d.starts_with(p));
         if !ours || d.contains("icmp") || d.contains("reply") {
             continue;
         }
@@ -64,13 +73,23 @@ fn the_program_gives_every_golden_source_list_row_the_engines_verdict() {
             }
         }
     }
-    assert_eq!(judged, 12, "the golden rows the program judges");
+    assert_eq!(judged, 22, "the golden rows the program judges");
     assert_eq!(drops(&steer, "acl4", "deny"), 1);
     assert_eq!(drops(&steer, "acl4", "allow"), 1);
     assert_eq!(drops(&steer, "aclf6", "deny"), 1);
     assert_eq!(drops(&steer, "aclf6", "partners"), 1);
     assert_eq!(drops(&steer, "acldr", "partners"), 1);
     assert_eq!(drops(&steer, "acltun", "allow"), 1);
+    assert_eq!(drops(&steer, "acl6", "deny"), 1);
+    assert_eq!(drops(&steer, "acl6", "allow"), 1);
+    assert_eq!(drops(&steer, "aclf4", "deny"), 1);
+    assert_eq!(
+        drops(&steer, "aclf4", "allow"),
+        0,
+        "allow 0.0.0.0/0 admits every source"
+    );
+    assert_eq!(drops(&steer, "acldr6", "partners"), 1);
+    assert_eq!(drops(&steer, "acltun6", "allow"), 1);
 }
 
 #[test]

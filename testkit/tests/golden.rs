@@ -163,7 +163,7 @@ fn descriptions_name_one_row_each() {
 #[test]
 fn the_golden_config_is_valid_and_parses() {
     let c = golden::config();
-    assert_eq!(c.vips.len(), 42);
+    assert_eq!(c.vips.len(), 46);
     assert!(!c.appliance.flow_cache);
     assert_eq!(c.api.metrics, None);
 }

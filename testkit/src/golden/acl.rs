@@ -4,7 +4,10 @@
 //! reply toward a denied client and a tenant VIP. acl4 (NAT) allows 198.51.100.0/24 and
 //! the partners' 203.0.113.0/24 but denies 198.51.100.128/25 except 198.51.100.192/26;
 //! aclf6 (FullNAT) denies 2001:db8:c::/64 and the partners; acldr denies the partners;
-//! acltun (IPIP) allows 198.51.100.0/24 only; tenant 400 denies 198.51.100.0/29.
+//! acltun (IPIP) allows 198.51.100.0/24 only; tenant 400 denies 198.51.100.0/29. Each mode's
+//! other family: acl6 (NAT) allows 2001:db8:d::/48 but denies 2001:db8:d:1::/64 except
+//! 2001:db8:d:1:1::/80; aclf4 (FullNAT) allows 0.0.0.0/0 but denies 198.51.100.128/25;
+//! acldr6 denies the partners; acltun6 (IPIP) allows 2001:db8:c::/48 only.
 
 use lb::{DropReason, Tables};
 
@@ -31,12 +34,26 @@ pub(super) const ROWS: &[super::Row] = &[
     tunnel_allowed,
     tunnel_denied,
     tenant_denied,
+    nat6_allowed,
+    nat6_denied_by_longer_deny,
+    nat6_allowed_by_longer_allow,
+    nat6_denied_by_no_allow,
+    fullnat4_allowed,
+    fullnat4_denied,
+    dr6_allowed,
+    dr6_denied,
+    tunnel6_allowed,
+    tunnel6_denied,
 ];
 
 const ACL4: &str = "192.0.2.150";
 const ACLF6: &str = "2001:db8::150";
 const ACLDR: &str = "192.0.2.152";
 const ACLTUN: &str = "192.0.2.153";
+const ACL6: &str = "2001:db8::151";
+const ACLF4: &str = "192.0.2.154";
+const ACLDR6: &str = "2001:db8::152";
+const ACLTUN6: &str = "2001:db8::153";
 
 fn syn(client: &str, vip: &str, dport: u16) -> Pkt {
     Pkt::new(client, vip, TCP, tcp(40000, dport, SYN, 1000, b""))
@@ -44,8 +61,13 @@ fn syn(client: &str, vip: &str, dport: u16) -> Pkt {
 
 /// `p` as acl4 (NAT) forwards it to 10.0.0.71:8080.
 fn dnat(p: &Pkt, t: &Tables) -> Vec<u8> {
-    let out = p.clone().dport(8080).macs(mac_of(t, "acl4"), OUR_MAC);
-    out.dst("10.0.0.71").ttl(p.ttl - 1).build()
+    dnat_to(p, t, "acl4", "10.0.0.71")
+}
+
+/// `p` as the NAT VIP `vip` forwards it to `backend`:8080.
+fn dnat_to(p: &Pkt, t: &Tables, vip: &str, backend: &str) -> Vec<u8> {
+    let out = p.clone().dport(8080).macs(mac_of(t, vip), OUR_MAC);
+    out.dst(backend).ttl(p.ttl - 1).build()
 }
 
 fn nat_allowed(t: &Tables) -> Fixture {
@@ -235,6 +257,123 @@ fn tenant_denied(_: &Tables) -> Fixture {
     Fixture::drop(
         "tenant400 vxlan: inner source 198.51.100.7 denied by deny 198.51.100.0/29",
         frame,
+        DropReason::Denied,
+    )
+}
+
+fn nat6_allowed(t: &Tables) -> Fixture {
+    let p = syn("2001:db8:d::7", ACL6, 80);
+    let out = dnat_to(&p, t, "acl6", "2001:db8:a::74");
+    Fixture::tx(
+        "acl6 nat: 2001:db8:d::7 allowed by allow 2001:db8:d::/48",
+        p.build(),
+        BACKENDS,
+        out,
+    )
+}
+
+fn nat6_denied_by_longer_deny(_: &Tables) -> Fixture {
+    let p = syn("2001:db8:d:1::7", ACL6, 80);
+    Fixture::drop(
+        "acl6 nat: 2001:db8:d:1::7 denied by deny 2001:db8:d:1::/64 inside the allow",
+        p.build(),
+        DropReason::Denied,
+    )
+}
+
+fn nat6_allowed_by_longer_allow(t: &Tables) -> Fixture {
+    let p = syn("2001:db8:d:1:1::7", ACL6, 80);
+    let out = dnat_to(&p, t, "acl6", "2001:db8:a::74");
+    Fixture::tx(
+        "acl6 nat: 2001:db8:d:1:1::7 allowed by allow 2001:db8:d:1:1::/80 inside the deny",
+        p.build(),
+        BACKENDS,
+        out,
+    )
+}
+
+fn nat6_denied_by_no_allow(_: &Tables) -> Fixture {
+    let p = syn("2001:db8:c::7", ACL6, 80);
+    Fixture::drop(
+        "acl6 nat: 2001:db8:c::7 matches no rule of a vip with an allow list: denied",
+        p.build(),
+        DropReason::Denied,
+    )
+}
+
+fn fullnat4_allowed(t: &Tables) -> Fixture {
+    let c = "198.51.100.7";
+    let p = syn(c, ACLF4, 443);
+    let h = flow_hash(c, ACLF4, 40000, 443, TCP);
+    let lport = snat_port(TCP, "10.0.0.74", 8443, "10.1.0.150", h);
+    let out = to_backend(
+        &p,
+        mac_of(t, "aclf4"),
+        ("10.1.0.150", lport),
+        ("10.0.0.74", 8443),
+    );
+    Fixture::tx(
+        "aclf4 fullnat: 198.51.100.7 allowed by allow 0.0.0.0/0",
+        p.build(),
+        BACKENDS,
+        out,
+    )
+}
+
+fn fullnat4_denied(_: &Tables) -> Fixture {
+    let p = syn("198.51.100.130", ACLF4, 443);
+    Fixture::drop(
+        "aclf4 fullnat: 198.51.100.130 denied by deny 198.51.100.128/25, no port taken",
+        p.build(),
+        DropReason::Denied,
+    )
+}
+
+fn dr6_allowed(t: &Tables) -> Fixture {
+    let p = syn("2001:db8:c::7", ACLDR6, 80);
+    let out = p.clone().macs(mac_of(t, "acldr6"), OUR_MAC).build();
+    Fixture::tx(
+        "acldr6 dr: 2001:db8:c::7 not on the deny list: macs only",
+        p.build(),
+        BACKENDS,
+        out,
+    )
+}
+
+fn dr6_denied(_: &Tables) -> Fixture {
+    let p = syn("2001:db8:e::9", ACLDR6, 80);
+    Fixture::drop(
+        "acldr6 dr: 2001:db8:e::9 denied by prefix_list partners (its ipv6 half)",
+        p.build(),
+        DropReason::Denied,
+    )
+}
+
+const TUN6: Tun = Tun {
+    vip: "acltun6",
+    client: "2001:db8:c::7",
+    addr: ACLTUN6,
+    backend: "2001:db8:a::76",
+    udp_port: None,
+    vni: None,
+};
+
+fn tunnel6_allowed(t: &Tables) -> Fixture {
+    let p = Pkt::new(TUN6.client, ACLTUN6, TCP, tcp(40000, 80, SYN, 77, b""));
+    let out = encapsulated(t, &TUN6, &p);
+    Fixture::tx(
+        "acltun6 ipip: 2001:db8:c::7 allowed by allow 2001:db8:c::/48: encapsulated 6in6",
+        p.build(),
+        BACKENDS,
+        out,
+    )
+}
+
+fn tunnel6_denied(_: &Tables) -> Fixture {
+    let p = syn("2001:db8:e::9", ACLTUN6, 80);
+    Fixture::drop(
+        "acltun6 ipip: 2001:db8:e::9 outside the allow list: denied",
+        p.build(),
         DropReason::Denied,
     )
 }

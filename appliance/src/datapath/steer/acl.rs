@@ -189,7 +189,14 @@ impl AclState {
             };
             entries.push((r6, key(id, r6, a, r.prefix.len), val));
         }
-        if k.acl.default_deny {
+        // A rule of length 0 matches every source: it decides, and its trie key is the
+        // default entry's (the id alone), which must not overwrite it.
+        let everything = k
+            .acl
+            .rules
+            .iter()
+            .any(|r| r.prefix.len == 0 && r.prefix.addr.is_ipv6() == v6);
+        if k.acl.default_deny && !everything {
             let counter = self.counter(&k.vip, "allow")?;
             let val = acl_val {
                 verdict: acl_verdict::ACL_DENY,
