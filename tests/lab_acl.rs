@@ -2,7 +2,9 @@
 //! `allow` list admits it survive a change of that list that still allows them; a `deny` of
 //! the client's address added by one reload then ends all 100 (nothing of them is forwarded
 //! any more, so none completes), with the flow cache on (NAT) and off (FullNAT), and the
-//! drops are counted for the VIP and its list. And a flood of 50,000 spoofed sources of a
+//! drops are counted for the VIP and its list. The DR and VXLAN tunnel VIPs of both
+//! families (flow cache on) serve the client their `allow` lists admit, and drop it, counted
+//! per VIP, once a reload denies its address. And a flood of 50,000 spoofed sources of a
 //! denied prefix (unused addresses of the client's subnet, blackholed on the router) is
 //! dropped in the XDP program, the engine seeing none, while a steady client is served.
 //! Needs root and python3 (the spoofer).
@@ -11,7 +13,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use lab::testing::{file_text, sample, slow_downloads_for, tail, wait_until};
-use lab::{LabMode, LabOptions};
+use lab::{Lab, LabMode, LabOptions};
 
 /// How long each download may take to get its headers.
 const HEADERS: Duration = Duration::from_secs(10);
@@ -118,6 +120,113 @@ fn a_deny_ends_a_hundred_open_connections_in_one_commit_and_an_allow_change_none
     let _one = lab::testing::serial();
     one_lab(LabMode::Nat, true);
     one_lab(LabMode::FullNat, false);
+}
+
+/// One `GET /whoami` from the client to each of `vips` at once, each given `timeout`:
+/// whether each was answered with 200.
+fn answered(lab: &Lab, vips: &[SocketAddr], timeout: Duration) -> Vec<bool> {
+    let vips = vips.to_vec();
+    lab.from_client(move || {
+        let asks: Vec<_> = vips
+            .into_iter()
+            .map(|v| {
+                std::thread::spawn(move || {
+                    matches!(lab::http_get(v, "/whoami", timeout), Ok((200, _)))
+                })
+            })
+            .collect();
+        asks.into_iter()
+            .map(|a| a.join().expect("request thread"))
+            .collect()
+    })
+    .expect("client")
+}
+
+/// The lab config with source lists on the TCP VIPs `vips` (name, address): the `allow` of
+/// the client's subnet in the VIP's family, and with `deny`, a `deny` of the client's own
+/// address too.
+fn listed(full: &str, vips: &[(String, SocketAddr)], deny: bool) -> String {
+    vips.iter().fold(full.to_string(), |config, (name, addr)| {
+        let (subnet, client) = if addr.is_ipv6() {
+            ("2001:db8:c::/64", "2001:db8:c::2/128")
+        } else {
+            ("198.51.100.0/24", "198.51.100.2/32")
+        };
+        let mut lines = format!("allow = [\"{subnet}\"]");
+        if deny {
+            lines.push_str(&format!("\ndeny = [\"{client}\"]"));
+        }
+        with_lists(&config, name, &lines)
+    })
+}
+
+#[test]
+fn dr_and_vxlan_vips_serve_an_allowed_client_and_drop_it_once_a_reload_denies_it() {
+    let _one = lab::testing::serial();
+    let modes = [LabMode::Dr, LabMode::Vxlan];
+    let mut lab = lab::testing::build(LabOptions {
+        modes: modes.to_vec(),
+        prefix: "ad",
+        ..LabOptions::default()
+    });
+    // dr4-tcp, dr6-tcp, vxlan4-tcp, vxlan6-tcp.
+    let listed_vips: Vec<(String, SocketAddr)> = modes
+        .iter()
+        .flat_map(|mode| {
+            [false, true].map(|v6| {
+                let fam = if v6 { 6 } else { 4 };
+                let name = format!("{}{fam}-tcp", mode.name().replace("tunnel/", ""));
+                (name, SocketAddr::new(mode.vip(v6), 80))
+            })
+        })
+        .collect();
+    let names: Vec<&str> = listed_vips.iter().map(|(n, _)| n.as_str()).collect();
+    let vips: Vec<SocketAddr> = listed_vips.iter().map(|(_, a)| *a).collect();
+    let full = lab.config(&lab.dir.join("api.sock"));
+    lab.write_config(&listed(&full, &listed_vips, false))
+        .expect("config");
+    // Waits until each VIP answers the client.
+    let log = lab.start_serving(lab::sluice!().path(), &vips);
+    let why = || tail(&file_text(&log), 30);
+    for _ in 0..2 {
+        let got = answered(&lab, &vips, Duration::from_secs(5));
+        assert_eq!(
+            got,
+            [true; 4],
+            "{names:?} answered the allowed client\n{}",
+            why()
+        );
+    }
+
+    lab.write_config(&listed(&full, &listed_vips, true))
+        .expect("config");
+    assert!(lab.reload(), "SIGHUP");
+    // Until the reload applies, requests go through; then none does.
+    wait_until(
+        "every VIP to drop the denied client",
+        Duration::from_secs(20),
+        || answered(&lab, &vips, Duration::from_millis(500)) == [false; 4],
+        why,
+    );
+    let got = answered(&lab, &vips, Duration::from_millis(500));
+    assert_eq!(got, [false; 4], "{names:?} stay denied");
+    // The refused requests' SYNs were dropped and counted under each VIP's deny list (a
+    // request that timed out for another reason before the reload applied counts nothing,
+    // so the count is only known to be at least the last round's).
+    let api = lab.api_at(0);
+    let dropped = |name: &str| {
+        let series = format!("sluice_acl_dropped_total{{vip=\"{name}\",list=\"deny\"}}");
+        sample(&api.call(|c| c.metrics()).expect("GET /metrics"), &series).unwrap_or(0.0)
+    };
+    wait_until(
+        "every VIP's deny drops to be counted",
+        Duration::from_secs(5),
+        || names.iter().all(|n| dropped(n) >= 1.0),
+        || {
+            let counts: Vec<f64> = names.iter().map(|n| dropped(n)).collect();
+            format!("{names:?}: dropped {counts:?}\n{}", why())
+        },
+    );
 }
 
 /// Sends `n` TCP SYNs to `[vip]:80` from `n` addresses of `2001:db8:c:0:8000::/65` (the
