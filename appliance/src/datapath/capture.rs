@@ -254,7 +254,7 @@ pub struct XdpMaps {
 
 impl XdpMaps {
     /// Handles on `steer`'s capture maps, which outlive its borrow.
-    pub(super) fn of(steer: &super::steer::Steer) -> Result<XdpMaps, DatapathError> {
+    pub fn of(steer: &super::steer::Steer) -> Result<XdpMaps, DatapathError> {
         let handle = |def| {
             MapHandle::try_from(&steer.map(def)?)
                 .map_err(|e| bpf_err("opening the capture maps", e))

@@ -8,6 +8,7 @@
 
 mod acl;
 mod keys;
+mod timing;
 
 use std::mem::offset_of;
 use std::net::IpAddr;
@@ -203,8 +204,14 @@ impl Steer {
     /// uses the cache's maps (see flowcache.rs). Without it the cache code is pruned by the
     /// verifier (its switch is read-only data) and its maps are one entry each.
     pub fn load_with_cache(cache: Option<&FlowCache>) -> Result<Steer, DatapathError> {
+        Steer::load_object(STEER_OBJ, cache)
+    }
+
+    /// [`Steer::load_with_cache`] of another build of bpf/steer.bpf.c (the xdp bench's
+    /// baseline: an older build's object, whose maps are found by the same names).
+    pub fn load_object(object: &[u8], cache: Option<&FlowCache>) -> Result<Steer, DatapathError> {
         let mut open = ObjectBuilder::default()
-            .open_memory(STEER_OBJ)
+            .open_memory(object)
             .map_err(|e| bpf_err("opening the steering program", e))?;
         for mut m in open.maps_mut() {
             let name = m.name().to_string_lossy().into_owned();
