@@ -192,15 +192,7 @@ impl Client {
     ) -> Result<T, ClientError> {
         let (status, bytes) = self.raw(method, path, body).await?;
         if !status.is_success() {
-            let error = serde_json::from_slice::<ApiError>(&bytes).unwrap_or_else(|_| ApiError {
-                error: String::from_utf8_lossy(&bytes).trim().to_string(),
-                field: None,
-                errors: Vec::new(),
-            });
-            return Err(ClientError::Api {
-                status: status.as_u16(),
-                error,
-            });
+            return Err(api_error(status, &bytes));
         }
         serde_json::from_slice(&bytes).map_err(ClientError::Decode)
     }
@@ -348,15 +340,7 @@ impl Client {
             .raw_with_headers(Method::POST, "/v1/capture", Some(body))
             .await?;
         if !status.is_success() {
-            let error = serde_json::from_slice::<ApiError>(&bytes).unwrap_or_else(|_| ApiError {
-                error: String::from_utf8_lossy(&bytes).trim().to_string(),
-                field: None,
-                errors: Vec::new(),
-            });
-            return Err(ClientError::Api {
-                status: status.as_u16(),
-                error,
-            });
+            return Err(api_error(status, &bytes));
         }
         let lost = head
             .get(crate::capture_headers::LOST)
@@ -376,6 +360,19 @@ impl Client {
             });
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+/// An error reply: its JSON document, or its text when it is not one.
+fn api_error(status: StatusCode, bytes: &[u8]) -> ClientError {
+    let error = serde_json::from_slice::<ApiError>(bytes).unwrap_or_else(|_| ApiError {
+        error: String::from_utf8_lossy(bytes).trim().to_string(),
+        field: None,
+        errors: Vec::new(),
+    });
+    ClientError::Api {
+        status: status.as_u16(),
+        error,
     }
 }
 

@@ -20,7 +20,7 @@ pub use self::acl::{AclDrops, AclKey};
 use self::keys::{KeySet, SteerKey};
 use super::DatapathError;
 use super::abi::{
-    MapDef, flood_conf, flood_counter, flood_cpu, maps, rodata, steer_counter, steer_val, xdp_md,
+    MapDef, flood_conf, flood_counter, flood_cpu, maps, rodata, steer_counter, steer_val,
 };
 use super::flowcache::FlowCache;
 use super::stateless::{self, StatelessFill};
@@ -538,12 +538,7 @@ impl Steer {
     ) -> Result<(u32, Vec<u8>, bool), DatapathError> {
         let before = self.counters()?.no_socket;
         let prog = self.prog_mut()?;
-        let mut ctx = xdp_md {
-            data_end: frame.len() as u32,
-            ingress_ifindex: ingress,
-            ..Default::default()
-        }
-        .to_bytes();
+        let mut ctx = timing::test_ctx(frame, ingress);
         let mut out = vec![0u8; frame.len() + 512];
         let input = libbpf_rs::ProgramInput {
             data_in: Some(frame),

@@ -6,6 +6,16 @@
 use super::super::abi::xdp_md;
 use super::{DatapathError, Steer, bpf_err};
 
+/// A test run's context: `frame` arriving on `ingress`.
+pub(super) fn test_ctx(frame: &[u8], ingress: u32) -> [u8; xdp_md::LEN] {
+    xdp_md {
+        data_end: frame.len() as u32,
+        ingress_ifindex: ingress,
+        ..Default::default()
+    }
+    .to_bytes()
+}
+
 impl Steer {
     /// Runs the program `repeat` times on `frame` arriving on `ingress` (0: the test run's
     /// loopback): its XDP action and the kernel's mean time per run, in nanoseconds.
@@ -16,12 +26,7 @@ impl Steer {
         repeat: u32,
     ) -> Result<(u32, u32), DatapathError> {
         let prog = self.prog_mut()?;
-        let mut ctx = xdp_md {
-            data_end: frame.len() as u32,
-            ingress_ifindex: ingress,
-            ..Default::default()
-        }
-        .to_bytes();
+        let mut ctx = test_ctx(frame, ingress);
         let input = libbpf_rs::ProgramInput {
             data_in: Some(frame),
             context_in: (ingress != 0).then_some(&mut ctx[..]),
