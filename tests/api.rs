@@ -575,6 +575,37 @@ fn every_route_against_a_running_appliance() {
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert!(serde_json::from_slice::<Value>(&body).expect("JSON 404")["error"].is_string());
 
+    // A short capture: pcapng with an interface per stage (frames or not); a request out of
+    // bounds names its field; an unknown VIP is a 404.
+    let (s, body) = api.raw(
+        Method::POST,
+        "/v1/capture",
+        Some(r#"{"vip":"nat4-tcp","count":5,"duration_ms":300,"snaplen":128}"#),
+    );
+    chk.check("POST", "/v1/capture", s, &body);
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let file = wire::pcapng::read(&body).expect("the capture is pcapng");
+    assert_eq!(file.interfaces.len(), 4, "an interface per stage");
+    assert!(file.packets.len() <= 5, "at most its count");
+    let (s, body) = api.raw(
+        Method::POST,
+        "/v1/capture",
+        Some(r#"{"vip":"nat4-tcp","count":0,"duration_ms":300,"snaplen":128}"#),
+    );
+    chk.check("POST", "/v1/capture", s, &body);
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).expect("JSON 400")["field"],
+        "count"
+    );
+    let (s, body) = api.raw(
+        Method::POST,
+        "/v1/capture",
+        Some(r#"{"vip":"nope","count":5,"duration_ms":300,"snaplen":128}"#),
+    );
+    chk.check("POST", "/v1/capture", s, &body);
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
     // The document itself, and metrics.
     let (s, body) = api.raw(Method::GET, "/openapi.json", None);
     assert_eq!(s, StatusCode::OK);
