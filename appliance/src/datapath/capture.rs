@@ -94,21 +94,14 @@ pub struct Record {
     pub data: Vec<u8>,
 }
 
-/// The addresses and ports of a frame (Ethernet, up to two VLAN tags, IPv4 or IPv6): the
+/// The addresses and ports of a frame (Ethernet and its VLAN tags as `wire::l3_offset` walks them, IPv4 or IPv6): the
 /// ports only for TCP and UDP right after the IP header, and not in a later fragment.
 fn endpoints_of(frame: &[u8]) -> Option<[(IpAddr, Option<u16>); 2]> {
-    let mut at = 12;
-    let mut ethertype = u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]);
-    for _ in 0..2 {
-        if ethertype == 0x8100 || ethertype == 0x88a8 {
-            at += 4;
-            ethertype = u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]);
-        }
-    }
-    let l3 = at + 2;
+    let eth = wire::EthernetFrame::new_checked(frame).ok()?;
+    let (l3, ethertype, _) = wire::l3_offset(&eth).ok()?;
     let ip = frame.get(l3..)?;
     let (src, dst, proto, l4, later_fragment) = match ethertype {
-        0x0800 => {
+        wire::EtherType::Ipv4 => {
             let h = ip.get(..20)?;
             let ihl = usize::from(h[0] & 0x0f) * 4;
             let src: [u8; 4] = h[12..16].try_into().ok()?;
@@ -116,7 +109,7 @@ fn endpoints_of(frame: &[u8]) -> Option<[(IpAddr, Option<u16>); 2]> {
             let offset = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
             (src.into(), dst.into(), h[9], ihl, offset != 0)
         }
-        0x86dd => {
+        wire::EtherType::Ipv6 => {
             let h = ip.get(..40)?;
             let src: [u8; 16] = h[8..24].try_into().ok()?;
             let dst: [u8; 16] = h[24..40].try_into().ok()?;
